@@ -1,0 +1,1 @@
+"""Node telemetry: poll GPUs each second, close exact windows, write them durably to Parquet."""

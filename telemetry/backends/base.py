@@ -1,0 +1,147 @@
+"""The GPU backend interface: the only place wattclass touches hardware.
+
+Three implementations share it: ``nvml`` (real GPUs through pynvml), ``replay`` (plays recorded
+1 Hz H200 data as live GPUs) and ``filestate`` (a fake whose power limits live in a JSON file, so
+separate Prolog and Epilog processes see one state in tests). The telemetry daemon reads through
+it; the Prolog/Epilog set power limits through it.
+
+Conventions (after Zeus and nvitop): units are in the names (``_mj``, ``_w``, ``_mhz``); a field
+a GPU does not support is ``None``, never an exception; a GPU that stops answering raises
+``GpuLostError`` for that GPU only; a library that cannot start raises ``GpuInitError`` once.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import NamedTuple
+
+
+class GpuInfo(NamedTuple):
+    """Static facts about one GPU, read once when the backend opens."""
+
+    index: int
+    uuid: str
+    model: str
+    pci_bus_id: str
+    fb_total_mib: float | None
+    sm_clock_max_mhz: float | None
+    power_limit_default_w: float | None
+    power_limit_min_w: float | None
+    power_limit_max_w: float | None
+    gpm_supported: bool
+
+
+class GpuSample(NamedTuple):
+    """One poll of one GPU. ``ts`` is the backend's clock (wall clock, or recorded time on replay)."""
+
+    ts: float
+    energy_mj: int | None  # cumulative energy counter since driver load
+    power_w: float | None  # instantaneous power reading
+    power_limit_w: float | None  # enforced limit
+    util_gpu_pct: float | None
+    util_mem_pct: float | None
+    sm_clock_mhz: float | None
+    mem_clock_mhz: float | None
+    clock_event_reasons: int | None  # NVML clocks-event (throttle) reason bitmask
+    temp_c: float | None
+    fb_used_mib: float | None
+
+
+class GpmMetrics(NamedTuple):
+    """NVML GPM metrics between two GPM snapshots; each None where unsupported."""
+
+    sm_util_pct: float | None = None
+    sm_occupancy_pct: float | None = None
+    tensor_util_pct: float | None = None
+    dram_bw_util_pct: float | None = None
+    fp64_util_pct: float | None = None
+    fp32_util_pct: float | None = None
+    fp16_util_pct: float | None = None
+    int_util_pct: float | None = None
+    pcie_tx_mibs: float | None = None
+    pcie_rx_mibs: float | None = None
+
+
+class GpuProcess(NamedTuple):
+    """A compute process on a GPU, for job attribution when no Prolog file exists.
+
+    ``job_id``/``user`` are filled by backends that know them directly (replay); the NVML
+    backend leaves them None and the attribution layer reads SLURM_JOB_ID from /proc.
+    """
+
+    pid: int
+    job_id: str | None = None
+    user: str | None = None
+
+
+# NVML clock-event reason bits (nvml.h, nvmlClocksEventReason*).
+CLOCK_EVENT_SW_POWER_CAP = 0x4
+CLOCK_EVENT_HW_SLOWDOWN = 0x8
+CLOCK_EVENT_SW_THERMAL = 0x20
+CLOCK_EVENT_HW_THERMAL = 0x40
+CLOCK_EVENT_HW_POWER_BRAKE = 0x80
+POWER_REASONS = CLOCK_EVENT_SW_POWER_CAP | CLOCK_EVENT_HW_POWER_BRAKE
+THERMAL_REASONS = CLOCK_EVENT_SW_THERMAL | CLOCK_EVENT_HW_THERMAL
+
+
+class GpuBackend(abc.ABC):
+    """Access to the GPUs of one node. Open with the factory in ``wattclass.telemetry.backends``."""
+
+    #: Short name used in logs and ``--backend``.
+    name: str = "abstract"
+
+    @abc.abstractmethod
+    def gpus(self) -> list[GpuInfo]:
+        """All GPUs of the node, by NVML index."""
+
+    @abc.abstractmethod
+    def sample(self, index: int) -> GpuSample:
+        """Poll one GPU now. Raises GpuLostError if that GPU does not answer."""
+
+    def gpm_snapshot(self, index: int) -> object | None:
+        """Take a GPM sample (opaque); None where GPM is unsupported."""
+        return None
+
+    def gpm_metrics(self, index: int, first: object, second: object) -> GpmMetrics:
+        """GPM metrics between two snapshots of the same GPU."""
+        return GpmMetrics()
+
+    def processes(self, index: int) -> list[GpuProcess]:
+        """Compute processes on the GPU (empty where unknown)."""
+        return []
+
+    def now(self) -> float:
+        """The backend's clock in seconds since the epoch (recorded time on replay)."""
+        import time
+
+        return time.time()
+
+    # -- power limits (used by Prolog/Epilog; daemons only read) -------------------------------
+    def power_limit_w(self, index: int) -> float | None:
+        """The current (requested) power limit, watts."""
+        return self.sample(index).power_limit_w
+
+    def set_power_limit_w(self, index: int, watts: float) -> None:
+        """Set the power limit. Backends that cannot (replay) raise GpuNotSupportedError."""
+        from wattclass.errors import GpuNotSupportedError
+
+        raise GpuNotSupportedError(f"backend {self.name} cannot set power limits")
+
+    def close(self) -> None:
+        """Release the library (nvmlShutdown)."""
+
+    def __enter__(self) -> GpuBackend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def find_gpu(self, key: str) -> GpuInfo:
+        """Find a GPU by UUID, PCI bus id or index string (Prolog maps SLURM_JOB_GPUS with this)."""
+        from wattclass.errors import GpuError
+
+        k = key.strip().lower()
+        for g in self.gpus():
+            if k in (g.uuid.lower(), g.pci_bus_id.lower(), str(g.index)):
+                return g
+        raise GpuError(f"no GPU matches {key!r} on backend {self.name}")

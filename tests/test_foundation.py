@@ -1,0 +1,97 @@
+"""The shared foundation: schema conformance, atomic writes, the label-table Lua writer."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from wattclass.plugin.labeltable import TableEntry, lua_string, write_label_table
+
+from wattclass import schema
+from wattclass.errors import ConfigError, DataError
+from wattclass.fsutil import atomic_write_text, atomic_writer, refuse_if_others_can_write
+
+
+def test_conform_real_file_keeps_rows_and_types(h200_telemetry: Path) -> None:
+    t = schema.conform(pq.read_table(h200_telemetry), h200_telemetry)
+    assert t.num_rows == 77
+    assert t.schema.equals(schema.TELEMETRY_V1)
+    assert t.schema.metadata[schema.METADATA_KEY] == b"wattclass.telemetry/1"
+
+
+def test_conform_missing_required_column_names_it(h200_telemetry: Path) -> None:
+    t = pq.read_table(h200_telemetry).drop_columns(["energy_j"])
+    with pytest.raises(DataError, match=r"some\.parquet.*energy_j"):
+        schema.conform(t, "some.parquet")
+
+
+def test_conform_adds_missing_gpm_columns_as_null(h200_telemetry: Path) -> None:
+    t = pq.read_table(h200_telemetry).drop_columns(list(schema.GPM_COLUMNS))
+    out = schema.conform(t)
+    assert out.column("dram_bw_util_pct").null_count == out.num_rows
+
+
+def test_atomic_write_leaves_old_file_on_error(tmp_path: Path) -> None:
+    p = tmp_path / "f.txt"
+    atomic_write_text(p, "old")
+    with pytest.raises(RuntimeError), atomic_writer(p) as fh:
+        fh.write(b"half")
+        raise RuntimeError("boom")
+    assert p.read_text() == "old"
+    assert [x.name for x in tmp_path.iterdir()] == ["f.txt"]
+
+
+def test_refuse_world_writable(tmp_path: Path) -> None:
+    p = tmp_path / "t.lua"
+    p.write_text("return {}")
+    os.chmod(p, 0o666)
+    with pytest.raises(ConfigError, match="others can write"):
+        refuse_if_others_can_write(p)
+    os.chmod(p, 0o644)
+    refuse_if_others_can_write(p)
+
+
+def test_lua_string_escapes_everything_dangerous() -> None:
+    s = lua_string('a"b\\c\nd%]]é')
+    assert s == '"a\\034b\\092c\\010d%]]\\195\\169"'
+
+
+@pytest.mark.skipif(shutil.which("lua5.1") is None, reason="lua5.1 not installed")
+def test_label_table_round_trips_through_lua(tmp_path: Path) -> None:
+    nasty = 'x"; os.exit(1) --\n%s[[]]\0'
+    path = tmp_path / "labels.lua"
+    write_label_table(
+        path,
+        [
+            TableEntry("user_name", "alice", nasty, None, "memory", 0.93, 12, "rule"),
+            TableEntry("user", "alice", None, None, "mixed", 0.6, 20, "rule"),
+            TableEntry("account", None, None, "physics", "compute", 0.99, 3, "model:1"),
+        ],
+        policy={"mode": "shadow", "decisions": {"memory": {"cap": "60%"}}},
+    )
+    assert oct(path.stat().st_mode & 0o777) == "0o644"
+    script = (
+        "local t = dofile(arg[1]); local n = io.read('*a');"
+        "local e = t.by_user_name.alice[n];"
+        "print(e.label, e.confidence, e.n, t.by_account.physics.label, t.policy.decisions.memory.cap)"
+    )
+    out = subprocess.run(
+        ["lua5.1", "-e", script.replace("arg[1]", repr(str(path)))],
+        input=nasty.encode(), capture_output=True, check=True,
+    ).stdout.decode()
+    assert out.split() == ["memory", "0.93", "12", "compute", "60%"]
+
+
+def test_label_table_rejects_unknown_label(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="unknown label"):
+        write_label_table(tmp_path / "x.lua", [TableEntry("user", "a", None, None, "fast", 1.0, 1, "rule")])
+    assert not (tmp_path / "x.lua").exists()
+
+
+def test_schema_is_pyarrow_schema() -> None:
+    assert isinstance(schema.TELEMETRY_V1, pa.Schema)

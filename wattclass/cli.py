@@ -1,0 +1,83 @@
+"""The ``wattclass`` command: one entry point, one subcommand per capability.
+
+Each component registers its own subcommands (``register(subparsers)`` in its ``cli`` module),
+so this file stays a dispatcher. Handlers return an exit code; project errors become one line
+on stderr and the error's own exit code:
+
+  0 success, 1 runtime failure, 2 invalid configuration or usage, 3 unusable input data,
+  4 GPU/NVML failure, 5 Slurm failure, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+
+from wattclass import __version__
+from wattclass.errors import WattclassError
+
+#: Modules that contribute subcommands, in the order they appear in --help.
+COMMAND_MODULES: tuple[str, ...] = (
+    "wattclass.demo",
+    "wattclass.telemetry.cli",
+    "wattclass.classifier.cli",
+    "wattclass.plugin.cli",
+    "wattclass.report",
+)
+
+log = logging.getLogger("wattclass")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="wattclass",
+        description=(
+            "Make a Slurm GPU cluster spend less energy for the same work: measure each job's GPUs, "
+            "label jobs compute- or memory-bound, and cap GPU power where a cap costs little time."
+        ),
+        epilog="Exit codes: 0 ok, 1 failure, 2 bad configuration/usage, 3 bad input data, "
+        "4 GPU/NVML error, 5 Slurm error, 130 interrupted.",
+    )
+    parser.add_argument("--version", action="version", version=f"wattclass {__version__}")
+    parser.add_argument(
+        "-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)"
+    )
+    parser.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def setup_logging(verbose: int, quiet: bool) -> None:
+    level = logging.WARNING if quiet else logging.INFO if verbose == 0 else logging.DEBUG
+    logging.basicConfig(
+        level=level,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    setup_logging(args.verbose, args.quiet)
+    func = getattr(args, "func", None)
+    if func is None:
+        parser.print_help()
+        return 2
+    try:
+        return int(func(args) or 0)
+    except WattclassError as exc:
+        print(f"wattclass: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("wattclass: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

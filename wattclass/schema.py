@@ -1,0 +1,119 @@
+"""Telemetry v1: the one row per GPU per window that every component reads or writes.
+
+Declared once, as data, so the daemon, the classifier and the fleet generator cannot drift.
+See DESIGN.md ("Telemetry v1"). Readers must tolerate missing *nullable* columns; the
+columns in REQUIRED_COLUMNS must be present.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from wattclass.errors import DataError
+
+SCHEMA_NAME = "wattclass.telemetry"
+SCHEMA_VERSION = "1"
+METADATA_KEY = b"wattclass.schema"
+
+#: GPM metrics over the window; null where the GPU (or driver) has no GPM.
+GPM_COLUMNS: tuple[str, ...] = (
+    "sm_util_pct",
+    "sm_occupancy_pct",
+    "tensor_util_pct",
+    "dram_bw_util_pct",
+    "fp64_util_pct",
+    "fp32_util_pct",
+    "fp16_util_pct",
+    "int_util_pct",
+    "pcie_tx_mibs",
+    "pcie_rx_mibs",
+)
+
+_TS = pa.timestamp("ms", tz="UTC")
+
+TELEMETRY_V1 = pa.schema(
+    [
+        pa.field("ts_start", _TS, nullable=False),
+        pa.field("ts_end", _TS, nullable=False),
+        pa.field("host", pa.string(), nullable=False),
+        pa.field("gpu_index", pa.int16(), nullable=False),
+        pa.field("gpu_uuid", pa.string(), nullable=False),
+        pa.field("gpu_model", pa.string()),
+        pa.field("job_id", pa.string()),
+        pa.field("user", pa.string()),
+        pa.field("energy_j", pa.float64()),
+        pa.field("power_avg_w", pa.float64()),
+        pa.field("power_max_w", pa.float64()),
+        pa.field("power_limit_w", pa.float64()),
+        pa.field("util_gpu_pct", pa.float32()),
+        pa.field("util_mem_pct", pa.float32()),
+        pa.field("sm_clock_mhz", pa.float32()),
+        pa.field("mem_clock_mhz", pa.float32()),
+        pa.field("sm_clock_max_mhz", pa.float32()),
+        pa.field("throttle_power_frac", pa.float32()),
+        pa.field("throttle_thermal_frac", pa.float32()),
+        pa.field("temp_c", pa.float32()),
+        pa.field("fb_used_mib", pa.float32()),
+        pa.field("fb_total_mib", pa.float32()),
+        *[pa.field(c, pa.float32()) for c in GPM_COLUMNS],
+    ],
+    metadata={METADATA_KEY: f"{SCHEMA_NAME}/{SCHEMA_VERSION}".encode()},
+)
+
+#: Columns without which a file cannot be used at all (identity, time, energy).
+REQUIRED_COLUMNS: tuple[str, ...] = (
+    "ts_start",
+    "ts_end",
+    "host",
+    "gpu_index",
+    "gpu_uuid",
+    "job_id",
+    "energy_j",
+)
+
+#: NVML basic columns: present on every NVIDIA GPU, the model's inputs where GPM is absent.
+BASIC_COLUMNS: tuple[str, ...] = tuple(
+    f.name
+    for f in TELEMETRY_V1
+    if f.name not in GPM_COLUMNS and f.name not in ("ts_start", "ts_end", "host", "gpu_uuid", "gpu_model", "job_id", "user", "gpu_index")
+)
+
+
+def conform(table: pa.Table, source: str | Path = "<table>") -> pa.Table:
+    """Return ``table`` cast to TELEMETRY_V1 column order and types.
+
+    Missing nullable columns are added as nulls (older or GPM-less writers); a missing
+    required column raises DataError naming the column and ``source``. Extra columns are
+    dropped.
+    """
+    names = set(table.column_names)
+    missing = [c for c in REQUIRED_COLUMNS if c not in names]
+    if missing:
+        raise DataError(f"{source}: telemetry is missing required column(s) {', '.join(missing)}")
+    cols = []
+    for field in TELEMETRY_V1:
+        if field.name in names:
+            col = table.column(field.name)
+            if not col.type.equals(field.type):
+                try:
+                    col = col.cast(field.type)
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                    raise DataError(
+                        f"{source}: column {field.name} has type {col.type}, expected {field.type}: {exc}"
+                    ) from exc
+        else:
+            col = pa.nulls(table.num_rows, field.type)
+        cols.append(col)
+    return pa.Table.from_arrays(cols, schema=TELEMETRY_V1)
+
+
+def schema_version_of(path: Path) -> str | None:
+    """Schema version recorded in a Parquet file's metadata, or None for files written elsewhere."""
+    meta = pq.read_schema(path).metadata or {}
+    raw = meta.get(METADATA_KEY)
+    if raw is None:
+        return None
+    return raw.decode().rpartition("/")[2]
