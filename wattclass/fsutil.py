@@ -70,7 +70,8 @@ def refuse_if_others_can_write(path: Path) -> None:
     for p in (path, path.parent):
         st = p.stat()
         if st.st_mode & (stat.S_IWOTH | stat.S_IWGRP) and not (p.is_dir() and st.st_mode & stat.S_ISVTX):
-            raise ConfigError(f"{p}: refusing a file that others can write (mode {stat.filemode(st.st_mode)})")
+            mode = stat.filemode(st.st_mode)
+            raise ConfigError(f"{p}: refusing a file that others can write (mode {mode})")
 
 
 def ensure_writable_dir(path: Path, what: str) -> Path:
@@ -78,8 +79,8 @@ def ensure_writable_dir(path: Path, what: str) -> Path:
     path = Path(path)
     try:
         path.mkdir(parents=True, exist_ok=True)
-        probe = tempfile.NamedTemporaryFile(dir=path, prefix=".wattclass-probe-", delete=True)
-        probe.close()
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".wattclass-probe-"):
+            pass
     except OSError as exc:
         raise WattclassError(f"{what} {path} is not writable: {exc.strerror or exc}") from exc
     return path

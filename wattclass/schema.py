@@ -75,10 +75,9 @@ REQUIRED_COLUMNS: tuple[str, ...] = (
 )
 
 #: NVML basic columns: present on every NVIDIA GPU, the model's inputs where GPM is absent.
+_IDENTITY_COLUMNS = ("ts_start", "ts_end", "host", "gpu_index", "gpu_uuid", "gpu_model", "job_id", "user")
 BASIC_COLUMNS: tuple[str, ...] = tuple(
-    f.name
-    for f in TELEMETRY_V1
-    if f.name not in GPM_COLUMNS and f.name not in ("ts_start", "ts_end", "host", "gpu_uuid", "gpu_model", "job_id", "user", "gpu_index")
+    f.name for f in TELEMETRY_V1 if f.name not in GPM_COLUMNS and f.name not in _IDENTITY_COLUMNS
 )
 
 

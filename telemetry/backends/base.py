@@ -19,7 +19,7 @@ from typing import NamedTuple
 class GpuInfo(NamedTuple):
     """Static facts about one GPU, read once when the backend opens."""
 
-    index: int
+    gpu_index: int
     uuid: str
     model: str
     pci_bus_id: str
@@ -127,7 +127,7 @@ class GpuBackend(abc.ABC):
 
         raise GpuNotSupportedError(f"backend {self.name} cannot set power limits")
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional hook, most backends hold nothing
         """Release the library (nvmlShutdown)."""
 
     def __enter__(self) -> GpuBackend:
@@ -142,6 +142,6 @@ class GpuBackend(abc.ABC):
 
         k = key.strip().lower()
         for g in self.gpus():
-            if k in (g.uuid.lower(), g.pci_bus_id.lower(), str(g.index)):
+            if k in (g.uuid.lower(), g.pci_bus_id.lower(), str(g.gpu_index)):
                 return g
         raise GpuError(f"no GPU matches {key!r} on backend {self.name}")
