@@ -1,0 +1,116 @@
+"""One interface to Slurm's job records, whatever the backend.
+
+The nightly run joins telemetry with job records (name, account, partition, times) through
+``SlurmClient``; the Prolog and tests query live jobs through it too. Backends:
+
+- ``JobsFileClient``: an offline CSV/Parquet of job records (tests, demo, sites that export sacct);
+- a client over Slurm's own commands (squeue/sinfo --json, scontrol, sacct --json) in
+  ``wattclass.plugin.slurm_commands``; every command goes through one function there;
+- pyslurm when importable and matching the running Slurm (PyPI's 25.11 does not build against
+  Debian 12's Slurm 22.05, so it is optional).
+"""
+
+from __future__ import annotations
+
+import abc
+import datetime as dt
+from pathlib import Path
+from typing import NamedTuple
+
+import pandas as pd
+
+from wattclass.errors import DataError
+
+
+class JobRecord(NamedTuple):
+    """What wattclass needs to know about a Slurm job."""
+
+    job_id: str  # array jobs as "123_4"
+    name: str | None
+    user: str | None
+    account: str | None
+    partition: str | None
+    start: dt.datetime | None  # UTC
+    end: dt.datetime | None  # UTC
+    admin_comment: str | None = None
+
+
+JOB_COLUMNS: tuple[str, ...] = JobRecord._fields
+_REQUIRED = ("job_id",)
+
+
+class SlurmClient(abc.ABC):
+    """Read job records from Slurm or a stand-in for it."""
+
+    @abc.abstractmethod
+    def jobs(self, start: dt.datetime, end: dt.datetime) -> list[JobRecord]:
+        """Jobs that ran (at least partly) between ``start`` and ``end`` (UTC)."""
+
+    def jobs_frame(self, start: dt.datetime, end: dt.datetime) -> pd.DataFrame:
+        """The same records as a DataFrame with columns JOB_COLUMNS."""
+        return pd.DataFrame(self.jobs(start, end), columns=list(JOB_COLUMNS))
+
+
+def _ts(value: object) -> dt.datetime | None:
+    if value is None or (isinstance(value, float) and pd.isna(value)) or value is pd.NaT:
+        return None
+    t = pd.Timestamp(value)  # type: ignore[arg-type]
+    if pd.isna(t):
+        return None
+    t = t.tz_localize("UTC") if t.tzinfo is None else t.tz_convert("UTC")
+    return t.floor("us").to_pydatetime()
+
+
+class JobsFileClient(SlurmClient):
+    """Job records from a CSV or Parquet file with (a subset of) the JOB_COLUMNS columns.
+
+    ``start``/``end`` may be ISO timestamps or epoch seconds. Missing optional columns read as
+    null; a missing ``job_id`` column is an error naming the file.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        try:
+            if self.path.suffix == ".parquet":
+                df = pd.read_parquet(self.path)
+            else:
+                df = pd.read_csv(self.path, dtype={"job_id": str})
+        except FileNotFoundError as exc:
+            raise DataError(f"{self.path}: jobs file not found") from exc
+        except Exception as exc:  # pandas raises many types for unreadable files
+            raise DataError(f"{self.path}: cannot read jobs file: {exc}") from exc
+        for col in _REQUIRED:
+            if col not in df.columns:
+                raise DataError(f"{self.path}: jobs file is missing column {col}")
+        for col in ("start", "end"):
+            if col in df.columns and pd.api.types.is_numeric_dtype(df[col]):
+                df[col] = pd.to_datetime(df[col], unit="s", utc=True)
+        self._records = [
+            JobRecord(
+                job_id=str(row["job_id"]),
+                name=_str(row.get("name")),
+                user=_str(row.get("user")),
+                account=_str(row.get("account")),
+                partition=_str(row.get("partition")),
+                start=_ts(row.get("start")),
+                end=_ts(row.get("end")),
+                admin_comment=_str(row.get("admin_comment")),
+            )
+            for row in df.to_dict("records")
+        ]
+
+    def jobs(self, start: dt.datetime, end: dt.datetime) -> list[JobRecord]:
+        out = []
+        for r in self._records:
+            if r.start is not None and r.start >= end:
+                continue
+            if r.end is not None and r.end < start:
+                continue
+            out.append(r)
+        return out
+
+
+def _str(value: object) -> str | None:
+    if value is None or (isinstance(value, float) and pd.isna(value)):
+        return None
+    return str(value)

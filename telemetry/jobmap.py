@@ -1,0 +1,120 @@
+"""The GPU -> job mapping folder: written by the Prolog, read by the telemetry daemon.
+
+One small JSON file per GPU, named ``<gpu_uuid>.json``, in a spool folder (default
+``/run/wattclass/jobs``)::
+
+    {"version": 1, "job_id": "1234_5", "user": "alice", "uid": 1000, "written_at": 1795967767.8}
+
+The Prolog writes it atomically (temp file + rename, mode 0644) for each GPU of the job; the
+Epilog removes it. The daemon reads it every poll (a ``stat`` per GPU, a read only when the
+mtime changes) and falls back to NVML's process list when no file exists. Files that others
+can write are refused, since the daemon runs as root and labels energy with what they say.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import re
+import time
+from pathlib import Path
+from typing import NamedTuple
+
+from wattclass.errors import ConfigError, DataError
+from wattclass.fsutil import atomic_write_text, refuse_if_others_can_write
+
+DEFAULT_SPOOL = Path("/run/wattclass/jobs")
+FORMAT_VERSION = 1
+_UUID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+log = logging.getLogger(__name__)
+
+
+class JobAssignment(NamedTuple):
+    """Which Slurm job holds a GPU."""
+
+    job_id: str
+    user: str | None
+    uid: int | None = None
+
+
+def _path(spool: Path, gpu_uuid: str) -> Path:
+    if not _UUID_RE.match(gpu_uuid):
+        raise ConfigError(f"invalid GPU UUID for a job file: {gpu_uuid!r}")
+    return Path(spool) / f"{gpu_uuid}.json"
+
+
+def write_job_file(spool: Path, gpu_uuid: str, job: JobAssignment) -> Path:
+    """Record that ``job`` holds ``gpu_uuid`` (atomic, durable, mode 0644)."""
+    path = _path(spool, gpu_uuid)
+    doc = {"version": FORMAT_VERSION, "job_id": job.job_id, "user": job.user, "uid": job.uid,
+           "written_at": time.time()}
+    atomic_write_text(path, json.dumps(doc, sort_keys=True) + "\n", mode=0o644)
+    return path
+
+
+def remove_job_file(spool: Path, gpu_uuid: str, job_id: str | None = None) -> bool:
+    """Remove the GPU's job file; with ``job_id``, only if it still names that job.
+
+    Returns True if a file was removed. Removing twice is harmless (Epilogs may rerun).
+    """
+    path = _path(spool, gpu_uuid)
+    if job_id is not None:
+        current = read_job_file(path)
+        if current is not None and current.job_id != job_id:
+            return False
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def read_job_file(path: Path) -> JobAssignment | None:
+    """Parse one job file; None if it does not exist. Bad content raises DataError naming the file."""
+    try:
+        refuse_if_others_can_write(path)
+        raw = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    try:
+        doc = json.loads(raw)
+        job_id = str(doc["job_id"])
+        user = doc.get("user")
+        uid = doc.get("uid")
+    except (ValueError, KeyError, TypeError) as exc:
+        raise DataError(f"{path}: not a wattclass job file: {exc}") from exc
+    if not job_id:
+        raise DataError(f"{path}: empty job_id")
+    return JobAssignment(
+        job_id, str(user) if user is not None else None, int(uid) if uid is not None else None
+    )
+
+
+class JobMapReader:
+    """Cached reader of the spool folder: re-reads a GPU's file only when its mtime changes."""
+
+    def __init__(self, spool: Path = DEFAULT_SPOOL) -> None:
+        self.spool = Path(spool)
+        self._cache: dict[str, tuple[int, JobAssignment | None]] = {}
+
+    def lookup(self, gpu_uuid: str) -> JobAssignment | None:
+        path = _path(self.spool, gpu_uuid)
+        try:
+            mtime = path.stat().st_mtime_ns
+        except FileNotFoundError:
+            self._cache.pop(gpu_uuid, None)
+            return None
+        cached = self._cache.get(gpu_uuid)
+        if cached is not None and cached[0] == mtime:
+            return cached[1]
+        job: JobAssignment | None = None
+        with contextlib.suppress(FileNotFoundError):
+            try:
+                job = read_job_file(path)
+            except (DataError, ConfigError) as exc:
+                log.warning("ignoring job file: %s", exc)
+        self._cache[gpu_uuid] = (mtime, job)
+        return job
