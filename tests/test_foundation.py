@@ -10,11 +10,11 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from wattclass.plugin.labeltable import TableEntry, lua_string, write_label_table
 
 from wattclass import schema
 from wattclass.errors import ConfigError, DataError
 from wattclass.fsutil import atomic_write_text, atomic_writer, refuse_if_others_can_write
+from wattclass.plugin.labeltable import TableEntry, lua_string, write_label_table
 
 
 def test_conform_real_file_keeps_rows_and_types(h200_telemetry: Path) -> None:

@@ -1,0 +1,36 @@
+"""GPU backends and the factory that opens one from a ``--backend`` spec.
+
+Specs: ``nvml`` (real GPUs), ``replay:DIR`` (recorded 1 Hz data played as live GPUs; see
+``replay``), ``filestate:PATH`` (fake GPUs whose settings live in a JSON file; tests, CI).
+Backends are imported lazily so a host without pynvml can still replay.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from wattclass.errors import ConfigError
+from wattclass.telemetry.backends.base import GpuBackend
+
+SPEC_HELP = "nvml | replay:DIR | filestate:PATH"
+
+
+def open_backend(spec: str, **options: object) -> GpuBackend:
+    """Open the backend named by ``spec``; ``options`` go to its constructor (e.g. replay speed)."""
+    kind, _, arg = spec.partition(":")
+    if kind == "nvml" and not arg:
+        from wattclass.telemetry.backends.nvml import NvmlBackend
+
+        return NvmlBackend(**options)  # type: ignore[arg-type]
+    if kind == "replay" and arg:
+        from wattclass.telemetry.backends.replay import ReplayBackend
+
+        return ReplayBackend(Path(arg), **options)  # type: ignore[arg-type]
+    if kind == "filestate" and arg:
+        from wattclass.telemetry.backends.filestate import FileStateBackend
+
+        return FileStateBackend(Path(arg), **options)  # type: ignore[arg-type]
+    raise ConfigError(f"--backend {spec!r}: expected {SPEC_HELP}")
+
+
+__all__ = ["SPEC_HELP", "GpuBackend", "open_backend"]
