@@ -21,15 +21,15 @@ def open_backend(spec: str, **options: object) -> GpuBackend:
     if kind == "nvml" and not arg:
         from wattclass.telemetry.backends.nvml import NvmlBackend
 
-        return NvmlBackend(**options)  # type: ignore[arg-type]
+        return NvmlBackend(**options)
     if kind == "replay" and arg:
         from wattclass.telemetry.backends.replay import ReplayBackend
 
-        return ReplayBackend(Path(arg), **options)  # type: ignore[arg-type]
+        return ReplayBackend(Path(arg), **options)
     if kind == "filestate" and arg:
         from wattclass.telemetry.backends.filestate import FileStateBackend
 
-        return FileStateBackend(Path(arg), **options)  # type: ignore[arg-type]
+        return FileStateBackend(Path(arg), **options)
     raise ConfigError(f"--backend {spec!r}: expected {SPEC_HELP}")
 
 
