@@ -1,0 +1,236 @@
+"""The numbers behind the report: per-job aggregates, useful-work and savings ESTIMATES.
+
+Kept apart from plotting and HTML so each estimate is a small pure function a test can check and
+a reader can audit. Every estimate names its assumptions in a constant the report prints, so the
+HTML never states more than was measured.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+LABEL_ORDER: tuple[str, ...] = ("compute", "memory", "mixed", "idle", "unlabelled", "no job")
+
+#: H200 SXM peak dense rates per GPM pipe, TFLOP/s (NVIDIA H200 datasheet; the with-sparsity
+#: figures halved). The tensor pipe is counted at the BF16/FP16 rate: GPM's "any tensor" activity
+#: does not say which precision ran, so TF32 or FP64 tensor work is overestimated.
+H200_PEAK_TFLOPS: dict[str, float] = {
+    "tensor_util_pct": 989.5,  # BF16/FP16 tensor core, dense
+    "fp64_util_pct": 34.0,  # FP64 (non-tensor)
+    "fp32_util_pct": 67.0,  # FP32
+    "fp16_util_pct": 134.0,  # FP16 non-tensor (2 x FP32 on Hopper)
+}
+
+#: DESIGN.md's example policy: used for the savings estimate when no decisions are given.
+DEFAULT_CAPS: dict[str, str] = {"compute": "100%", "memory": "60%", "mixed": "85%", "idle": "40%"}
+
+#: Published anchor for the slowdown of a memory-bound job under a cap (Samsi et al.: a 250->175 W
+#: cap on LLaMA inference cost 6-7% latency and saved 23% energy).
+ANCHOR_SLOWDOWN = 0.07
+
+
+def window_seconds(w: pd.DataFrame) -> pd.Series:
+    """Length of each window in seconds (from its bounds; windows may be short at job edges)."""
+    return (w["ts_end"] - w["ts_start"]).dt.total_seconds().clip(lower=0)
+
+
+def rule_window_labels(w: pd.DataFrame) -> pd.Series:
+    """DESIGN.md window rule (GPM). Fallback only: to be replaced by wattclass.classifier.rules.
+
+    ``idle`` if sm_util < 10; else ``compute`` if max(tensor, fp64, fp32, fp16) >= dram_bw, else
+    ``memory``. Windows without GPM get NA.
+    """
+    comp = w[["tensor_util_pct", "fp64_util_pct", "fp32_util_pct", "fp16_util_pct"]].astype(float).max(axis=1)
+    dram = w["dram_bw_util_pct"].astype(float)
+    sm = w["sm_util_pct"].astype(float)
+    lab = np.where(sm < 10, "idle", np.where(comp >= dram, "compute", "memory"))
+    out = pd.Series(lab, index=w.index, dtype=object)
+    out[sm.isna()] = None
+    return out
+
+
+def rule_job_labels(w: pd.DataFrame) -> pd.DataFrame:
+    """DESIGN.md job rule over window labels. Fallback only: to be replaced by wattclass.classifier.rules.
+
+    Returns job_id, label, confidence (share of windows agreeing with the label), source="rule".
+    """
+    jw = w[w["job_id"].notna()].copy()
+    jw["wl"] = rule_window_labels(jw)
+    jw = jw[jw["wl"].notna()]
+    rows = []
+    for job_id, g in jw.groupby("job_id", sort=True):
+        wl = g["wl"]
+        active = wl[wl != "idle"]
+        if len(active) < 0.5 * len(wl):
+            label, conf = "idle", float((wl == "idle").mean())
+        else:
+            fc = float((active == "compute").mean())
+            if fc >= 0.7:
+                label, conf = "compute", fc
+            elif fc <= 0.3:
+                label, conf = "memory", 1.0 - fc
+            else:
+                label, conf = "mixed", 1.0 - abs(fc - 0.5)
+        rows.append({"job_id": str(job_id), "label": label, "confidence": round(conf, 3), "source": "rule"})
+    return pd.DataFrame(rows, columns=["job_id", "label", "confidence", "source"])
+
+
+def attach_labels(w: pd.DataFrame, labels: pd.DataFrame | None) -> pd.DataFrame:
+    """Telemetry windows with a ``label`` column: the job's label, ``unlabelled`` or ``no job``."""
+    out = w.copy()
+    lab = pd.Series(dtype=object) if labels is None else labels.set_index("job_id")["label"]
+    out["label"] = out["job_id"].map(lab)
+    out.loc[out["label"].isna() & out["job_id"].notna(), "label"] = "unlabelled"
+    out.loc[out["job_id"].isna(), "label"] = "no job"
+    return out
+
+
+def job_table(w: pd.DataFrame, labels: pd.DataFrame | None) -> pd.DataFrame:
+    """Per job measured totals (energy, GPU-hours, windows) joined with its label."""
+    jw = w[w["job_id"].notna()].assign(_s=window_seconds(w))
+    g = jw.groupby("job_id", sort=True)
+    jobs = pd.DataFrame(
+        {
+            "user": g["user"].first(),
+            "n_windows": g.size(),
+            "energy_j": g["energy_j"].sum(),
+            "gpu_hours": g["_s"].sum() / 3600.0,
+        }
+    ).reset_index()
+    if labels is not None and len(labels):
+        keep = [c for c in ("job_id", "label", "confidence", "source") if c in labels.columns]
+        jobs = jobs.merge(labels[keep], on="job_id", how="left")
+    for c in ("label", "confidence", "source"):
+        if c not in jobs.columns:
+            jobs[c] = None
+    jobs["label"] = jobs["label"].fillna("unlabelled")
+    return jobs
+
+
+def by_label(w: pd.DataFrame) -> pd.DataFrame:
+    """Energy (kWh), GPU-hours and kWh per GPU-hour (= mean kW) per label, in LABEL_ORDER."""
+    ww = w.assign(_s=window_seconds(w))
+    g = ww.groupby("label")
+    t = pd.DataFrame({"energy_kwh": g["energy_j"].sum() / 3.6e6, "gpu_hours": g["_s"].sum() / 3600.0})
+    t["kwh_per_gpu_hour"] = t["energy_kwh"] / t["gpu_hours"].replace(0, np.nan)
+    order = [x for x in LABEL_ORDER if x in t.index] + sorted(set(t.index) - set(LABEL_ORDER))
+    return t.loc[order]
+
+
+def estimated_tflops(w: pd.DataFrame, peaks: Mapping[str, float] = H200_PEAK_TFLOPS) -> pd.Series:
+    """ESTIMATED achieved TFLOP/s per window: sum over pipes of activity x the pipe's peak rate.
+
+    NA where the window has no GPM data. This is an upper-bound style estimate: pipe activity is
+    the share of cycles a pipe was busy, not the share of its peak throughput reached.
+    """
+    parts = [w[c].astype(float) / 100.0 * rate for c, rate in peaks.items() if c in w.columns]
+    if not parts:
+        return pd.Series(np.nan, index=w.index)
+    est = pd.concat(parts, axis=1)
+    return est.sum(axis=1, min_count=len(parts)).where(w["sm_util_pct"].notna())
+
+
+def work_per_energy(w: pd.DataFrame, peaks: Mapping[str, float] = H200_PEAK_TFLOPS) -> pd.DataFrame:
+    """Per label: estimated TFLOP per kJ (= TFLOP/s per kW) over windows with GPM data."""
+    ww = w.assign(_s=window_seconds(w), _tf=estimated_tflops(w, peaks))
+    ww = ww[ww["_tf"].notna() & (ww["energy_j"] > 0)]
+    if ww.empty:
+        return pd.DataFrame(columns=["tflop", "energy_kj", "tflops_per_kw"])
+    ww = ww.assign(_tflop=ww["_tf"] * ww["_s"])
+    g = ww.groupby("label")
+    t = pd.DataFrame({"tflop": g["_tflop"].sum(), "energy_kj": g["energy_j"].sum() / 1e3})
+    t["tflops_per_kw"] = t["tflop"] / t["energy_kj"]
+    order = [x for x in LABEL_ORDER if x in t.index]
+    return t.loc[order]
+
+
+def cap_watts(cap: object, default_limit_w: float) -> float | None:
+    """A policy cap (``"60%"`` of the default limit, or watts) in watts; None if unparsable."""
+    if cap is None or (isinstance(cap, float) and np.isnan(cap)):
+        return None
+    s = str(cap).strip()
+    try:
+        if s.endswith("%"):
+            return float(s[:-1]) / 100.0 * default_limit_w
+        return float(s.removesuffix("W").removesuffix("w"))
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class SavingsResult:
+    table: pd.DataFrame  # per label: energy_kwh, cap, saved_kwh (no slowdown), saved_kwh_slow
+    total_kwh: float
+    saved_kwh: float
+    saved_kwh_slow: float
+    caps: dict[str, str]
+    slowdown: float
+
+
+#: Labels the savings model applies a cap to; others are counted as zero saving (see report text).
+CAPPED_LABELS = ("memory", "idle")
+
+
+def estimate_savings(
+    w: pd.DataFrame, caps: Mapping[str, str] | None = None, slowdown: float = ANCHOR_SLOWDOWN
+) -> SavingsResult:
+    """Energy the policy's caps WOULD have saved on these windows (an estimate, not a measurement).
+
+    Model: for memory-bound and idle jobs the GPU's power in each window becomes min(measured
+    power, cap) and the runtime stays the same (``saved_kwh``), or grows by ``slowdown``
+    (``saved_kwh_slow``). Compute-bound and mixed jobs count as zero saving: their runtime grows
+    about as their power drops. The measured inputs are the per-window energy and power; the cap's
+    effect on power and time is assumed.
+    """
+    caps = dict(DEFAULT_CAPS if caps is None else caps)
+    ww = w[w["job_id"].notna()].assign(_s=window_seconds(w))
+    limit = ww["power_limit_w"].astype(float).fillna(700.0) if "power_limit_w" in ww else 700.0
+    rows = []
+    for label, g in ww.groupby("label"):
+        e_kwh = float(g["energy_j"].sum()) / 3.6e6
+        saved = saved_slow = 0.0
+        cap = caps.get(str(label))
+        if label in CAPPED_LABELS and cap is not None:
+            lim = limit.loc[g.index] if isinstance(limit, pd.Series) else pd.Series(limit, index=g.index)
+            cw = lim.map(lambda lw, c=cap: cap_watts(c, lw))
+            p = g["power_avg_w"].astype(float).fillna(g["energy_j"] / g["_s"].replace(0, np.nan))
+            capped_p = np.minimum(p, cw.astype(float))
+            new_j = (capped_p * g["_s"]).fillna(g["energy_j"])
+            saved = float((g["energy_j"] - new_j).clip(lower=0).sum()) / 3.6e6
+            saved_slow = max(0.0, e_kwh - float(new_j.sum()) * (1.0 + slowdown) / 3.6e6)
+        rows.append(
+            {
+                "label": label,
+                "energy_kwh": e_kwh,
+                "cap": cap if cap is not None else "-",
+                "saved_kwh": saved,
+                "saved_kwh_slow": saved_slow,
+            }
+        )
+    t = pd.DataFrame(rows, columns=["label", "energy_kwh", "cap", "saved_kwh", "saved_kwh_slow"]).set_index(
+        "label"
+    )
+    t = t.loc[[x for x in LABEL_ORDER if x in t.index]]
+    return SavingsResult(
+        table=t,
+        total_kwh=float(t["energy_kwh"].sum()),
+        saved_kwh=float(t["saved_kwh"].sum()),
+        saved_kwh_slow=float(t["saved_kwh_slow"].sum()),
+        caps=caps,
+        slowdown=slowdown,
+    )
+
+
+def caps_from_decisions(decisions: pd.DataFrame | None) -> dict[str, str] | None:
+    """The cap the policy gave each label (most common per label), or None without decisions."""
+    if decisions is None or decisions.empty or not {"label", "cap"} <= set(decisions.columns):
+        return None
+    d = decisions.dropna(subset=["label", "cap"])
+    if d.empty:
+        return None
+    out = {str(k): str(g["cap"].astype(str).mode().iloc[0]) for k, g in d.groupby("label")}
+    return {**DEFAULT_CAPS, **out}
