@@ -42,17 +42,9 @@ from wattclass.telemetry.backends.base import GpmMetrics, GpuBackend, GpuInfo, G
 DEFAULT_USERS: tuple[str, ...] = ("ayaka", "bruno", "chen", "dana")
 JOB_GRACE_S = 0.5
 
-_SAMPLE_COLUMNS = {
-    "energy_mj": "energy_mj",
-    "power_instant_mw": "power_mw_instant",
-    "util_gpu": "util_gpu",
-    "util_mem": "util_mem",
-    "sm_clock_mhz": "sm_clock_mhz",
-    "mem_clock_mhz": "mem_clock_mhz",
-    "clock_event_reasons": "clock_event_reasons",
-    "temp_c": "temp_c",
-    "fb_used_mib": "fb_used_mib",
-}
+#: Recorded per-poll columns the backend reads (each optional except energy_mj; missing -> None).
+_SAMPLE_COLUMNS = ("energy_mj", "power_instant_mw", "util_gpu", "util_mem", "sm_clock_mhz",
+                   "mem_clock_mhz", "clock_event_reasons", "temp_c", "fb_used_mib")
 #: Recorded GPM columns -> GpmMetrics fields (the probe stores metrics over the preceding second).
 GPM_COLUMNS = {
     "gpm_sm_util": "sm_util_pct",
@@ -230,7 +222,11 @@ class ReplayBackend(GpuBackend):
             stop.wait(delay)
 
     def exhausted(self) -> bool:
-        return self.now() > self.t_last
+        """Past the end, once every GPU's last recorded sample has been polled (or 60 s later)."""
+        now = self.now()
+        if now <= self.t_last:
+            return False
+        return now > self.t_last + 60 or all(g.last_i == len(g.ts) - 1 for g in self._gpus)
 
     # -- GPUs ----------------------------------------------------------------------------------
     def gpus(self) -> list[GpuInfo]:
