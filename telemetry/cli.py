@@ -116,7 +116,9 @@ def summarize(path: Path) -> dict[str, Any]:
 
     if not path.exists():
         raise DataError(f"{path}: no such file or folder")
-    files = [path] if path.is_file() else sorted(p for p in path.rglob("*.parquet") if not p.name.startswith("."))
+    files = [path] if path.is_file() else sorted(
+        p for p in path.rglob("*.parquet") if not p.name.startswith(".")
+    )
     if not files:
         raise DataError(f"{path}: no Parquet files")
     table = conform(ds.dataset([str(f) for f in files], format="parquet").to_table(), path)
@@ -146,7 +148,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     data = summarize(args.path)
 
     def human(d: dict[str, Any]) -> str:
-        lines = [f"{d['files']} file(s), {d['rows']} rows, {len(d['gpus'])} GPU(s) on {', '.join(d['hosts'])}",
+        lines = [f"{d['files']} file(s), {d['rows']} rows, {len(d['gpus'])} GPU(s) "
+                 f"on {', '.join(d['hosts'])}",
                  f"{d['start']} .. {d['end']}",
                  f"energy {d['energy_j'] / 3.6e6:.4f} kWh ({d['energy_j']:.0f} J), "
                  f"{d['no_job_energy_j']:.0f} J outside jobs",

@@ -14,7 +14,7 @@ import logging
 import math
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from wattclass.errors import GpuError, WattclassError
@@ -63,7 +63,6 @@ class Stats:
     rows: int = 0
     energy_j: float = 0.0
     gpu_errors: int = 0
-    per_gpu_poll_cpu: list[float] = field(default_factory=list)
 
 
 class Daemon:
@@ -74,7 +73,6 @@ class Daemon:
         sink: ParquetSink | None = None,
         collector: LatestWindows | None = None,
         stop: threading.Event | None = None,
-        keep_poll_samples: bool = False,
     ) -> None:
         if cfg.period_s <= 0 or cfg.poll_s <= 0 or cfg.period_s < cfg.poll_s:
             raise WattclassError(
@@ -92,7 +90,6 @@ class Daemon:
         self.writer = wal.WalWriter(self.wal_dir)
         self.pending_segments: list[Path] = []
         self.stats = Stats()
-        self.keep_poll_samples = keep_poll_samples
         self._gpu_down: dict[int, float] = {}
         self._next_retry = 0.0
         self._roll_epoch: int | None = None
@@ -166,7 +163,7 @@ class Daemon:
             self._gpu_down[info.gpu_index] = now
             log.error("GPU %d (%s) failed: %s; retrying every poll, other GPUs go on",
                       info.gpu_index, info.uuid, exc)
-        elif int((now - since) // GPU_ERROR_RELOG_S) != int((now - since - self.cfg.poll_s) // GPU_ERROR_RELOG_S):
+        elif (now - since) // GPU_ERROR_RELOG_S != (now - since - self.cfg.poll_s) // GPU_ERROR_RELOG_S:
             log.error("GPU %d (%s) still failing after %.0f s: %s", info.gpu_index, info.uuid,
                       now - since, exc)
 

@@ -14,6 +14,7 @@ rename and the WAL unlink) overwrites the same file instead of duplicating rows.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -122,10 +123,8 @@ class WalWriter:
             log.error("WAL append to %s failed (%s): %d row(s) held in memory, retrying next poll",
                       self.path or self.dir, exc.strerror or exc, len(batch))
             if self._fd is not None:
-                try:
+                with contextlib.suppress(OSError):
                     os.ftruncate(self._fd, self._size)
-                except OSError:
-                    pass
             return False
         self._size += len(frame)
         self.rows_in_segment += len(batch)

@@ -9,10 +9,16 @@ no waiting -- and consecutive windows' energies telescope exactly to the counter
 * A job change inside a window gives one row per job (segment); all segments of a window
   share the window's GPM metrics (one GPM snapshot pair per window spans the whole window).
 * A gap longer than ``split_gap_s`` (missed polls, GPU that stopped answering) that crosses
-  window boundaries is split over the windows it covers in proportion to time; a gap longer
+  window boundaries is split over the windows it covers in proportion to time (those windows
+  carry the job only if it was seen on both sides of the gap, else none); a gap longer
   than ``max_gap_s`` restarts the baseline (that energy is unobserved, logged).
 * The counter going backwards is a wrap (near 2**64) or a driver reload (the interval's
   energy is unknown; counted as 0 and logged).
+
+Row bounds: a window that follows a closed one (or starts exactly on the grid) begins at the
+grid time ``kP``; the first window after start-up or an outage begins at its first poll; a job
+segment begins/ends at the poll where the job changed; ``ts_end`` is ``(k+1)P`` or the last
+poll of a flushed partial window. ``power_avg_w`` divides by the time the counter delta covers.
 
 Rows are plain dicts keyed by TELEMETRY_V1 column names with ``ts_start``/``ts_end`` as epoch
 seconds; the WAL stores them as they are and the sink converts to Arrow.
@@ -20,6 +26,7 @@ seconds; the WAL stores them as they are and the sink converts to Arrow.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 from collections.abc import Callable
@@ -96,6 +103,10 @@ class _GpuState:
     window: int | None = None
     segments: dict[str | None, _Segment] = field(default_factory=dict)
     gpm_start: object | None = None
+    prev_job: Job = None
+    continuous: bool = False  # the last window closed at a boundary poll: the next one is whole
+    window_a: float = 0.0  # start of the open window's first interval
+    window_whole: bool = False
 
 
 class WindowBuilder:
@@ -141,6 +152,7 @@ class WindowBuilder:
         prev = st.prev
         if prev is None:
             st.prev = sample
+            st.prev_job = job
             st.gpm_start = gpm
             return []
         if sample.ts <= prev.ts:  # the same reading again (replay between samples, clock step)
@@ -148,17 +160,19 @@ class WindowBuilder:
         a, b = prev.ts, sample.ts
         delta, known = self._delta(info, prev.energy_mj, sample.energy_mj)
         st.prev = sample
+        job_before, st.prev_job = st.prev_job, job
         rows: list[Row] = []
         if b - a > self.max_gap:
             log.warning("GPU %d (%s): no poll for %.0f s; %s J in that gap not attributed",
                         info.gpu_index, info.uuid, b - a, f"{delta / 1e3:.1f}" if known else "?")
             rows += self._close(st, gpm_end=None, gpm_fn=gpm_fn)
+            st.continuous = False
             st.gpm_start = gpm
             return rows
         pieces: list[tuple[float, float, float]] = []
         if b - a > self.split_gap and self._win(b) > self._win(a):
             cuts = [a] + [k * self.period for k in range(self._win(a) + 1, self._win(b) + 1)] + [b]
-            for lo, hi in zip(cuts, cuts[1:], strict=False):
+            for lo, hi in itertools.pairwise(cuts):
                 if hi > lo:
                     pieces.append((lo, hi, delta * (hi - lo) / (b - a)))
         else:
@@ -168,11 +182,18 @@ class WindowBuilder:
             w = self._win(lo)
             if st.window is not None and w != st.window:
                 rows += self._close(st, gpm_end=None, gpm_fn=gpm_fn)
+                st.continuous = True
+            if st.window is None:
+                st.window_a = lo
+                st.window_whole = st.continuous or lo == w * self.period
             st.window = w
-            key = job[0] if job else None
+            # Inside a gap only the poll at its end saw a job: windows wholly inside the gap
+            # keep it only if the same job was seen before the gap too.
+            pjob = job if last or job == job_before else None
+            key = pjob[0] if pjob else None
             seg = st.segments.get(key)
             if seg is None:
-                seg = st.segments[key] = _Segment(job, lo, hi)
+                seg = st.segments[key] = _Segment(pjob, lo, hi)
             seg.b_last = hi
             seg.energy_mj += de
             seg.energy_known &= known
@@ -180,6 +201,7 @@ class WindowBuilder:
                 seg.add_reading(sample)
             if self._win(hi) > w:
                 rows += self._close(st, gpm_end=gpm if last else None, gpm_fn=gpm_fn)
+                st.continuous = True
         if gpm is not None:
             st.gpm_start = gpm
         return rows
@@ -200,6 +222,7 @@ class WindowBuilder:
         """Close the GPU's open (partial) window now, e.g. at shutdown; forget the baseline."""
         st = self._state(info)
         rows = self._close(st, gpm_end=gpm, gpm_fn=gpm_fn)
+        st.continuous = False
         st.prev = None
         st.gpm_start = None
         return rows
@@ -225,14 +248,14 @@ class WindowBuilder:
                 log.warning("GPU %d: GPM metrics failed: %s", st.info.gpu_index, exc)
         w0 = st.window * self.period
         w1 = w0 + self.period
-        rows = [self._row(st.info, seg, w0, w1, gpm) for seg in st.segments.values()]
+        rows = [self._row(st.info, seg, w0 if st.window_whole and seg.a_first == st.window_a else seg.a_first,
+                          w1, gpm) for seg in st.segments.values()]
         st.segments = {}
         st.window = None
         st.gpm_start = None
         return rows
 
-    def _row(self, info: GpuInfo, seg: _Segment, w0: float, w1: float, gpm: GpmMetrics) -> Row:
-        ts_start = w0 if seg.a_first - w0 < 1.5 * self.poll else seg.a_first
+    def _row(self, info: GpuInfo, seg: _Segment, ts_start: float, w1: float, gpm: GpmMetrics) -> Row:
         ts_end = min(seg.b_last, w1)
         covered = seg.b_last - seg.a_first
         energy_j = seg.energy_mj / 1e3 if seg.energy_known else None

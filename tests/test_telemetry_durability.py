@@ -61,8 +61,23 @@ def wal_rows(wal_dir: Path) -> list[dict]:
 
 def test_kill9_loses_nothing_that_reached_the_wal(tmp_path: Path, h200_raw: Path) -> None:
     root, wal_dir = tmp_path / "data", tmp_path / "wal"
-    cmd = [sys.executable, "-m", "wattclass.cli", "telemetry", "run", "--backend", f"replay:{h200_raw}",
-           "--data-root", str(root), "--wal-dir", str(wal_dir), "--host", "n1", "--speed", "40"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "wattclass.cli",
+        "telemetry",
+        "run",
+        "--backend",
+        f"replay:{h200_raw}",
+        "--data-root",
+        str(root),
+        "--wal-dir",
+        str(wal_dir),
+        "--host",
+        "n1",
+        "--speed",
+        "40",
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         deadline = time.time() + 60
@@ -85,11 +100,17 @@ def test_kill9_loses_nothing_that_reached_the_wal(tmp_path: Path, h200_raw: Path
     assert "replaying" in r.stderr
     after = read_all(root)
     after["ts_start_s"] = after.ts_start.dt.as_unit("ms").astype("int64") / 1e3
-    got = {(u, round(t, 3), j if isinstance(j, str) else None, round(e, 3))
-           for u, t, j, e in zip(after.gpu_uuid, after.ts_start_s, after.job_id, after.energy_j, strict=True)}
+    got = {
+        (u, round(t, 3), j if isinstance(j, str) else None, round(e, 3))
+        for u, t, j, e in zip(after.gpu_uuid, after.ts_start_s, after.job_id, after.energy_j, strict=True)
+    }
     for row in before.itertuples():
-        key = (row.gpu_uuid, round(row.ts_start, 3), row.job_id if isinstance(row.job_id, str) else None,
-               round(row.energy_j, 3))
+        key = (
+            row.gpu_uuid,
+            round(row.ts_start, 3),
+            row.job_id if isinstance(row.job_id, str) else None,
+            round(row.energy_j, 3),
+        )
         assert key in got, f"window {key} from the WAL is missing after restart"
     assert not list(wal_dir.glob("wal-*.log"))
     assert not [p for p in root.rglob(".*") if p.is_file()]
@@ -97,9 +118,25 @@ def test_kill9_loses_nothing_that_reached_the_wal(tmp_path: Path, h200_raw: Path
 
 def test_sigterm_flushes_and_exits_zero(tmp_path: Path, h200_raw: Path) -> None:
     root = tmp_path / "data"
-    proc = subprocess.Popen([sys.executable, "-m", "wattclass.cli", "telemetry", "run", "--backend",
-                             f"replay:{h200_raw}", "--data-root", str(root), "--host", "n1", "--speed", "30"],
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "wattclass.cli",
+            "telemetry",
+            "run",
+            "--backend",
+            f"replay:{h200_raw}",
+            "--data-root",
+            str(root),
+            "--host",
+            "n1",
+            "--speed",
+            "30",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.time() + 60
     while time.time() < deadline and len(wal_rows(root / "wal" / "n1")) < 3:
         time.sleep(0.1)
@@ -110,13 +147,23 @@ def test_sigterm_flushes_and_exits_zero(tmp_path: Path, h200_raw: Path) -> None:
     assert len(t) >= 3 and not list((root / "wal" / "n1").glob("wal-*.log"))
 
 
-def test_torn_wal_tail_is_cut_and_earlier_rows_kept(tmp_path: Path, h200_raw: Path,
-                                                    caplog: pytest.LogCaptureFixture) -> None:
+def test_torn_wal_tail_is_cut_and_earlier_rows_kept(
+    tmp_path: Path, h200_raw: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     wal_dir = tmp_path / "wal"
     w = wal.WalWriter(wal_dir)
     wal_dir.mkdir()
-    row = {"ts_start": 1795967770.0, "ts_end": 1795967780.0, "host": "n1", "gpu_index": 0,
-           "gpu_uuid": "GPU-x", "gpu_model": "H200", "job_id": "1", "user": "u", "energy_j": 100.0}
+    row = {
+        "ts_start": 1795967770.0,
+        "ts_end": 1795967780.0,
+        "host": "n1",
+        "gpu_index": 0,
+        "gpu_uuid": "GPU-x",
+        "gpu_model": "H200",
+        "job_id": "1",
+        "user": "u",
+        "energy_j": 100.0,
+    }
     assert w.append([row]) and w.append([dict(row, ts_start=1795967780.0, ts_end=1795967790.0)])
     seg = w.close()
     assert seg is not None
@@ -143,7 +190,9 @@ def test_corrupt_record_in_middle_keeps_rows_before(tmp_path: Path) -> None:
     assert p.stat().st_size == len(good)
 
 
-def test_disk_full_keeps_wal_and_retries(tmp_path: Path, h200_raw: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_disk_full_keeps_wal_and_retries(
+    tmp_path: Path, h200_raw: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     fail = {"on": True}
 
     def writer(table: pa.Table, path: Path) -> None:
@@ -208,8 +257,9 @@ class FlakyGpu(ReplayBackend):
         return super().sample(index)
 
 
-def test_one_failing_gpu_does_not_stop_the_others(tmp_path: Path, h200_raw: Path,
-                                                  caplog: pytest.LogCaptureFixture) -> None:
+def test_one_failing_gpu_does_not_stop_the_others(
+    tmp_path: Path, h200_raw: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     folder = two_gpu_replay(h200_raw, tmp_path / "rec")
     probe = ReplayBackend(folder, realtime=False)
     t0 = probe.t_first
@@ -232,20 +282,32 @@ def test_one_failing_gpu_does_not_stop_the_others(tmp_path: Path, h200_raw: Path
     gap = g1[(ts >= t0 + 110) & (ts < t0 + 150)]
     assert len(gap) >= 3 and gap.util_gpu_pct.isna().all() and (gap.energy_j > 0).all()
     # Job ids/users from the runs.csv columns win over the numbering convention.
-    # (one job ran wholly inside the outage and was never seen on GPU 1).
+    # (one job ran wholly inside the outage and was never seen on GPU 1; the outage windows are
+    # not charged to the job seen after it).
     assert set(g1.job_id.dropna()) == {f"77_{i}" for i in range(11)} - {"77_3"}
+    assert gap.job_id.isna().all()
     assert set(g1.user.dropna()) == {"zoe"}
     assert set(g0.job_id.dropna()) == {str(j) for j in range(5001, 5012)}
 
 
 def test_unsupported_fields_become_null(tmp_path: Path, h200_raw: Path) -> None:
-    gpm_cols = [c for c in pd.read_parquet(h200_raw / "part1_samples_1hz.parquet").columns if c.startswith("gpm_")]
-    folder = two_gpu_replay(h200_raw, tmp_path / "rec", drop=("temp_c", "clock_event_reasons", *gpm_cols), gpm=0)
+    gpm_cols = [
+        c for c in pd.read_parquet(h200_raw / "part1_samples_1hz.parquet").columns if c.startswith("gpm_")
+    ]
+    folder = two_gpu_replay(
+        h200_raw, tmp_path / "rec", drop=("temp_c", "clock_event_reasons", *gpm_cols), gpm=0
+    )
     root = tmp_path / "d"
     assert Daemon(ReplayBackend(folder, realtime=False), DaemonConfig(data_root=root, host="n1")).run() == 0
     t = read_all(root)
     assert len(t) > 50
-    for c in ("temp_c", "throttle_power_frac", "throttle_thermal_frac", "sm_util_pct", "tensor_util_pct",
-              "dram_bw_util_pct"):
+    for c in (
+        "temp_c",
+        "throttle_power_frac",
+        "throttle_thermal_frac",
+        "sm_util_pct",
+        "tensor_util_pct",
+        "dram_bw_util_pct",
+    ):
         assert t[c].isna().all(), c
     assert t.energy_j.notna().all() and t.util_gpu_pct.notna().any()

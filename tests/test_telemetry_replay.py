@@ -15,16 +15,26 @@ from wattclass.schema import TELEMETRY_V1, schema_version_of
 
 
 def run_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "wattclass.cli", *args], capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "wattclass.cli", *args], capture_output=True, text=True, timeout=timeout
+    )
 
 
 @pytest.fixture(scope="module")
 def replayed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     raw = Path(__file__).resolve().parent.parent / "wattclass" / "data" / "h200" / "raw"
     root = tmp_path_factory.mktemp("replay")
-    r = run_cli("telemetry", "run", "--backend", f"replay:{raw}", "--data-root", str(root), "--once",
-                "--host", "gpu-h200-03")
+    r = run_cli(
+        "telemetry",
+        "run",
+        "--backend",
+        f"replay:{raw}",
+        "--data-root",
+        str(root),
+        "--once",
+        "--host",
+        "gpu-h200-03",
+    )
     assert r.returncode == 0, r.stderr
     return root
 
@@ -50,14 +60,18 @@ def test_parquet_in_v1_schema(replayed: Path) -> None:
 
 
 def test_energy_equals_counter_delta(replayed: Path, h200_raw: Path) -> None:
-    s = pd.concat([pd.read_parquet(f) for f in sorted(h200_raw.glob("*_samples_1hz.parquet"))]).sort_values("ts")
+    s = pd.concat([pd.read_parquet(f) for f in sorted(h200_raw.glob("*_samples_1hz.parquet"))]).sort_values(
+        "ts"
+    )
     delta_j = (s.energy_mj.iloc[-1] - s.energy_mj.iloc[0]) / 1e3
     total = _read(replayed).energy_j.sum()
     assert abs(total - delta_j) / delta_j < 0.005
     assert total == pytest.approx(delta_j, rel=1e-9)  # windows telescope exactly
 
 
-def test_every_job_present_and_matches_reference(replayed: Path, h200_telemetry: Path, h200_raw: Path) -> None:
+def test_every_job_present_and_matches_reference(
+    replayed: Path, h200_telemetry: Path, h200_raw: Path
+) -> None:
     t = _read(replayed)
     ref = pd.read_parquet(h200_telemetry)
     jobs = sorted(t.job_id.dropna().unique())
@@ -109,6 +123,13 @@ def test_unwritable_data_root_is_a_clear_error(tmp_path: Path, h200_raw: Path) -
 
 
 def test_bad_backend_spec(tmp_path: Path) -> None:
-    r = run_cli("telemetry", "run", "--backend", "replay:" + str(tmp_path / "nope"), "--data-root",
-                str(tmp_path / "d"), "--once")
+    r = run_cli(
+        "telemetry",
+        "run",
+        "--backend",
+        "replay:" + str(tmp_path / "nope"),
+        "--data-root",
+        str(tmp_path / "d"),
+        "--once",
+    )
     assert r.returncode == 3 and "nope" in r.stderr

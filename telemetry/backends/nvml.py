@@ -18,6 +18,7 @@ The daemon only reads; ``set_power_limit_w`` exists for the Prolog.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -109,7 +110,9 @@ class NvmlBackend(GpuBackend):
         """Initialise NVML; ``nvml_module`` replaces pynvml (hardware-boundary tests only)."""
         if nvml_module is None:
             try:
-                import pynvml as nvml_module
+                import pynvml
+
+                nvml_module = pynvml
             except ImportError as exc:  # pragma: no cover - dependency missing
                 raise GpuInitError(
                     "pynvml is not installed (pip install nvidia-ml-py); cannot read GPUs"
@@ -302,15 +305,11 @@ class NvmlBackend(GpuBackend):
         self._open = False
         for ring in self._gpm_ring.values():
             for buf in ring:
-                try:
+                with contextlib.suppress(self._nv.NVMLError):  # best effort at shutdown
                     self._nv.nvmlGpmSampleFree(buf)
-                except self._nv.NVMLError:  # noqa: PERF203 - best effort at shutdown
-                    pass
         self._gpm_ring.clear()
-        try:
+        with contextlib.suppress(self._nv.NVMLError):
             self._nv.nvmlShutdown()
-        except self._nv.NVMLError:
-            pass
 
 
 def _s(v: Any) -> str:

@@ -150,8 +150,7 @@ class ReplayBackend(GpuBackend):
                 for col in ("start", "end"):
                     if col not in r.columns:
                         raise DataError(f"{runs_path}: missing column '{col}'")
-                for i, row in enumerate(r.itertuples(index=False)):
-                    rd = row._asdict()
+                for i, rd in enumerate(r.to_dict("records")):
                     jid = rd.get("job_id")
                     job_id = str(jid) if isinstance(jid, str) and jid else str(next_id)
                     next_id += 1
