@@ -16,6 +16,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from wattclass.errors import GpuError, WattclassError
 from wattclass.fsutil import ensure_writable_dir
@@ -23,9 +24,11 @@ from wattclass.telemetry import wal
 from wattclass.telemetry.attribution import Attributor
 from wattclass.telemetry.backends.base import GpmMetrics, GpuBackend, GpuInfo
 from wattclass.telemetry.jobmap import JobMapReader
-from wattclass.telemetry.metrics import LatestWindows
 from wattclass.telemetry.sink import ParquetSink
 from wattclass.telemetry.windows import Row, WindowBuilder
+
+if TYPE_CHECKING:  # prometheus_client is only needed with --metrics-port
+    from wattclass.telemetry.metrics import LatestWindows
 
 log = logging.getLogger(__name__)
 
