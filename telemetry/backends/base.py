@@ -13,6 +13,7 @@ a GPU does not support is ``None``, never an exception; a GPU that stops answeri
 from __future__ import annotations
 
 import abc
+import threading
 from typing import NamedTuple
 
 
@@ -115,6 +116,20 @@ class GpuBackend(abc.ABC):
         import time
 
         return time.time()
+
+    def sleep_until(self, t: float, stop: threading.Event) -> None:
+        """Wait until the backend clock reads ``t`` or ``stop`` is set.
+
+        Lives on the backend because replay owns its clock: a virtual clock jumps to ``t`` at
+        once (``--once``), a real-time replay waits the wall-clock equivalent.
+        """
+        delay = t - self.now()
+        if delay > 0:
+            stop.wait(delay)
+
+    def exhausted(self) -> bool:
+        """True when the backend has no more data (a replay past its end); live GPUs never are."""
+        return False
 
     # -- power limits (used by Prolog/Epilog; daemons only read) -------------------------------
     def power_limit_w(self, index: int) -> float | None:

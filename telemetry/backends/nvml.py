@@ -1,0 +1,337 @@
+"""Real GPUs through pynvml (the ``nvidia-ml-py`` distribution).
+
+Why this call set: NVML calls on an H200 cost about 0.1-1 ms each and the daemon polls every
+GPU every second, so each poll uses as few calls as possible:
+
+* one batched ``nvmlDeviceGetFieldValues`` for the energy counter, the instantaneous power and
+  the enforced power limit (per-field fallback to the classic getters when a field id is
+  rejected by an older driver, decided once per GPU);
+* utilization, SM and memory clocks, clock-event reasons, temperature, memory info;
+* GPM (Hopper+) only once per window, in ``gpm_snapshot``; metrics from a pair of snapshots;
+* the process list only when the attribution layer asks (no Prolog job file).
+
+All NVML errors go through one decorator (``nvml_errors``): nvmlInit failing becomes one
+``GpuInitError``; GPU_IS_LOST / TIMEOUT / UNKNOWN become ``GpuLostError`` for that GPU only;
+NOT_SUPPORTED for a single field becomes ``None`` (``_opt``), never a crash.
+The daemon only reads; ``set_power_limit_w`` exists for the Prolog.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from wattclass.errors import (
+    GpuError,
+    GpuInitError,
+    GpuLostError,
+    GpuNotSupportedError,
+    GpuPermissionError,
+)
+from wattclass.telemetry.backends.base import GpmMetrics, GpuBackend, GpuInfo, GpuProcess, GpuSample
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: GPM metric ids (nvml.h NVML_GPM_METRIC_*) in GpmMetrics field order; the ones the H200
+#: probe (shared/tools/h200_probe.py) confirmed.
+GPM_METRIC_IDS: tuple[tuple[str, int], ...] = (
+    ("sm_util_pct", 2),
+    ("sm_occupancy_pct", 3),
+    ("tensor_util_pct", 5),
+    ("dram_bw_util_pct", 10),
+    ("fp64_util_pct", 11),
+    ("fp32_util_pct", 12),
+    ("fp16_util_pct", 13),
+    ("int_util_pct", 4),
+    ("pcie_tx_mibs", 20),
+    ("pcie_rx_mibs", 21),
+)
+
+# NVML return codes (nvml.h) so this module does not need pynvml at import time.
+_NOT_SUPPORTED = 3
+_NO_PERMISSION = 4
+_NOT_FOUND = 6
+_TIMEOUT = 10
+_FUNCTION_NOT_FOUND = 13
+_GPU_IS_LOST = 15
+_NO_DATA = 20
+_UNKNOWN = 999
+_LOST_CODES = frozenset({_GPU_IS_LOST, _TIMEOUT, _UNKNOWN})
+_UNSUPPORTED_CODES = frozenset({_NOT_SUPPORTED, _FUNCTION_NOT_FOUND, _NO_DATA})
+
+#: How many GPM sample buffers each GPU rotates through: the daemon holds at most two
+#: (window start, window end) plus the one being filled.
+_GPM_RING = 3
+
+
+def _code(exc: BaseException) -> int | None:
+    return getattr(exc, "value", None)
+
+
+def translate(exc: BaseException, where: str) -> GpuError:
+    """Map an NVMLError to the project's error classes (message names the GPU and call)."""
+    code = _code(exc)
+    msg = f"{where}: NVML error {code}: {exc}"
+    if code in _LOST_CODES:
+        return GpuLostError(msg)
+    if code in _UNSUPPORTED_CODES:
+        return GpuNotSupportedError(msg)
+    if code == _NO_PERMISSION:
+        return GpuPermissionError(msg)
+    return GpuError(msg)
+
+
+def nvml_errors(method: F) -> F:
+    """Decorator for backend methods whose first argument is a GPU index (or none).
+
+    Translates any NVMLError into GpuLostError / GpuNotSupportedError / GpuPermissionError /
+    GpuError, naming the GPU and the method, so callers only ever see wattclass.errors.
+    """
+
+    @functools.wraps(method)
+    def wrapper(self: NvmlBackend, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except self._nv.NVMLError as exc:
+            where = f"GPU {args[0]} {method.__name__}" if args else f"NVML {method.__name__}"
+            raise translate(exc, where) from exc
+
+    return wrapper  # type: ignore[return-value]
+
+
+class NvmlBackend(GpuBackend):
+    """All NVIDIA GPUs of this node through NVML."""
+
+    name = "nvml"
+
+    def __init__(self, nvml_module: Any = None) -> None:
+        """Initialise NVML; ``nvml_module`` replaces pynvml (hardware-boundary tests only)."""
+        if nvml_module is None:
+            try:
+                import pynvml
+
+                nvml_module = pynvml
+            except ImportError as exc:  # pragma: no cover - dependency missing
+                raise GpuInitError(
+                    "pynvml is not installed (pip install nvidia-ml-py); cannot read GPUs"
+                ) from exc
+        self._nv = nvml_module
+        try:
+            self._nv.nvmlInit()
+        except self._nv.NVMLError as exc:
+            raise GpuInitError(
+                f"NVML cannot start ({exc}); is the NVIDIA driver loaded and "
+                "libnvidia-ml.so.1 on the library path?"
+            ) from exc
+        except OSError as exc:
+            raise GpuInitError(f"NVML cannot start: {exc}") from exc
+        self._open = True
+        self._handles: list[Any] = []
+        self._infos: list[GpuInfo] = []
+        self._field_ok: dict[int, bool] = {}
+        self._gpm_ring: dict[int, list[Any]] = {}
+        self._gpm_next: dict[int, int] = {}
+        try:
+            self._discover()
+        except BaseException:
+            self.close()
+            raise
+
+    # -- discovery -------------------------------------------------------------------------
+    @nvml_errors
+    def _discover(self) -> None:
+        nv = self._nv
+        for i in range(nv.nvmlDeviceGetCount()):
+            h = nv.nvmlDeviceGetHandleByIndex(i)
+            self._handles.append(h)
+            mem = self._opt(nv.nvmlDeviceGetMemoryInfo, h)
+            cons = self._opt(nv.nvmlDeviceGetPowerManagementLimitConstraints, h)
+            default = self._opt(nv.nvmlDeviceGetPowerManagementDefaultLimit, h)
+            gpm = False
+            if hasattr(nv, "nvmlGpmQueryDeviceSupport"):
+                sup = self._opt(nv.nvmlGpmQueryDeviceSupport, h)
+                gpm = bool(sup is not None and sup.isSupportedDevice)
+            pci = self._opt(nv.nvmlDeviceGetPciInfo, h)
+            bus = getattr(pci, "busId", b"") if pci is not None else b""
+            clk = self._opt(nv.nvmlDeviceGetMaxClockInfo, h, nv.NVML_CLOCK_SM)
+            self._infos.append(
+                GpuInfo(
+                    gpu_index=i,
+                    uuid=_s(nv.nvmlDeviceGetUUID(h)),
+                    model=_s(nv.nvmlDeviceGetName(h)),
+                    pci_bus_id=_s(bus),
+                    fb_total_mib=mem.total / 2**20 if mem is not None else None,
+                    sm_clock_max_mhz=float(clk) if clk is not None else None,
+                    power_limit_default_w=default / 1e3 if default is not None else None,
+                    power_limit_min_w=cons[0] / 1e3 if cons is not None else None,
+                    power_limit_max_w=cons[1] / 1e3 if cons is not None else None,
+                    gpm_supported=gpm,
+                )
+            )
+
+    def _opt(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Call ``fn``; None where the GPU does not support it (NOT_SUPPORTED etc.)."""
+        try:
+            return fn(*args)
+        except self._nv.NVMLError as exc:
+            if _code(exc) in _UNSUPPORTED_CODES:
+                return None
+            raise
+
+    def gpus(self) -> list[GpuInfo]:
+        return list(self._infos)
+
+    # -- polling -------------------------------------------------------------------------------
+    def _fields(self, index: int, h: Any) -> tuple[int | None, float | None, float | None]:
+        """Energy (mJ), instant power (W), enforced limit (W) in one batched call when possible."""
+        nv = self._nv
+        if self._field_ok.get(index, True):
+            ids = [
+                nv.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION,
+                nv.NVML_FI_DEV_POWER_INSTANT,
+                nv.NVML_FI_DEV_POWER_CURRENT_LIMIT,
+            ]
+            try:
+                vals = nv.nvmlDeviceGetFieldValues(h, ids)
+            except nv.NVMLError as exc:
+                if _code(exc) not in _UNSUPPORTED_CODES and _code(exc) != 2:  # 2 = INVALID_ARGUMENT
+                    raise
+                self._field_ok[index] = False
+            else:
+                out = [_field_value(nv, v) for v in vals]
+                if out[0] is not None:
+                    energy = int(out[0])
+                    power = out[1] / 1e3 if out[1] is not None else None
+                    limit = out[2] / 1e3 if out[2] is not None else None
+                    if power is None:
+                        p = self._opt(nv.nvmlDeviceGetPowerUsage, h)
+                        power = p / 1e3 if p is not None else None
+                    if limit is None:
+                        lim = self._opt(nv.nvmlDeviceGetEnforcedPowerLimit, h)
+                        limit = lim / 1e3 if lim is not None else None
+                    return energy, power, limit
+                # Energy field missing on this driver: use the getters from now on.
+                self._field_ok[index] = False
+        e = self._opt(nv.nvmlDeviceGetTotalEnergyConsumption, h)
+        p = self._opt(nv.nvmlDeviceGetPowerUsage, h)
+        lim = self._opt(nv.nvmlDeviceGetEnforcedPowerLimit, h)
+        return (
+            int(e) if e is not None else None,
+            p / 1e3 if p is not None else None,
+            lim / 1e3 if lim is not None else None,
+        )
+
+    @nvml_errors
+    def sample(self, index: int) -> GpuSample:
+        nv = self._nv
+        h = self._handles[index]
+        import time
+
+        ts = time.time()
+        energy, power, limit = self._fields(index, h)
+        util = self._opt(nv.nvmlDeviceGetUtilizationRates, h)
+        sm = self._opt(nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_SM)
+        mem_clk = self._opt(nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_MEM)
+        reasons = self._opt(nv.nvmlDeviceGetCurrentClocksEventReasons, h)
+        temp = self._opt(nv.nvmlDeviceGetTemperature, h, nv.NVML_TEMPERATURE_GPU)
+        mem = self._opt(nv.nvmlDeviceGetMemoryInfo, h)
+        return GpuSample(
+            ts=ts,
+            energy_mj=energy,
+            power_w=power,
+            power_limit_w=limit,
+            util_gpu_pct=float(util.gpu) if util is not None else None,
+            util_mem_pct=float(util.memory) if util is not None else None,
+            sm_clock_mhz=float(sm) if sm is not None else None,
+            mem_clock_mhz=float(mem_clk) if mem_clk is not None else None,
+            clock_event_reasons=int(reasons) if reasons is not None else None,
+            temp_c=float(temp) if temp is not None else None,
+            fb_used_mib=mem.used / 2**20 if mem is not None else None,
+        )
+
+    # -- GPM -------------------------------------------------------------------------------------
+    @nvml_errors
+    def gpm_snapshot(self, index: int) -> object | None:
+        if not self._infos[index].gpm_supported:
+            return None
+        ring = self._gpm_ring.get(index)
+        if ring is None:
+            ring = [self._nv.nvmlGpmSampleAlloc() for _ in range(_GPM_RING)]
+            self._gpm_ring[index] = ring
+            self._gpm_next[index] = 0
+        i = self._gpm_next[index]
+        self._gpm_next[index] = (i + 1) % _GPM_RING
+        buf = ring[i]
+        self._nv.nvmlGpmSampleGet(self._handles[index], buf)
+        return buf
+
+    @nvml_errors
+    def gpm_metrics(self, index: int, first: object, second: object) -> GpmMetrics:
+        nv = self._nv
+        mg = nv.c_nvmlGpmMetricsGet_t()
+        mg.version = nv.NVML_GPM_METRICS_GET_VERSION
+        mg.numMetrics = len(GPM_METRIC_IDS)
+        mg.sample1, mg.sample2 = first, second
+        for i, (_, mid) in enumerate(GPM_METRIC_IDS):
+            mg.metrics[i].metricId = mid
+        nv.nvmlGpmMetricsGet(mg)
+        vals = {
+            name: (float(mg.metrics[i].value) if mg.metrics[i].nvmlReturn == 0 else None)
+            for i, (name, _) in enumerate(GPM_METRIC_IDS)
+        }
+        return GpmMetrics(**vals)
+
+    # -- processes and limits ------------------------------------------------------------------
+    @nvml_errors
+    def processes(self, index: int) -> list[GpuProcess]:
+        procs = self._opt(self._nv.nvmlDeviceGetComputeRunningProcesses, self._handles[index])
+        return [GpuProcess(pid=int(p.pid)) for p in procs or []]
+
+    @nvml_errors
+    def power_limit_w(self, index: int) -> float | None:
+        lim = self._opt(self._nv.nvmlDeviceGetPowerManagementLimit, self._handles[index])
+        return lim / 1e3 if lim is not None else None
+
+    @nvml_errors
+    def set_power_limit_w(self, index: int, watts: float) -> None:
+        """Set the limit (root only). Used by the Prolog/Epilog, never by the telemetry daemon."""
+        self._nv.nvmlDeviceSetPowerManagementLimit(self._handles[index], round(watts * 1000))
+
+    def close(self) -> None:
+        if not getattr(self, "_open", False):
+            return
+        self._open = False
+        for ring in self._gpm_ring.values():
+            for buf in ring:
+                with contextlib.suppress(self._nv.NVMLError):  # best effort at shutdown
+                    self._nv.nvmlGpmSampleFree(buf)
+        self._gpm_ring.clear()
+        with contextlib.suppress(self._nv.NVMLError):
+            self._nv.nvmlShutdown()
+
+
+def _s(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def _field_value(nv: Any, fv: Any) -> float | None:
+    """Decode one nvmlFieldValue_t; None when the field failed (e.g. NOT_SUPPORTED)."""
+    if fv.nvmlReturn != 0:
+        return None
+    t = fv.valueType
+    v = fv.value
+    if t == nv.NVML_VALUE_TYPE_DOUBLE:
+        return float(v.dVal)
+    if t == nv.NVML_VALUE_TYPE_UNSIGNED_INT:
+        return float(v.uiVal)
+    if t in (nv.NVML_VALUE_TYPE_UNSIGNED_LONG, nv.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG):
+        return float(v.ullVal)
+    if t == nv.NVML_VALUE_TYPE_SIGNED_LONG_LONG:
+        return float(v.sllVal)
+    if t == nv.NVML_VALUE_TYPE_SIGNED_INT:
+        return float(v.siVal)
+    if t == nv.NVML_VALUE_TYPE_UNSIGNED_SHORT:
+        return float(v.usVal)
+    return None

@@ -1,0 +1,259 @@
+"""The poll loop: backend -> attribution -> windows -> WAL -> Parquet.
+
+One thread does everything, on a grid of ``poll_s`` in the backend's clock (wall clock, or the
+recording's on replay): poll each GPU, close the windows that poll completes, append them to
+the WAL (one fsync per poll that closed anything), roll the WAL into Parquet when the roll
+period turns over, and retry rolls that failed (disk full) without ever dropping the WAL.
+A GPU that errors is logged once (and again every few minutes while it stays down) and retried
+each poll; the other GPUs go on.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from wattclass.errors import GpuError, WattclassError
+from wattclass.fsutil import ensure_writable_dir
+from wattclass.telemetry import wal
+from wattclass.telemetry.attribution import Attributor
+from wattclass.telemetry.backends.base import GpmMetrics, GpuBackend, GpuInfo
+from wattclass.telemetry.jobmap import JobMapReader
+from wattclass.telemetry.sink import ParquetSink
+from wattclass.telemetry.windows import Row, WindowBuilder
+
+if TYPE_CHECKING:  # prometheus_client is only needed with --metrics-port
+    from wattclass.telemetry.metrics import LatestWindows
+
+log = logging.getLogger(__name__)
+
+GPU_ERROR_RELOG_S = 300.0
+
+
+@dataclass
+class DaemonConfig:
+    data_root: Path
+    host: str
+    period_s: float = 10.0
+    poll_s: float = 1.0
+    wal_dir: Path | None = None
+    roll_s: float = 3600.0
+    retry_s: float = 30.0
+    once: bool = False
+    job_spool: Path | None = None
+    proc_root: Path = Path("/proc")
+
+    def resolved_wal_dir(self) -> Path:
+        return self.wal_dir if self.wal_dir is not None else Path(self.data_root) / "wal" / self.host
+
+
+@dataclass
+class Stats:
+    """CPU-time accounting for the overhead benchmark (thread time, seconds)."""
+
+    polls: int = 0
+    gpu_polls: int = 0
+    poll_cpu_s: float = 0.0
+    closes: int = 0
+    close_cpu_s: float = 0.0
+    wal_appends: int = 0
+    wal_cpu_s: float = 0.0
+    rows: int = 0
+    energy_j: float = 0.0
+    gpu_errors: int = 0
+
+
+class Daemon:
+    def __init__(
+        self,
+        backend: GpuBackend,
+        cfg: DaemonConfig,
+        sink: ParquetSink | None = None,
+        collector: LatestWindows | None = None,
+        stop: threading.Event | None = None,
+    ) -> None:
+        if cfg.period_s <= 0 or cfg.poll_s <= 0 or cfg.period_s < cfg.poll_s:
+            raise WattclassError(
+                f"--period ({cfg.period_s}) must be >= --poll ({cfg.poll_s}) and both > 0"
+            )
+        self.backend = backend
+        self.cfg = cfg
+        self.stop = stop or threading.Event()
+        self.sink = sink or ParquetSink(cfg.data_root)
+        self.collector = collector
+        self.builder = WindowBuilder(cfg.host, cfg.period_s, cfg.poll_s)
+        jobmap = JobMapReader(cfg.job_spool) if cfg.job_spool is not None else None
+        self.attributor = Attributor(backend, jobmap, cfg.proc_root)
+        self.wal_dir = cfg.resolved_wal_dir()
+        self.writer = wal.WalWriter(self.wal_dir)
+        self.pending_segments: list[Path] = []
+        self.stats = Stats()
+        self._gpu_down: dict[int, float] = {}
+        self._next_retry = 0.0
+        self._roll_epoch: int | None = None
+        self.gpus: list[GpuInfo] = []
+
+    # -- start-up ---------------------------------------------------------------------------------
+    def prepare(self) -> None:
+        """Check folders, clean temp files, convert an unfinished WAL from a previous run."""
+        ensure_writable_dir(Path(self.cfg.data_root) / "telemetry", "data root")
+        ensure_writable_dir(self.wal_dir, "WAL folder")
+        self.sink.clean_stale_temps(self.cfg.host)
+        old = wal.list_segments(self.wal_dir)
+        if old:
+            log.info("replaying %d unfinished WAL segment(s) from %s", len(old), self.wal_dir)
+        self.pending_segments.extend(old)
+        self._convert_pending()
+        self.gpus = self.backend.gpus()
+        if not self.gpus:
+            log.warning("backend %s reports no GPUs", self.backend.name)
+        log.info("polling %d GPU(s) every %g s, %g s windows, host %s, data root %s",
+                 len(self.gpus), self.cfg.poll_s, self.cfg.period_s, self.cfg.host, self.cfg.data_root)
+
+    # -- one poll ---------------------------------------------------------------------------------
+    def poll_once(self) -> list[Row]:
+        rows: list[Row] = []
+        self.stats.polls += 1
+        for info in self.gpus:
+            c0 = time.thread_time()
+            try:
+                got = self._poll_gpu(info)
+            except GpuError as exc:
+                self._gpu_failed(info, exc)
+                continue
+            dt = time.thread_time() - c0
+            if info.gpu_index in self._gpu_down:
+                down = self._gpu_down.pop(info.gpu_index)
+                log.warning("GPU %d (%s) answers again after %.0f s", info.gpu_index, info.uuid,
+                            self.backend.now() - down)
+            if got:
+                self.stats.closes += 1
+                self.stats.close_cpu_s += dt
+            else:
+                self.stats.gpu_polls += 1
+                self.stats.poll_cpu_s += dt
+            rows += got
+        return rows
+
+    def _poll_gpu(self, info: GpuInfo) -> list[Row]:
+        i = info.gpu_index
+        sample = self.backend.sample(i)
+        job = self.attributor.job_for(info)
+        gpm: object | None = None
+        if info.gpm_supported and self.builder.needs_gpm(info, sample):
+            try:
+                gpm = self.backend.gpm_snapshot(i)
+            except GpuError as exc:
+                log.debug("GPU %d: GPM snapshot failed: %s", i, exc)
+        return self.builder.add(info, sample, job, gpm, self._gpm_fn(info))
+
+    def _gpm_fn(self, info: GpuInfo):  # type: ignore[no-untyped-def]
+        def fn(first: object, second: object) -> GpmMetrics:
+            return self.backend.gpm_metrics(info.gpu_index, first, second)
+
+        return fn
+
+    def _gpu_failed(self, info: GpuInfo, exc: GpuError) -> None:
+        self.stats.gpu_errors += 1
+        now = self.backend.now()
+        since = self._gpu_down.get(info.gpu_index)
+        if since is None:
+            self._gpu_down[info.gpu_index] = now
+            log.error("GPU %d (%s) failed: %s; retrying every poll, other GPUs go on",
+                      info.gpu_index, info.uuid, exc)
+        elif (now - since) // GPU_ERROR_RELOG_S != (now - since - self.cfg.poll_s) // GPU_ERROR_RELOG_S:
+            log.error("GPU %d (%s) still failing after %.0f s: %s", info.gpu_index, info.uuid,
+                      now - since, exc)
+
+    # -- durability -------------------------------------------------------------------------------
+    def record(self, rows: list[Row]) -> None:
+        """Append closed windows to the WAL (fsynced) and publish them."""
+        if not rows and not self.writer.pending:
+            return
+        c0 = time.thread_time()
+        self.writer.append(rows)
+        self.stats.wal_appends += 1
+        self.stats.wal_cpu_s += time.thread_time() - c0
+        self.stats.rows += len(rows)
+        self.stats.energy_j += sum(r["energy_j"] or 0.0 for r in rows)
+        if self.collector is not None and rows:
+            self.collector.update(rows)
+
+    def maybe_roll(self, now: float) -> None:
+        epoch = math.floor(now / self.cfg.roll_s)
+        if self._roll_epoch is None:
+            self._roll_epoch = epoch
+        elif epoch != self._roll_epoch and not self.writer.pending:
+            self._roll_epoch = epoch
+            self.roll()
+        if self.pending_segments and now >= self._next_retry:
+            self._convert_pending()
+            if self.pending_segments:
+                self._next_retry = now + self.cfg.retry_s
+
+    def roll(self) -> None:
+        seg = self.writer.roll()
+        if seg is not None:
+            self.pending_segments.append(seg)
+        self._convert_pending()
+
+    def _convert_pending(self) -> None:
+        while self.pending_segments:
+            seg = self.pending_segments[0]
+            try:
+                self.sink.convert(seg)
+            except OSError as exc:
+                log.error("PARQUET WRITE FAILED for %s (%s): WAL segment kept, retry in %g s",
+                          seg, exc.strerror or exc, self.cfg.retry_s)
+                return
+            self.pending_segments.pop(0)
+
+    # -- main loop --------------------------------------------------------------------------------
+    def run(self) -> int:
+        """Poll until stopped (signal) or, with ``once``, until the backend runs out; then flush."""
+        self.prepare()
+        poll = self.cfg.poll_s
+        t = math.ceil(self.backend.now() / poll) * poll
+        try:
+            while not self.stop.is_set():
+                self.backend.sleep_until(t, self.stop)
+                if self.stop.is_set():
+                    break
+                if self.backend.exhausted():
+                    log.info("backend %s has no more data", self.backend.name)
+                    break
+                self.record(self.poll_once())
+                self.maybe_roll(t)
+                t += poll
+                now = self.backend.now()
+                if now - t > poll:  # overran (suspend, slow NVML): skip to the grid, not a burst
+                    t = math.ceil(now / poll) * poll
+        finally:
+            self.shutdown()
+        return 0 if not self.pending_segments and not self.writer.pending else 1
+
+    def shutdown(self) -> None:
+        """Close every open window, make it durable, roll everything to Parquet."""
+        rows = self.builder.flush_all(self._gpm_final, self._gpm_fn)
+        self.record(rows)
+        self.roll()
+        if self.writer.pending:
+            log.error("shutdown: %d row(s) could not be written to the WAL and are lost",
+                      len(self.writer.pending))
+        if self.pending_segments:
+            log.error("shutdown: %d WAL segment(s) not yet in Parquet, kept in %s; converted on "
+                      "next start", len(self.pending_segments), self.wal_dir)
+        log.info("stopped: %d window row(s), %.1f J", self.stats.rows, self.stats.energy_j)
+
+    def _gpm_final(self, info: GpuInfo) -> object | None:
+        if not info.gpm_supported:
+            return None
+        try:
+            return self.backend.gpm_snapshot(info.gpu_index)
+        except GpuError:
+            return None

@@ -1,0 +1,288 @@
+"""Turn 1 s polls of one GPU into telemetry v1 window rows.
+
+Why intervals: each poll after the first closes the interval ``(t_prev, t]``; its energy is the
+counter difference, its readings are the poll's, its job is the job seen at the poll. An
+interval belongs to the window holding its *start* (``floor(t_prev / period)``), so the window
+``[kP, (k+1)P)`` is closed by the first poll at or after ``(k+1)P`` -- at that very poll, with
+no waiting -- and consecutive windows' energies telescope exactly to the counter delta.
+
+* A job change inside a window gives one row per job (segment); all segments of a window
+  share the window's GPM metrics (one GPM snapshot pair per window spans the whole window).
+* A gap longer than ``split_gap_s`` (missed polls, GPU that stopped answering) that crosses
+  window boundaries is split over the windows it covers in proportion to time (those windows
+  carry the job only if it was seen on both sides of the gap, else none); a gap longer
+  than ``max_gap_s`` restarts the baseline (that energy is unobserved, logged).
+* The counter going backwards is a wrap (near 2**64) or a driver reload (the interval's
+  energy is unknown; counted as 0 and logged).
+
+Row bounds: a window that follows a closed one (or starts exactly on the grid) begins at the
+grid time ``kP``; the first window after start-up or an outage begins at its first poll; a job
+segment begins/ends at the poll where the job changed; ``ts_end`` is ``(k+1)P`` or the last
+poll of a flushed partial window. ``power_avg_w`` divides by the time the counter delta covers.
+
+Rows are plain dicts keyed by TELEMETRY_V1 column names with ``ts_start``/``ts_end`` as epoch
+seconds; the WAL stores them as they are and the sink converts to Arrow.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from wattclass.schema import GPM_COLUMNS
+from wattclass.telemetry.backends.base import (
+    POWER_REASONS,
+    THERMAL_REASONS,
+    GpmMetrics,
+    GpuInfo,
+    GpuSample,
+)
+
+log = logging.getLogger(__name__)
+
+Row = dict[str, Any]
+Job = tuple[str, str | None] | None
+GpmFn = Callable[[object, object], GpmMetrics]
+
+_WRAP = 2**64
+_MEANS = ("util_gpu_pct", "util_mem_pct", "sm_clock_mhz", "mem_clock_mhz")
+
+
+@dataclass
+class _Segment:
+    """Accumulates one job's share of one window."""
+
+    job: Job
+    a_first: float
+    b_last: float
+    energy_mj: float = 0.0
+    energy_known: bool = True
+    n_polls: int = 0
+    sums: dict[str, list[float]] = field(default_factory=lambda: {k: [0.0, 0] for k in _MEANS})
+    power_max_w: float | None = None
+    power_limit_w: float | None = None
+    temp_c: float | None = None
+    fb_used_mib: float | None = None
+    reasons_n: int = 0
+    thr_power_n: int = 0
+    thr_thermal_n: int = 0
+
+    def add_reading(self, s: GpuSample) -> None:
+        self.n_polls += 1
+        for k in _MEANS:
+            v = getattr(s, k)
+            if v is not None:
+                acc = self.sums[k]
+                acc[0] += v
+                acc[1] += 1
+        self.power_max_w = _max(self.power_max_w, s.power_w)
+        self.temp_c = _max(self.temp_c, s.temp_c)
+        self.fb_used_mib = _max(self.fb_used_mib, s.fb_used_mib)
+        if s.power_limit_w is not None:
+            self.power_limit_w = s.power_limit_w
+        if s.clock_event_reasons is not None:
+            self.reasons_n += 1
+            self.thr_power_n += bool(s.clock_event_reasons & POWER_REASONS)
+            self.thr_thermal_n += bool(s.clock_event_reasons & THERMAL_REASONS)
+
+
+def _max(a: float | None, b: float | None) -> float | None:
+    if b is None:
+        return a
+    return b if a is None or b > a else a
+
+
+@dataclass
+class _GpuState:
+    info: GpuInfo
+    prev: GpuSample | None = None
+    window: int | None = None
+    segments: dict[str | None, _Segment] = field(default_factory=dict)
+    gpm_start: object | None = None
+    prev_job: Job = None
+    continuous: bool = False  # the last window closed at a boundary poll: the next one is whole
+    window_a: float = 0.0  # start of the open window's first interval
+    window_whole: bool = False
+
+
+class WindowBuilder:
+    """Window state of every GPU of one host. Not thread-safe (one poll loop owns it)."""
+
+    def __init__(
+        self,
+        host: str,
+        period_s: float = 10.0,
+        poll_s: float = 1.0,
+        split_gap_s: float | None = None,
+        max_gap_s: float = 600.0,
+    ) -> None:
+        if period_s <= 0 or poll_s <= 0:
+            raise ValueError("period and poll interval must be positive")
+        self.host = host
+        self.period = float(period_s)
+        self.poll = float(poll_s)
+        self.split_gap = split_gap_s if split_gap_s is not None else 2.5 * poll_s
+        self.max_gap = max_gap_s
+        self._gpus: dict[int, _GpuState] = {}
+
+    def _state(self, info: GpuInfo) -> _GpuState:
+        st = self._gpus.get(info.gpu_index)
+        if st is None:
+            st = self._gpus[info.gpu_index] = _GpuState(info)
+        return st
+
+    def _win(self, t: float) -> int:
+        return math.floor(t / self.period)
+
+    def needs_gpm(self, info: GpuInfo, sample: GpuSample) -> bool:
+        """Whether this poll is a GPM point: the first poll, or one that closes a window."""
+        st = self._state(info)
+        if st.prev is None:
+            return True
+        return sample.ts > st.prev.ts and self._win(sample.ts) > self._win(st.prev.ts)
+
+    def add(self, info: GpuInfo, sample: GpuSample, job: Job, gpm: object | None,
+            gpm_fn: GpmFn) -> list[Row]:
+        """Feed one poll; returns the rows of windows this poll closed."""
+        st = self._state(info)
+        prev = st.prev
+        if prev is None:
+            st.prev = sample
+            st.prev_job = job
+            st.gpm_start = gpm
+            return []
+        if sample.ts <= prev.ts:  # the same reading again (replay between samples, clock step)
+            return []
+        a, b = prev.ts, sample.ts
+        delta, known = self._delta(info, prev.energy_mj, sample.energy_mj)
+        st.prev = sample
+        job_before, st.prev_job = st.prev_job, job
+        rows: list[Row] = []
+        if b - a > self.max_gap:
+            log.warning("GPU %d (%s): no poll for %.0f s; %s J in that gap not attributed",
+                        info.gpu_index, info.uuid, b - a, f"{delta / 1e3:.1f}" if known else "?")
+            rows += self._close(st, gpm_end=None, gpm_fn=gpm_fn)
+            st.continuous = False
+            st.gpm_start = gpm
+            return rows
+        pieces: list[tuple[float, float, float]] = []
+        if b - a > self.split_gap and self._win(b) > self._win(a):
+            cuts = [a] + [k * self.period for k in range(self._win(a) + 1, self._win(b) + 1)] + [b]
+            for lo, hi in itertools.pairwise(cuts):
+                if hi > lo:
+                    pieces.append((lo, hi, delta * (hi - lo) / (b - a)))
+        else:
+            pieces.append((a, b, delta))
+        for n, (lo, hi, de) in enumerate(pieces):
+            last = n == len(pieces) - 1
+            w = self._win(lo)
+            if st.window is not None and w != st.window:
+                rows += self._close(st, gpm_end=None, gpm_fn=gpm_fn)
+                st.continuous = True
+            if st.window is None:
+                st.window_a = lo
+                st.window_whole = st.continuous or lo == w * self.period
+            st.window = w
+            # Inside a gap only the poll at its end saw a job: windows wholly inside the gap
+            # keep it only if the same job was seen before the gap too.
+            pjob = job if last or job == job_before else None
+            key = pjob[0] if pjob else None
+            seg = st.segments.get(key)
+            if seg is None:
+                seg = st.segments[key] = _Segment(pjob, lo, hi)
+            seg.b_last = hi
+            seg.energy_mj += de
+            seg.energy_known &= known
+            if last:
+                seg.add_reading(sample)
+            if self._win(hi) > w:
+                rows += self._close(st, gpm_end=gpm if last else None, gpm_fn=gpm_fn)
+                st.continuous = True
+        if gpm is not None:
+            st.gpm_start = gpm
+        return rows
+
+    def _delta(self, info: GpuInfo, e0: int | None, e1: int | None) -> tuple[float, bool]:
+        if e0 is None or e1 is None:
+            return 0.0, False
+        d = e1 - e0
+        if d < 0:
+            if e0 > _WRAP // 2:
+                return float(d + _WRAP), True
+            log.warning("GPU %d (%s): energy counter went back %d -> %d mJ (driver reload?); "
+                        "energy of that poll interval unknown", info.gpu_index, info.uuid, e0, e1)
+            return 0.0, True
+        return float(d), True
+
+    def flush(self, info: GpuInfo, gpm: object | None, gpm_fn: GpmFn) -> list[Row]:
+        """Close the GPU's open (partial) window now, e.g. at shutdown; forget the baseline."""
+        st = self._state(info)
+        rows = self._close(st, gpm_end=gpm, gpm_fn=gpm_fn)
+        st.continuous = False
+        st.prev = None
+        st.gpm_start = None
+        return rows
+
+    def flush_all(self, gpm_for: Callable[[GpuInfo], object | None], gpm_fn_for: Callable[[GpuInfo], GpmFn]
+                  ) -> list[Row]:
+        rows: list[Row] = []
+        for st in list(self._gpus.values()):
+            if st.segments:
+                rows += self.flush(st.info, gpm_for(st.info), gpm_fn_for(st.info))
+        return rows
+
+    def _close(self, st: _GpuState, gpm_end: object | None, gpm_fn: GpmFn) -> list[Row]:
+        if st.window is None or not st.segments:
+            st.segments = {}
+            st.window = None
+            return []
+        gpm = GpmMetrics()
+        if st.gpm_start is not None and gpm_end is not None:
+            try:
+                gpm = gpm_fn(st.gpm_start, gpm_end)
+            except Exception as exc:  # a GPM failure must not lose the window's energy
+                log.warning("GPU %d: GPM metrics failed: %s", st.info.gpu_index, exc)
+        w0 = st.window * self.period
+        w1 = w0 + self.period
+        rows = [self._row(st.info, seg, w0 if st.window_whole and seg.a_first == st.window_a else seg.a_first,
+                          w1, gpm) for seg in st.segments.values()]
+        st.segments = {}
+        st.window = None
+        st.gpm_start = None
+        return rows
+
+    def _row(self, info: GpuInfo, seg: _Segment, ts_start: float, w1: float, gpm: GpmMetrics) -> Row:
+        ts_end = min(seg.b_last, w1)
+        covered = seg.b_last - seg.a_first
+        energy_j = seg.energy_mj / 1e3 if seg.energy_known else None
+        row: Row = {
+            "ts_start": ts_start,
+            "ts_end": ts_end,
+            "host": self.host,
+            "gpu_index": info.gpu_index,
+            "gpu_uuid": info.uuid,
+            "gpu_model": info.model,
+            "job_id": seg.job[0] if seg.job else None,
+            "user": seg.job[1] if seg.job else None,
+            "energy_j": energy_j,
+            "power_avg_w": energy_j / covered if energy_j is not None and covered > 0 else None,
+            "power_max_w": seg.power_max_w,
+            "power_limit_w": seg.power_limit_w,
+            "sm_clock_max_mhz": info.sm_clock_max_mhz,
+            "throttle_power_frac": seg.thr_power_n / seg.reasons_n if seg.reasons_n else None,
+            "throttle_thermal_frac": seg.thr_thermal_n / seg.reasons_n if seg.reasons_n else None,
+            "temp_c": seg.temp_c,
+            "fb_used_mib": seg.fb_used_mib,
+            "fb_total_mib": info.fb_total_mib,
+            "n_polls": seg.n_polls,
+        }
+        for k in _MEANS:
+            s, n = seg.sums[k]
+            row[k] = s / n if n else None
+        for c in GPM_COLUMNS:
+            row[c] = getattr(gpm, c)
+        return row

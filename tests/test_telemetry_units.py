@@ -1,0 +1,260 @@
+"""Window builder, attribution, NVML error mapping and the Prometheus view, on small inputs."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client import generate_latest
+from prometheus_client.registry import CollectorRegistry
+
+from wattclass.errors import GpuInitError, GpuLostError
+from wattclass.telemetry.attribution import Attributor, job_from_environ, parse_environ
+from wattclass.telemetry.backends.base import GpmMetrics, GpuBackend, GpuInfo, GpuProcess, GpuSample
+from wattclass.telemetry.jobmap import JobAssignment, JobMapReader, write_job_file
+from wattclass.telemetry.metrics import LatestWindows
+from wattclass.telemetry.windows import WindowBuilder
+
+INFO = GpuInfo(0, "GPU-t", "Test", "0000:01:00.0", 80000.0, 1980.0, 700.0, 200.0, 700.0, True)
+
+
+def smp(ts: float, e: int | None, p: float = 500.0, reasons: int | None = 0x4) -> GpuSample:
+    return GpuSample(ts, e, p, 700.0, 90.0, 40.0, 1800.0, 3200.0, reasons, 60.0, 1000.0)
+
+
+def gpm_fn(a: object, b: object) -> GpmMetrics:
+    return GpmMetrics(sm_util_pct=float(b) - float(a))  # type: ignore[arg-type]
+
+
+def feed(b: WindowBuilder, polls: list[tuple[float, int | None, Any]]) -> list[dict]:
+    rows: list[dict] = []
+    for ts, e, job in polls:
+        s = smp(ts, e)
+        g = ts if b.needs_gpm(INFO, s) else None
+        rows += b.add(INFO, s, job, g, gpm_fn)
+    return rows + b.flush(INFO, polls[-1][0], gpm_fn)
+
+
+def test_windows_telescope_and_close_at_the_boundary_poll() -> None:
+    b = WindowBuilder("h", 10, 1)
+    polls = [(100.3 + i, 1000 * i * 500, None) for i in range(35)]
+    rows = feed(b, polls)
+    assert sum(r["energy_j"] for r in rows) == pytest.approx(34 * 500)
+    full = [r for r in rows if r["ts_end"] - r["ts_start"] == 10]
+    assert [r["ts_start"] for r in full] == [110, 120]
+    assert all(r["energy_j"] == pytest.approx(5000) for r in full)
+    assert all(r["power_avg_w"] == pytest.approx(500) for r in full)
+    assert full[0]["throttle_power_frac"] == 1.0 and full[0]["throttle_thermal_frac"] == 0.0
+    assert full[0]["sm_util_pct"] == pytest.approx(10)  # GPM pair spans exactly one window
+
+
+def test_job_change_splits_the_window() -> None:
+    b = WindowBuilder("h", 10, 1)
+    polls = [(100.5 + i, 1000 * i * 100, ("1", "a") if i < 14 else ("2", "b")) for i in range(25)]
+    rows = feed(b, polls)
+    w = [r for r in rows if r["ts_start"] >= 110 and r["ts_end"] <= 120]
+    assert {r["job_id"] for r in w} == {"1", "2"}
+    one = next(r for r in w if r["job_id"] == "1")
+    two = next(r for r in w if r["job_id"] == "2")
+    assert one["ts_end"] == two["ts_start"]
+    assert one["energy_j"] + two["energy_j"] == pytest.approx(1000)
+
+
+def test_counter_reset_and_missing_energy() -> None:
+    b = WindowBuilder("h", 10, 1)
+    polls = [(100.5, 5_000_000, None), (101.5, 5_100_000, None), (102.5, 50, None), (103.5, 100_050, None)]
+    rows = feed(b, polls)
+    assert sum(r["energy_j"] for r in rows) == pytest.approx(200)
+    b2 = WindowBuilder("h", 10, 1)
+    rows2 = feed(b2, [(100.5, None, None), (101.5, None, None)])
+    assert rows2[0]["energy_j"] is None and rows2[0]["power_avg_w"] is None
+
+
+def test_long_gap_restarts_the_baseline() -> None:
+    b = WindowBuilder("h", 10, 1, max_gap_s=60)
+    rows = feed(
+        b, [(100.5, 0, None), (101.5, 1000, None), (500.5, 10_000_000, None), (501.5, 10_001_000, None)]
+    )
+    assert sum(r["energy_j"] for r in rows) == pytest.approx(2)
+
+
+def test_environ_parsing_and_array_jobs() -> None:
+    env = parse_environ(
+        b"PATH=/bin\0SLURM_JOB_ID=991\0SLURM_JOB_USER=ann\0SLURM_ARRAY_JOB_ID=990\0SLURM_ARRAY_TASK_ID=4\0"
+    )
+    assert job_from_environ(env) == ("990_4", "ann")
+    assert job_from_environ(parse_environ(b"SLURM_JOB_ID=5\0")) == ("5", None)
+    assert job_from_environ({}) is None
+
+
+class ProcBackend(GpuBackend):
+    """Hardware boundary: a GPU whose process list is given."""
+
+    name = "procs"
+
+    def __init__(self, pids: list[int]) -> None:
+        self.pids = pids
+        self.calls = 0
+
+    def gpus(self) -> list[GpuInfo]:
+        return [INFO]
+
+    def sample(self, index: int) -> GpuSample:
+        return smp(0, 0)
+
+    def processes(self, index: int) -> list[GpuProcess]:
+        self.calls += 1
+        return [GpuProcess(p) for p in self.pids]
+
+
+def test_attribution_job_file_first_then_proc_environ(tmp_path: Path) -> None:
+    proc = tmp_path / "proc"
+    for pid, env in ((10, b"SLURM_JOB_ID=42\0SLURM_JOB_USER=bob\0"), (11, b"HOME=/root\0")):
+        (proc / str(pid)).mkdir(parents=True)
+        (proc / str(pid) / "environ").write_bytes(env)
+    spool = tmp_path / "spool"
+    spool.mkdir(mode=0o755)
+    os.chmod(spool, 0o755)
+    backend = ProcBackend([10, 11, 12])
+    att = Attributor(backend, JobMapReader(spool), proc_root=proc)
+    assert att.job_for(INFO) == ("42", "bob")
+    assert backend.calls == 1
+    write_job_file(spool, INFO.uuid, JobAssignment("7_3", "carol", 1001))
+    assert att.job_for(INFO) == ("7_3", "carol")
+    assert backend.calls == 1  # the process list is not asked for when the Prolog file exists
+    backend.pids = [11]
+    os.unlink(spool / f"{INFO.uuid}.json")
+    assert att.job_for(INFO) is None
+
+
+# -- NVML error mapping, against a stand-in for the pynvml module (the hardware boundary) --------
+class FakeNvml:
+    NVML_CLOCK_SM, NVML_CLOCK_MEM, NVML_TEMPERATURE_GPU = 1, 2, 0
+    NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION, NVML_FI_DEV_POWER_INSTANT, NVML_FI_DEV_POWER_CURRENT_LIMIT = (
+        83,
+        186,
+        190,
+    )
+    NVML_VALUE_TYPE_DOUBLE, NVML_VALUE_TYPE_UNSIGNED_INT, NVML_VALUE_TYPE_UNSIGNED_LONG = 0, 1, 2
+    NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, NVML_VALUE_TYPE_SIGNED_LONG_LONG, NVML_VALUE_TYPE_SIGNED_INT = 3, 4, 5
+    NVML_VALUE_TYPE_UNSIGNED_SHORT = 6
+
+    class NVMLError(Exception):
+        def __init__(self, value: int) -> None:
+            super().__init__(f"code {value}")
+            self.value = value
+
+    def __init__(self, init_fails: bool = False) -> None:
+        self.init_fails = init_fails
+        self.lost = False
+
+    def nvmlInit(self) -> None:
+        if self.init_fails:
+            raise self.NVMLError(9)  # DRIVER_NOT_LOADED
+
+    def nvmlShutdown(self) -> None:
+        pass
+
+    def nvmlDeviceGetCount(self) -> int:
+        return 1
+
+    def nvmlDeviceGetHandleByIndex(self, i: int) -> str:
+        return f"h{i}"
+
+    def _unsupported(self, *a: Any) -> Any:
+        raise self.NVMLError(3)
+
+    nvmlDeviceGetTemperature = nvmlGpmQueryDeviceSupport = nvmlDeviceGetCurrentClocksEventReasons = (
+        _unsupported
+    )
+    nvmlDeviceGetPowerManagementLimitConstraints = nvmlDeviceGetPowerManagementDefaultLimit = _unsupported
+
+    def nvmlDeviceGetFieldValues(self, h: str, ids: list[int]) -> list[Any]:
+        if self.lost:
+            raise self.NVMLError(15)
+
+        class V:
+            uiVal = ullVal = 0
+
+        out = []
+        for fid in ids:
+            v = V()
+            v.ullVal = 123456
+            v.uiVal = 250000
+            fv = type(
+                "FV",
+                (),
+                {"nvmlReturn": 0 if fid != 190 else 3, "valueType": 3 if fid == 83 else 1, "value": v},
+            )()
+            out.append(fv)
+        return out
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, h: str) -> int:
+        return 700000
+
+    def nvmlDeviceGetUtilizationRates(self, h: str) -> Any:
+        return type("U", (), {"gpu": 50, "memory": 20})()
+
+    def nvmlDeviceGetClockInfo(self, h: str, c: int) -> int:
+        return 1500
+
+    def nvmlDeviceGetMemoryInfo(self, h: str) -> Any:
+        return type("M", (), {"used": 2**30, "total": 80 * 2**30})()
+
+    def nvmlDeviceGetUUID(self, h: str) -> str:
+        return "GPU-fake"
+
+    def nvmlDeviceGetName(self, h: str) -> bytes:
+        return b"Fake GPU"
+
+    def nvmlDeviceGetPciInfo(self, h: str) -> Any:
+        return type("P", (), {"busId": b"0000:01:00.0"})()
+
+    def nvmlDeviceGetMaxClockInfo(self, h: str, c: int) -> int:
+        return 1980
+
+
+def test_nvml_unsupported_fields_are_none_and_lost_gpu_is_typed() -> None:
+    from wattclass.telemetry.backends.nvml import NvmlBackend
+
+    nv = FakeNvml()
+    b = NvmlBackend(nvml_module=nv)
+    info = b.gpus()[0]
+    assert info.uuid == "GPU-fake" and info.model == "Fake GPU" and not info.gpm_supported
+    assert info.power_limit_min_w is None
+    s = b.sample(0)
+    assert s.energy_mj == 123456 and s.power_w == 250.0
+    assert s.power_limit_w == 700.0  # field rejected -> per-field fallback
+    assert s.temp_c is None and s.clock_event_reasons is None
+    assert s.util_gpu_pct == 50.0 and s.fb_used_mib == 1024.0
+    assert b.gpm_snapshot(0) is None
+    nv.lost = True
+    with pytest.raises(GpuLostError, match="GPU 0"):
+        b.sample(0)
+
+
+def test_nvml_init_failure_is_one_clear_error() -> None:
+    from wattclass.telemetry.backends.nvml import NvmlBackend
+
+    with pytest.raises(GpuInitError, match="NVML cannot start"):
+        NvmlBackend(nvml_module=FakeNvml(init_fails=True))
+
+
+def test_metrics_latest_window_with_job_labels() -> None:
+    col = LatestWindows()
+    reg = CollectorRegistry()
+    reg.register(col)
+    base = {"gpu_index": 0, "gpu_uuid": "GPU-a", "host": "n1", "energy_j": 5000.0, "power_avg_w": 500.0}
+    col.update([dict(base, ts_end=10.0, job_id="1", user="a")])
+    col.update(
+        [
+            dict(base, ts_end=20.0, job_id="2", user="b", power_avg_w=300.0),
+            dict(base, gpu_index=1, gpu_uuid="GPU-b", ts_end=20.0, job_id=None, user=None),
+        ]
+    )
+    text = generate_latest(reg).decode()
+    assert 'wattclass_gpu_power_avg_watts{gpu="0",host="n1",job_id="2",user="b",uuid="GPU-a"} 300.0' in text
+    assert 'job_id="1"' not in text
+    assert 'wattclass_gpu_power_avg_watts{gpu="1",host="n1",job_id="",user="",uuid="GPU-b"} 500.0' in text
