@@ -13,6 +13,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import ModuleType
 
@@ -132,3 +133,23 @@ def test_cpu_smoke_writes_the_three_files(tmp_path: Path, h200_raw: Path) -> Non
         assert float(r["end"]) > float(r["start"]) and int(r["steps"]) >= 1
     stored = pq.read_schema(h200_raw / "part1_samples_1hz.parquet").remove_metadata()
     assert pq.read_schema(tmp_path / "t_samples_1hz.parquet").remove_metadata() == stored
+
+
+def test_failing_workload_is_reported_and_the_rest_still_recorded(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    torch = pytest.importorskip("torch")
+    tool = load_tool()
+    cfg = tool.Config.from_env({"SMOKE": "1", "DEVICE": "cpu", "OUT": str(tmp_path), "TAG": "f"})
+
+    def boom(ctx: object) -> object:
+        raise RuntimeError("CUDA out of memory (simulated)")
+    table_ = {w.name: w for w in tool.workloads()}
+    ws = [tool.Workload("boom", "compute", "x", "fails in setup", boom),
+          table_["stream_copy_4GB"]]
+    runner = tool.Runner(cfg, torch, None, None, None, t_start=time.time())
+    assert runner.run(ws) == 1
+    out = capsys.readouterr()
+    assert "FAIL boom" in out.out and "simulated" in out.err
+    assert "OK   stream_copy_4GB" in out.out
+    with open(tmp_path / "f_runs.csv") as f:
+        assert [r["job"] for r in csv.DictReader(f)] == ["stream_copy_4GB"]

@@ -19,7 +19,7 @@ NVLink multicast, never resets the device.
 Env:
   DUR=13        seconds per workload          GAP=2       minimum seconds between workloads
   PART=k        run workloads with index % PARTS == k (PARTS=2 default)
-  ONLY=a,b      run only the named workloads  TAG=name    output prefix (default part<k>/all/smoke)
+  ONLY=a,b      run only the named workloads  TAG=name    output prefix (default collect_part<k>)
   LIST=1        print the workload table and exit (needs neither torch nor a GPU)
   SMOKE=1       every workload for 0.3 s with small sizes; prints OK/FAIL per workload
   DEVICE=cpu    local check only: small sizes on the CPU, no NVML sampler
@@ -91,7 +91,8 @@ class Config:
         dur = 0.3 if smoke else float(env.get("DUR", "13"))
         gap = float(env.get("GAP", "0.2" if smoke else "2"))
         deadline = float(env.get("DEADLINE", "110" if smoke else "530"))
-        tag = env.get("TAG") or ("smoke" if smoke else f"part{part}" if part is not None else "all")
+        tag = env.get("TAG") or ("smoke" if smoke else f"collect_part{part}" if part is not None
+                                 else "collect_all")
         only = tuple(x.strip() for x in env.get("ONLY", "").split(",") if x.strip())
         return Config(out=env.get("OUT", "/tmp/out"), dur=dur, gap=gap, part=part, parts=parts,
                       only=only, list_only=env.get("LIST", "") not in ("", "0"), smoke=smoke,
