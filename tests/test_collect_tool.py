@@ -1,0 +1,155 @@
+"""tools/h200_collect.py: the workload table, its selection and its output format.
+
+The tool runs on a GPU machine; here we check what can fail without one: the table (>= 64
+distinct labelled workloads, listable without torch), refusal of unknown names, that the samples it
+writes have exactly the schema of the stored H200 recordings, and (when torch is installed) that a
+CPU smoke run writes the three files the replay backend reads.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import ModuleType
+
+import pyarrow.parquet as pq
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+TOOL = REPO / "tools" / "h200_collect.py"
+VALID = {"compute", "memory", "mixed", "low", "idle"}
+# Run the tool with torch, pynvml and cupy made unimportable: listing must not need them.
+NO_GPU_STACK = ("import runpy, sys; sys.modules.update(torch=None, pynvml=None, cupy=None); "
+                f"sys.argv = [{str(TOOL)!r}]; runpy.run_path({str(TOOL)!r}, run_name='__main__')")
+
+
+def run_tool(env: dict[str, str], *, block_gpu_stack: bool = False,
+             timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    args = [sys.executable, "-c", NO_GPU_STACK] if block_gpu_stack else [sys.executable, str(TOOL)]
+    full = {k: v for k, v in os.environ.items()
+            if k not in ("PART", "ONLY", "SMOKE", "LIST", "DEVICE", "TAG", "DUR", "PARTS")}
+    return subprocess.run(args, env={**full, **env}, capture_output=True, text=True, timeout=timeout,
+                          check=False)
+
+
+def table(stdout: str) -> list[list[str]]:
+    return [ln.split(None, 5) for ln in stdout.splitlines() if ln.strip() and not ln.startswith("#")]
+
+
+def load_tool() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("h200_collect", TOOL)
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["h200_collect"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_list_has_64_distinct_labelled_workloads_without_torch() -> None:
+    p = run_tool({"LIST": "1"}, block_gpu_stack=True)
+    assert p.returncode == 0, p.stderr
+    rows = table(p.stdout)
+    names = [r[4] for r in rows]
+    assert len(names) >= 64
+    assert len(set(names)) == len(names), "workload names must be unique"
+    labels = [r[2] for r in rows]
+    assert set(labels) <= VALID
+    for lab in ("compute", "memory", "mixed", "low", "idle"):
+        assert labels.count(lab) >= 2, f"too few {lab} workloads"
+    # the two halves of the default split each get every kind of job
+    for part in ("0", "1"):
+        assert {r[2] for r in rows if r[1] == part} == VALID
+        assert abs(sum(r[1] == part for r in rows) - len(rows) / 2) <= 1
+
+
+def test_list_estimates_each_part_under_nine_minutes() -> None:
+    p = run_tool({"LIST": "1", "DUR": "13"}, block_gpu_stack=True)
+    est = [ln for ln in p.stdout.splitlines() if ln.startswith("# PART=")]
+    assert len(est) == 2
+    for ln in est:
+        seconds = float(ln.split("estimated ")[1].split(" s")[0])
+        assert seconds < 540, ln
+
+
+def test_unknown_only_name_is_refused_by_name() -> None:
+    p = run_tool({"ONLY": "gemm_bf16_4096,no_such_job", "DEVICE": "cpu"}, block_gpu_stack=True)
+    assert p.returncode != 0
+    assert "no_such_job" in p.stderr
+
+
+def test_part_out_of_range_is_refused() -> None:
+    p = run_tool({"LIST": "1", "PART": "2"}, block_gpu_stack=True)
+    assert p.returncode != 0
+    assert "PART=2" in p.stderr
+
+
+def test_samples_schema_matches_stored_h200_recordings(h200_raw: Path, tmp_path: Path) -> None:
+    tool = load_tool()
+    rows = [{"ts": 1.5, "job": "startup", "power_mw": 77824, "energy_mj": 10, "util_gpu": 0,
+             "nvml_basic_us": 3.0, "nvml_gpm_us": 2.0, "gpm_sm_util": 0.0},
+            {"ts": 2.5, "job": "gemm_bf16_4096", "power_mw": 690000, "energy_mj": 700010,
+             "power_instant_mw": None}]
+    out = tmp_path / "x_samples_1hz.parquet"
+    tool.write_samples(str(out), rows)
+    stored = pq.read_schema(h200_raw / "part1_samples_1hz.parquet").remove_metadata()
+    assert pq.read_schema(out).remove_metadata() == stored
+    back = pq.read_table(out).to_pylist()
+    assert [r["job"] for r in back] == ["startup", "gemm_bf16_4096"]
+    assert back[1]["power_mw"] == 690000 and back[1]["power_instant_mw"] is None
+    assert not list(tmp_path.glob("*.tmp*")), "atomic write left a temporary file"
+
+
+def test_runs_csv_header_matches_stored_recordings(h200_raw: Path, tmp_path: Path) -> None:
+    tool = load_tool()
+    out = tmp_path / "x_runs.csv"
+    tool.write_runs(str(out), [{"job": "a", "label": "compute", "start": 1.0, "end": 2.0, "steps": 3,
+                                "rate": None, "unit": "-", "energy_j": 5.0, "avg_power_w": 5.0}])
+    with open(h200_raw / "part1_runs.csv") as f:
+        stored_header = next(csv.reader(f))
+    with open(out) as f:
+        rows = list(csv.reader(f))
+    assert rows[0] == stored_header
+    assert rows[1][:3] == ["a", "compute", "1.0"]
+
+
+def test_cpu_smoke_writes_the_three_files(tmp_path: Path, h200_raw: Path) -> None:
+    pytest.importorskip("torch")
+    only = "gemm_fp32_8192,cg_fp64_poisson3d,phase_compute_then_memory,gpt3b_decode_b1_ctx512"
+    p = run_tool({"SMOKE": "1", "DEVICE": "cpu", "OUT": str(tmp_path), "ONLY": only, "TAG": "t"})
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.count("OK   ") == 4
+    with open(tmp_path / "t_runs.csv") as f:
+        runs = list(csv.DictReader(f))
+    # table order, whatever the order in ONLY
+    assert [(r["job"], r["label"]) for r in runs] == [
+        ("gemm_fp32_8192", "compute"), ("gpt3b_decode_b1_ctx512", "memory"),
+        ("cg_fp64_poisson3d", "memory"), ("phase_compute_then_memory", "mixed")]
+    for r in runs:
+        assert float(r["end"]) > float(r["start"]) and int(r["steps"]) >= 1
+    stored = pq.read_schema(h200_raw / "part1_samples_1hz.parquet").remove_metadata()
+    assert pq.read_schema(tmp_path / "t_samples_1hz.parquet").remove_metadata() == stored
+
+
+def test_failing_workload_is_reported_and_the_rest_still_recorded(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    torch = pytest.importorskip("torch")
+    tool = load_tool()
+    cfg = tool.Config.from_env({"SMOKE": "1", "DEVICE": "cpu", "OUT": str(tmp_path), "TAG": "f"})
+
+    def boom(ctx: object) -> object:
+        raise RuntimeError("CUDA out of memory (simulated)")
+    table_ = {w.name: w for w in tool.workloads()}
+    ws = [tool.Workload("boom", "compute", "x", "fails in setup", boom),
+          table_["stream_copy_4GB"]]
+    runner = tool.Runner(cfg, torch, None, None, None, t_start=time.time())
+    assert runner.run(ws) == 1
+    out = capsys.readouterr()
+    assert "FAIL boom" in out.out and "simulated" in out.err
+    assert "OK   stream_copy_4GB" in out.out
+    with open(tmp_path / "f_runs.csv") as f:
+        assert [r["job"] for r in csv.DictReader(f)] == ["stream_copy_4GB"]
