@@ -30,6 +30,7 @@ Env:
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import gc
 import io
@@ -48,7 +49,9 @@ from types import SimpleNamespace
 from typing import Any
 
 LABELS = ("compute", "memory", "mixed", "low", "idle")
-RUN_FIELDS = ["job", "label", "start", "end", "steps", "rate", "unit", "energy_j", "avg_power_w"]
+RUN_FIELDS = ["job", "label", "start", "end", "steps", "rate", "unit", "energy_j", "avg_power_w",
+              "job_id", "user"]
+USERS = ("ayaka", "bruno", "chen", "dana", "emeka", "farah")
 GPM_IDS = {
     "gpm_sm_util": 2, "gpm_sm_occupancy": 3, "gpm_int_util": 4, "gpm_any_tensor_util": 5,
     "gpm_dfma_tensor_util": 6, "gpm_hmma_tensor_util": 7, "gpm_dmma_tensor_util": 8,
@@ -80,6 +83,8 @@ class Config:
     device: str
     deadline: float
     tag: str
+    job_base: int
+    spool: str | None
 
     @staticmethod
     def from_env(env: dict[str, str]) -> Config:
@@ -96,7 +101,9 @@ class Config:
         only = tuple(x.strip() for x in env.get("ONLY", "").split(",") if x.strip())
         return Config(out=env.get("OUT", "/tmp/out"), dur=dur, gap=gap, part=part, parts=parts,
                       only=only, list_only=env.get("LIST", "") not in ("", "0"), smoke=smoke,
-                      device=env.get("DEVICE", "cuda"), deadline=deadline, tag=tag)
+                      device=env.get("DEVICE", "cuda"), deadline=deadline, tag=tag,
+                      job_base=int(env.get("JOB_BASE", str(6000 + 100 * (part or 0)))),
+                      spool=env.get("SPOOL") or None)
 
 
 @dataclass
@@ -1240,6 +1247,8 @@ def read_caps(N: Any, h: Any) -> dict[str, Any]:
         caps["gpm_supported"] = int(N.nvmlGpmQueryDeviceSupport(h).isSupportedDevice)
     except Exception as e:
         caps["gpm_supported"] = f"ERR {e}"
+    mem = _safe(N.nvmlDeviceGetMemoryInfo, h)
+    caps["fb_total_mib"] = mem.total / 2**20 if hasattr(mem, "total") else None
     try:
         fv = N.nvmlDeviceGetFieldValues(h, [N.NVML_FI_DEV_POWER_INSTANT, N.NVML_FI_DEV_POWER_AVERAGE])
         caps["field_power"] = [(f.nvmlReturn, f.value.uiVal) for f in fv]
@@ -1382,6 +1391,9 @@ class Runner:
         self.ctx = Ctx(torch, cfg.device, cfg.smoke or cfg.device == "cpu", cfg.dur)
         self.runs: list[dict[str, Any]] = []
         self.prefix = os.path.join(cfg.out, cfg.tag)
+        self.index = {w.name: i for i, w in enumerate(workloads())}
+        uuid = nvml.nvmlDeviceGetUUID(handle) if nvml is not None else None
+        self.uuid = uuid.decode() if isinstance(uuid, bytes) else uuid
         self._lock = threading.Lock()
         self._flusher_stop = threading.Event()
 
@@ -1417,9 +1429,32 @@ class Runner:
                 pass
         self.torch.backends.cuda.matmul.allow_tf32 = False
 
+    def job_identity(self, w: Workload) -> tuple[str, str]:
+        """Slurm-like job id and user for a workload: stable across runs (JOB_BASE + table index)."""
+        i = self.index[w.name]
+        return str(self.cfg.job_base + i), USERS[i % len(USERS)]
+
+    def write_spool(self, job_id: str | None, user: str | None) -> None:
+        """Act as the Prolog/Epilog would: the GPU -> job file the telemetry daemon reads.
+
+        Same format as wattclass.telemetry.jobmap (kept standalone: this tool runs without wattclass).
+        """
+        if not self.cfg.spool or not self.uuid:
+            return
+        path = os.path.join(self.cfg.spool, f"{self.uuid}.json")
+        if job_id is None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            return
+        doc = {"version": 1, "job_id": job_id, "user": user, "uid": None, "written_at": time.time()}
+        os.makedirs(self.cfg.spool, exist_ok=True)
+        _atomic_bytes(path, (json.dumps(doc, sort_keys=True) + "\n").encode())
+
     def timed(self, w: Workload, job: Job) -> dict[str, Any]:
         c, dur = self.ctx, self.cfg.dur
         c.sync()
+        job_id, user = self.job_identity(w)
+        self.write_spool(job_id, user)
         self.set_job(w.name)
         t0 = c.t0 = time.time()
         e0 = self.energy_mj()
@@ -1431,10 +1466,12 @@ class Runner:
         t1 = time.time()
         e1 = self.energy_mj()
         self.set_job("gap")
+        self.write_spool(None, None)
         energy = (e1 - e0) / 1e3 if e0 is not None and e1 is not None else None
         return {"job": w.name, "label": w.label, "start": t0, "end": t1, "steps": n,
                 "rate": n * job.work / (t1 - t0) if job.work else None, "unit": job.unit,
-                "energy_j": energy, "avg_power_w": energy / (t1 - t0) if energy is not None else None}
+                "energy_j": energy, "avg_power_w": energy / (t1 - t0) if energy is not None else None,
+                "job_id": job_id, "user": user}
 
     def run_one(self, w: Workload) -> bool:
         t_gap = time.time()
