@@ -256,3 +256,64 @@ class SlurmCluster:
             time.sleep(0.1)
         raise ClusterError(f"job {job_id} not {list(states)} after {timeout} s: {job.get('job_state')} "
                            f"{job.get('state_reason')}")
+
+
+# -- the wattclass test rig on top of the cluster ------------------------------------------------
+class WattclassRig:
+    """A cluster with wattclass's job_submit.lua, Prolog and Epilog wired to a filestate backend.
+
+    GPUs are permuted against Slurm's numbering (Slurm GPU j is backend GPU ``SLURM_TO_BACKEND[j]``)
+    so a Prolog that mapped by index order would cap the wrong GPUs.
+    """
+
+    ORDER = [2, 0, 3, 1]  # backend GPU i carries PCI bus ORDER[i]; Slurm index j maps to bus j
+
+    def __init__(self, root: Path, python: str) -> None:
+        from wattclass.plugin.install import render_hook, render_job_submit
+        from wattclass.telemetry.backends.filestate import FileStateBackend
+
+        self.root = Path(root)
+        self.root.chmod(0o755)  # jobs run as other users too (nobody) and must reach out/
+        self.table = self.root / "etc" / "wattclass" / "labels.lua"
+        self.table.parent.mkdir(parents=True, exist_ok=True)
+        self.state = self.root / "gpus.json"
+        self.jobs_dir = self.root / "run" / "jobs"
+        self.caps_dir = self.root / "run" / "caps"
+        self.log = self.root / "log" / "wattclass.log"
+        self.out = self.root / "out"
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.out.chmod(0o1777)
+        self.backend = FileStateBackend.create(self.state, 4, order=self.ORDER)
+        self.gpu_map = self.root / "gpumap.json"
+        self.gpu_map.write_text(json.dumps(
+            {str(j): f"00000000:{0x19 + 0x10 * j:02X}:00.0" for j in range(4)}))
+        self.slurm_to_backend = {j: self.ORDER.index(j) for j in range(4)}
+        args = ["--backend", f"filestate:{self.state}", "--gpu-map", str(self.gpu_map), "--jobs-dir",
+                str(self.jobs_dir), "--state-dir", str(self.caps_dir), "--log", str(self.log)]
+        hooks = self.root / "hooks"
+        hooks.mkdir(exist_ok=True)
+        for kind in ("prolog", "epilog"):
+            (hooks / f"{kind}.sh").write_text(render_hook(kind, python, args))
+            (hooks / f"{kind}.sh").chmod(0o755)
+        self.cluster = SlurmCluster(self.root, job_submit_lua=render_job_submit(self.table),
+                                    prolog=hooks / "prolog.sh", epilog=hooks / "epilog.sh")
+
+    def limits(self) -> dict[int, float]:
+        """Slurm GPU index -> current limit in the fake backend."""
+        doc = json.loads(self.state.read_text())
+        by_index = {int(g["index"]): float(g["limit_w"]) for g in doc["gpus"]}
+        return {j: by_index[b] for j, b in self.slurm_to_backend.items()}
+
+    def snapshot_script(self) -> str:
+        """A job that records the GPU state and job files as seen while it runs."""
+        return ("#!/bin/sh\n"
+                f"cat {self.state} > {self.out}/snap-$SLURM_JOB_ID.json\n"
+                f"echo $SLURM_JOB_GPUS > {self.out}/gpus-$SLURM_JOB_ID.txt\n"
+                f"ls {self.jobs_dir} > {self.out}/jobs-$SLURM_JOB_ID.txt 2>/dev/null\n")
+
+    def seen(self, job_id: str) -> tuple[dict[int, float], list[int]]:
+        """(Slurm GPU -> limit while the job ran, the job's Slurm GPU indices)."""
+        doc = json.loads((self.out / f"snap-{job_id}.json").read_text())
+        by_index = {int(g["index"]): float(g["limit_w"]) for g in doc["gpus"]}
+        gpus = [int(x) for x in (self.out / f"gpus-{job_id}.txt").read_text().strip().split(",") if x]
+        return {j: by_index[b] for j, b in self.slurm_to_backend.items()}, gpus
