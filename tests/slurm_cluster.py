@@ -266,7 +266,7 @@ class WattclassRig:
     so a Prolog that mapped by index order would cap the wrong GPUs.
     """
 
-    ORDER = [2, 0, 3, 1]  # backend GPU i carries PCI bus ORDER[i]; Slurm index j maps to bus j
+    ORDER = (2, 0, 3, 1)  # backend GPU i carries PCI bus ORDER[i]; Slurm index j maps to bus j
 
     def __init__(self, root: Path, python: str) -> None:
         from wattclass.plugin.install import render_hook, render_job_submit
@@ -283,7 +283,7 @@ class WattclassRig:
         self.out = self.root / "out"
         self.out.mkdir(parents=True, exist_ok=True)
         self.out.chmod(0o1777)
-        self.backend = FileStateBackend.create(self.state, 4, order=self.ORDER)
+        self.backend = FileStateBackend.create(self.state, 4, order=list(self.ORDER))
         self.gpu_map = self.root / "gpumap.json"
         self.gpu_map.write_text(json.dumps(
             {str(j): f"00000000:{0x19 + 0x10 * j:02X}:00.0" for j in range(4)}))

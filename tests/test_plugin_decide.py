@@ -61,7 +61,8 @@ def _table(tmp: Path, mode: str) -> Path:
     entries = [TableEntry("user_name", "alice", n, None, lab, conf, 5, src)
                for n, lab, conf, src in zip(NAMES, itertools.cycle(["memory", "compute", "idle", "mixed"]),
                                             itertools.cycle([0.93, 0.5, 0.8, 0.99, 0.79999]),
-                                            itertools.cycle(["rule", "model:v3", "we;ird=src"]), strict=False)]
+                                            itertools.cycle(["rule", "model:v3", "we;ird=src"]),
+                                            strict=False)]
     entries += [TableEntry("user", "bob", None, None, "memory", 0.9, 3, "rule"),
                 TableEntry("user", "carol", None, None, "memory", 0.9, 3, "rule"),
                 TableEntry("account", None, None, "physics", "mixed", 0.85, 9, "rule"),
@@ -77,7 +78,7 @@ def _cases() -> list[dict[str, Any]]:
     parts = [None, "main", "debug", "main,debug"]
     feats = [None, "", "nvme"]
     out = []
-    for u, n, a, p, f in itertools.product(users, NAMES[:6] + [None], accounts, parts, feats):
+    for u, n, a, p, f in itertools.product(users, [*NAMES[:6], None], accounts, parts, feats):
         out.append({"user": u, "name": n, "account": a, "partition": p, "features": f})
     return out
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -57,11 +58,13 @@ def rig() -> Iterator[WattclassRig]:
         r.cluster.start()
     except (ClusterError, OSError, subprocess.SubprocessError) as exc:
         r.cluster.stop()
+        print(r.cluster.logs(), file=sys.stderr)
         if os.environ.get("CI") == "true":
             pytest.fail(f"CI: Slurm cluster did not start: {exc}")
         pytest.skip(f"Slurm cluster did not start: {exc}")
     yield r
     r.cluster.stop()
+    shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture
@@ -208,7 +211,8 @@ def test_user_comment_cannot_set_or_raise_the_cap(fresh: WattclassRig) -> None:
     assert [seen[g] for g in gpus] == [420.0]
     wait_restored(fresh)
     # an unknown job claiming a cap in --comment gets none
-    job_id, job = run_job(fresh, "-J", "never-seen", "--gres=gpu:1", f"--comment={forged.replace('100', '30')}")
+    low = forged.replace("100", "30")
+    job_id, job = run_job(fresh, "-J", "never-seen", "--gres=gpu:1", f"--comment={low}")
     assert_uncapped(fresh, job_id, job)
 
 
@@ -240,7 +244,7 @@ def test_epilog_twice_and_reconcile_restore_defaults(fresh: WattclassRig) -> Non
     from wattclass.plugin.prolog import epilog, reconcile
     from wattclass.telemetry.backends.filestate import FileStateBackend
 
-    job_id, job = run_job(fresh, "-J", "mem-train", "--gres=gpu:1")
+    job_id, _job = run_job(fresh, "-J", "mem-train", "--gres=gpu:1")
     wait_restored(fresh)
     be = FileStateBackend(fresh.state)
     env = {"SLURM_JOB_ID": job_id, "SLURM_JOB_GPUS": "0"}
