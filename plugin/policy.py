@@ -12,63 +12,21 @@ Every error names the file and the key, since a sysadmin reads them.
 
 from __future__ import annotations
 
-import math
 import re
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal
 
 from wattclass.errors import ConfigError
+from wattclass.plugin.caps import Cap, cap_watts, parse_cap
 
 LABELS = ("compute", "memory", "mixed", "idle")
 MODES = ("enforce", "shadow")
 _TOP_KEYS = {"mode", "min_confidence", "caps", "placement", "exempt"}
 _EXEMPT_KEYS = ("accounts", "partitions", "users")
 _FEATURE_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
-_CAP_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(%|[wW])?\s*$")
-
-
-class Cap(NamedTuple):
-    """A cap as written by the sysadmin: ``unit`` "%" (of the default limit) or "W"."""
-
-    value: float
-    unit: Literal["%", "W"]
-
-    def text(self) -> str:
-        """Canonical text for admin_comment: "60%" or "350W" (no spaces, no separators)."""
-        v = int(self.value) if float(self.value).is_integer() else self.value
-        return f"{v}{self.unit}"
-
-
-def parse_cap(value: object, where: str = "cap") -> Cap:
-    """Parse "60%", "350W", "350 W" or a number of watts; raise ConfigError naming ``where``."""
-    if isinstance(value, bool):
-        raise ConfigError(f"{where}: expected \"N%\", \"NW\" or a number of watts, got {value!r}")
-    if isinstance(value, int | float):
-        watts = float(value)
-        unit: Literal["%", "W"] = "W"
-    elif isinstance(value, str) and (m := _CAP_RE.match(value)):
-        watts = float(m.group(1))
-        unit = "%" if m.group(2) == "%" else "W"
-    else:
-        raise ConfigError(f"{where}: expected \"N%\", \"NW\" or a number of watts, got {value!r}")
-    if not math.isfinite(watts) or watts <= 0:
-        raise ConfigError(f"{where}: cap must be positive, got {value!r}")
-    if unit == "%" and watts > 100:
-        raise ConfigError(f"{where}: a cap above 100% of the default limit would raise power: {value!r}")
-    return Cap(watts, unit)
-
-
-def cap_watts(cap: Cap, default_w: float, min_w: float | None, max_w: float | None) -> float:
-    """The limit to set on one GPU: a share of its default limit or watts, clamped to [min, max]."""
-    watts = default_w * cap.value / 100.0 if cap.unit == "%" else cap.value
-    if min_w is not None:
-        watts = max(watts, min_w)
-    if max_w is not None:
-        watts = min(watts, max_w)
-    return round(watts, 3)
 
 
 @dataclass(frozen=True)
@@ -191,3 +149,6 @@ def load_policy(path: Path) -> Policy:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
     return parse_policy(doc, str(path))
+
+
+__all__ = ["LABELS", "MODES", "Cap", "Policy", "cap_watts", "load_policy", "parse_cap", "parse_policy"]

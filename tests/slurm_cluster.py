@@ -268,7 +268,9 @@ class WattclassRig:
 
     ORDER = (2, 0, 3, 1)  # backend GPU i carries PCI bus ORDER[i]; Slurm index j maps to bus j
 
-    def __init__(self, root: Path, python: str) -> None:
+    def __init__(self, root: Path, python: str, run_root: Path | None = None) -> None:
+        """``run_root``: where GPU state, job files and cap records live (default ``root``); the
+        benchmark puts them on tmpfs, as /run/wattclass is on a real node."""
         from wattclass.plugin.install import render_hook, render_job_submit
         from wattclass.telemetry.backends.filestate import FileStateBackend
 
@@ -276,9 +278,10 @@ class WattclassRig:
         self.root.chmod(0o755)  # jobs run as other users too (nobody) and must reach out/
         self.table = self.root / "etc" / "wattclass" / "labels.lua"
         self.table.parent.mkdir(parents=True, exist_ok=True)
-        self.state = self.root / "gpus.json"
-        self.jobs_dir = self.root / "run" / "jobs"
-        self.caps_dir = self.root / "run" / "caps"
+        run = Path(run_root) if run_root is not None else self.root
+        self.state = run / "gpus.json"
+        self.jobs_dir = run / "run" / "jobs"
+        self.caps_dir = run / "run" / "caps"
         self.log = self.root / "log" / "wattclass.log"
         self.out = self.root / "out"
         self.out.mkdir(parents=True, exist_ok=True)
