@@ -304,6 +304,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--slurm-timeout", type=float, default=5.0, help="seconds for squeue")
     p.add_argument("--dry-run", action="store_true",
                    help="read limits and constraints, compute the cap, set nothing (prints the plan)")
+    p.add_argument("--admin-comment", default=None,
+                   help="with --dry-run only: use this decision instead of asking Slurm (GPU machines "
+                   "without Slurm), e.g. 'wattclass:label=memory;conf=0.9;cap=60%%;src=rule;mode=enforce'")
 
 
 def _setup_log(path: Path | None) -> None:
@@ -346,9 +349,14 @@ def run_hook(hook: str, args: argparse.Namespace, env: Mapping[str, str] | None 
                 return 0
             from wattclass.plugin.slurm_commands import CommandSlurmClient
 
-            client = CommandSlurmClient(timeout=args.slurm_timeout)
+            get_comment = CommandSlurmClient(timeout=args.slurm_timeout).admin_comment
+            if args.admin_comment is not None:
+                if not args.dry_run:  # the decision must come from Slurm when caps are applied
+                    raise ConfigError("--admin-comment is only allowed with --dry-run")
+                fixed: str = args.admin_comment
+                get_comment = lambda _job_id: fixed  # noqa: E731
             gpu_map = load_gpu_map(args.gpu_map) if args.gpu_map else discover_gpu_map()
-            plan = prolog(env, backend, client.admin_comment, gpu_map, args.jobs_dir, args.state_dir,
+            plan = prolog(env, backend, get_comment, gpu_map, args.jobs_dir, args.state_dir,
                           dry_run=args.dry_run)
             if args.dry_run:
                 print(json.dumps(plan, indent=2))
