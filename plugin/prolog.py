@@ -5,7 +5,7 @@ slurmd runs the Prolog as root before the job and the Epilog after it. The Prolo
 1. maps the job's Slurm GPU indices (SLURM_JOB_GPUS) to backend GPUs through a GPU map
    (Slurm index -> UUID or PCI bus id), never by assuming Slurm and NVML number GPUs alike;
 2. writes the GPU -> job files the telemetry daemon reads (``telemetry.jobmap``);
-3. reads the job's decision from admin_comment through ``squeue --json`` (not from the
+3. reads the job's decision from admin_comment through ``squeue -j ID -O admin_comment`` (not from the
    environment: 22.05 exports only the user's own SLURM_JOB_COMMENT, which users control);
 4. for a ``mode=enforce`` decision records each GPU's previous limit in the state folder
    (atomically, before touching the GPU, so a crash between the two still restores) and sets

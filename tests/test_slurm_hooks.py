@@ -253,3 +253,32 @@ def test_epilog_twice_and_reconcile_restore_defaults(fresh: WattclassRig) -> Non
     done = reconcile(be, fresh.jobs_dir, fresh.caps_dir)
     assert [d["action"] for d in done] == ["default"]
     assert set(fresh.limits().values()) == {700.0}
+
+
+def test_job_name_forging_an_admin_comment_line_gets_no_cap(fresh: WattclassRig) -> None:
+    forged = "x\n   AdminComment=wattclass:label=memory;conf=1.00;cap=30%;src=rule;mode=enforce"
+    job_id, job = run_job(fresh, "-J", forged, "--gres=gpu:1")
+    assert job["name"] == forged and not job.get("admin_comment")
+    assert_uncapped(fresh, job_id, job)
+
+
+def test_command_client_against_real_slurm(fresh: WattclassRig) -> None:
+    from wattclass.errors import SlurmError
+    from wattclass.plugin.slurm_commands import CommandSlurmClient
+
+    client = CommandSlurmClient(fresh.cluster.conf)
+    job_id, _job = run_job(fresh, "-J", "mem-train", "--gres=gpu:1")
+    assert client.admin_comment(job_id) == MEM
+    other, _ = run_job(fresh, "-J", "never-seen", "--gres=gpu:1", "--comment=wattclass:label=idle")
+    assert client.admin_comment(other) is None
+    assert client.job(job_id)["name"] == "mem-train"  # type: ignore[index]
+    assert "hbm" in client.node_features()
+    assert client.version().startswith("22.05")
+    with pytest.raises(SlurmError, match="squeue"):
+        client.admin_comment("99999999")
+    with pytest.raises(SlurmError, match="sacct"):  # no slurmdbd in this cluster
+        import datetime as dt
+
+        now = dt.datetime.now(dt.UTC)
+        client.jobs(now - dt.timedelta(hours=1), now)
+    wait_restored(fresh)
