@@ -107,8 +107,9 @@ def _policy_explain(args: argparse.Namespace) -> int:
 
 
 def _hook(args: argparse.Namespace) -> int:
-    from wattclass.plugin.prolog import run_hook
+    from wattclass.plugin.prolog import run_hook, setup_log
 
+    setup_log(args.log, stderr=False)  # the CLI already logs to stderr
     return run_hook(args.hook, args)
 
 

@@ -309,8 +309,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "without Slurm), e.g. 'wattclass:label=memory;conf=0.9;cap=60%%;src=rule;mode=enforce'")
 
 
-def _setup_log(path: Path | None) -> None:
-    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+def setup_log(path: Path | None, stderr: bool = True) -> None:
+    """Log to ``path`` (appended; slurmd discards hook output) and optionally stderr."""
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)] if stderr else []
     if path is not None:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -320,7 +321,8 @@ def _setup_log(path: Path | None) -> None:
     root = logging.getLogger("wattclass")
     root.setLevel(logging.INFO)
     for h in handlers:
-        h.setFormatter(logging.Formatter("%(asctime)s %(levelname)s wattclass-%(hook)s: %(message)s"))
+        h.setFormatter(logging.Formatter("%(asctime)s %(levelname)s wattclass-%(hook)s: %(message)s",
+                                         defaults={"hook": "plugin"}))
         root.addHandler(h)
 
 
@@ -376,7 +378,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("hook", choices=("prolog", "epilog", "reconcile"))
     add_arguments(parser)
     args = parser.parse_args(argv)
-    _setup_log(args.log)
+    setup_log(args.log)
     return run_hook(args.hook, args)
 
 
