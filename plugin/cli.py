@@ -1,10 +1,133 @@
-"""Subcommands of this component (filled in by its issue)."""
+"""``wattclass policy ...`` and ``wattclass plugin ...`` subcommands.
+
+Heavy or hook-specific imports happen inside handlers so ``wattclass --help`` stays quick.
+"""
 
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 from typing import Any
+
+from wattclass.output import emit
 
 
 def register(sub: argparse._SubParsersAction[Any]) -> None:
-    """Add this component's subcommands to ``wattclass``."""
+    """Add ``policy`` and ``plugin`` to ``wattclass``."""
+    pol = sub.add_parser("policy", help="check and explain the power policy")
+    psub = pol.add_subparsers(dest="policy_command", metavar="ACTION", required=True)
+    chk = psub.add_parser("check", help="validate a policy file")
+    chk.add_argument("file", type=Path)
+    chk.add_argument("--json", action="store_true")
+    chk.set_defaults(func=_policy_check)
+    exp = psub.add_parser("explain", help="what would happen to a job and why")
+    exp.add_argument("--policy", type=Path, required=True, help="policy TOML")
+    exp.add_argument("--table", type=Path, required=True, help="label table (labels.lua)")
+    exp.add_argument("--user", required=True)
+    exp.add_argument("--name", required=True, help="job name")
+    exp.add_argument("--account")
+    exp.add_argument("--partition")
+    exp.add_argument("--constraint", help="the job's own --constraint, if any")
+    exp.add_argument("--json", action="store_true")
+    exp.set_defaults(func=_policy_explain)
+
+    plug = sub.add_parser("plugin", help="Slurm hooks: prolog, epilog, reconcile, install files")
+    gsub = plug.add_subparsers(dest="plugin_command", metavar="ACTION", required=True)
+    from wattclass.plugin.prolog import add_arguments
+
+    for hook, text in (("prolog", "apply the job's power cap (slurmd Prolog)"),
+                       ("epilog", "restore the job's GPUs (slurmd Epilog)"),
+                       ("reconcile", "restore defaults on GPUs no job holds (boot, daemon start)")):
+        hp = gsub.add_parser(hook, help=text)
+        add_arguments(hp)
+        hp.set_defaults(func=_hook, hook=hook)
+    lua = gsub.add_parser("install-lua", help="write job_submit.lua reading a given label table")
+    lua.add_argument("--table", type=Path, default=Path("/etc/slurm/wattclass/labels.lua"))
+    lua.add_argument("--dest", type=Path, required=True, help="e.g. /etc/slurm/job_submit.lua")
+    lua.set_defaults(func=_install_lua)
+    hk = gsub.add_parser("install-hooks", help="write the Prolog/Epilog wrappers")
+    hk.add_argument("--dest", type=Path, required=True, help="folder, e.g. /etc/slurm/wattclass")
+    hk.add_argument("--python", default=sys.executable, help="absolute interpreter path")
+    hk.add_argument("--hook-args", default="--backend nvml --log /var/log/wattclass/plugin.log",
+                    help="arguments for `python -m wattclass.plugin.prolog HOOK`")
+    hk.set_defaults(func=_install_hooks)
+
+
+def _policy_check(args: argparse.Namespace) -> int:
+    from wattclass.plugin.policy import load_policy
+
+    pol = load_policy(args.file)
+    data = {"file": str(args.file), "valid": True, **pol.table_dict()}
+    emit(data, args.json, lambda d: f"{d['file']}: valid (mode {d['mode']}, min_confidence "
+         f"{d['min_confidence']}, {len(d['decisions'])} labels with decisions)")
+    return 0
+
+
+_REASONS = {
+    "no_table": "no usable label table: the job is left as submitted",
+    "exempt_user": "the user is exempt",
+    "exempt_account": "the account is exempt",
+    "exempt_partition": "the partition is exempt",
+    "unknown_job": "no label for this user + name, user or account",
+    "low_confidence": "the label's confidence is below min_confidence",
+    "no_decision": "the policy has no cap or features for this label",
+    "shadow": "shadow mode: decided and logged, nothing changes",
+    "enforce": "enforce mode: the Prolog caps the job's GPUs",
+}
+
+
+def _policy_explain(args: argparse.Namespace) -> int:
+    from wattclass.plugin.decide import decide
+    from wattclass.plugin.labeltable import read_label_table
+    from wattclass.plugin.policy import load_policy
+
+    pol = load_policy(args.policy)
+    table = dict(read_label_table(args.table))
+    # The policy file is the sysadmin's current intent; the table's embedded copy may be older.
+    table["policy"] = pol.table_dict(
+        (table.get("policy") or {}).get("features_available") if table.get("policy") else None)
+    d = decide(table, args.user, args.name, args.account, args.partition, args.constraint)
+    data = {**d._asdict(), "why": _REASONS.get(d.reason, d.reason)}
+
+    def human(x: dict[str, Any]) -> str:
+        lines = [f"decision: {x['status']} ({x['why']})"]
+        if x["label"]:
+            lines.append(f"label: {x['label']} confidence {x['confidence']:.2f} from {x['key']} key "
+                         f"(source {x['source']})")
+        if x["cap"]:
+            lines.append(f"cap: {x['cap']} (per GPU, of its default limit when a %, clamped to min/max)")
+        if x["admin_comment"]:
+            lines.append(f"admin_comment: {x['admin_comment']}")
+        lines.append(f"features added: {x['features'] or 'none'}")
+        return "\n".join(lines)
+
+    emit(data, args.json, human)
+    return 0
+
+
+def _hook(args: argparse.Namespace) -> int:
+    from wattclass.plugin.prolog import run_hook, setup_log
+
+    setup_log(args.log, stderr=False)  # the CLI already logs to stderr
+    return run_hook(args.hook, args)
+
+
+def _install_lua(args: argparse.Namespace) -> int:
+    from wattclass.fsutil import atomic_write_text
+    from wattclass.plugin.install import render_job_submit
+
+    atomic_write_text(args.dest, render_job_submit(args.table), mode=0o644)
+    print(f"wrote {args.dest} (label table {args.table})")
+    return 0
+
+
+def _install_hooks(args: argparse.Namespace) -> int:
+    from wattclass.fsutil import atomic_write_text
+    from wattclass.plugin.install import render_hook
+
+    for kind in ("prolog", "epilog"):
+        dest = args.dest / f"{kind}.sh"
+        atomic_write_text(dest, render_hook(kind, args.python, args.hook_args.split()), mode=0o755)
+        print(f"wrote {dest}")
+    return 0

@@ -25,12 +25,14 @@ be data. Written atomically (temp file + rename), mode 0644.
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import math
+import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
-from wattclass.errors import ConfigError
+from wattclass.errors import ConfigError, DataError
 from wattclass.fsutil import atomic_write_text
 
 TABLE_VERSION = 1
@@ -146,3 +148,125 @@ def write_label_table(
 ) -> None:
     """Write the table atomically to ``path`` (mode 0644; job_submit.lua refuses writable-by-others)."""
     atomic_write_text(Path(path), render_table(build_table(entries, policy, generated_at)), mode=0o644)
+
+
+# -- reading (policy explain, tests) ---------------------------------------------------------
+_LUA_TOKEN = re.compile(
+    r"""\s*(?:
+      (?P<comment>--[^\n]*)
+    | (?P<string>"(?:[^"\\\n]|\\[0-9]{1,3}|\\[\\"'nrt])*")
+    | (?P<number>-?(?:[0-9]+\.?[0-9]*(?:[eE][-+]?[0-9]+)?|\.[0-9]+(?:[eE][-+]?[0-9]+)?))
+    | (?P<word>[A-Za-z_][A-Za-z0-9_]*)
+    | (?P<punct>[{}\[\]=,;])
+    )""",
+    re.VERBOSE,
+)
+_ESCAPES = {"n": 10, "r": 13, "t": 9, "\\": 92, '"': 34, "'": 39}
+
+
+def _unlua_string(lit: str) -> str:
+    out = bytearray()
+    body, i = lit[1:-1], 0
+    while i < len(body):
+        c = body[i]
+        if c != "\\":
+            out += c.encode("utf-8")
+            i += 1
+            continue
+        nxt = body[i + 1]
+        if nxt.isdigit():
+            j = i + 1
+            while j < len(body) and j < i + 4 and body[j].isdigit():
+                j += 1
+            out.append(int(body[i + 1 : j]))
+            i = j
+        else:
+            out.append(_ESCAPES[nxt])
+            i += 2
+    return out.decode("utf-8", errors="replace")
+
+
+def parse_lua_table(text: str, source: str = "<label table>") -> Any:
+    """Parse the subset of Lua that ``render_table`` writes (``return`` + a literal) into Python.
+
+    Tables with only positional items become lists; others dicts. Not a Lua interpreter: anything
+    outside the subset (calls, operators) is a DataError naming ``source``.
+    """
+    toks: list[tuple[str, str]] = []
+    pos = 0
+    text = text.rstrip()
+    while pos < len(text):
+        m = _LUA_TOKEN.match(text, pos)
+        if not m or m.end() == pos:
+            raise DataError(f"{source}: cannot parse label table near byte {pos}")
+        pos = m.end()
+        kind = m.lastgroup or ""
+        if kind != "comment":
+            toks.append((kind, m.group(kind)))
+    it = itertools.chain(toks, itertools.repeat(("eof", "")))
+    cur = [next(it)]
+
+    def take(kind: str | None = None, value: str | None = None) -> tuple[str, str]:
+        tok = cur[0]
+        if (kind and tok[0] != kind) or (value is not None and tok[1] != value):
+            raise DataError(f"{source}: unexpected {tok[1] or 'end of file'!r} in label table")
+        cur[0] = next(it)
+        return tok
+
+    def value() -> Any:
+        kind, text_ = cur[0]
+        if kind == "string":
+            take()
+            return _unlua_string(text_)
+        if kind == "number":
+            take()
+            return float(text_) if any(c in text_ for c in ".eE") else int(text_)
+        if kind == "word" and text_ in ("true", "false", "nil"):
+            take()
+            return {"true": True, "false": False, "nil": None}[text_]
+        if kind == "punct" and text_ == "{":
+            return table()
+        raise DataError(f"{source}: unexpected {text_ or 'end of file'!r} in label table")
+
+    def table() -> Any:
+        take("punct", "{")
+        items: list[Any] = []
+        mapping: dict[Any, Any] = {}
+        while cur[0] != ("punct", "}"):
+            kind, text_ = cur[0]
+            if (kind, text_) == ("punct", "["):
+                take()
+                key = value()
+                take("punct", "]")
+                take("punct", "=")
+                mapping[key] = value()
+            elif kind == "word" and text_ not in ("true", "false", "nil"):
+                take()
+                take("punct", "=")
+                mapping[text_] = value()
+            else:
+                items.append(value())
+            if cur[0][0] == "punct" and cur[0][1] in (",", ";"):
+                take()
+        take("punct", "}")
+        if items and mapping:
+            raise DataError(f"{source}: mixed list and map table in label table")
+        return items if items else mapping
+
+    take("word", "return")
+    result = value()
+    take("eof")
+    return result
+
+
+def read_label_table(path: Path) -> dict[str, Any]:
+    """Read a label table written by ``write_label_table`` back into the dict build_table made."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise DataError(f"{path}: label table not found") from exc
+    table = parse_lua_table(text, str(path))
+    if not isinstance(table, dict) or table.get("version") != TABLE_VERSION:
+        raise DataError(f"{path}: not a version {TABLE_VERSION} wattclass label table")
+    return table

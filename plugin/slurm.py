@@ -15,11 +15,12 @@ from __future__ import annotations
 import abc
 import datetime as dt
 from pathlib import Path
-from typing import NamedTuple
-
-import pandas as pd
+from typing import TYPE_CHECKING, NamedTuple
 
 from wattclass.errors import DataError
+
+if TYPE_CHECKING:  # pandas is imported inside functions: the Prolog imports this module and must
+    import pandas as pd  # start fast (no pandas on its path).
 
 
 class JobRecord(NamedTuple):
@@ -48,10 +49,14 @@ class SlurmClient(abc.ABC):
 
     def jobs_frame(self, start: dt.datetime, end: dt.datetime) -> pd.DataFrame:
         """The same records as a DataFrame with columns JOB_COLUMNS."""
+        import pandas as pd
+
         return pd.DataFrame(self.jobs(start, end), columns=list(JOB_COLUMNS))
 
 
 def _ts(value: object) -> dt.datetime | None:
+    import pandas as pd
+
     if value is None or (isinstance(value, float) and pd.isna(value)) or value is pd.NaT:
         return None
     t = pd.Timestamp(value)  # type: ignore[arg-type]
@@ -69,6 +74,8 @@ class JobsFileClient(SlurmClient):
     """
 
     def __init__(self, path: Path) -> None:
+        import pandas as pd
+
         self.path = Path(path)
         try:
             if self.path.suffix == ".parquet":
@@ -111,6 +118,8 @@ class JobsFileClient(SlurmClient):
 
 
 def _str(value: object) -> str | None:
+    import pandas as pd
+
     if value is None or (isinstance(value, float) and pd.isna(value)):
         return None
     return str(value)

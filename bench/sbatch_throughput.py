@@ -1,0 +1,113 @@
+"""sbatch throughput with and without wattclass's job_submit.lua (target: with >= 97% of without).
+
+Starts two real one-node Slurm 22.05 clusters side by side (tests/slurm_cluster.py), one with
+the plugin and one without, and submits N held jobs to each one after another (sequential, like a
+user's loop), alternating between the clusters in random order so that load from other
+processes on the machine hits both alike; reports submissions per second per cluster. Held
+jobs never run, so only submission is measured. The label table holds ``--entries`` keys so the
+lookup works on a realistic table; half the job names hit it.
+
+    python bench/sbatch_throughput.py [--jobs 1000] [--rounds 2] [--entries 20000] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from slurm_cluster import SlurmCluster
+
+from wattclass.plugin.install import render_job_submit
+from wattclass.plugin.labeltable import TableEntry, write_label_table
+from wattclass.plugin.policy import parse_policy
+
+
+def make_cluster(root: Path, with_plugin: bool, entries: int) -> SlurmCluster:
+    lua = None
+    if with_plugin:
+        table = root / "labels" / "labels.lua"
+        table.parent.mkdir(parents=True)
+        pol = parse_policy({"mode": "enforce", "caps": {"memory": "60%"},
+                            "placement": {"memory": {"features": ["hbm"]}}})
+        ents = [TableEntry("user_name", "root", f"job-{i}", None, "memory", 0.95, 3, "rule")
+                for i in range(entries)]
+        write_label_table(table, ents, pol.table_dict({"hbm"}))
+        lua = render_job_submit(table)
+    return SlurmCluster(root, job_submit_lua=lua)
+
+
+def submit(c: SlurmCluster, name: str) -> float:
+    t0 = time.perf_counter()
+    subprocess.run(["sbatch", "-H", "-o", "/dev/null", "-J", name, "--gres=gpu:1"],
+                   input="#!/bin/sh\ntrue\n", env=c.env, capture_output=True, check=True,
+                   text=True, timeout=30)
+    return time.perf_counter() - t0
+
+
+def run_round(jobs: int, entries: int, seed: int) -> dict[str, float]:
+    """Both clusters up at once; submissions alternate in random order so machine noise hits both."""
+    rng = random.Random(seed)
+    roots = {v: Path(tempfile.mkdtemp(prefix=f"wattclass-bench-{v}-")) for v in ("without", "with")}
+    clusters = {v: make_cluster(roots[v], v == "with", entries) for v in roots}
+    try:
+        for c in clusters.values():
+            c.start()
+        for c in clusters.values():
+            c.sbatch("-H", "-o", "/dev/null", "-J", "warmup")
+        spent = {"without": 0.0, "with": 0.0}
+        for i in range(jobs):
+            name = f"job-{i}" if i % 2 == 0 else f"unknown-{i}"
+            order = ["without", "with"]
+            rng.shuffle(order)
+            for v in order:
+                spent[v] += submit(clusters[v], name)
+        job = clusters["with"].job(clusters["with"].sbatch("-H", "-o", "/dev/null", "-J", "job-0"))
+        if not job.get("admin_comment"):
+            raise RuntimeError("plugin did not label a known job: the benchmark measured nothing")
+        return {v: jobs / t for v, t in spent.items()}
+    finally:
+        for c in clusters.values():
+            c.stop()
+        for r in roots.values():
+            shutil.rmtree(r, ignore_errors=True)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--jobs", type=int, default=1000)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--entries", type=int, default=20000)
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    rates: dict[str, list[float]] = {"without": [], "with": []}
+    for r in range(a.rounds):
+        got = run_round(a.jobs, a.entries, seed=r)
+        for v, rate in got.items():
+            rates[v].append(round(rate, 1))
+    med = {k: statistics.median(v) for k, v in rates.items()}
+    out = {"jobs": a.jobs, "rounds": a.rounds, "table_entries": a.entries, "rates_per_s": rates,
+           "median_without": round(med["without"], 1), "median_with": round(med["with"], 1),
+           "ratio": round(med["with"] / med["without"], 4), "target": 0.97}
+    out["ratio_per_round"] = [round(w / wo, 4) for w, wo in zip(rates["with"], rates["without"], strict=True)]
+    out["pass"] = out["ratio"] >= 0.97
+    if a.json:
+        print(json.dumps(out, indent=2))
+    else:
+        print(f"sbatch/s without plugin {out['median_without']}, with plugin {out['median_with']} "
+              f"({a.jobs} sequential submissions x {a.rounds} rounds, {a.entries}-entry table): "
+              f"ratio {out['ratio']:.3f} (target >= 0.97) {'PASS' if out['pass'] else 'FAIL'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,58 @@
+"""Render the installable hook files with site paths filled in.
+
+job_submit.lua and the Prolog/Epilog wrappers carry their configuration in one line each at the
+top, so a sysadmin can read them; these functions rewrite exactly those lines (the values are
+written as a Lua string literal / a single-quoted shell word, so no path can inject code).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from importlib import resources
+from pathlib import Path
+
+from wattclass.errors import ConfigError
+from wattclass.plugin.labeltable import lua_string
+
+_LUA_LINE = re.compile(r'^local LABEL_TABLE = ".*"$', re.MULTILINE)
+_REPO_DEPLOY = Path(__file__).resolve().parent.parent / "deploy" / "slurm"
+
+
+def job_submit_source() -> str:
+    """The packaged job_submit.lua."""
+    return resources.files("wattclass.plugin").joinpath("job_submit.lua").read_text(encoding="utf-8")
+
+
+def render_job_submit(table_path: Path | str) -> str:
+    """job_submit.lua reading the label table at ``table_path``."""
+    src = job_submit_source()
+    if len(_LUA_LINE.findall(src)) != 1:
+        raise ConfigError("job_submit.lua: expected exactly one `local LABEL_TABLE = ...` line")
+    return _LUA_LINE.sub(lambda _m: f"local LABEL_TABLE = {lua_string(str(table_path))}", src)
+
+
+def hook_template(kind: str) -> str:
+    """deploy/slurm/{prolog,epilog}.sh from the package (installed) or the source tree."""
+    if kind not in ("prolog", "epilog"):
+        raise ConfigError(f"unknown hook {kind!r}")
+    try:
+        return resources.files("wattclass.deploy").joinpath(f"slurm/{kind}.sh").read_text(encoding="utf-8")
+    except (FileNotFoundError, ModuleNotFoundError):
+        return (_REPO_DEPLOY / f"{kind}.sh").read_text(encoding="utf-8")
+
+
+def render_hook(kind: str, python: str, args: list[str]) -> str:
+    """The wrapper with ``PYTHON`` and ``WATTCLASS_ARGS`` set (``python`` must be absolute)."""
+    if not python.startswith("/"):
+        raise ConfigError(f"--python {python!r}: slurmd has no PATH, give an absolute path")
+    for a in args:
+        if any(c in a for c in " \t\n'\"\\$`"):
+            raise ConfigError(f"hook argument {a!r}: spaces and shell characters are not allowed")
+    src = hook_template(kind)
+    src, n1 = re.subn(r"^PYTHON=.*$", lambda _m: f"PYTHON={shlex.quote(python)}", src, flags=re.MULTILINE)
+    src, n2 = re.subn(r"^WATTCLASS_ARGS=.*$", lambda _m: f'WATTCLASS_ARGS="{" ".join(args)}"', src,
+                      flags=re.MULTILINE)
+    if n1 != 1 or n2 != 1:
+        raise ConfigError(f"{kind}.sh: expected one PYTHON= and one WATTCLASS_ARGS= line")
+    return src

@@ -1,0 +1,154 @@
+"""The sysadmin's power policy (TOML): validated once at load, then plain data.
+
+The policy says what a label means for a job: a power cap (watts or a share of the GPU's
+default limit), placement features, who is exempt, and whether to act at all (``shadow`` mode
+decides and logs but changes nothing). It is read by ``wattclass policy check/explain`` and by the
+nightly run, which embeds ``Policy.table_dict()`` into the Lua label table so job_submit.lua never
+parses TOML. Caps travel as text ("60%", "350W") in admin_comment; the Prolog turns them into
+watts per GPU with ``cap_watts`` because only there is the GPU's default limit known.
+
+Every error names the file and the key, since a sysadmin reads them.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from wattclass.errors import ConfigError
+from wattclass.plugin.caps import Cap, cap_watts, parse_cap
+
+LABELS = ("compute", "memory", "mixed", "idle")
+MODES = ("enforce", "shadow")
+_TOP_KEYS = {"mode", "min_confidence", "caps", "placement", "exempt"}
+_EXEMPT_KEYS = ("accounts", "partitions", "users")
+_FEATURE_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A validated policy. Build with ``load_policy`` or ``parse_policy``."""
+
+    mode: Literal["enforce", "shadow"] = "shadow"
+    min_confidence: float = 0.8
+    caps: dict[str, Cap] = field(default_factory=dict)
+    features: dict[str, list[str]] = field(default_factory=dict)
+    exempt_accounts: frozenset[str] = frozenset()
+    exempt_partitions: frozenset[str] = frozenset()
+    exempt_users: frozenset[str] = frozenset()
+    source: str = "<policy>"
+
+    def table_dict(self, available_features: Iterable[str] | None = None) -> dict[str, Any]:
+        """Plain data for the label table's ``policy`` key (read by job_submit.lua).
+
+        ``available_features``: the features that exist on some node (from sinfo). Only those are
+        offered to Lua, since adding an unknown feature makes sbatch fail. None keeps them all.
+        """
+        avail = None if available_features is None else set(available_features)
+        decisions: dict[str, Any] = {}
+        for label in LABELS:
+            if label not in self.caps and label not in self.features:
+                continue
+            feats = [f for f in self.features.get(label, []) if avail is None or f in avail]
+            cap = self.caps.get(label)
+            decisions[label] = {"cap": cap.text() if cap else None, "features": feats}
+        all_feats = sorted({f for fs in self.features.values() for f in fs})
+        return {
+            "mode": self.mode,
+            "min_confidence": self.min_confidence,
+            "decisions": decisions,
+            "features_available": {f: True for f in all_feats if avail is None or f in avail},
+            "exempt": {
+                "accounts": {a: True for a in sorted(self.exempt_accounts)},
+                "partitions": {p: True for p in sorted(self.exempt_partitions)},
+                "users": {u: True for u in sorted(self.exempt_users)},
+            },
+        }
+
+
+def _str_list(value: object, where: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise ConfigError(f"{where}: expected a list of non-empty strings, got {value!r}")
+    return list(value)
+
+
+def parse_policy(doc: Mapping[str, Any], source: str = "<policy>") -> Policy:
+    """Validate a parsed TOML document; errors read ``<source>: <key>: <problem>``."""
+    unknown = sorted(set(doc) - _TOP_KEYS)
+    if unknown:
+        raise ConfigError(f"{source}: unknown key {unknown[0]!r} (known: {', '.join(sorted(_TOP_KEYS))})")
+    mode = doc.get("mode", "shadow")
+    if mode not in MODES:
+        raise ConfigError(f"{source}: mode: expected \"enforce\" or \"shadow\", got {mode!r}")
+    mc = doc.get("min_confidence", 0.8)
+    if isinstance(mc, bool) or not isinstance(mc, int | float) or not 0.0 <= float(mc) <= 1.0:
+        raise ConfigError(f"{source}: min_confidence: expected a number in [0, 1], got {mc!r}")
+
+    caps_doc = doc.get("caps", {})
+    if not isinstance(caps_doc, dict):
+        raise ConfigError(f"{source}: caps: expected a table")
+    caps: dict[str, Cap] = {}
+    for label, value in caps_doc.items():
+        if label not in LABELS:
+            raise ConfigError(f"{source}: caps.{label}: unknown label (known: {', '.join(LABELS)})")
+        caps[label] = parse_cap(value, f"{source}: caps.{label}")
+
+    placement = doc.get("placement", {})
+    if not isinstance(placement, dict):
+        raise ConfigError(f"{source}: placement: expected a table of [placement.<label>]")
+    features: dict[str, list[str]] = {}
+    for label, sect in placement.items():
+        where = f"{source}: placement.{label}"
+        if label not in LABELS:
+            raise ConfigError(f"{where}: unknown label (known: {', '.join(LABELS)})")
+        if not isinstance(sect, dict):
+            raise ConfigError(f"{where}: expected a table with key features")
+        extra = sorted(set(sect) - {"features"})
+        if extra:
+            raise ConfigError(f"{where}: unknown key {extra[0]!r} (known: features)")
+        feats = _str_list(sect.get("features", []), f"{where}.features")
+        for f in feats:
+            if not _FEATURE_RE.match(f):
+                raise ConfigError(f"{where}.features: {f!r} is not a Slurm feature name")
+        features[label] = feats
+
+    exempt = doc.get("exempt", {})
+    if not isinstance(exempt, dict):
+        raise ConfigError(f"{source}: exempt: expected a table")
+    extra = sorted(set(exempt) - set(_EXEMPT_KEYS))
+    if extra:
+        raise ConfigError(f"{source}: exempt: unknown key {extra[0]!r} (known: {', '.join(_EXEMPT_KEYS)})")
+    lists = {k: frozenset(_str_list(exempt.get(k, []), f"{source}: exempt.{k}")) for k in _EXEMPT_KEYS}
+    return Policy(
+        mode=mode,
+        min_confidence=float(mc),
+        caps=caps,
+        features=features,
+        exempt_accounts=lists["accounts"],
+        exempt_partitions=lists["partitions"],
+        exempt_users=lists["users"],
+        source=source,
+    )
+
+
+def load_policy(path: Path) -> Policy:
+    """Read and validate a policy file."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError as exc:
+        raise ConfigError(f"{path}: policy file not found") from exc
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read policy file: {exc.strerror}") from exc
+    try:
+        doc = tomllib.loads(raw.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+    return parse_policy(doc, str(path))
+
+
+__all__ = ["LABELS", "MODES", "Cap", "Policy", "cap_watts", "load_policy", "parse_cap", "parse_policy"]

@@ -1,0 +1,386 @@
+"""Prolog / Epilog / reconcile: apply a job's power cap on its GPUs and undo it afterwards.
+
+slurmd runs the Prolog as root before the job and the Epilog after it. The Prolog
+
+1. maps the job's Slurm GPU indices (SLURM_JOB_GPUS) to backend GPUs through a GPU map
+   (Slurm index -> UUID or PCI bus id), never by assuming Slurm and NVML number GPUs alike;
+2. writes the GPU -> job files the telemetry daemon reads (``telemetry.jobmap``);
+3. reads the job's decision from admin_comment through ``squeue -j ID -O admin_comment`` (not from the
+   environment: 22.05 exports only the user's own SLURM_JOB_COMMENT, which users control);
+4. for a ``mode=enforce`` decision records each GPU's previous limit in the state folder
+   (atomically, before touching the GPU, so a crash between the two still restores) and sets
+   the cap, computed per GPU from its default limit and clamped to its min/max.
+
+Invariant: a failing Prolog drains the node, so ``main`` exits 0 on any wattclass error and logs
+it with the job id. This module imports only the standard library and light wattclass modules
+(no pandas) to keep the Prolog fast; ``python -m wattclass.plugin.prolog`` skips the CLI's
+other components.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import os
+import re
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from wattclass.errors import ConfigError, DataError, GpuError, WattclassError
+from wattclass.fsutil import atomic_write_text, refuse_if_others_can_write
+from wattclass.plugin.caps import Cap, cap_watts, parse_cap
+from wattclass.plugin.decide import COMMENT_PREFIX
+from wattclass.telemetry.backends.base import GpuBackend, GpuInfo
+from wattclass.telemetry.jobmap import DEFAULT_SPOOL, JobAssignment, read_job_file, write_job_file
+
+log = logging.getLogger("wattclass.plugin.prolog")
+
+DEFAULT_STATE = Path("/run/wattclass/caps")
+DEFAULT_LOG = Path("/var/log/wattclass/plugin.log")
+PROC_GPUS = Path("/proc/driver/nvidia/gpus")
+LABELS = ("compute", "memory", "mixed", "idle")  # as in policy.LABELS (not imported: start-up time)
+MODES = ("enforce", "shadow")
+_UUID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+class Comment(NamedTuple):
+    """The wattclass token of an admin_comment."""
+
+    label: str
+    confidence: float
+    cap: Cap | None
+    source: str
+    mode: str
+
+
+def parse_admin_comment(text: str | None) -> Comment | None:
+    """Parse ``wattclass:label=..;conf=..;cap=..;src=..;mode=..``; None if absent or malformed."""
+    if not text:
+        return None
+    token = next((t for t in text.split() if t.startswith(COMMENT_PREFIX)), None)
+    if token is None:
+        return None
+    fields: dict[str, str] = {}
+    for part in token[len(COMMENT_PREFIX):].split(";"):
+        key, sep, value = part.partition("=")
+        if not sep or key in fields:
+            return None
+        fields[key] = value
+    try:
+        label, mode = fields["label"], fields["mode"]
+        conf = float(fields["conf"])
+        cap = parse_cap(fields["cap"], "admin_comment cap") if "cap" in fields else None
+    except (KeyError, ValueError, ConfigError):
+        return None
+    if label not in LABELS or mode not in MODES:
+        return None
+    return Comment(label, conf, cap, fields.get("src", ""), mode)
+
+
+# -- GPU mapping -------------------------------------------------------------------------------
+def load_gpu_map(path: Path) -> dict[str, str]:
+    """A JSON object {slurm_gpu_index: uuid or PCI bus id}, written by the site (refused if unsafe)."""
+    path = Path(path)
+    try:
+        refuse_if_others_can_write(path)
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise ConfigError(f"{path}: GPU map not found") from exc
+    except ValueError as exc:
+        raise ConfigError(f"{path}: GPU map is not JSON: {exc}") from exc
+    if not isinstance(doc, dict) or not all(isinstance(v, str) for v in doc.values()):
+        raise ConfigError(f"{path}: GPU map must be an object {{\"0\": \"GPU-uuid or PCI bus id\"}}")
+    return {str(k): v for k, v in doc.items()}
+
+
+def discover_gpu_map(proc_root: Path = PROC_GPUS) -> dict[str, str]:
+    """Slurm index -> PCI bus id from the NVIDIA driver's /proc: index i is /dev/nvidia<i>.
+
+    This holds for gres.conf ``File=/dev/nvidia[0-N]`` (Slurm numbers GPUs in File order and the
+    device minor is the N of /dev/nvidiaN); other layouts need an explicit ``--gpu-map``.
+    """
+    out: dict[str, str] = {}
+    for info in sorted(Path(proc_root).glob("*/information")):
+        for line in info.read_text(errors="replace").splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "Device Minor":
+                out[value.strip()] = info.parent.name
+    if not out:
+        raise ConfigError(f"{proc_root}: no NVIDIA GPUs found; pass --gpu-map")
+    return out
+
+
+def resolve_gpus(backend: GpuBackend, slurm_gpus: str, gpu_map: Mapping[str, str]) -> list[GpuInfo]:
+    """The backend GPUs behind SLURM_JOB_GPUS ("0,2"), matched by UUID or PCI bus id."""
+    out = []
+    for idx in (s.strip() for s in slurm_gpus.split(",") if s.strip()):
+        if idx not in gpu_map:
+            raise ConfigError(f"Slurm GPU {idx} is not in the GPU map")
+        out.append(backend.find_gpu(gpu_map[idx]))
+    return out
+
+
+# -- state records -----------------------------------------------------------------------------
+def _record_path(state_dir: Path, uuid: str) -> Path:
+    if not _UUID_RE.match(uuid):
+        raise ConfigError(f"invalid GPU UUID {uuid!r}")
+    return Path(state_dir) / f"{uuid}.json"
+
+
+def read_record(path: Path) -> dict[str, Any] | None:
+    try:
+        refuse_if_others_can_write(path)
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except ValueError as exc:
+        raise DataError(f"{path}: corrupt cap record: {exc}") from exc
+    if not isinstance(doc, dict) or "previous_w" not in doc:
+        raise DataError(f"{path}: not a cap record")
+    return doc
+
+
+class JobEnv(NamedTuple):
+    """What the Prolog/Epilog know from slurmd's environment."""
+
+    job_id: str  # Slurm's unique id (squeue's job_id)
+    display_id: str  # "123_4" for array tasks, as telemetry records it
+    user: str | None
+    uid: int | None
+    gpus: str
+
+
+def job_env(env: Mapping[str, str]) -> JobEnv:
+    job_id = env.get("SLURM_JOB_ID", "").strip()
+    if not job_id.isdigit():
+        raise ConfigError(f"SLURM_JOB_ID is missing or not a number: {job_id!r}")
+    arr, task = env.get("SLURM_ARRAY_JOB_ID"), env.get("SLURM_ARRAY_TASK_ID")
+    display = f"{arr}_{task}" if arr and task else job_id
+    uid = env.get("SLURM_JOB_UID")
+    return JobEnv(job_id, display, env.get("SLURM_JOB_USER") or None,
+                  int(uid) if uid and uid.isdigit() else None, env.get("SLURM_JOB_GPUS", ""))
+
+
+# -- the hooks ---------------------------------------------------------------------------------
+def prolog(
+    env: Mapping[str, str],
+    backend: GpuBackend,
+    admin_comment: Callable[[str], str | None],
+    gpu_map: Mapping[str, str],
+    jobs_dir: Path = DEFAULT_SPOOL,
+    state_dir: Path = DEFAULT_STATE,
+    dry_run: bool = False,
+) -> list[dict[str, Any]]:
+    """Apply the job's cap (see module docstring); returns one plan entry per GPU."""
+    job = job_env(env)
+    gpus = resolve_gpus(backend, job.gpus, gpu_map)
+    if not gpus:
+        log.info("job %s: no GPUs", job.job_id)
+        return []
+    if not dry_run:
+        for g in gpus:
+            write_job_file(jobs_dir, g.uuid, JobAssignment(job.display_id, job.user, job.uid))
+    comment = parse_admin_comment(admin_comment(job.job_id))
+    plan = []
+    for g in gpus:
+        current = backend.power_limit_w(g.gpu_index)
+        entry: dict[str, Any] = {
+            "job_id": job.job_id, "gpu_index": g.gpu_index, "uuid": g.uuid, "pci_bus_id": g.pci_bus_id,
+            "current_w": current, "default_w": g.power_limit_default_w, "min_w": g.power_limit_min_w,
+            "max_w": g.power_limit_max_w, "label": comment.label if comment else None,
+            "cap": comment.cap.text() if comment and comment.cap else None, "target_w": None,
+            "action": "none",
+        }
+        plan.append(entry)
+        if comment is None or comment.cap is None:
+            continue
+        default = g.power_limit_default_w if g.power_limit_default_w is not None else current
+        if default is None:
+            log.error("job %s: GPU %s reports no default limit; not capped", job.job_id, g.uuid)
+            continue
+        target = cap_watts(comment.cap, default, g.power_limit_min_w, g.power_limit_max_w)
+        entry["target_w"] = target
+        if dry_run or comment.mode != "enforce":
+            entry["action"] = "dry-run" if dry_run else "shadow"
+            log.info("job %s: %s: GPU %s label=%s cap=%s would set %.1f W (now %s W)", job.job_id,
+                     entry["action"], g.uuid, comment.label, entry["cap"], target, current)
+            continue
+        rec_path = _record_path(state_dir, g.uuid)
+        old = read_record(rec_path)
+        # A record left by a job whose Epilog never ran holds the true original limit: keep it.
+        previous = old["previous_w"] if old is not None else current
+        atomic_write_text(rec_path, json.dumps({
+            "version": 1, "job_id": job.job_id, "previous_w": previous, "set_w": target,
+            "written_at": time.time()}) + "\n", mode=0o644)
+        backend.set_power_limit_w(g.gpu_index, target)
+        entry["action"] = "capped"
+        log.info("job %s: capped GPU %s (%s) label=%s cap=%s: %s W -> %.1f W", job.job_id, g.uuid,
+                 g.pci_bus_id, comment.label, entry["cap"], current, target)
+    return plan
+
+
+def _restore(backend: GpuBackend, uuid: str, rec_path: Path, rec: Mapping[str, Any], why: str) -> bool:
+    g = backend.find_gpu(uuid)
+    watts = float(rec["previous_w"])
+    if g.power_limit_min_w is not None:
+        watts = max(watts, g.power_limit_min_w)
+    if g.power_limit_max_w is not None:
+        watts = min(watts, g.power_limit_max_w)
+    backend.set_power_limit_w(g.gpu_index, watts)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(rec_path)
+    log.info("%s: restored GPU %s to %.1f W", why, uuid, watts)
+    return True
+
+
+def epilog(env: Mapping[str, str], backend: GpuBackend, jobs_dir: Path = DEFAULT_SPOOL,
+           state_dir: Path = DEFAULT_STATE) -> list[str]:
+    """Restore the limits this job's Prolog recorded and remove its job files. Idempotent."""
+    job = job_env(env)
+    restored = []
+    errors = []
+    for rec_path in sorted(Path(state_dir).glob("*.json")):
+        try:
+            rec = read_record(rec_path)
+            if rec is None or str(rec.get("job_id")) != job.job_id:
+                continue
+            _restore(backend, rec_path.stem, rec_path, rec, f"job {job.job_id}")
+            restored.append(rec_path.stem)
+        except WattclassError as exc:  # one bad GPU must not stop the others
+            errors.append(str(exc))
+            log.error("job %s: epilog: %s", job.job_id, exc)
+    for f in sorted(Path(jobs_dir).glob("*.json")):
+        try:
+            a = read_job_file(f)
+        except (DataError, ConfigError) as exc:
+            log.error("job %s: epilog: %s", job.job_id, exc)
+            continue
+        if a is not None and a.job_id == job.display_id:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f)
+    if errors:
+        raise GpuError("; ".join(errors))
+    return restored
+
+
+def reconcile(backend: GpuBackend, jobs_dir: Path = DEFAULT_SPOOL,
+              state_dir: Path = DEFAULT_STATE) -> list[dict[str, Any]]:
+    """On GPUs that no job holds: restore a recorded limit, else the default. Run at boot."""
+    done = []
+    for g in backend.gpus():
+        job_file = Path(jobs_dir) / f"{g.uuid}.json"
+        if job_file.exists():
+            continue
+        rec_path = _record_path(state_dir, g.uuid)
+        rec = read_record(rec_path)
+        if rec is not None:
+            _restore(backend, g.uuid, rec_path, rec, "reconcile")
+            done.append({"uuid": g.uuid, "action": "restored", "watts": rec["previous_w"]})
+            continue
+        current = backend.power_limit_w(g.gpu_index)
+        default = g.power_limit_default_w
+        if default is not None and current is not None and abs(current - default) > 0.5:
+            backend.set_power_limit_w(g.gpu_index, default)
+            log.info("reconcile: GPU %s had %s W with no job; set default %s W", g.uuid, current, default)
+            done.append({"uuid": g.uuid, "action": "default", "watts": default})
+    return done
+
+
+# -- entry point -------------------------------------------------------------------------------
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from wattclass.telemetry.backends import SPEC_HELP
+
+    p.add_argument("--backend", default="nvml", help=f"GPU backend: {SPEC_HELP} (default nvml)")
+    p.add_argument("--gpu-map", type=Path, default=None,
+                   help="JSON {slurm_index: uuid|pci_bus_id}; default: from /proc/driver/nvidia")
+    p.add_argument("--jobs-dir", type=Path, default=DEFAULT_SPOOL, help="GPU->job files folder")
+    p.add_argument("--state-dir", type=Path, default=DEFAULT_STATE, help="recorded previous limits")
+    p.add_argument("--log", type=Path, default=DEFAULT_LOG, help="log file (appended)")
+    p.add_argument("--slurm-timeout", type=float, default=5.0, help="seconds for squeue")
+    p.add_argument("--dry-run", action="store_true",
+                   help="read limits and constraints, compute the cap, set nothing (prints the plan)")
+    p.add_argument("--admin-comment", default=None,
+                   help="with --dry-run only: use this decision instead of asking Slurm (GPU machines "
+                   "without Slurm), e.g. 'wattclass:label=memory;conf=0.9;cap=60%%;src=rule;mode=enforce'")
+
+
+def setup_log(path: Path | None, stderr: bool = True) -> None:
+    """Log to ``path`` (appended; slurmd discards hook output) and optionally stderr."""
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)] if stderr else []
+    if path is not None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            handlers.append(logging.FileHandler(path))
+        except OSError as exc:
+            print(f"wattclass: cannot open log {path}: {exc}", file=sys.stderr)
+    root = logging.getLogger("wattclass")
+    root.setLevel(logging.INFO)
+    for h in handlers:
+        h.setFormatter(logging.Formatter("%(asctime)s %(levelname)s wattclass-%(hook)s: %(message)s",
+                                         defaults={"hook": "plugin"}))
+        root.addHandler(h)
+
+
+def run_hook(hook: str, args: argparse.Namespace, env: Mapping[str, str] | None = None) -> int:
+    """Run one hook; 0 whatever wattclass's own failure (it is logged with the job id)."""
+    env = dict(os.environ) if env is None else env
+    old_factory = logging.getLogRecordFactory()
+
+    def factory(*a: Any, **k: Any) -> logging.LogRecord:
+        rec = old_factory(*a, **k)
+        rec.hook = hook
+        return rec
+
+    logging.setLogRecordFactory(factory)
+    job_id = env.get("SLURM_JOB_ID", "?")
+    try:
+        from wattclass.telemetry.backends import open_backend
+
+        with open_backend(args.backend) as backend:
+            if hook == "reconcile":
+                done = reconcile(backend, args.jobs_dir, args.state_dir)
+                print(json.dumps(done, indent=2))
+                return 0
+            if hook == "epilog":
+                epilog(env, backend, args.jobs_dir, args.state_dir)
+                return 0
+            from wattclass.plugin.slurm_commands import CommandSlurmClient
+
+            get_comment = CommandSlurmClient(timeout=args.slurm_timeout).admin_comment
+            if args.admin_comment is not None:
+                if not args.dry_run:  # the decision must come from Slurm when caps are applied
+                    raise ConfigError("--admin-comment is only allowed with --dry-run")
+                fixed: str = args.admin_comment
+                get_comment = lambda _job_id: fixed  # noqa: E731
+            gpu_map = load_gpu_map(args.gpu_map) if args.gpu_map else discover_gpu_map()
+            plan = prolog(env, backend, get_comment, gpu_map, args.jobs_dir, args.state_dir,
+                          dry_run=args.dry_run)
+            if args.dry_run:
+                print(json.dumps(plan, indent=2))
+            return 0
+    except WattclassError as exc:
+        log.error("job %s: %s failed, job continues unchanged: %s", job_id, hook, exc)
+    except Exception as exc:  # a bug must not drain the node either
+        log.exception("job %s: %s crashed, job continues unchanged: %r", job_id, hook, exc)
+    finally:
+        logging.setLogRecordFactory(old_factory)
+    return 0 if hook != "reconcile" else 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m wattclass.plugin.prolog {prolog,epilog,reconcile} [options]`` (fast path)."""
+    parser = argparse.ArgumentParser(prog="wattclass-hook")
+    parser.add_argument("hook", choices=("prolog", "epilog", "reconcile"))
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    setup_log(args.log)
+    return run_hook(args.hook, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,154 @@
+"""Fake GPUs whose settings live in one JSON file: the hardware boundary for tests and CI.
+
+The Prolog and the Epilog are separate processes started by slurmd, so a cap set by one must be
+visible to the other: the state is a JSON file, changed by read-modify-write under an exclusive
+``fcntl`` lock on a sidecar ``<file>.lock`` (the JSON itself is replaced atomically, so its inode
+changes and cannot carry the lock). Limits outside [min, max] raise like NVML's
+NVML_ERROR_INVALID_ARGUMENT, so clamping bugs show up in tests.
+
+File layout::
+
+    {"version": 1, "gpus": [{"index": 0, "uuid": "GPU-...", "pci_bus_id": "00000000:19:00.0",
+      "model": "NVIDIA H200", "default_w": 700.0, "min_w": 200.0, "max_w": 700.0,
+      "limit_w": 700.0, "set_count": 0}, ...]}
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from wattclass.errors import GpuError, GpuLostError
+from wattclass.fsutil import atomic_write_text
+from wattclass.telemetry.backends.base import GpuBackend, GpuInfo, GpuSample
+
+FORMAT_VERSION = 1
+
+
+class FileStateBackend(GpuBackend):
+    """GPUs described by ``path``; power limits persist there across processes."""
+
+    name = "filestate"
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._lock_path = self.path.with_name(self.path.name + ".lock")
+        with self._locked():
+            self._gpus = self._read()["gpus"]
+
+    @classmethod
+    def create(
+        cls,
+        path: Path,
+        n: int = 4,
+        *,
+        default_w: float = 700.0,
+        min_w: float = 200.0,
+        max_w: float = 700.0,
+        model: str = "NVIDIA H200",
+        order: list[int] | None = None,
+    ) -> FileStateBackend:
+        """Write ``n`` fake GPUs to ``path`` and open it.
+
+        ``order`` permutes PCI bus ids against NVML indices (GPU ``i`` gets bus ``order[i]``) so
+        tests can prove that nothing maps GPUs by assuming index order.
+        """
+        order = list(range(n)) if order is None else list(order)
+        if sorted(order) != list(range(n)):
+            raise GpuError(f"order {order} is not a permutation of 0..{n - 1}")
+        gpus = [
+            {
+                "index": i,
+                "uuid": f"GPU-fa4e0000-0000-4000-8000-{order[i]:012d}",
+                "pci_bus_id": f"00000000:{0x19 + 0x10 * order[i]:02X}:00.0",
+                "model": model,
+                "default_w": float(default_w),
+                "min_w": float(min_w),
+                "max_w": float(max_w),
+                "limit_w": float(default_w),
+                "set_count": 0,
+            }
+            for i in range(n)
+        ]
+        atomic_write_text(Path(path), json.dumps({"version": FORMAT_VERSION, "gpus": gpus}, indent=1))
+        return cls(path)
+
+    # -- file access -----------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        with open(self._lock_path, "a+b") as lk:
+            fcntl.flock(lk.fileno(), fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lk.fileno(), fcntl.LOCK_UN)
+
+    def _read(self) -> dict[str, Any]:
+        try:
+            doc = json.loads(self.path.read_text(encoding="utf-8"))
+            gpus = doc["gpus"]
+            if doc.get("version") != FORMAT_VERSION or not isinstance(gpus, list):
+                raise ValueError("unsupported version or layout")
+        except FileNotFoundError as exc:
+            raise GpuError(f"{self.path}: filestate file not found") from exc
+        except (ValueError, KeyError, TypeError) as exc:
+            raise GpuError(f"{self.path}: not a filestate GPU file: {exc}") from exc
+        return dict(doc)
+
+    def _gpu(self, doc: dict[str, Any], index: int) -> dict[str, Any]:
+        for g in doc["gpus"]:
+            if int(g["index"]) == index:
+                return dict(g)
+        raise GpuLostError(f"{self.path}: no GPU with index {index}")
+
+    # -- GpuBackend ------------------------------------------------------------------------
+    def gpus(self) -> list[GpuInfo]:
+        return [
+            GpuInfo(
+                gpu_index=int(g["index"]),
+                uuid=str(g["uuid"]),
+                model=str(g["model"]),
+                pci_bus_id=str(g["pci_bus_id"]),
+                fb_total_mib=143771.0,
+                sm_clock_max_mhz=1980.0,
+                power_limit_default_w=float(g["default_w"]),
+                power_limit_min_w=float(g["min_w"]),
+                power_limit_max_w=float(g["max_w"]),
+                gpm_supported=False,
+            )
+            for g in self._gpus
+        ]
+
+    def sample(self, index: int) -> GpuSample:
+        with self._locked():
+            g = self._gpu(self._read(), index)
+        return GpuSample(
+            ts=time.time(), energy_mj=None, power_w=None, power_limit_w=float(g["limit_w"]),
+            util_gpu_pct=None, util_mem_pct=None, sm_clock_mhz=None, mem_clock_mhz=None,
+            clock_event_reasons=None, temp_c=None, fb_used_mib=None,
+        )
+
+    def power_limit_w(self, index: int) -> float | None:
+        return self.sample(index).power_limit_w
+
+    def set_power_limit_w(self, index: int, watts: float) -> None:
+        with self._locked():
+            doc = self._read()
+            for g in doc["gpus"]:
+                if int(g["index"]) == index:
+                    if not float(g["min_w"]) <= watts <= float(g["max_w"]):
+                        raise GpuError(
+                            f"GPU {index}: power limit {watts} W outside [{g['min_w']}, {g['max_w']}] W "
+                            "(NVML_ERROR_INVALID_ARGUMENT)"
+                        )
+                    g["limit_w"] = float(watts)
+                    g["set_count"] = int(g.get("set_count", 0)) + 1
+                    break
+            else:
+                raise GpuLostError(f"{self.path}: no GPU with index {index}")
+            atomic_write_text(self.path, json.dumps(doc, indent=1))

@@ -1,0 +1,113 @@
+"""Policy validation (errors name file and key), cap arithmetic, and the CLI around them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from wattclass.cli import main
+from wattclass.errors import ConfigError
+from wattclass.plugin.labeltable import TableEntry, write_label_table
+from wattclass.plugin.policy import Cap, cap_watts, load_policy, parse_cap
+
+GOOD = """
+mode = "enforce"
+min_confidence = 0.8
+[caps]
+compute = "100%"
+memory = "60%"
+mixed = "450W"
+idle = 300
+[placement.memory]
+features = ["hbm"]
+[exempt]
+accounts = ["benchmark"]
+partitions = ["debug"]
+users = []
+"""
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "policy.toml"
+    p.write_text(text)
+    return p
+
+
+def test_good_policy_and_table_dict(tmp_path: Path) -> None:
+    pol = load_policy(_write(tmp_path, GOOD))
+    assert pol.caps["memory"] == Cap(60.0, "%") and pol.caps["idle"] == Cap(300.0, "W")
+    d = pol.table_dict({"hbm"})
+    assert d["decisions"]["memory"] == {"cap": "60%", "features": ["hbm"]}
+    assert d["decisions"]["mixed"]["cap"] == "450W"
+    assert d["exempt"] == {"accounts": {"benchmark": True}, "partitions": {"debug": True}, "users": {}}
+    assert pol.table_dict(set())["decisions"]["memory"]["features"] == []  # feature on no node
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ('mode = "enforce"\nbogus = 1\n', "bogus"),
+        ('mode = "yes"\n', "mode"),
+        ("min_confidence = 1.5\n", "min_confidence"),
+        ('min_confidence = "high"\n', "min_confidence"),
+        ('[caps]\nmemory = "60"\nfoo = "50%"\n', "caps.foo"),
+        ('[caps]\nmemory = "160%"\n', "caps.memory"),
+        ('[caps]\nmemory = "-5W"\n', "caps.memory"),
+        ("[caps]\nmemory = true\n", "caps.memory"),
+        ('[caps]\nmemory = "fast"\n', "caps.memory"),
+        ('[placement.memory]\nfeatures = "hbm"\n', "placement.memory.features"),
+        ("[placement.memory]\nfeatures = [1]\n", "placement.memory.features"),
+        ('[placement.memory]\nfeatures = ["a b"]\n', "placement.memory.features"),
+        ('[placement.memory]\nfeature = ["hbm"]\n', "placement.memory"),
+        ('[placement.gpu]\nfeatures = ["hbm"]\n', "placement.gpu"),
+        ('[exempt]\naccounts = "benchmark"\n', "exempt.accounts"),
+        ('[exempt]\ngroups = ["x"]\n', "groups"),
+        ("mode = \n", "not valid TOML"),
+    ],
+)
+def test_bad_policy_names_file_and_key(tmp_path: Path, text: str, key: str) -> None:
+    path = _write(tmp_path, text)
+    with pytest.raises(ConfigError) as err:
+        load_policy(path)
+    assert str(path) in str(err.value) and key in str(err.value)
+
+
+def test_missing_policy_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="not found"):
+        load_policy(tmp_path / "nope.toml")
+
+
+@pytest.mark.parametrize(
+    ("cap", "expect"),
+    [("60%", 420.0), ("10%", 200.0), ("350W", 350.0), ("350 w", 350.0), (900, 700.0), ("100%", 700.0)],
+)
+def test_cap_watts_clamped_to_min_max(cap: object, expect: float) -> None:
+    assert cap_watts(parse_cap(cap), 700.0, 200.0, 700.0) == expect
+
+
+def test_policy_check_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    good = _write(tmp_path, GOOD)
+    assert main(["policy", "check", str(good), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["decisions"]["memory"]["cap"] == "60%"
+    bad = tmp_path / "bad.toml"
+    bad.write_text('mode = "loud"\n')
+    assert main(["policy", "check", str(bad)]) == 2
+    assert "mode" in capsys.readouterr().err
+
+
+def test_policy_explain_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    good = _write(tmp_path, GOOD)
+    table = tmp_path / "labels.lua"
+    write_label_table(table, [TableEntry("user_name", "alice", "train.sh", None, "memory", 0.93, 4, "rule"),
+                              TableEntry("user", "alice", None, None, "compute", 0.6, 9, "rule")],
+                      {"features_available": {"hbm": True}})
+    args = ["policy", "explain", "--policy", str(good), "--table", str(table), "--user", "alice"]
+    assert main([*args, "--name", "train.sh", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["status"], out["cap"], out["features"], out["key"]) == ("enforce", "60%", "hbm", "user_name")
+    assert main([*args, "--name", "other", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["reason"] == "low_confidence"
+    assert main([*args, "--name", "train.sh", "--account", "benchmark"]) == 0
+    assert "account is exempt" in capsys.readouterr().out

@@ -1,0 +1,129 @@
+"""Prolog/Epilog pieces on the filestate backend (the real-Slurm path is in test_slurm_hooks.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from wattclass.errors import ConfigError, GpuError, SlurmError
+from wattclass.plugin.caps import Cap
+from wattclass.plugin.install import render_hook, render_job_submit
+from wattclass.plugin.prolog import epilog, parse_admin_comment, prolog, reconcile
+from wattclass.plugin.slurm_commands import run_slurm
+from wattclass.telemetry.backends import open_backend
+from wattclass.telemetry.backends.filestate import FileStateBackend
+from wattclass.telemetry.jobmap import read_job_file
+
+MEM = "wattclass:label=memory;conf=0.93;cap=60%;src=rule;mode=enforce"
+MAP = {str(j): f"00000000:{0x19 + 0x10 * j:02X}:00.0" for j in range(4)}
+
+
+def test_parse_admin_comment() -> None:
+    c = parse_admin_comment(f"ops-note {MEM}")
+    assert c is not None and (c.label, c.cap, c.mode) == ("memory", Cap(60.0, "%"), "enforce")
+    for bad in [None, "", "label=memory", MEM.replace("memory", "fast"), MEM.replace("60%", "160%"),
+                MEM + ";cap=100%", MEM.replace("mode=enforce", "mode=on"), "wattclass:garbage"]:
+        assert parse_admin_comment(bad) is None, bad
+
+
+def test_filestate_rejects_limits_outside_min_max(tmp_path: Path) -> None:
+    be = FileStateBackend.create(tmp_path / "g.json", 2)
+    with pytest.raises(GpuError, match="outside"):
+        be.set_power_limit_w(0, 150.0)
+    be.set_power_limit_w(1, 300.0)
+    assert open_backend(f"filestate:{tmp_path / 'g.json'}").power_limit_w(1) == 300.0
+
+
+def test_prolog_maps_by_bus_id_caps_and_epilog_restores(tmp_path: Path) -> None:
+    be = FileStateBackend.create(tmp_path / "g.json", 4, order=[3, 2, 1, 0], default_w=700, min_w=300)
+    env = {"SLURM_JOB_ID": "42", "SLURM_JOB_GPUS": "0,3", "SLURM_JOB_USER": "alice", "SLURM_JOB_UID": "1000"}
+    plan = prolog(env, be, lambda _j: MEM, MAP, tmp_path / "jobs", tmp_path / "caps")
+    assert {p["gpu_index"] for p in plan} == {3, 0}  # Slurm 0 -> bus 0 -> backend GPU 3
+    assert [p["target_w"] for p in plan] == [420.0, 420.0]
+    assert [be.power_limit_w(i) for i in range(4)] == [420.0, 700.0, 700.0, 420.0]
+    job = read_job_file(tmp_path / "jobs" / f"{be.gpus()[3].uuid}.json")
+    assert job is not None and (job.job_id, job.user, job.uid) == ("42", "alice", 1000)
+    assert epilog(env, be, tmp_path / "jobs", tmp_path / "caps") == sorted(
+        [be.gpus()[0].uuid, be.gpus()[3].uuid])
+    assert [be.power_limit_w(i) for i in range(4)] == [700.0] * 4
+    assert epilog(env, be, tmp_path / "jobs", tmp_path / "caps") == []
+    assert not list((tmp_path / "jobs").glob("*.json"))
+
+
+def test_cap_below_min_is_clamped_and_stale_record_keeps_original(tmp_path: Path) -> None:
+    be = FileStateBackend.create(tmp_path / "g.json", 1, min_w=500)
+    env = {"SLURM_JOB_ID": "7", "SLURM_JOB_GPUS": "0"}
+    prolog(env, be, lambda _j: MEM, {"0": be.gpus()[0].uuid}, tmp_path / "j", tmp_path / "c")
+    assert be.power_limit_w(0) == 500.0  # 60% of 700 = 420 < min 500
+    # job 7's Epilog never ran; job 8 starts on the same GPU
+    prolog({**env, "SLURM_JOB_ID": "8"}, be, lambda _j: MEM, {"0": be.gpus()[0].uuid}, tmp_path / "j",
+           tmp_path / "c")
+    epilog({**env, "SLURM_JOB_ID": "8"}, be, tmp_path / "j", tmp_path / "c")
+    assert be.power_limit_w(0) == 700.0  # the original, not job 7's cap
+
+
+def test_shadow_and_dry_run_change_nothing(tmp_path: Path) -> None:
+    be = FileStateBackend.create(tmp_path / "g.json", 2)
+    env = {"SLURM_JOB_ID": "9", "SLURM_JOB_GPUS": "0,1"}
+    gmap = {"0": be.gpus()[0].uuid, "1": be.gpus()[1].uuid}
+    shadow = MEM.replace("enforce", "shadow")
+    plan = prolog(env, be, lambda _j: shadow, gmap, tmp_path / "j", tmp_path / "c")
+    assert [p["action"] for p in plan] == ["shadow", "shadow"]
+    plan = prolog(env, be, lambda _j: MEM, gmap, tmp_path / "j2", tmp_path / "c", dry_run=True)
+    assert [(p["action"], p["target_w"]) for p in plan] == [("dry-run", 420.0)] * 2
+    assert not (tmp_path / "j2").exists() and not (tmp_path / "c").exists()
+    assert [be.power_limit_w(i) for i in range(2)] == [700.0, 700.0]
+
+
+def test_reconcile_restores_record_or_default(tmp_path: Path) -> None:
+    be = FileStateBackend.create(tmp_path / "g.json", 2)
+    env = {"SLURM_JOB_ID": "5", "SLURM_JOB_GPUS": "0"}
+    prolog(env, be, lambda _j: MEM, {"0": be.gpus()[0].uuid}, tmp_path / "j", tmp_path / "c")
+    (tmp_path / "j" / f"{be.gpus()[0].uuid}.json").unlink()  # the node rebooted: no job holds it
+    be.set_power_limit_w(1, 250.0)
+    done = reconcile(be, tmp_path / "j", tmp_path / "c")
+    assert sorted(d["action"] for d in done) == ["default", "restored"]
+    assert [be.power_limit_w(i) for i in range(2)] == [700.0, 700.0]
+
+
+def test_hook_entry_point_exits_zero_on_errors(tmp_path: Path) -> None:
+    env = dict(os.environ, SLURM_JOB_ID="11", SLURM_JOB_GPUS="0")
+    for args in (["--backend", f"filestate:{tmp_path / 'missing.json'}"],
+                 ["--backend", "bogus"],
+                 ["--backend", f"filestate:{tmp_path / 'missing.json'}", "--admin-comment", MEM]):
+        proc = subprocess.run([sys.executable, "-m", "wattclass.plugin.prolog", "prolog", *args,
+                               "--log", str(tmp_path / "p.log")], env=env, capture_output=True,
+                              text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "p.log").read_text().count("job 11: prolog failed") == 3
+
+
+def test_prolog_does_not_import_pandas() -> None:
+    code = ("import sys, wattclass.plugin.prolog, wattclass.plugin.slurm_commands; "
+            "print('pandas' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_run_slurm_errors_name_the_command() -> None:
+    with pytest.raises(SlurmError, match="no-such-slurm-cmd"):
+        run_slurm(["no-such-slurm-cmd", "--json"])
+    with pytest.raises(SlurmError, match=r"false: exit 1"):
+        run_slurm(["false"])
+    with pytest.raises(SlurmError, match="no answer within"):
+        run_slurm(["sleep", "5"], timeout=0.2)
+
+
+def test_render_files_reject_injection(tmp_path: Path) -> None:
+    lua = render_job_submit('/x/"; os.execute("rm -rf /") --.lua')
+    assert 'local LABEL_TABLE = "/x/\\034; os.execute(\\034rm -rf /\\034) --.lua"' in lua
+    with pytest.raises(ConfigError):
+        render_hook("prolog", "python3", [])
+    with pytest.raises(ConfigError):
+        render_hook("prolog", "/usr/bin/python3", ["--log", "/tmp/x; rm -rf /"])
+    sh = render_hook("prolog", "/usr/bin/python3", ["--backend", "nvml"])
+    assert 'WATTCLASS_ARGS="--backend nvml"' in sh and sh.rstrip().endswith("exit 0")

@@ -1,0 +1,284 @@
+"""Real Slurm: job_submit.lua, Prolog and Epilog against slurmctld/slurmd/munged from Debian.
+
+One cluster per session (tests/slurm_cluster.py); GPUs are /dev/null symlinks for Slurm and a
+filestate backend for the caps. In CI (CI=true) a cluster that cannot start FAILS the tests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from slurm_cluster import ClusterError, WattclassRig, daemons_available
+
+from wattclass.plugin.labeltable import TableEntry, write_label_table
+from wattclass.plugin.policy import parse_policy
+
+pytestmark = pytest.mark.slurm
+
+SPECIAL_NAMES = ['it\'s "quoted"', "two\nlines", "100%d%s%%", "a.b*c+d?[e]^$(f)%", "]]--[==["]
+MEM = "wattclass:label=memory;conf=0.93;cap=60%;src=rule;mode=enforce"
+POLICY = {"mode": "enforce", "min_confidence": 0.8, "caps": {"memory": "60%", "compute": "100%"},
+          "placement": {"memory": {"features": ["hbm"]}}, "exempt": {"accounts": ["benchmark"]}}
+
+
+def _entries() -> list[TableEntry]:
+    e = [TableEntry("user_name", "root", "mem-train", None, "memory", 0.93, 7, "rule"),
+         TableEntry("user_name", "root", "lowconf", None, "memory", 0.5, 7, "rule"),
+         TableEntry("user_name", "root", "comp", None, "compute", 0.9, 7, "rule"),
+         TableEntry("user_name", "nobody", "mem-nobody", None, "memory", 0.93, 7, "rule")]
+    e += [TableEntry("user_name", "root", n, None, "memory", 0.93, 1, "rule") for n in SPECIAL_NAMES]
+    return e
+
+
+def write_table(rig: WattclassRig, mode: str = "enforce") -> None:
+    pol = parse_policy({**POLICY, "mode": mode})
+    write_label_table(rig.table, _entries(), pol.table_dict({"hbm"}))
+
+
+@pytest.fixture(scope="session")
+def rig() -> Iterator[WattclassRig]:
+    missing = daemons_available()
+    if missing:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI: Slurm daemons missing: {missing}")
+        pytest.skip(f"Slurm daemons missing: {missing}")
+    root = Path(tempfile.mkdtemp(prefix="wattclass-slurm-"))
+    r = WattclassRig(root, sys.executable)
+    write_table(r)
+    try:
+        r.cluster.start()
+    except (ClusterError, OSError, subprocess.SubprocessError) as exc:
+        r.cluster.stop()
+        print(r.cluster.logs(), file=sys.stderr)
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI: Slurm cluster did not start: {exc}")
+        pytest.skip(f"Slurm cluster did not start: {exc}")
+    yield r
+    r.cluster.stop()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def fresh(rig: WattclassRig) -> Iterator[WattclassRig]:
+    """A good enforce table and all GPUs at default before and after each test."""
+    write_table(rig)
+    assert set(rig.limits().values()) == {700.0}
+    yield rig
+    write_table(rig)
+
+
+def run_job(rig: WattclassRig, *args: str, user: str | None = None) -> tuple[str, dict[str, object]]:
+    c = rig.cluster
+    if user is None:
+        job_id = c.sbatch("-o", "/dev/null", *args, script=rig.snapshot_script())
+    else:
+        proc = subprocess.run(["runuser", "-u", user, "--", "sbatch", "--parsable", "-o", "/dev/null",
+                               "--chdir=/tmp", *args], input=rig.snapshot_script(), env=c.env,
+                              capture_output=True, text=True, timeout=30, check=True)
+        job_id = proc.stdout.strip()
+    return job_id, c.wait_job(job_id)
+
+
+def wait_restored(rig: WattclassRig, timeout: float = 15) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if set(rig.limits().values()) == {700.0} and not any(rig.caps_dir.glob("*.json")):
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"GPUs not restored: {rig.limits()} {list(rig.caps_dir.glob('*'))}")
+
+
+def assert_uncapped(rig: WattclassRig, job_id: str, job: dict[str, object]) -> None:
+    seen, gpus = rig.seen(job_id)
+    assert gpus, "the job got GPUs"
+    assert set(seen.values()) == {700.0}, seen
+    assert rig.cluster.node_state() == "idle"
+
+
+def test_memory_job_capped_on_its_gpus_only_and_restored(fresh: WattclassRig) -> None:
+    rig = fresh
+    job_id, job = run_job(rig, "-J", "mem-train", "--gres=gpu:2")
+    assert job["admin_comment"] == MEM
+    assert job["features"] == "hbm"
+    seen, gpus = rig.seen(job_id)
+    assert len(gpus) == 2
+    assert {j: w for j, w in seen.items() if j in gpus} == dict.fromkeys(gpus, 420.0)
+    assert all(w == 700.0 for j, w in seen.items() if j not in gpus), seen
+    jobs_seen = (rig.out / f"jobs-{job_id}.txt").read_text().split()
+    assert len(jobs_seen) == 2  # one GPU->job file per GPU while it ran
+    wait_restored(rig)
+    assert not any(rig.jobs_dir.glob("*.json"))
+    assert f"job {job_id}: capped GPU" in rig.log.read_text()
+
+
+def test_user_constraint_is_kept_and_gpu_still_capped(fresh: WattclassRig) -> None:
+    job_id, job = run_job(fresh, "-J", "mem-train", "--gres=gpu:1", "--constraint=hbm|hbm")
+    assert job["features"] == "hbm|hbm"
+    seen, gpus = fresh.seen(job_id)
+    assert [seen[g] for g in gpus] == [420.0]
+    wait_restored(fresh)
+
+
+@pytest.mark.parametrize(
+    ("name", "args"),
+    [("mem-train", ["--account=benchmark"]),  # exempt account
+     ("lowconf", []),  # confidence 0.5 < 0.8
+     ("never-seen", [])],  # unknown job
+)
+def test_no_cap_without_a_confident_non_exempt_label(fresh: WattclassRig, name: str, args: list[str]) -> None:
+    job_id, job = run_job(fresh, "-J", name, "--gres=gpu:2", *args)
+    assert not job.get("admin_comment")
+    assert not job.get("features")
+    assert_uncapped(fresh, job_id, job)
+
+
+def test_shadow_mode_logs_but_changes_nothing(fresh: WattclassRig) -> None:
+    write_table(fresh, "shadow")
+    job_id, job = run_job(fresh, "-J", "mem-train", "--gres=gpu:2")
+    assert job["admin_comment"] == MEM.replace("mode=enforce", "mode=shadow")
+    assert not job.get("features")
+    assert_uncapped(fresh, job_id, job)
+    assert f"job {job_id}: shadow: GPU" in fresh.log.read_text()
+    assert not any(fresh.caps_dir.glob("*.json"))
+
+
+@pytest.mark.parametrize("damage", ["corrupt", "writable_by_others", "lua_runtime_error"])
+def test_bad_label_table_leaves_jobs_unchanged(fresh: WattclassRig, damage: str) -> None:
+    if damage == "corrupt":
+        fresh.table.write_text("return { version = 1, policy = { mode = ")
+    elif damage == "writable_by_others":
+        fresh.table.chmod(0o666)
+    else:  # loads fine, but the script indexes a number while deciding
+        fresh.table.write_text("return { version = 1, policy = { exempt = 5 } }\n")
+    job_id, job = run_job(fresh, "-J", "mem-train", "--gres=gpu:2")
+    assert not job.get("admin_comment")
+    assert not job.get("features")
+    assert_uncapped(fresh, job_id, job)
+    log = (fresh.root / "log" / "slurmctld.log").read_text()
+    want = {"corrupt": "cannot load label table", "writable_by_others": "writable by group or others",
+            "lua_runtime_error": "wattclass: error, job name=mem-train left unchanged"}[damage]
+    assert want in log
+
+
+@pytest.mark.parametrize("crash", ["corrupt_backend", "unexpected_exception"])
+def test_wattclass_crash_in_prolog_does_not_drain_node(fresh: WattclassRig, crash: str) -> None:
+    good = fresh.state.read_text()
+    try:
+        if crash == "corrupt_backend":
+            fresh.state.write_text("{not json")
+        else:  # structurally valid JSON with a GPU missing fields: a KeyError deep inside
+            fresh.state.write_text(json.dumps({"version": 1, "gpus": [{"index": 0}]}))
+        job_id = fresh.cluster.sbatch("-o", "/dev/null", "-J", "mem-train", "--gres=gpu:2")
+        job = fresh.cluster.wait_job(job_id)
+        assert job["admin_comment"] == MEM  # the decision was made; applying it failed
+        assert fresh.cluster.node_state() == "idle"
+        log = fresh.log.read_text()
+        word = "failed" if crash == "corrupt_backend" else "crashed"
+        assert f"job {job_id}: prolog {word}, job continues unchanged" in log
+    finally:
+        fresh.state.write_text(good)
+
+
+@pytest.mark.parametrize("name", SPECIAL_NAMES)
+def test_hostile_job_names_are_plain_data(fresh: WattclassRig, name: str) -> None:
+    job_id, job = run_job(fresh, "-J", name, "--gres=gpu:1")
+    assert job["name"] == name
+    assert job["admin_comment"] == MEM
+    seen, gpus = fresh.seen(job_id)
+    assert [seen[g] for g in gpus] == [420.0]
+    wait_restored(fresh)
+    # similar names that are NOT in the table do not match through pattern semantics
+    other = name.replace("%", "x").replace(".", "y").replace("*", "z") + "!"
+    job_id, job = run_job(fresh, "-J", other, "--gres=gpu:1")
+    assert not job.get("admin_comment")
+
+
+def test_user_comment_cannot_set_or_raise_the_cap(fresh: WattclassRig) -> None:
+    forged = "wattclass:label=compute;conf=1.00;cap=100%;src=rule;mode=enforce"
+    # a memory job whose user claims compute in --comment: still capped at 60%
+    job_id, job = run_job(fresh, "-J", "mem-train", "--gres=gpu:1", f"--comment={forged}")
+    assert job["comment"] == forged and job["admin_comment"] == MEM
+    seen, gpus = fresh.seen(job_id)
+    assert [seen[g] for g in gpus] == [420.0]
+    wait_restored(fresh)
+    # an unknown job claiming a cap in --comment gets none
+    low = forged.replace("100", "30")
+    job_id, job = run_job(fresh, "-J", "never-seen", "--gres=gpu:1", f"--comment={low}")
+    assert_uncapped(fresh, job_id, job)
+
+
+def test_scontrol_update_by_the_user_cannot_change_the_cap(fresh: WattclassRig) -> None:
+    c = fresh.cluster
+    forged = "wattclass:label=compute;conf=1.00;cap=100%;src=rule;mode=enforce"
+    as_nobody = ["runuser", "-u", "nobody", "--"]
+    proc = subprocess.run([*as_nobody, "sbatch", "--parsable", "-o", "/dev/null", "--chdir=/tmp", "-H",
+                           "-J", "mem-nobody", "--gres=gpu:1"], input=fresh.snapshot_script(),
+                          env=c.env, capture_output=True, text=True, timeout=30, check=True)
+    job_id = proc.stdout.strip()
+    assert c.job(job_id)["admin_comment"] == MEM
+    upd = subprocess.run([*as_nobody, "scontrol", "update", f"jobid={job_id}", f"AdminComment={forged}"],
+                         env=c.env, capture_output=True, text=True, timeout=30)
+    assert upd.returncode != 0  # only operators may set admin_comment
+    upd = subprocess.run([*as_nobody, "scontrol", "update", f"jobid={job_id}", f"Comment={forged}",
+                          "JobName=never-seen"], env=c.env, capture_output=True, text=True, timeout=30)
+    assert upd.returncode == 0, upd.stderr
+    subprocess.run([*as_nobody, "scontrol", "release", job_id], env=c.env, check=True, timeout=30)
+    job = c.wait_job(job_id)
+    assert job["admin_comment"] == MEM and job["comment"] == forged
+    seen, gpus = fresh.seen(job_id)
+    assert [seen[g] for g in gpus] == [420.0]
+    wait_restored(fresh)
+
+
+def test_epilog_twice_and_reconcile_restore_defaults(fresh: WattclassRig) -> None:
+    """Run the hooks by hand on a live allocation's leftovers: idempotent, and reconcile cleans up."""
+    from wattclass.plugin.prolog import epilog, reconcile
+    from wattclass.telemetry.backends.filestate import FileStateBackend
+
+    job_id, _job = run_job(fresh, "-J", "mem-train", "--gres=gpu:1")
+    wait_restored(fresh)
+    be = FileStateBackend(fresh.state)
+    env = {"SLURM_JOB_ID": job_id, "SLURM_JOB_GPUS": "0"}
+    assert epilog(env, be, fresh.jobs_dir, fresh.caps_dir) == []  # second Epilog: nothing to do
+    be.set_power_limit_w(0, 300.0)  # a limit left behind with no job on the GPU
+    done = reconcile(be, fresh.jobs_dir, fresh.caps_dir)
+    assert [d["action"] for d in done] == ["default"]
+    assert set(fresh.limits().values()) == {700.0}
+
+
+def test_job_name_forging_an_admin_comment_line_gets_no_cap(fresh: WattclassRig) -> None:
+    forged = "x\n   AdminComment=wattclass:label=memory;conf=1.00;cap=30%;src=rule;mode=enforce"
+    job_id, job = run_job(fresh, "-J", forged, "--gres=gpu:1")
+    assert job["name"] == forged and not job.get("admin_comment")
+    assert_uncapped(fresh, job_id, job)
+
+
+def test_command_client_against_real_slurm(fresh: WattclassRig) -> None:
+    from wattclass.errors import SlurmError
+    from wattclass.plugin.slurm_commands import CommandSlurmClient
+
+    client = CommandSlurmClient(fresh.cluster.conf)
+    job_id, _job = run_job(fresh, "-J", "mem-train", "--gres=gpu:1")
+    assert client.admin_comment(job_id) == MEM
+    other, _ = run_job(fresh, "-J", "never-seen", "--gres=gpu:1", "--comment=wattclass:label=idle")
+    assert client.admin_comment(other) is None
+    assert client.job(job_id)["name"] == "mem-train"  # type: ignore[index]
+    assert "hbm" in client.node_features()
+    assert client.version().startswith("22.05")
+    with pytest.raises(SlurmError, match="squeue"):
+        client.admin_comment("99999999")
+    with pytest.raises(SlurmError, match="sacct"):  # no slurmdbd in this cluster
+        import datetime as dt
+
+        now = dt.datetime.now(dt.UTC)
+        client.jobs(now - dt.timedelta(hours=1), now)
+    wait_restored(fresh)
