@@ -40,6 +40,8 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     n.add_argument("--table-out", type=Path, default=None,
                    help="label table path (default: DATA_ROOT/classifier/label_table.lua)")
     n.add_argument("--no-retrain", action="store_true", help="label only; never train a new model")
+    n.add_argument("--workers", type=int, default=1,
+                   help="worker processes for reading telemetry (default 1; worth it on idle multi-core hosts)")
     n.add_argument("--json", action="store_true")
     n.set_defaults(func=cmd_nightly)
 
@@ -163,7 +165,8 @@ def cmd_nightly(args: argparse.Namespace) -> int:
         policy = load_policy(args.policy).table_dict()
     table_out = args.table_out or args.data_root / "classifier" / "label_table.lua"
     opts = NightlyOptions(data_root=args.data_root, date=date, table_out=table_out, policy=policy,
-                          retrain=not args.no_retrain, base_training=tuple(bundled_training_sources()))
+                          retrain=not args.no_retrain, base_training=tuple(bundled_training_sources()),
+                          workers=max(1, args.workers))
     slurm = _slurm_client(args.jobs_file)
     progress = Progress()
     try:

@@ -173,16 +173,11 @@ def batch_partials(
 
 
 def _group(t: pa.Table, spec: Mapping[str, str]) -> pa.Table:
-    cols = [c for c in spec if c in t.column_names]
+    names = set(t.column_names)
+    cols = [c for c in spec if c in names]
     out = t.group_by(list(KEYS), use_threads=False).aggregate([(c, spec[c]) for c in cols])
-    return out.rename_columns([_strip_suffix(n, spec) for n in out.column_names])
-
-
-def _strip_suffix(name: str, spec: Mapping[str, str]) -> str:
-    for c, agg in spec.items():
-        if name == f"{c}_{agg}":
-            return c
-    return name
+    back = {f"{c}_{a}": c for c, a in spec.items()}
+    return out.rename_columns([back.get(n, n) for n in out.column_names])
 
 
 def merge_partials(parts: Iterable[pa.Table]) -> pa.Table | None:

@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 
 from wattclass.classifier import rules
 from wattclass.classifier.features import (
+    INPUT_COLUMNS,
     batch_partials,
     feature_matrix,
     finalize,
@@ -45,6 +46,10 @@ LABEL_COLUMNS = (
     "hosts", "start", "end", "gpm_share",
 )
 _MERGE_EVERY = 256
+#: Files per unit of work handed to a worker process.
+_CHUNK_FILES = 100
+#: The telemetry columns labelling reads (the rest of v1 is never decoded).
+READ_COLUMNS: tuple[str, ...] = ("user", *INPUT_COLUMNS, *rules.RULE_COLUMNS)
 
 
 @dataclass
@@ -105,25 +110,23 @@ def _sample(table: pa.Table, feats: dict[str, np.ndarray], codes: np.ndarray, pe
                        np.asarray([f"{prefix}:{j}" for j in jobs], dtype=object), [prefix])
 
 
-def label_files(
+def _label_chunk(
     files: Sequence[Path],
     model: WindowModel | None,
-    source: Source = "auto",
-    drop_columns: Sequence[str] = (),
+    source: Source,
+    drop_columns: Sequence[str],
+    sample_per_job: int,
+    sample_prefix: str,
+    seed: int,
     on_file: Callable[[int, Path], None] | None = None,
-    sample_per_job: int = 0,
-    sample_prefix: str = "",
-    seed: int = 0,
-) -> LabelResult:
-    """Stream ``files`` and label every job in them (see module docstring)."""
-    if source == "model" and model is None:
-        raise DataError("--source model needs a model, and none could be loaded")
+) -> tuple[pa.Table | None, TrainingSet, int, int]:
+    """Merged partials, sample, windows and readable files of one run of files (also a worker's job)."""
     rng = np.random.default_rng(seed)
     partials: list[pa.Table] = []
     samples: list[TrainingSet] = []
     seen: set[Path] = set()
     n_windows = 0
-    for path, table in iter_tables(files, drop_columns=drop_columns, on_file=on_file):
+    for path, table in iter_tables(files, drop_columns=drop_columns, on_file=on_file, columns=READ_COLUMNS):
         seen.add(path)
         n_windows += table.num_rows
         feats = window_features(table)
@@ -135,9 +138,51 @@ def label_files(
         if len(partials) >= _MERGE_EVERY:
             merged = merge_partials(partials)
             partials = [merged] if merged is not None else []
-    merged = merge_partials(partials)
+    return merge_partials(partials), TrainingSet.concat(samples), n_windows, len(seen)
+
+
+def label_files(
+    files: Sequence[Path],
+    model: WindowModel | None,
+    source: Source = "auto",
+    drop_columns: Sequence[str] = (),
+    on_file: Callable[[int, Path], None] | None = None,
+    sample_per_job: int = 0,
+    sample_prefix: str = "",
+    seed: int = 0,
+    workers: int = 1,
+) -> LabelResult:
+    """Stream ``files`` and label every job in them (see module docstring).
+
+    With ``workers`` > 1 and enough files, chunks of files go to worker processes (spawned, so no
+    OpenMP state is forked) and their partial aggregates are merged here; the result is the same.
+    """
+    if source == "model" and model is None:
+        raise DataError("--source model needs a model, and none could be loaded")
+    files = list(files)
+    chunks = [files[i:i + _CHUNK_FILES] for i in range(0, len(files), _CHUNK_FILES)]
+    if workers <= 1 or len(chunks) < 2:
+        results = [_label_chunk(files, model, source, drop_columns, sample_per_job, sample_prefix, seed,
+                                on_file)]
+    else:
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
+
+        ctx = mp.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+            futures = [pool.submit(_label_chunk, c, model, source, tuple(drop_columns), sample_per_job,
+                                   sample_prefix, seed + i) for i, c in enumerate(chunks)]
+            results = []
+            done_files = 0
+            for fut, chunk in zip(futures, chunks, strict=True):
+                results.append(fut.result())
+                done_files += len(chunk)
+                if on_file is not None:
+                    on_file(done_files - 1, chunk[-1])
+    merged = merge_partials([r[0] for r in results if r[0] is not None])
     labels = decide(finalize(merged), model, source) if merged is not None else _empty_labels()
-    return LabelResult(labels, len(seen), n_windows, TrainingSet.concat(samples))
+    return LabelResult(labels, sum(r[3] for r in results), sum(r[2] for r in results),
+                       TrainingSet.concat([r[1] for r in results]))
 
 
 def _empty_labels() -> pd.DataFrame:

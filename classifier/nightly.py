@@ -62,6 +62,7 @@ class NightlyOptions:
     retrain: bool = True
     base_training: tuple[Path, ...] = ()
     seed: int = 0
+    workers: int = 1
 
 
 def _join_slurm(labels: pd.DataFrame, slurm: SlurmClient | None, date: str) -> pd.DataFrame:
@@ -155,7 +156,7 @@ def run_nightly(
     model = registry.current()
     summary["model"] = model.version
     result = label_files(files, model, "auto", on_file=on_file, sample_per_job=SAMPLE_PER_JOB_PER_BATCH,
-                         sample_prefix=opts.date, seed=opts.seed) if files else None
+                         sample_prefix=opts.date, seed=opts.seed, workers=opts.workers) if files else None
     if result is None or result.labels.empty:
         summary.update({"status": "no data", "message": f"no telemetry with jobs for {opts.date}; "
                         "label store, model and label table left unchanged", "jobs": 0,

@@ -63,12 +63,15 @@ def iter_tables(
     files: Sequence[Path],
     drop_columns: Sequence[str] = (),
     on_file: Callable[[int, Path], None] | None = None,
+    columns: Sequence[str] | None = None,
 ) -> Iterator[tuple[Path, pa.Table]]:
     """Yield (file, conformed row group) for every readable row group of every file.
 
     ``drop_columns`` are treated as absent (the evaluation uses it to remove GPM); ``on_file`` is
-    called before each file (progress display).
+    called before each file (progress display). With ``columns`` only those (plus the required
+    ones) are read; the others read as null.
     """
+    wanted = None if columns is None else set(columns) | set(REQUIRED_COLUMNS)
     for i, path in enumerate(files):
         if on_file is not None:
             on_file(i, path)
@@ -79,7 +82,8 @@ def iter_tables(
             log.warning("skipping unreadable telemetry file %s: %s", path, exc)
             continue
         _check_required(path, names)
-        cols = [n for n in names if n in _V1_NAMES and n not in drop_columns]
+        cols = [n for n in names if n in _V1_NAMES and n not in drop_columns
+                and (wanted is None or n in wanted)]
         for rg in range(pf.num_row_groups):
             try:
                 raw = pf.read_row_group(rg, columns=cols)
