@@ -63,7 +63,8 @@ def generate(root: Path, gpus: int, gpus_per_host: int = 8, seed: int = 1) -> in
             u = int(rng.integers(len(users)))
             job_rows.append({"job_id": str(next_id), "name": names[(u + k) % len(names)], "user": users[u],
                              "account": accounts[u % len(accounts)], "partition": "gpu",
-                             "start": (day0 + t * WINDOW_S * 1000) / 1000, "end": (day0 + end * WINDOW_S * 1000) / 1000})
+                             "start": (day0 + t * WINDOW_S * 1000) / 1000,
+                             "end": (day0 + end * WINDOW_S * 1000) / 1000})
             next_id += 1
             t = end
     pd.DataFrame(job_rows).to_csv(root / "jobs.csv", index=False)
@@ -106,6 +107,7 @@ def main() -> int:
     ap.add_argument("--root", type=Path, default=Path("/tmp/wattclass-bench-nightly"))
     ap.add_argument("--gpus", type=int, default=1000)
     ap.add_argument("--regen", action="store_true")
+    ap.add_argument("--workers", type=int, default=1, help="passed to nightly --workers")
     a = ap.parse_args()
     if str(a.root.resolve()).startswith(str(REPO)):
         sys.exit("keep generated data out of the repository")
@@ -118,12 +120,14 @@ def main() -> int:
         t0 = time.time()
         n = generate(a.root, a.gpus)
         marker.write_text(json.dumps({"windows": n}))
-        print(f"generated (tiled from real H200 windows) {n:,} windows in {time.time() - t0:.0f} s under {a.root}")
+        print(f"generated (tiled from real H200 windows) {n:,} windows in {time.time() - t0:.0f} s "
+              f"under {a.root}")
     import shutil
 
     shutil.rmtree(a.root / "classifier", ignore_errors=True)  # fresh label store/registry each run
-    cmd = ["/usr/bin/time", "-v", sys.executable, "-m", "wattclass.cli", "nightly", "--data-root", str(a.root),
-           "--date", DATE, "--jobs-file", str(a.root / "jobs.csv"), "--json"]
+    cmd = ["/usr/bin/time", "-v", sys.executable, "-m", "wattclass.cli", "nightly",
+           "--data-root", str(a.root), "--date", DATE, "--jobs-file", str(a.root / "jobs.csv"),
+           "--workers", str(a.workers), "--json"]
     t0 = time.time()
     p = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.time() - t0

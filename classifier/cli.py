@@ -41,7 +41,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
                    help="label table path (default: DATA_ROOT/classifier/label_table.lua)")
     n.add_argument("--no-retrain", action="store_true", help="label only; never train a new model")
     n.add_argument("--workers", type=int, default=1,
-                   help="worker processes for reading telemetry (default 1; worth it on idle multi-core hosts)")
+                   help="worker processes reading telemetry (default 1; helps on idle multi-core hosts)")
     n.add_argument("--json", action="store_true")
     n.set_defaults(func=cmd_nightly)
 
@@ -150,7 +150,6 @@ def _slurm_client(jobs_file: Path | None) -> Any:
 def cmd_nightly(args: argparse.Namespace) -> int:
     from wattclass.classifier.nightly import NightlyOptions, run_nightly
     from wattclass.classifier.training import bundled_training_sources
-    from wattclass.errors import SlurmError
     from wattclass.output import emit
 
     date = args.date or (dt.datetime.now(dt.UTC).date() - dt.timedelta(days=1)).isoformat()
@@ -169,11 +168,7 @@ def cmd_nightly(args: argparse.Namespace) -> int:
                           workers=max(1, args.workers))
     slurm = _slurm_client(args.jobs_file)
     progress = Progress()
-    try:
-        summary = run_nightly(opts, slurm, on_file=progress, files_total=progress.set_total)
-    except SlurmError as exc:
-        log.warning("Slurm query failed (%s): labelling without job records", exc)
-        summary = run_nightly(opts, None, on_file=progress, files_total=progress.set_total)
+    summary = run_nightly(opts, slurm, on_file=progress, files_total=progress.set_total)
     emit(summary, args.json, _human_summary)
     return 0
 

@@ -42,6 +42,7 @@ from wattclass.classifier.reader import telemetry_files
 from wattclass.classifier.store import ClassifierStore, ModelRegistry, utc_day_bounds
 from wattclass.classifier.table import HISTORY_DAYS, build_entries
 from wattclass.classifier.training import thin, training_set
+from wattclass.errors import SlurmError
 from wattclass.plugin.labeltable import write_label_table
 from wattclass.plugin.slurm import SlurmClient
 
@@ -72,7 +73,11 @@ def _join_slurm(labels: pd.DataFrame, slurm: SlurmClient | None, date: str) -> p
     if slurm is None or out.empty:
         return out
     start, end = utc_day_bounds(date)
-    recs = slurm.jobs_frame(start - dt.timedelta(days=7), end)
+    try:
+        recs = slurm.jobs_frame(start - dt.timedelta(days=7), end)
+    except (SlurmError, OSError) as exc:
+        log.warning("Slurm job records unavailable (%s): using telemetry's own job ids and users", exc)
+        return out
     if recs.empty:
         return out
     recs = recs.drop_duplicates("job_id", keep="last").set_index("job_id")

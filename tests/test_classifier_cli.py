@@ -162,3 +162,17 @@ def test_nightly_end_to_end(data_root: tuple[Path, Path], tmp_path: Path,
     s2 = json.loads(capsys.readouterr().out)
     assert s2["status"] == "no data" and "2026-11-30" in s2["message"]
     assert (table.read_bytes(), table.stat().st_mtime_ns) == before
+
+
+def test_nightly_without_slurm_falls_back_to_telemetry(data_root: tuple[Path, Path], tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    root, _ = data_root
+    table = tmp_path / "t.lua"
+    rc = main(["nightly", "--data-root", str(root), "--date", DATE, "--no-retrain",
+               "--table-out", str(table), "--json"])
+    assert rc == 0
+    s = json.loads(capsys.readouterr().out)
+    assert s["jobs"] == 21 and s["retrain"]["retrained"] is False
+    labels = pd.read_parquet(root / "classifier" / "labels" / f"date={DATE}" / "labels.parquet")
+    assert set(labels["user"]) == {"ayaka", "bruno", "chen", "dana"}  # from telemetry
+    assert _lua(table, "t.by_user.chen.n") == "5"

@@ -22,7 +22,8 @@ def test_window_rule_thresholds_and_ties() -> None:
     fp64 = [0, 0, 0, 41, 0, 20]
     got = rules.window_labels(sm, dram, [tensor, fp64, [0] * 6, [0] * 6])
     # below 10% SM is idle whatever the pipes; a tie goes to compute; the busiest pipe counts
-    assert got.tolist() == [rules.IDLE, rules.MEMORY, rules.COMPUTE, rules.COMPUTE, rules.MEMORY, rules.MEMORY]
+    want = [rules.IDLE, rules.MEMORY, rules.COMPUTE, rules.COMPUTE, rules.MEMORY, rules.MEMORY]
+    assert got.tolist() == want
 
 
 def test_window_rule_missing_gpm() -> None:
