@@ -1,10 +1,225 @@
-"""Subcommands of this component (filled in by its issue)."""
+"""Subcommands: ``classify``, ``nightly`` and ``model train``."""
 
 from __future__ import annotations
 
 import argparse
-from typing import Any
+import datetime as dt
+import logging
+import sys
+from pathlib import Path
+from typing import IO, Any
+
+from wattclass.errors import ConfigError
+
+log = logging.getLogger("wattclass.classifier")
 
 
 def register(sub: argparse._SubParsersAction[Any]) -> None:
     """Add this component's subcommands to ``wattclass``."""
+    p = sub.add_parser("classify", help="label jobs in telemetry (GPM rule, else LightGBM model)",
+                       description="One row per job: job_id, user, label, confidence, source, n_windows, "
+                       "energy_j, gpu_hours, hosts, start, end. The rule labels jobs whose every window "
+                       "has GPM; the model labels the rest.")
+    p.add_argument("--telemetry", type=Path, nargs="+", required=True,
+                   help="Parquet file(s) or data root(s) with telemetry/date=/host= folders")
+    p.add_argument("--out", type=Path, required=True, help="labels Parquet file to write")
+    p.add_argument("--source", choices=("auto", "rule", "model"), default="auto",
+                   help="auto: rule where GPM exists, model elsewhere (default); rule/model: force one")
+    p.add_argument("--model", type=Path, default=None, help="model folder (default: the packaged model)")
+    p.add_argument("--date", default=None, help="only the date=YYYY-MM-DD partition of a data root")
+    p.add_argument("--drop-gpm", action="store_true", help="ignore the GPM columns (as on GPUs without GPM)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=cmd_classify)
+
+    n = sub.add_parser("nightly", help="label a day's jobs, retrain, write the submission label table")
+    n.add_argument("--data-root", type=Path, required=True)
+    n.add_argument("--date", default=None, help="YYYY-MM-DD (UTC; default: yesterday)")
+    n.add_argument("--jobs-file", type=Path, default=None,
+                   help="offline job records (CSV/Parquet); default: ask Slurm (sacct/squeue)")
+    n.add_argument("--policy", type=Path, default=None, help="policy TOML to embed in the table")
+    n.add_argument("--table-out", type=Path, default=None,
+                   help="label table path (default: DATA_ROOT/classifier/label_table.lua)")
+    n.add_argument("--no-retrain", action="store_true", help="label only; never train a new model")
+    n.add_argument("--workers", type=int, default=1,
+                   help="worker processes reading telemetry (default 1; helps on idle multi-core hosts)")
+    n.add_argument("--json", action="store_true")
+    n.set_defaults(func=cmd_nightly)
+
+    m = sub.add_parser("model", help="train and inspect classifier models")
+    msub = m.add_subparsers(dest="model_command", metavar="ACTION")
+    t = msub.add_parser("train", help="train a model from v1 telemetry (GPM gives the labels)")
+    t.add_argument("--telemetry", type=Path, nargs="*", default=None,
+                   help="Parquet files / data roots (default: the bundled real H200 data)")
+    t.add_argument("--out", type=Path, required=True, help="model folder to write (model.txt + model.json)")
+    t.add_argument("--version", default=None, help="model version string (default: h200-<date>)")
+    t.add_argument("--folds", type=int, default=5)
+    t.add_argument("--json", action="store_true")
+    t.set_defaults(func=cmd_model_train)
+    s = msub.add_parser("show", help="print a model's metadata")
+    s.add_argument("dir", type=Path, nargs="?", default=None)
+    s.set_defaults(func=cmd_model_show)
+    m.set_defaults(func=lambda a: (m.print_help(), 2)[1])
+
+
+class Progress:
+    """A one-line progress bar on stderr, only when stderr is a terminal."""
+
+    def __init__(self, stream: IO[str] = sys.stderr) -> None:
+        self.stream = stream
+        self.enabled = stream.isatty()
+        self.total = 0
+
+    def set_total(self, n: int) -> None:
+        self.total = n
+
+    def __call__(self, i: int, path: Path) -> None:
+        if not self.enabled or not self.total:
+            return
+        done = i + 1
+        width = 30
+        fill = int(width * done / self.total)
+        self.stream.write(f"\r[{'#' * fill}{' ' * (width - fill)}] {done}/{self.total} files")
+        if done == self.total:
+            self.stream.write("\n")
+        self.stream.flush()
+
+
+def _load(model_dir: Path | None, required: bool) -> Any:
+    from wattclass.classifier.model import default_model_dir, load_model
+    from wattclass.errors import DataError
+
+    d = model_dir or default_model_dir()
+    try:
+        return load_model(d)
+    except DataError:
+        if required or model_dir is not None:
+            raise
+        log.warning("no usable default model in %s: labelling with the GPM rule only", d)
+        return None
+
+
+def cmd_classify(args: argparse.Namespace) -> int:
+    from wattclass.classifier.labeling import label_files, write_labels
+    from wattclass.classifier.reader import telemetry_files
+    from wattclass.output import emit
+    from wattclass.schema import GPM_COLUMNS
+
+    model = None if args.source == "rule" else _load(args.model, required=args.source == "model")
+    files = telemetry_files(args.telemetry, date=args.date)
+    if not files:
+        from wattclass.errors import DataError
+
+        raise DataError(f"no telemetry Parquet files under {', '.join(map(str, args.telemetry))}")
+    progress = Progress()
+    progress.set_total(len(files))
+    drop = GPM_COLUMNS if args.drop_gpm else ()
+    res = label_files(files, model, args.source, drop_columns=drop, on_file=progress)
+    write_labels(res.labels, args.out)
+    data = {
+        "out": str(args.out), "files": res.n_files, "windows": res.n_windows, "jobs": len(res.labels),
+        "by_label": res.labels["label"].value_counts(dropna=False).rename(index=str).to_dict(),
+        "by_source": res.labels["source"].value_counts().to_dict(),
+        "labels": res.labels.drop(columns=["start", "end"]).to_dict("records") if args.json else None,
+    }
+
+    def human(d: dict[str, Any]) -> str:
+        lines = [f"{d['jobs']} jobs from {d['windows']} windows in {d['files']} file(s) -> {d['out']}"]
+        with_cols = res.labels[["job_id", "user", "label", "confidence", "source", "n_windows",
+                                "energy_j", "gpu_hours"]]
+        lines.append(with_cols.to_string(index=False))
+        return "\n".join(lines)
+
+    emit(data, args.json, human)
+    return 0
+
+
+def _slurm_client(jobs_file: Path | None) -> Any:
+    from wattclass.plugin.slurm import JobsFileClient
+
+    if jobs_file is not None:
+        return JobsFileClient(jobs_file)
+    try:
+        from wattclass.plugin.slurm_commands import CommandSlurmClient  # type: ignore[import-not-found,unused-ignore]
+
+        return CommandSlurmClient()
+    except Exception as exc:  # no module yet, no Slurm on this host, ...
+        log.warning("Slurm is not reachable (%s): using telemetry's own job ids and users", exc)
+        return None
+
+
+def cmd_nightly(args: argparse.Namespace) -> int:
+    from wattclass.classifier.nightly import NightlyOptions, run_nightly
+    from wattclass.classifier.training import bundled_training_sources
+    from wattclass.output import emit
+
+    date = args.date or (dt.datetime.now(dt.UTC).date() - dt.timedelta(days=1)).isoformat()
+    try:
+        dt.date.fromisoformat(date)
+    except ValueError as exc:
+        raise ConfigError(f"--date {date!r} is not YYYY-MM-DD") from exc
+    policy = None
+    if args.policy is not None:
+        from wattclass.plugin.policy import load_policy  # type: ignore[import-not-found,unused-ignore]
+
+        policy = load_policy(args.policy).table_dict()
+    table_out = args.table_out or args.data_root / "classifier" / "label_table.lua"
+    opts = NightlyOptions(data_root=args.data_root, date=date, table_out=table_out, policy=policy,
+                          retrain=not args.no_retrain, base_training=tuple(bundled_training_sources()),
+                          workers=max(1, args.workers))
+    slurm = _slurm_client(args.jobs_file)
+    progress = Progress()
+    summary = run_nightly(opts, slurm, on_file=progress, files_total=progress.set_total)
+    emit(summary, args.json, _human_summary)
+    return 0
+
+
+def _human_summary(s: dict[str, Any]) -> str:
+    if s.get("status") != "ok":
+        return f"{s['date']}: {s.get('message', 'no data')}"
+    lines = [f"{s['date']}: {s['jobs']} jobs, {s['windows']} windows in {s['files_read']} file(s), "
+             f"model {s['model']}, {s['seconds']} s"]
+    lines.append(f"  {'label':<11}{'jobs':>7}{'GPU-hours':>12}{'energy kWh':>12}")
+    for lab, v in s["by_label"].items():
+        if v["jobs"]:
+            lines.append(f"  {lab:<11}{v['jobs']:>7}{v['gpu_hours']:>12.2f}{v['energy_kwh']:>12.2f}")
+    r = s.get("retrain", {})
+    if r.get("retrained"):
+        verdict = "promoted" if r["promoted"] else "kept current model"
+        lines.append(f"  retrained {r['version']}: accuracy on {r['new_jobs']} new jobs "
+                     f"{r['candidate_accuracy']:.3f} vs {r['incumbent_accuracy']:.3f} -> {verdict}")
+    else:
+        lines.append(f"  no retraining: {r.get('reason', '')}")
+    lines.append(f"  label table: {s['table']['path']} ({s['table']['entries']} entries)")
+    return "\n".join(lines)
+
+
+def cmd_model_train(args: argparse.Namespace) -> int:
+    from wattclass.classifier.model import train_model
+    from wattclass.classifier.training import bundled_training_sources, training_set
+    from wattclass.output import emit
+
+    sources = args.telemetry or bundled_training_sources()
+    ts = training_set(sources)
+    version = args.version or f"h200-{dt.datetime.now(dt.UTC):%Y%m%d}"
+    model = train_model(ts, version, n_folds=args.folds)
+    model.save(args.out)
+    data = {"out": str(args.out), "version": version, "sources": [str(s) for s in sources],
+            "metrics": model.meta["metrics"], "training_data": model.meta["training_data"]}
+
+    def human(d: dict[str, Any]) -> str:
+        m = d["metrics"]
+        return (f"model {d['version']} -> {d['out']}: {m['n_jobs']} jobs, {m['n_windows']} windows; "
+                f"grouped {m['n_folds']}-fold CV job accuracy {m['accuracy']:.3f}, ECE {m['ece']:.3f}")
+
+    emit(data, args.json, human)
+    return 0
+
+
+def cmd_model_show(args: argparse.Namespace) -> int:
+    import json
+
+    from wattclass.classifier.model import default_model_dir, load_model
+
+    model = load_model(args.dir or default_model_dir())
+    print(json.dumps(model.meta, indent=2, sort_keys=True))
+    return 0

@@ -1,0 +1,396 @@
+"""The LightGBM model that labels jobs where GPM is missing, and its evaluation.
+
+Why a *window-level* model aggregated to jobs (not one row per job): real training data is a few
+dozen jobs, far too few rows for a job-level model over four classes (the development set has one
+``mixed`` job). Windows give hundreds of rows; the model predicts the GPM rule's *window* class
+(idle/compute/memory) from basic NVML columns, and the job label is the DESIGN.md job rule applied
+to the windows' predicted classes (``job_from_counts``). So ``mixed`` needs no training
+examples of its own: it emerges from a job's windows, as it does for the rule. Training weights
+every job equally (long jobs do not drown short ones).
+
+Evaluation is cross-validation grouped by job (``job_folds``: no job's windows on both sides;
+stratified by the job's rule label) and reports job-level accuracy, the confusion matrix and
+the expected calibration error (ECE) of the job confidence. Confidences are recalibrated with a
+two-parameter logistic map on out-of-fold predictions (Platt scaling of logit(confidence));
+the reported ECE is cross-fitted (each fold's map is fitted on the other folds), so it is honest.
+
+Model files: ``model.txt`` (LightGBM text) + ``model.json`` (metadata: format version, wattclass
+version, features, classes, calibration, metrics, training data summary). A file written by a newer
+format version is refused with a message that says so.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import lightgbm as lgb
+import numpy as np
+import numpy.typing as npt
+from scipy.optimize import minimize
+
+from wattclass import __version__
+from wattclass.classifier import rules
+from wattclass.classifier.features import FEATURES
+from wattclass.errors import DataError
+from wattclass.fsutil import atomic_write_text
+
+FORMAT_VERSION = 1
+MODEL_FILE = "model.txt"
+META_FILE = "model.json"
+
+#: Small trees, strong regularisation: the training set is a few thousand windows at most.
+DEFAULT_PARAMS: dict[str, Any] = {
+    "objective": "multiclass",
+    "num_class": len(rules.WINDOW_CLASSES),
+    "learning_rate": 0.05,
+    "num_leaves": 7,
+    "max_depth": 4,
+    "min_data_in_leaf": 3,
+    "min_sum_hessian_in_leaf": 1e-3,
+    "lambda_l2": 1.0,
+    "feature_fraction": 0.9,
+    "bagging_fraction": 0.9,
+    "bagging_freq": 1,
+    "verbosity": -1,
+    "num_threads": 2,
+    "seed": 7,
+    "deterministic": True,
+}
+NUM_ROUNDS = 150
+#: Weight of the pull of the calibration map towards the identity (guards against tiny data sets).
+CAL_PRIOR = 0.1
+
+F32 = npt.NDArray[np.float32]
+F64 = npt.NDArray[np.float64]
+I64 = npt.NDArray[np.int64]
+
+
+@dataclass
+class TrainingSet:
+    """Windows with a GPM rule label: X (n x FEATURES), y (window class), group (job key)."""
+
+    X: F32
+    y: npt.NDArray[np.int8]
+    group: npt.NDArray[np.object_]
+    sources: list[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def subset(self, mask: npt.NDArray[np.bool_]) -> TrainingSet:
+        return TrainingSet(self.X[mask], self.y[mask], self.group[mask], self.sources)
+
+    def job_truth(self) -> tuple[npt.NDArray[np.object_], npt.NDArray[np.int8]]:
+        """(job keys, job label codes by the rule over each job's windows)."""
+        keys, inv = np.unique(self.group, return_inverse=True)
+        counts = np.zeros((len(keys), 3))
+        np.add.at(counts, (inv, self.y.astype(np.int64)), 1.0)
+        return keys, rules.job_labels(counts[:, 0], counts[:, 1], counts[:, 2])
+
+    @staticmethod
+    def concat(sets: Sequence[TrainingSet]) -> TrainingSet:
+        sets = [s for s in sets if len(s)]
+        if not sets:
+            return TrainingSet(np.zeros((0, len(FEATURES)), np.float32), np.zeros(0, np.int8),
+                               np.zeros(0, object))
+        return TrainingSet(
+            np.concatenate([s.X for s in sets]),
+            np.concatenate([s.y for s in sets]),
+            np.concatenate([s.group for s in sets]),
+            [src for s in sets for src in s.sources],
+        )
+
+
+# --------------------------------------------------------------------------- calibration
+
+
+def _logit(p: F64) -> F64:
+    p = np.clip(p, 1e-6, 1 - 1e-6)
+    return np.asarray(np.log(p / (1 - p)), dtype=np.float64)
+
+
+def fit_calibration(conf: npt.ArrayLike, correct: npt.ArrayLike) -> dict[str, float]:
+    """Platt map p' = sigmoid(a * logit(p) + b), with a weak pull (CAL_PRIOR) to the identity (a=1, b=0)."""
+    z = _logit(np.asarray(conf, dtype=np.float64))
+    t = np.asarray(correct, dtype=np.float64)
+    if len(z) == 0:
+        return {"a": 1.0, "b": 0.0}
+
+    def loss(ab: F64) -> float:
+        s = ab[0] * z + ab[1]
+        nll = np.sum(np.logaddexp(0, s) - t * s)
+        return float(nll + CAL_PRIOR * ((ab[0] - 1.0) ** 2 + ab[1] ** 2))
+
+    res = minimize(loss, np.array([1.0, 0.0]), method="L-BFGS-B", bounds=[(0.05, 20.0), (-10.0, 10.0)])
+    return {"a": float(res.x[0]), "b": float(res.x[1])}
+
+
+def apply_calibration(conf: npt.ArrayLike, cal: Mapping[str, float] | None) -> F64:
+    c = np.asarray(conf, dtype=np.float64)
+    if not cal:
+        return c
+    s = cal["a"] * _logit(c) + cal["b"]
+    return np.asarray(1.0 / (1.0 + np.exp(-s)), dtype=np.float64)
+
+
+def ece(conf: npt.ArrayLike, correct: npt.ArrayLike, n_bins: int = 10) -> float:
+    """Expected calibration error: bin-size-weighted |accuracy - mean confidence| over 10 bins."""
+    c = np.asarray(conf, dtype=np.float64)
+    t = np.asarray(correct, dtype=np.float64)
+    if len(c) == 0:
+        return float("nan")
+    bins = np.minimum((c * n_bins).astype(int), n_bins - 1)
+    total = 0.0
+    for b in range(n_bins):
+        m = bins == b
+        if m.any():
+            total += m.sum() / len(c) * abs(t[m].mean() - c[m].mean())
+    return float(total)
+
+
+# --------------------------------------------------------------------------- model
+
+
+def _job_weights(group: npt.NDArray[np.object_]) -> F64:
+    _, inv, cnt = np.unique(group, return_inverse=True, return_counts=True)
+    w = 1.0 / cnt[inv]
+    return np.asarray(w / w.mean(), dtype=np.float64)
+
+
+def fit_booster(
+    ts: TrainingSet, params: Mapping[str, Any] | None = None, rounds: int = NUM_ROUNDS
+) -> lgb.Booster:
+    """Train the window classifier on a training set (every job weighted equally)."""
+    if len(np.unique(ts.y)) < 2:
+        raise DataError("training set has windows of fewer than two classes; cannot train a model")
+    p = dict(DEFAULT_PARAMS if params is None else params)
+    data = lgb.Dataset(ts.X, label=ts.y.astype(np.int64), weight=_job_weights(ts.group),
+                       feature_name=list(FEATURES), free_raw_data=True)
+    return lgb.train(p, data, num_boost_round=rounds)
+
+
+def job_from_counts(
+    n_idle: npt.ArrayLike, n_compute: npt.ArrayLike, n_memory: npt.ArrayLike, sum_pmax: npt.ArrayLike
+) -> tuple[npt.NDArray[np.int8], F64]:
+    """(job label codes, raw confidence) from the model's per-window decisions.
+
+    Label: the job rule over the windows' argmax classes (hard counts). Confidence: the rule's
+    Beta-posterior confidence on those counts times the mean top window probability, i.e. "the
+    windows are sure and there are enough of them". Hard counts generalised better than summed
+    probabilities in grouped CV on the H200 data (soft counts turn uncertain jobs into ``mixed``).
+    """
+    ni, nc, nm = (np.asarray(a, dtype=np.float64) for a in (n_idle, n_compute, n_memory))
+    n = ni + nc + nm
+    lab = rules.job_labels(ni, nc, nm)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean_pmax = np.where(n > 0, np.asarray(sum_pmax, dtype=np.float64) / np.where(n > 0, n, 1), 0.0)
+    return lab, rules.job_confidence(ni, nc, nm, lab) * mean_pmax
+
+
+def job_predictions(
+    proba: F64, group: npt.NDArray[np.object_]
+) -> tuple[npt.NDArray[np.object_], npt.NDArray[np.int8], F64]:
+    """(job keys, job label codes, raw confidence) from window probabilities."""
+    keys, inv = np.unique(group, return_inverse=True)
+    top = proba.argmax(axis=1)
+    counts = np.zeros((len(keys), 3))
+    for k in range(3):
+        counts[:, k] = np.bincount(inv, weights=(top == k).astype(np.float64), minlength=len(keys))
+    sum_pmax = np.bincount(inv, weights=proba.max(axis=1), minlength=len(keys))
+    lab, conf = job_from_counts(counts[:, 0], counts[:, 1], counts[:, 2], sum_pmax)
+    return keys, lab, conf
+
+
+def job_folds(keys: npt.NDArray[np.object_], labels: npt.ArrayLike, n_folds: int, seed: int = 0) -> I64:
+    """Fold number per job: shuffled, then dealt round-robin within each label (stratified)."""
+    rng = np.random.default_rng(seed)
+    lab = np.asarray(labels)
+    fold = np.zeros(len(keys), dtype=np.int64)
+    start = 0
+    for value in np.unique(lab):
+        idx = np.flatnonzero(lab == value)
+        rng.shuffle(idx)
+        fold[idx] = (start + np.arange(len(idx))) % n_folds
+        start += len(idx)
+    return fold
+
+
+def cross_validate(
+    ts: TrainingSet, n_folds: int = 5, seed: int = 0, params: Mapping[str, Any] | None = None,
+    rounds: int = NUM_ROUNDS,
+) -> dict[str, Any]:
+    """Grouped, stratified k-fold CV at job level; returns metrics and the out-of-fold predictions."""
+    keys, truth = ts.job_truth()
+    n_folds = max(2, min(n_folds, len(keys)))
+    fold_of_job = job_folds(keys, truth, n_folds, seed)
+    job_index = {k: i for i, k in enumerate(keys)}
+    window_job = np.fromiter((job_index[g] for g in ts.group), dtype=np.int64, count=len(ts.group))
+    window_fold = fold_of_job[window_job]
+    oof = np.zeros((len(ts), 3))
+    for f in range(n_folds):
+        test = window_fold == f
+        train = ~test
+        if not test.any():
+            continue
+        if len(np.unique(ts.y[train])) < 2:
+            oof[test] = np.bincount(ts.y[train].astype(np.int64), minlength=3) / max(train.sum(), 1)
+            continue
+        booster = fit_booster(ts.subset(train), params, rounds)
+        oof[test] = booster.predict(ts.X[test])
+    pkeys, pred, raw_conf = job_predictions(oof, ts.group)
+    assert (pkeys == keys).all()
+    correct = pred == truth
+    # Cross-fitted calibration: each fold's confidences mapped with a fit on the other folds.
+    cal_conf = np.zeros(len(keys))
+    for f in range(n_folds):
+        m = fold_of_job == f
+        cal_conf[m] = apply_calibration(raw_conf[m], fit_calibration(raw_conf[~m], correct[~m]))
+    confusion = np.zeros((4, 4), dtype=np.int64)
+    np.add.at(confusion, (truth.astype(np.int64), pred.astype(np.int64)), 1)
+    window_acc = float((oof.argmax(axis=1) == ts.y).mean()) if len(ts) else float("nan")
+    return {
+        "n_jobs": len(keys),
+        "n_windows": len(ts),
+        "n_folds": n_folds,
+        "accuracy": float(correct.mean()),
+        "window_accuracy": window_acc,
+        "ece_raw": ece(raw_conf, correct),
+        "ece": ece(cal_conf, correct),
+        "confusion": confusion.tolist(),
+        "labels": list(rules.JOB_LABELS),
+        "calibration": fit_calibration(raw_conf, correct),
+        "jobs": {
+            "key": keys.tolist(),
+            "truth": rules.label_names(truth).tolist(),
+            "pred": rules.label_names(pred).tolist(),
+            "confidence": [round(float(c), 4) for c in cal_conf],
+            "fold": fold_of_job.tolist(),
+        },
+    }
+
+
+def training_summary(ts: TrainingSet) -> dict[str, Any]:
+    keys, truth = ts.job_truth()
+    names = rules.label_names(truth)
+    return {
+        "n_jobs": len(keys),
+        "n_windows": len(ts),
+        "jobs_per_label": {lab: int((names == lab).sum()) for lab in rules.JOB_LABELS},
+        "windows_per_class": {c: int((ts.y == i).sum()) for i, c in enumerate(rules.WINDOW_CLASSES)},
+        "sources": sorted(set(ts.sources)),
+    }
+
+
+@dataclass
+class WindowModel:
+    """A trained window classifier plus its metadata (see module docstring)."""
+
+    booster: lgb.Booster
+    meta: dict[str, Any]
+
+    @property
+    def version(self) -> str:
+        return str(self.meta.get("model_version", "unknown"))
+
+    @property
+    def source(self) -> str:
+        return f"model:{self.version}"
+
+    def predict_proba(self, X: F32) -> F64:
+        if len(X) == 0:
+            return np.zeros((0, 3))
+        return np.asarray(self.booster.predict(X, num_threads=1), dtype=np.float64)
+
+    def calibrate(self, conf: npt.ArrayLike) -> F64:
+        return apply_calibration(conf, self.meta.get("calibration"))
+
+    def save(self, directory: Path) -> None:
+        """Write model.txt then model.json (atomically each); model.json last marks it complete."""
+        d = Path(directory)
+        d.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(d / MODEL_FILE, self.booster.model_to_string())
+        atomic_write_text(d / META_FILE, json.dumps(self.meta, indent=2, sort_keys=True) + "\n")
+
+
+def train_model(
+    ts: TrainingSet, version: str, n_folds: int = 5, seed: int = 0, evaluate: bool = True,
+) -> WindowModel:
+    """Cross-validate (for metrics and calibration), then fit on everything."""
+    cv = cross_validate(ts, n_folds, seed) if evaluate else None
+    booster = fit_booster(ts)
+    meta: dict[str, Any] = {
+        "format_version": FORMAT_VERSION,
+        "wattclass_version": __version__,
+        "model_version": version,
+        "created": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "kind": "lightgbm-window-multiclass",
+        "aggregation": "argmax window counts + DESIGN.md job rule",
+        "features": list(FEATURES),
+        "window_classes": list(rules.WINDOW_CLASSES),
+        "job_labels": list(rules.JOB_LABELS),
+        "params": {k: v for k, v in DEFAULT_PARAMS.items()},
+        "num_rounds": NUM_ROUNDS,
+        "calibration": cv["calibration"] if cv else None,
+        "metrics": {k: v for k, v in cv.items() if k not in ("jobs", "calibration")} if cv else None,
+        "training_data": training_summary(ts),
+    }
+    return WindowModel(booster, meta)
+
+
+def load_model(directory: Path) -> WindowModel:
+    """Load a model folder; refuse files from a newer format or with a feature list we lack."""
+    d = Path(directory)
+    meta_path = d / META_FILE
+    try:
+        meta = json.loads(meta_path.read_text())
+    except FileNotFoundError as exc:
+        raise DataError(f"{meta_path}: model metadata not found") from exc
+    except (OSError, json.JSONDecodeError) as exc:
+        raise DataError(f"{meta_path}: unreadable model metadata: {exc}") from exc
+    fmt = meta.get("format_version")
+    if not isinstance(fmt, int):
+        raise DataError(f"{meta_path}: model metadata has no integer format_version")
+    if fmt > FORMAT_VERSION:
+        raise DataError(
+            f"{meta_path}: model format version {fmt} was written by wattclass "
+            f"{meta.get('wattclass_version', '?')}; this wattclass ({__version__}) reads format "
+            f"{FORMAT_VERSION} or older. Upgrade wattclass or use an older model."
+        )
+    missing = [f for f in meta.get("features", []) if f not in FEATURES]
+    if missing or not meta.get("features"):
+        raise DataError(f"{meta_path}: model needs features this wattclass does not compute: {missing}")
+    if list(meta["features"]) != list(FEATURES):
+        raise DataError(f"{meta_path}: model feature order differs from this wattclass's FEATURES")
+    try:
+        booster = lgb.Booster(model_file=str(d / MODEL_FILE))
+    except (lgb.basic.LightGBMError, OSError) as exc:
+        raise DataError(f"{d / MODEL_FILE}: cannot load LightGBM model: {exc}") from exc
+    return WindowModel(booster, meta)
+
+
+def default_model_dir() -> Path:
+    """The model shipped inside the package (trained on the real H200 data)."""
+    return Path(__file__).resolve().parent / "models"
+
+
+def should_promote(candidate: Mapping[str, Any] | None, incumbent: Mapping[str, Any] | None) -> bool:
+    """Promotion gate: the candidate's grouped-CV job accuracy must not be lower than the incumbent's.
+
+    Equal accuracy promotes (the candidate has seen more data); ties are not broken on ECE. A
+    candidate without metrics never wins; an incumbent without metrics always loses.
+    """
+    if not candidate or not _finite(candidate.get("accuracy")):
+        return False
+    if not incumbent or not _finite(incumbent.get("accuracy")):
+        return True
+    return float(candidate["accuracy"]) >= float(incumbent["accuracy"]) - 1e-12
+
+
+def _finite(x: object) -> bool:
+    return isinstance(x, int | float) and math.isfinite(float(x))

@@ -1,0 +1,192 @@
+"""The nightly run: one day's telemetry -> job labels -> label store, model registry, label table.
+
+Steps (each output written atomically; a crash leaves every file either old or new):
+1. stream the day's telemetry files (``reader``) and label every job (``labeling``) with the
+   registry's current model, keeping a small random sample of GPM-labelled windows;
+2. join Slurm job records (name, account, partition, times) through a ``SlurmClient``;
+3. store the day's labels (``labels/date=D``; re-running a day replaces it);
+4. if jobs were labelled by the GPM rule, retrain on all stored samples plus the bundled H200 set
+   and promote the candidate only if ``should_promote`` says its grouped-CV accuracy on the *new*
+   jobs is not lower than the current model's accuracy on the same jobs (the current model has
+   never seen them; the candidate's figure is out-of-fold) -- an apples-to-apples gate;
+5. rebuild the submission label table from the label history (``table.build_entries``);
+6. summarise jobs, GPU-hours and energy per label; store and return the summary.
+
+A day without telemetry (or without any job windows) changes nothing but the summary.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from wattclass.classifier import rules
+from wattclass.classifier.labeling import label_files
+from wattclass.classifier.model import (
+    TrainingSet,
+    WindowModel,
+    cross_validate,
+    job_predictions,
+    should_promote,
+    train_model,
+)
+from wattclass.classifier.reader import telemetry_files
+from wattclass.classifier.store import ClassifierStore, ModelRegistry, utc_day_bounds
+from wattclass.classifier.table import HISTORY_DAYS, build_entries
+from wattclass.classifier.training import thin, training_set
+from wattclass.errors import SlurmError
+from wattclass.plugin.labeltable import write_label_table
+from wattclass.plugin.slurm import SlurmClient
+
+log = logging.getLogger("wattclass.classifier")
+
+#: Bound the retraining cost whatever the cluster size.
+SAMPLE_PER_JOB_PER_BATCH = 4
+MAX_WINDOWS_PER_JOB = 16
+MAX_TRAIN_JOBS = 1500
+
+
+@dataclass
+class NightlyOptions:
+    data_root: Path
+    date: str
+    table_out: Path
+    policy: Mapping[str, Any] | None = None
+    retrain: bool = True
+    base_training: tuple[Path, ...] = ()
+    seed: int = 0
+    workers: int = 1
+
+
+def _join_slurm(labels: pd.DataFrame, slurm: SlurmClient | None, date: str) -> pd.DataFrame:
+    out = labels.copy()
+    for c in ("name", "account", "partition", "slurm_start", "slurm_end"):
+        out[c] = None
+    if slurm is None or out.empty:
+        return out
+    start, end = utc_day_bounds(date)
+    try:
+        recs = slurm.jobs_frame(start - dt.timedelta(days=7), end)
+    except (SlurmError, OSError) as exc:
+        log.warning("Slurm job records unavailable (%s): using telemetry's own job ids and users", exc)
+        return out
+    if recs.empty:
+        return out
+    recs = recs.drop_duplicates("job_id", keep="last").set_index("job_id")
+    idx = out["job_id"]
+    for c in ("name", "account", "partition"):
+        out[c] = idx.map(recs[c]).astype(object)
+    out["slurm_start"] = idx.map(recs["start"]).astype(object)
+    out["slurm_end"] = idx.map(recs["end"]).astype(object)
+    user = idx.map(recs["user"])
+    out["user"] = out["user"].where(out["user"].notna(), user)
+    return out
+
+
+def summarise(labels: pd.DataFrame) -> dict[str, Any]:
+    per_label: dict[str, Any] = {}
+    for lab in (*rules.JOB_LABELS, None):
+        m = labels["label"].isna() if lab is None else labels["label"] == lab
+        per_label[lab or "unlabelled"] = {
+            "jobs": int(m.sum()),
+            "gpu_hours": round(float(labels.loc[m, "gpu_hours"].sum()), 3),
+            "energy_kwh": round(float(labels.loc[m, "energy_j"].sum()) / 3.6e6, 3),
+        }
+    return per_label
+
+
+def _retrain(store: ClassifierStore, registry: ModelRegistry, current: WindowModel, opts: NightlyOptions,
+             sample: TrainingSet) -> dict[str, Any]:
+    """Train a candidate on everything we have and gate it against the current model."""
+    new_prefix = f"{opts.date}:"
+    base = training_set(list(opts.base_training), max_windows_per_job=MAX_WINDOWS_PER_JOB) \
+        if opts.base_training else TrainingSet.concat([])
+    stored = store.samples()
+    ts = thin(TrainingSet.concat([base, stored]), MAX_WINDOWS_PER_JOB)
+    keys = np.unique(ts.group)
+    if len(keys) > MAX_TRAIN_JOBS:  # keep all of today's jobs up to the cap, then older ones
+        rng = np.random.default_rng(opts.seed)
+        new = keys[np.char.startswith(keys.astype(str), new_prefix)]
+        old = np.setdiff1d(keys, new)
+        rng.shuffle(new)
+        rng.shuffle(old)
+        take_new = new[: MAX_TRAIN_JOBS // 2]
+        chosen = np.concatenate([take_new, old[: MAX_TRAIN_JOBS - len(take_new)]])
+        ts = ts.subset(np.isin(ts.group, chosen))
+    is_new = np.char.startswith(ts.group.astype(str), new_prefix)
+    if not is_new.any():
+        return {"retrained": False, "reason": "no GPM-labelled windows sampled today"}
+    cv = cross_validate(ts, seed=opts.seed)
+    jobs = cv["jobs"]
+    new_mask = np.char.startswith(np.asarray(jobs["key"], dtype=str), new_prefix)
+    cand_acc = float((np.asarray(jobs["pred"])[new_mask] == np.asarray(jobs["truth"])[new_mask]).mean())
+    new_ts = ts.subset(is_new)
+    _, lab, _ = job_predictions(current.predict_proba(new_ts.X), new_ts.group)
+    _, truth = new_ts.job_truth()
+    inc_acc = float((lab == truth).mean())
+    gate = {"new_jobs": int(new_mask.sum()), "candidate_accuracy": cand_acc, "incumbent_accuracy": inc_acc,
+            "incumbent": current.version}
+    promoted = should_promote({"accuracy": cand_acc}, {"accuracy": inc_acc})
+    version = registry.new_version(f"nightly-{opts.date.replace('-', '')}")
+    model = train_model(ts, version, evaluate=False)
+    model.meta["calibration"] = cv["calibration"]
+    model.meta["metrics"] = {k2: v for k2, v in cv.items() if k2 not in ("jobs", "calibration")}
+    registry.add(model, promoted=promoted, gate=gate)
+    return {"retrained": True, "version": version, "promoted": promoted, **gate,
+            "cv_accuracy": cv["accuracy"], "cv_ece": cv["ece"], "train_jobs": cv["n_jobs"]}
+
+
+def run_nightly(
+    opts: NightlyOptions,
+    slurm: SlurmClient | None,
+    on_file: Callable[[int, Path], None] | None = None,
+    files_total: Callable[[int], None] | None = None,
+) -> dict[str, Any]:
+    """Run one night (see module docstring) and return its summary."""
+    t0 = time.monotonic()
+    store = ClassifierStore(opts.data_root)
+    files = telemetry_files([opts.data_root], date=opts.date)
+    if files_total is not None:
+        files_total(len(files))
+    summary: dict[str, Any] = {"date": opts.date, "files": len(files)}
+    registry = ModelRegistry(opts.data_root)
+    model = registry.current()
+    summary["model"] = model.version
+    result = label_files(files, model, "auto", on_file=on_file, sample_per_job=SAMPLE_PER_JOB_PER_BATCH,
+                         sample_prefix=opts.date, seed=opts.seed, workers=opts.workers) if files else None
+    if result is None or result.labels.empty:
+        summary.update({"status": "no data", "message": f"no telemetry with jobs for {opts.date}; "
+                        "label store, model and label table left unchanged", "jobs": 0,
+                        "seconds": round(time.monotonic() - t0, 2)})
+        store.write_summary(opts.date, summary)
+        return summary
+    labels = _join_slurm(result.labels, slurm, opts.date)
+    store.write_labels(opts.date, labels)
+    summary.update({"status": "ok", "files_read": result.n_files, "windows": result.n_windows,
+                    "jobs": len(labels), "by_label": summarise(labels),
+                    "by_source": labels["source"].value_counts().to_dict()})
+    n_rule = int((labels["source"] == "rule").sum())
+    if opts.retrain and n_rule and len(result.sample):
+        store.write_sample(opts.date, result.sample)
+        summary["retrain"] = _retrain(store, registry, model, opts, result.sample)
+    else:
+        summary["retrain"] = {"retrained": False, "reason": "no new GPM-labelled jobs" if not n_rule
+                              else "retraining disabled or nothing sampled"}
+    day_end = utc_day_bounds(opts.date)[1]
+    since = (day_end - dt.timedelta(days=HISTORY_DAYS)).strftime("%Y-%m-%d")
+    history = store.label_history(since)
+    entries = build_entries(history, now=day_end)
+    write_label_table(opts.table_out, entries, opts.policy, generated_at=dt.datetime.now(dt.UTC))
+    summary["table"] = {"path": str(opts.table_out), "entries": len(entries),
+                        "by_level": pd.Series([e.level for e in entries]).value_counts().to_dict()}
+    summary["seconds"] = round(time.monotonic() - t0, 2)
+    store.write_summary(opts.date, summary)
+    return summary

@@ -1,0 +1,94 @@
+"""Find telemetry files and stream them row group by row group, conformed to telemetry v1.
+
+A data root holds ``telemetry/date=YYYY-MM-DD/host=<host>/*.parquet`` (DESIGN.md). Readers never
+hold a whole day in memory: each row group is conformed and handed on, then dropped. A file that
+Parquet cannot read is skipped with a warning naming it (the rest of the night still counts); a file
+that lacks a required column is a DataError naming file and column, because that is a writer bug
+that silently skipping would hide.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from wattclass.errors import DataError
+from wattclass.schema import REQUIRED_COLUMNS, TELEMETRY_V1, conform
+
+log = logging.getLogger("wattclass.classifier")
+
+_V1_NAMES = frozenset(TELEMETRY_V1.names)
+
+
+def telemetry_root(path: Path) -> Path:
+    """The folder holding date= partitions: ``path/telemetry`` if it exists, else ``path``."""
+    sub = Path(path) / "telemetry"
+    return sub if sub.is_dir() else Path(path)
+
+
+def telemetry_files(paths: Sequence[Path] | Path, date: str | None = None) -> list[Path]:
+    """Parquet files under each path (a file, or a data root / partition folder), sorted.
+
+    With ``date`` only the ``date=<date>`` partition of a data root is listed.
+    """
+    if isinstance(paths, str | Path):
+        paths = [Path(paths)]
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_file():
+            out.append(p)
+            continue
+        if not p.exists():
+            raise DataError(f"{p}: telemetry path does not exist")
+        root = telemetry_root(p)
+        if date is not None:
+            root = root / f"date={date}"
+            if not root.is_dir():
+                continue
+        out.extend(f for f in sorted(root.rglob("*.parquet")) if not f.name.startswith("."))
+    return out
+
+
+def _check_required(path: Path, names: Sequence[str]) -> None:
+    missing = [c for c in REQUIRED_COLUMNS if c not in names]
+    if missing:
+        raise DataError(f"{path}: telemetry is missing required column(s) {', '.join(missing)}")
+
+
+def iter_tables(
+    files: Sequence[Path],
+    drop_columns: Sequence[str] = (),
+    on_file: Callable[[int, Path], None] | None = None,
+    columns: Sequence[str] | None = None,
+) -> Iterator[tuple[Path, pa.Table]]:
+    """Yield (file, conformed row group) for every readable row group of every file.
+
+    ``drop_columns`` are treated as absent (the evaluation uses it to remove GPM); ``on_file`` is
+    called before each file (progress display). With ``columns`` only those (plus the required
+    ones) are read; the others read as null.
+    """
+    wanted = None if columns is None else set(columns) | set(REQUIRED_COLUMNS)
+    for i, path in enumerate(files):
+        if on_file is not None:
+            on_file(i, path)
+        try:
+            pf = pq.ParquetFile(path)
+            names = pf.schema_arrow.names
+        except (OSError, pa.ArrowException) as exc:
+            log.warning("skipping unreadable telemetry file %s: %s", path, exc)
+            continue
+        _check_required(path, names)
+        cols = [n for n in names if n in _V1_NAMES and n not in drop_columns
+                and (wanted is None or n in wanted)]
+        for rg in range(pf.num_row_groups):
+            try:
+                raw = pf.read_row_group(rg, columns=cols)
+            except (OSError, pa.ArrowException) as exc:
+                log.warning("skipping rest of unreadable telemetry file %s (row group %d): %s", path, rg, exc)
+                break
+            if raw.num_rows:
+                yield path, conform(raw, source=path)

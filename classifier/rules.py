@@ -1,0 +1,122 @@
+"""The GPM roofline rule: the ground truth wherever GPM metrics exist (DESIGN.md, "Labels").
+
+Window: ``idle`` if sm_util < 10; else ``compute`` if max(tensor, fp64, fp32, fp16 util) >=
+dram_bw_util, else ``memory`` (the busiest unit is the bottleneck).
+Job: ``idle`` if under half its windows are active; else ``compute`` if >= 70% of the active
+windows are compute, ``memory`` if <= 30%, else ``mixed``. Windows are *counted* (not weighted by
+duration), exactly as the reference converter (shared/tools/windows.py) that produced jobs.csv.
+
+Confidence (our choice, see ``job_confidence``): the probability that the job's label would stay
+the same if we saw more windows of the same job. Each job label is a statement about two shares
+(active share vs 0.5, compute share of active windows vs 0.3/0.7); with k of n windows on one side
+the share's posterior under a Jeffreys prior is Beta(k + 1/2, n - k + 1/2), and the confidence is
+the posterior mass on the label's side of its thresholds. It grows with evidence (3 unanimous
+windows: 0.84, 30: >0.999) and falls near a threshold (3 of 4 compute: 0.46). The same formula
+takes the model's soft counts (sums of window probabilities), so rule and model confidences mean
+the same thing.
+
+Everything is vectorised over numpy arrays: these run on every window of a cluster-day.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+from scipy.special import betainc
+
+#: Window classes (model targets) in code order; -1 means "no GPM in this window".
+WINDOW_CLASSES: tuple[str, ...] = ("idle", "compute", "memory")
+IDLE, COMPUTE, MEMORY = 0, 1, 2
+NO_GPM = -1
+
+#: Job labels in code order.
+JOB_LABELS: tuple[str, ...] = ("idle", "compute", "memory", "mixed")
+J_IDLE, J_COMPUTE, J_MEMORY, J_MIXED = 0, 1, 2, 3
+
+SM_ACTIVE_PCT = 10.0
+ACTIVE_SHARE = 0.5
+COMPUTE_SHARE = 0.7
+MEMORY_SHARE = 0.3
+
+#: Compute pipes compared against DRAM bandwidth activity.
+COMPUTE_UNITS: tuple[str, ...] = ("tensor_util_pct", "fp64_util_pct", "fp32_util_pct", "fp16_util_pct")
+#: GPM columns the window rule reads.
+RULE_COLUMNS: tuple[str, ...] = ("sm_util_pct", "dram_bw_util_pct", *COMPUTE_UNITS)
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int8]
+
+
+def window_labels(
+    sm_util: npt.ArrayLike,
+    dram_bw: npt.ArrayLike,
+    compute_units: list[npt.ArrayLike],
+) -> IntArray:
+    """Window codes (IDLE/COMPUTE/MEMORY, or NO_GPM) from GPM metric arrays (NaN = null).
+
+    A window has GPM when sm_util and dram_bw are present and at least one compute pipe is; a
+    missing pipe among present ones counts as not busy (np.fmax ignores NaN).
+    """
+    sm = np.asarray(sm_util, dtype=np.float64)
+    dram = np.asarray(dram_bw, dtype=np.float64)
+    comp = np.full(sm.shape, np.nan)
+    for u in compute_units:
+        comp = np.fmax(comp, np.asarray(u, dtype=np.float64))
+    has_gpm = ~np.isnan(sm) & ~np.isnan(dram) & ~np.isnan(comp)
+    out = np.where(comp >= dram, COMPUTE, MEMORY).astype(np.int8)
+    out[sm < SM_ACTIVE_PCT] = IDLE
+    out[~has_gpm] = NO_GPM
+    return out
+
+
+def job_labels(n_idle: npt.ArrayLike, n_compute: npt.ArrayLike, n_memory: npt.ArrayLike) -> IntArray:
+    """Job label codes (J_*) from window counts; counts may be soft (sums of probabilities).
+
+    Jobs with no windows at all are labelled idle (callers only pass jobs with windows).
+    """
+    ni = np.asarray(n_idle, dtype=np.float64)
+    nc = np.asarray(n_compute, dtype=np.float64)
+    nm = np.asarray(n_memory, dtype=np.float64)
+    n = ni + nc + nm
+    active = nc + nm
+    with np.errstate(invalid="ignore", divide="ignore"):
+        fc = np.where(active > 0, nc / np.where(active > 0, active, 1.0), 0.0)
+    out = np.full(n.shape, J_MIXED, dtype=np.int8)
+    out[fc >= COMPUTE_SHARE] = J_COMPUTE
+    out[fc <= MEMORY_SHARE] = J_MEMORY
+    # Tiny tolerance so soft counts that are exactly half (up to float error) match the rule.
+    out[(active < ACTIVE_SHARE * n - 1e-9) | (n <= 0)] = J_IDLE
+    return out
+
+
+def _beta_mass_above(k: FloatArray, n: FloatArray, threshold: float) -> FloatArray:
+    """P(share >= threshold) for the share's Jeffreys posterior Beta(k + 1/2, n - k + 1/2)."""
+    a = np.maximum(k, 0.0) + 0.5
+    b = np.maximum(n - k, 0.0) + 0.5
+    return np.asarray(1.0 - betainc(a, b, threshold), dtype=np.float64)
+
+
+def job_confidence(
+    n_idle: npt.ArrayLike, n_compute: npt.ArrayLike, n_memory: npt.ArrayLike, labels: npt.ArrayLike
+) -> FloatArray:
+    """Posterior probability that each job's label holds (see module docstring)."""
+    ni = np.asarray(n_idle, dtype=np.float64)
+    nc = np.asarray(n_compute, dtype=np.float64)
+    nm = np.asarray(n_memory, dtype=np.float64)
+    lab = np.asarray(labels)
+    n = ni + nc + nm
+    active = nc + nm
+    p_active = _beta_mass_above(active, n, ACTIVE_SHARE)
+    p_c_hi = _beta_mass_above(nc, active, COMPUTE_SHARE)
+    p_c_lo = 1.0 - _beta_mass_above(nc, active, MEMORY_SHARE)
+    conf = np.select(
+        [lab == J_IDLE, lab == J_COMPUTE, lab == J_MEMORY],
+        [1.0 - p_active, p_active * p_c_hi, p_active * p_c_lo],
+        default=p_active * np.clip(1.0 - p_c_hi - p_c_lo, 0.0, 1.0),
+    )
+    return np.asarray(np.clip(conf, 0.0, 1.0), dtype=np.float64)
+
+
+def label_names(codes: npt.ArrayLike) -> npt.NDArray[np.object_]:
+    """Job label strings for job label codes."""
+    return np.asarray(JOB_LABELS, dtype=object)[np.asarray(codes, dtype=np.int64)]

@@ -1,0 +1,151 @@
+"""What the nightly run keeps under ``<data_root>/classifier/``: labels, samples, models, summaries.
+
+    labels/date=YYYY-MM-DD/labels.parquet      one row per job labelled that day
+    training/date=YYYY-MM-DD/windows.parquet   sampled GPM-labelled windows (features + rule class)
+    models/registry.json, models/<version>/    every trained model with its metrics; ``current``
+    summaries/date=YYYY-MM-DD.json             the night's summary
+
+One file per date, replaced atomically: re-running a night replaces that night (idempotent) and
+"appending" a night never rewrites others. The registry starts with the packaged default model.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from wattclass.classifier.features import FEATURES
+from wattclass.classifier.model import TrainingSet, WindowModel, default_model_dir, load_model
+from wattclass.errors import DataError
+from wattclass.fsutil import atomic_write_text, atomic_writer
+
+
+class ClassifierStore:
+    """Paths and atomic reads/writes for one data root."""
+
+    def __init__(self, data_root: Path) -> None:
+        self.root = Path(data_root) / "classifier"
+
+    # ---- labels
+    def labels_path(self, date: str) -> Path:
+        return self.root / "labels" / f"date={date}" / "labels.parquet"
+
+    def write_labels(self, date: str, labels: pd.DataFrame) -> Path:
+        path = self.labels_path(date)
+        _write_parquet(path, pa.Table.from_pandas(labels.assign(date=date), preserve_index=False))
+        return path
+
+    def label_history(self, since: str | None = None) -> pd.DataFrame:
+        """All stored labels (dates >= ``since``), oldest first; unreadable days are skipped."""
+        frames = []
+        for p in sorted((self.root / "labels").glob("date=*/labels.parquet")):
+            if since is not None and p.parent.name.removeprefix("date=") < since:
+                continue
+            try:
+                frames.append(pd.read_parquet(p))
+            except (OSError, pa.ArrowException):
+                continue
+        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+    # ---- training samples
+    def write_sample(self, date: str, ts: TrainingSet) -> None:
+        t = pa.table({**{f: ts.X[:, i] for i, f in enumerate(FEATURES)},
+                      "window_class": ts.y, "group": ts.group.astype(str)})
+        _write_parquet(self.root / "training" / f"date={date}" / "windows.parquet", t)
+
+    def samples(self) -> TrainingSet:
+        parts = []
+        for p in sorted((self.root / "training").glob("date=*/windows.parquet")):
+            try:
+                t = pq.read_table(p)
+            except (OSError, pa.ArrowException):
+                continue
+            X = np.column_stack([t.column(f).to_numpy() for f in FEATURES]).astype(np.float32)
+            y = t.column("window_class").to_numpy().astype(np.int8)
+            group = np.asarray(t.column("group").to_pylist(), dtype=object)
+            parts.append(TrainingSet(X, y, group, [p.parent.name]))
+        return TrainingSet.concat(parts)
+
+    # ---- summaries
+    def write_summary(self, date: str, summary: dict[str, Any]) -> Path:
+        path = self.root / "summaries" / f"date={date}.json"
+        atomic_write_text(path, json.dumps(summary, indent=2, sort_keys=True, default=str) + "\n")
+        return path
+
+
+class ModelRegistry:
+    """Model versions with their metrics; ``current`` is the promoted one used for labelling."""
+
+    def __init__(self, data_root: Path, default_dir: Path | None = None) -> None:
+        self.root = Path(data_root) / "classifier" / "models"
+        self.default_dir = default_dir or default_model_dir()
+        self.index_path = self.root / "registry.json"
+
+    def index(self) -> dict[str, Any]:
+        if not self.index_path.exists():
+            return self._init()
+        try:
+            data: dict[str, Any] = json.loads(self.index_path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise DataError(f"{self.index_path}: unreadable model registry: {exc}") from exc
+        return data
+
+    def _init(self) -> dict[str, Any]:
+        """Seed the registry with the packaged default model."""
+        model = load_model(self.default_dir)
+        shutil.copytree(self.default_dir, self.root / model.version, dirs_exist_ok=True,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.py"))
+        index = {"current": model.version, "versions": [self._entry(model, promoted=True, gate=None)]}
+        self._save(index)
+        return index
+
+    def _entry(self, model: WindowModel, promoted: bool, gate: dict[str, Any] | None) -> dict[str, Any]:
+        return {
+            "version": model.version,
+            "created": model.meta.get("created"),
+            "promoted": promoted,
+            "metrics": model.meta.get("metrics"),
+            "gate": gate,
+            "training_data": model.meta.get("training_data"),
+        }
+
+    def _save(self, index: dict[str, Any]) -> None:
+        atomic_write_text(self.index_path, json.dumps(index, indent=2, sort_keys=True) + "\n")
+
+    def current(self) -> WindowModel:
+        return load_model(self.root / self.index()["current"])
+
+    def new_version(self, stem: str) -> str:
+        taken = {v["version"] for v in self.index()["versions"]}
+        version, k = stem, 1
+        while version in taken or (self.root / version).exists():
+            k += 1
+            version = f"{stem}.{k}"
+        return version
+
+    def add(self, model: WindowModel, promoted: bool, gate: dict[str, Any] | None) -> None:
+        """Store a model (promoted or not, so its metrics are kept); move ``current`` if promoted."""
+        model.save(self.root / model.version)
+        index = self.index()
+        index["versions"].append(self._entry(model, promoted, gate))
+        if promoted:
+            index["current"] = model.version
+        self._save(index)
+
+
+def _write_parquet(path: Path, table: pa.Table) -> None:
+    with atomic_writer(path) as fh:
+        pq.write_table(table, fh, compression="zstd")
+
+
+def utc_day_bounds(date: str) -> tuple[dt.datetime, dt.datetime]:
+    day = dt.datetime.strptime(date, "%Y-%m-%d").replace(tzinfo=dt.UTC)
+    return day, day + dt.timedelta(days=1)

@@ -1,0 +1,178 @@
+"""`wattclass classify` / `nightly` end to end on real H200 telemetry, the label table, bad input."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+
+from wattclass.classifier.model import FORMAT_VERSION, default_model_dir
+from wattclass.classifier.table import build_entries, index_entries, lookup
+from wattclass.cli import main
+from wattclass.plugin.labeltable import write_label_table
+from wattclass.schema import GPM_COLUMNS
+
+DATE = "2026-11-29"
+
+
+def _truth(h200_telemetry: Path) -> pd.Series:
+    return pd.read_csv(h200_telemetry.parent / "jobs.csv", dtype={"job_id": str}).set_index("job_id")["truth"]
+
+
+def test_classify_rule_labels_all_jobs_like_truth(h200_telemetry: Path, tmp_path: Path) -> None:
+    out = tmp_path / "l.parquet"
+    assert main(["classify", "--telemetry", str(h200_telemetry), "--out", str(out)]) == 0
+    df = pd.read_parquet(out).set_index("job_id")
+    assert len(df) == 21
+    assert (df["source"] == "rule").all()
+    truth = _truth(h200_telemetry)
+    assert (df["label"] == truth.loc[df.index]).all()
+    assert df["confidence"].between(0, 1).all()
+    assert (df["n_windows"] >= 3).all()
+    assert set(df.columns) >= {"user", "energy_j", "gpu_hours", "hosts", "start", "end"}
+
+
+def test_classify_without_gpm_uses_default_model(h200_telemetry: Path, tmp_path: Path) -> None:
+    t = pq.read_table(h200_telemetry)
+    nogpm = tmp_path / "nogpm.parquet"
+    pq.write_table(t.drop_columns([c for c in GPM_COLUMNS if c in t.column_names]), nogpm)
+    out = tmp_path / "l.parquet"
+    assert main(["classify", "--telemetry", str(nogpm), "--out", str(out)]) == 0
+    df = pd.read_parquet(out).set_index("job_id")
+    assert len(df) == 21
+    assert df["label"].notna().all()
+    assert df["source"].str.startswith("model:").all()
+    # in-sample (the default model was trained on these jobs): expect near-perfect agreement
+    assert (df["label"] == _truth(h200_telemetry).loc[df.index]).mean() >= 0.9
+
+
+def test_missing_required_column_names_column_and_file(h200_telemetry: Path, tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.parquet"
+    pq.write_table(pq.read_table(h200_telemetry).drop_columns(["energy_j"]), bad)
+    assert main(["classify", "--telemetry", str(bad), "--out", str(tmp_path / "l.parquet")]) == 3
+    err = capsys.readouterr().err
+    assert "energy_j" in err and str(bad) in err
+    assert not (tmp_path / "l.parquet").exists()
+
+
+def test_corrupt_file_is_skipped_with_warning(h200_telemetry: Path, tmp_path: Path,
+                                              caplog: pytest.LogCaptureFixture) -> None:
+    root = tmp_path / "root" / "telemetry" / f"date={DATE}" / "host=gpu-h200-03"
+    root.mkdir(parents=True)
+    shutil.copy(h200_telemetry, root / "a.parquet")
+    (root / "b.parquet").write_bytes(b"PAR1 this is not parquet at all")
+    out = tmp_path / "l.parquet"
+    assert main(["classify", "--telemetry", str(tmp_path / "root"), "--out", str(out)]) == 0
+    assert "b.parquet" in caplog.text
+    assert len(pd.read_parquet(out)) == 21
+
+
+def test_newer_model_refused_by_classify(h200_telemetry: Path, tmp_path: Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    d = tmp_path / "model"
+    shutil.copytree(default_model_dir(), d, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
+    meta = json.loads((d / "model.json").read_text())
+    meta["format_version"] = FORMAT_VERSION + 1
+    (d / "model.json").write_text(json.dumps(meta))
+    rc = main(["classify", "--telemetry", str(h200_telemetry), "--out", str(tmp_path / "l.parquet"),
+               "--model", str(d), "--source", "model"])
+    assert rc == 3
+    assert "newer" in capsys.readouterr().err or "Upgrade wattclass" in capsys.readouterr().err
+
+
+def _lua(path: Path, expr: str) -> str:
+    code = f"local t = dofile({json.dumps(str(path))}); print({expr})"
+    return subprocess.run(["lua5.1", "-e", code], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_table_entries_read_back_with_lua(tmp_path: Path) -> None:
+    now = dt.datetime(2026, 12, 1, tzinfo=dt.UTC)
+    rows = []
+    for d in range(4):  # alice's train.sh: memory three times recently, compute long ago
+        rows.append(("alice", 'train "x" %s]]', "phys", "memory", 0.95, now - dt.timedelta(days=d), "rule"))
+    rows.append(("alice", 'train "x" %s]]', "phys", "compute", 0.95, now - dt.timedelta(days=200), "rule"))
+    rows.append(("alice", "sim", "phys", "compute", 0.9, now - dt.timedelta(days=1), "model:x"))
+    rows.append(("bob", "eval", "bio", "idle", 0.99, now - dt.timedelta(days=1), "rule"))
+    hist = pd.DataFrame(rows, columns=["user", "name", "account", "label", "confidence", "end", "source"])
+    entries = build_entries(hist, now)
+    path = tmp_path / "table.lua"
+    write_label_table(path, entries, None)
+    assert _lua(path, "t.by_user_name.alice['train \"x\" %s]]'].label") == "memory"
+    assert _lua(path, "t.by_user_name.alice['train \"x\" %s]]'].n") == "5"
+    assert _lua(path, "t.by_user_name.alice.sim.source") == "model"
+    assert _lua(path, "t.by_user.alice.label") == "memory"
+    assert _lua(path, "t.by_user.bob.label") == "idle"
+    assert _lua(path, "t.by_account.phys.label") == "memory"
+    conf = float(_lua(path, "t.by_user_name.alice['train \"x\" %s]]'].confidence"))
+    assert 0.8 < conf < 1.0
+    one = float(_lua(path, "t.by_user_name.bob.eval.confidence"))
+    assert one < 0.8  # a single job is not enough evidence for the default min_confidence
+    idx = index_entries(entries)
+    assert lookup(idx, "alice", "new-name", "phys").level == "user"  # type: ignore[union-attr]
+    assert lookup(idx, "carol", "x", "bio").level == "account"  # type: ignore[union-attr]
+    assert lookup(idx, "carol", "x", None) is None
+
+
+@pytest.fixture
+def data_root(h200_telemetry: Path, tmp_path: Path) -> tuple[Path, Path]:
+    root = tmp_path / "root"
+    d = root / "telemetry" / f"date={DATE}" / "host=gpu-h200-03"
+    d.mkdir(parents=True)
+    shutil.copy(h200_telemetry, d / "part-0.parquet")
+    jobs = pd.read_csv(h200_telemetry.parent / "jobs.csv", dtype={"job_id": str})
+    jobs["name"] = jobs["workload"]
+    jobs["account"] = jobs["user"].map({"ayaka": "physics", "bruno": "ml", "chen": "ml", "dana": "bio"})
+    jobs["partition"] = "gpu"
+    jf = tmp_path / "jobs.csv"
+    jobs[["job_id", "name", "user", "account", "partition", "start", "end"]].to_csv(jf, index=False)
+    return root, jf
+
+
+def test_nightly_end_to_end(data_root: tuple[Path, Path], tmp_path: Path,
+                            capsys: pytest.CaptureFixture[str]) -> None:
+    root, jf = data_root
+    table = tmp_path / "label_table.lua"
+    rc = main(["nightly", "--data-root", str(root), "--date", DATE, "--jobs-file", str(jf),
+               "--table-out", str(table), "--json"])
+    assert rc == 0
+    s = json.loads(capsys.readouterr().out)
+    assert s["status"] == "ok" and s["jobs"] == 21
+    assert sum(v["jobs"] for v in s["by_label"].values()) == 21
+    assert s["by_label"]["memory"]["jobs"] == 10
+    assert s["retrain"]["retrained"] is True
+    labels = pd.read_parquet(root / "classifier" / "labels" / f"date={DATE}" / "labels.parquet")
+    assert set(labels["name"]) >= {"gemm_bf16_2048", "fft_c64"}
+    assert set(labels["account"]) == {"physics", "ml", "bio"}
+    reg = json.loads((root / "classifier" / "models" / "registry.json").read_text())
+    assert len(reg["versions"]) == 2 and reg["versions"][0]["promoted"]
+    assert _lua(table, "t.by_user_name.dana.fft_c64.label") == "memory"
+    assert _lua(table, "t.by_account.bio.n") == "4"  # dana's four jobs
+    # a day without data: summary says so, the table is left exactly as it was
+    before = table.read_bytes(), table.stat().st_mtime_ns
+    rc = main(["nightly", "--data-root", str(root), "--date", "2026-11-30", "--jobs-file", str(jf),
+               "--table-out", str(table), "--json"])
+    assert rc == 0
+    s2 = json.loads(capsys.readouterr().out)
+    assert s2["status"] == "no data" and "2026-11-30" in s2["message"]
+    assert (table.read_bytes(), table.stat().st_mtime_ns) == before
+
+
+def test_nightly_without_slurm_falls_back_to_telemetry(data_root: tuple[Path, Path], tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    root, _ = data_root
+    table = tmp_path / "t.lua"
+    rc = main(["nightly", "--data-root", str(root), "--date", DATE, "--no-retrain",
+               "--table-out", str(table), "--json"])
+    assert rc == 0
+    s = json.loads(capsys.readouterr().out)
+    assert s["jobs"] == 21 and s["retrain"]["retrained"] is False
+    labels = pd.read_parquet(root / "classifier" / "labels" / f"date={DATE}" / "labels.parquet")
+    assert set(labels["user"]) == {"ayaka", "bruno", "chen", "dana"}  # from telemetry
+    assert _lua(table, "t.by_user.chen.n") == "5"

@@ -1,0 +1,82 @@
+"""Grouped cross-validation, the promotion gate, calibration and the model file format."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from wattclass.classifier import model as M
+from wattclass.classifier.training import training_set
+from wattclass.errors import DataError
+
+
+@pytest.fixture(scope="module")
+def real_set() -> M.TrainingSet:
+    return training_set([Path(__file__).resolve().parent.parent / "wattclass/data/h200/telemetry.parquet"])
+
+
+def test_folds_never_split_a_job_and_are_stratified(real_set: M.TrainingSet) -> None:
+    keys, truth = real_set.job_truth()
+    assert len(keys) == 21
+    for seed in range(5):
+        fold = M.job_folds(keys, truth, 5, seed)
+        job_fold = dict(zip(keys, fold, strict=True))
+        window_fold = np.array([job_fold[g] for g in real_set.group])
+        for k in keys:  # all windows of a job land in one fold
+            assert len(set(window_fold[real_set.group == k])) == 1
+        for lab in np.unique(truth):  # each label spread over folds as evenly as possible
+            counts = np.bincount(fold[truth == lab], minlength=5)
+            assert counts.max() - counts.min() <= 1
+
+
+def test_cross_validation_reports_job_level_metrics(real_set: M.TrainingSet) -> None:
+    cv = M.cross_validate(real_set, n_folds=5, seed=0)
+    assert cv["n_jobs"] == 21
+    conf = np.array(cv["confusion"])
+    assert conf.sum() == 21
+    assert cv["accuracy"] == pytest.approx(np.trace(conf) / 21)
+    assert cv["accuracy"] >= 0.85  # the basic columns do separate the classes on real H200 data
+    assert 0 <= cv["ece"] <= 1
+    assert len(set(cv["jobs"]["fold"])) == 5
+
+
+@pytest.mark.parametrize(("cand", "inc", "expected"), [
+    (0.96, 0.95, True),  # better
+    (0.94, 0.95, False),  # worse
+    (0.95, 0.95, True),  # equal: not worse
+    (None, 0.95, False),  # candidate without metrics
+    (0.50, None, True),  # incumbent without metrics
+])
+def test_promotion_gate(cand: float | None, inc: float | None, expected: bool) -> None:
+    c = None if cand is None else {"accuracy": cand}
+    i = None if inc is None else {"accuracy": inc}
+    assert M.should_promote(c, i) is expected
+
+
+def test_ece() -> None:
+    assert M.ece([0.9] * 10, [1] * 9 + [0]) == pytest.approx(0.0)
+    assert M.ece([1.0] * 4, [1, 0, 1, 0]) == pytest.approx(0.5)
+
+
+def test_save_load_roundtrip_and_newer_format_refused(real_set: M.TrainingSet, tmp_path: Path) -> None:
+    m = M.train_model(real_set, "test-1", evaluate=False)
+    m.save(tmp_path / "m")
+    back = M.load_model(tmp_path / "m")
+    assert back.source == "model:test-1"
+    assert np.allclose(back.predict_proba(real_set.X[:5]), m.predict_proba(real_set.X[:5]))
+    meta = json.loads((tmp_path / "m" / "model.json").read_text())
+    meta["format_version"] = M.FORMAT_VERSION + 1
+    meta["wattclass_version"] = "9.0.0"
+    (tmp_path / "m" / "model.json").write_text(json.dumps(meta))
+    with pytest.raises(DataError, match=r"format version 2 was written by wattclass 9\.0\.0"):
+        M.load_model(tmp_path / "m")
+
+
+def test_default_model_is_shipped_and_loads() -> None:
+    m = M.load_model(M.default_model_dir())
+    assert m.meta["format_version"] == M.FORMAT_VERSION
+    assert m.meta["training_data"]["n_jobs"] >= 21
+    assert m.meta["metrics"]["n_jobs"] == m.meta["training_data"]["n_jobs"]
