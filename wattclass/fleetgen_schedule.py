@@ -99,7 +99,7 @@ class Population:
 def make_population(spec: FleetSpec, n_profiles: int) -> Population:
     """Users (Zipf-like activity), their accounts and their recurring job names."""
     rng = np.random.default_rng([spec.seed, spec.gpus, 101])
-    n_users = max(4, round(spec.gpus / 25))
+    n_users = max(8, round(spec.gpus / 20))
     n_accounts = max(2, n_users // 8)
     users = tuple(f"u{i:04d}" for i in range(n_users))
     accounts = tuple(f"proj{i:03d}" for i in range(n_accounts))
@@ -150,6 +150,14 @@ def make_population(spec: FleetSpec, n_profiles: int) -> Population:
             t_array.append(is_array)
             t_median.append(median_w)
             t_profile.append(int(rng.integers(n_profiles)))
+    # Small fleets draw few templates: make sure every kind of job exists at least once.
+    singles = [i for i, g in enumerate(t_gpus) if g == 1]
+    if singles and not any(t_array):
+        t_array[singles[int(rng.integers(len(singles)))]] = True
+    if not any(n > 1 for n in t_nodes):
+        i = int(rng.integers(len(t_nodes)))
+        t_gpus[i], t_nodes[i], t_array[i] = 8, 2, False
+        t_median[i] = 3 * WINDOWS_PER_HOUR
     tu = np.array(t_user, dtype=np.int64)
     nodes_a = np.array(t_nodes, dtype=np.int64)
     per_user = np.bincount(tu, minlength=n_users).astype(np.float64)
