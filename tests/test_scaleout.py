@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -51,7 +52,7 @@ def test_example_config_builds_the_slurm_job_script(tmp_path: Path) -> None:
     assert cfg.kind == "slurm"
     s = cfg.slurm
     # Build the cluster without submitting anything: jobs=0, no adapt.
-    cluster = slurm_cluster(type(s)(**{**s.__dict__, "jobs": 0, "log_directory": str(tmp_path)}))
+    cluster = slurm_cluster(replace(s, jobs=0, log_directory=str(tmp_path)))
     try:
         script = cluster.job_script()
     finally:
