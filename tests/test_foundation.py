@@ -82,7 +82,9 @@ def test_label_table_round_trips_through_lua(tmp_path: Path) -> None:
     )
     out = subprocess.run(
         ["lua5.1", "-e", script.replace("arg[1]", repr(str(path)))],
-        input=nasty.encode(), capture_output=True, check=True,
+        input=nasty.encode(),
+        capture_output=True,
+        check=True,
     ).stdout.decode()
     assert out.split() == ["memory", "0.93", "12", "compute", "60%"]
 

@@ -1,0 +1,160 @@
+"""Anchor for the nightly feature stage: DuckDB's own group-by of per-job aggregates.
+
+The issue asks wattclass's feature stage to be within 2x of a good general-purpose engine on
+the same files, on the same machine. This script is that engine's figure: DuckDB scans one day of
+telemetry (``<root>/telemetry/date=D/host=*/*.parquet``) and computes, per job_id, the window
+count, summed energy and duration, and mean/min/max/std of the basic NVML columns (power as a
+fraction of the limit, SM clock as a fraction of its max, frame buffer as a fraction of total)
+and of the GPM columns. The query runs in a child process so that its wall time and peak RSS
+are its own (``resource.getrusage(RUSAGE_CHILDREN)``), with DuckDB limited to the machine
+(``--threads``, ``--memory-limit``). Prints one JSON document.
+
+  python bench/fleet_duckdb_anchor.py --data-root /work/fleet10k --date 2026-03-01
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+#: (output name, SQL expression) of the per-window values aggregated per job.
+VALUES: tuple[tuple[str, str], ...] = (
+    ("power_avg_w", "power_avg_w"),
+    ("power_max_w", "power_max_w"),
+    ("power_avg_frac", "power_avg_w / power_limit_w"),
+    ("power_max_frac", "power_max_w / power_limit_w"),
+    ("power_limit_w", "power_limit_w"),
+    ("util_gpu_pct", "util_gpu_pct"),
+    ("util_mem_pct", "util_mem_pct"),
+    ("sm_clock_frac", "sm_clock_mhz / sm_clock_max_mhz"),
+    ("mem_clock_mhz", "mem_clock_mhz"),
+    ("throttle_power_frac", "throttle_power_frac"),
+    ("throttle_thermal_frac", "throttle_thermal_frac"),
+    ("temp_c", "temp_c"),
+    ("fb_used_frac", "fb_used_mib / fb_total_mib"),
+    ("sm_util_pct", "sm_util_pct"),
+    ("sm_occupancy_pct", "sm_occupancy_pct"),
+    ("tensor_util_pct", "tensor_util_pct"),
+    ("dram_bw_util_pct", "dram_bw_util_pct"),
+    ("fp64_util_pct", "fp64_util_pct"),
+    ("fp32_util_pct", "fp32_util_pct"),
+    ("fp16_util_pct", "fp16_util_pct"),
+    ("int_util_pct", "int_util_pct"),
+    ("pcie_tx_mibs", "pcie_tx_mibs"),
+    ("pcie_rx_mibs", "pcie_rx_mibs"),
+)
+
+
+def build_query(glob: str) -> str:
+    """The per-job aggregate query over the Parquet files matching ``glob``."""
+    aggs = [
+        "count(*) AS n_windows",
+        "sum(energy_j) AS energy_j",
+        "sum(epoch_ms(ts_end) - epoch_ms(ts_start)) / 1000.0 AS duration_s",
+        "min(ts_start) AS first_ts",
+        "max(ts_end) AS last_ts",
+    ]
+    for name, expr in VALUES:
+        aggs += [
+            f"avg({expr}) AS {name}_mean",
+            f"min({expr}) AS {name}_min",
+            f"max({expr}) AS {name}_max",
+            f"stddev_samp({expr}) AS {name}_std",
+        ]
+    cols = ", ".join(aggs)
+    return (
+        f"SELECT job_id, {cols} FROM read_parquet('{glob}', hive_partitioning = false) "
+        "WHERE job_id IS NOT NULL GROUP BY job_id"
+    )
+
+
+def _child(glob: str, out: str, threads: int, memory_limit: str, tmp: str) -> None:
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute(f"SET threads = {int(threads)}")
+    con.execute(f"SET memory_limit = '{memory_limit}'")
+    con.execute(f"SET temp_directory = '{tmp}'")
+    con.execute("SET preserve_insertion_order = false")
+    t0 = time.perf_counter()
+    con.execute(f"COPY ({build_query(glob)}) TO '{out}' (FORMAT parquet)")
+    wall = time.perf_counter() - t0
+    jobs, windows = con.execute(f"SELECT count(*), sum(n_windows) FROM read_parquet('{out}')").fetchone()
+    json.dump(
+        {
+            "query_wall_s": round(wall, 3),
+            "jobs": jobs,
+            "job_windows": int(windows),
+            "duckdb": duckdb.__version__,
+        },
+        sys.stdout,
+    )
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data-root", type=Path, required=True)
+    ap.add_argument("--date", required=True, help="YYYY-MM-DD")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--memory-limit", default="8GB")
+    ap.add_argument("--_child", nargs=4, metavar=("GLOB", "OUT", "THREADS", "MEM"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args._child:
+        glob, out, threads, mem = args._child
+        _child(glob, out, int(threads), mem, str(Path(out).parent))
+        return 0
+    day = args.data_root / "telemetry" / f"date={args.date}"
+    files = sorted(day.glob("host=*/*.parquet"))
+    if not files:
+        print(f"no telemetry files under {day}", file=sys.stderr)
+        return 3
+    glob = str(day / "host=*" / "*.parquet")
+    with tempfile.TemporaryDirectory(prefix="duckdb-anchor-") as tmp:
+        out = str(Path(tmp) / "features.parquet")
+        t0 = time.perf_counter()
+        proc = subprocess.run(
+            [sys.executable, __file__, "--data-root", str(args.data_root), "--date", args.date,
+             "--_child", glob, out, str(args.threads), args.memory_limit],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        wall = time.perf_counter() - t0
+        if proc.returncode != 0:
+            print(proc.stderr, file=sys.stderr)
+            return 1
+        child = json.loads(proc.stdout)
+    peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    result = {
+        "benchmark": "duckdb per-job aggregates (nightly feature-stage anchor)",
+        "data_root": str(args.data_root),
+        "date": args.date,
+        "files": len(files),
+        "bytes_on_disk": sum(f.stat().st_size for f in files),
+        "aggregates_per_job": 5 + 4 * len(VALUES),
+        "threads": args.threads,
+        "memory_limit": args.memory_limit,
+        **child,
+        "process_wall_s": round(wall, 3),
+        "peak_rss_mib": round(peak_kib / 1024, 1),
+        "machine": {"cpus": _cpus(), "python": platform.python_version(), "platform": platform.platform()},
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    json.dump(result, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+    return 0
+
+
+def _cpus() -> int:
+    import os
+
+    return len(os.sched_getaffinity(0))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
