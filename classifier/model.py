@@ -21,7 +21,6 @@ format version is refused with a message that says so.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -63,6 +62,8 @@ DEFAULT_PARAMS: dict[str, Any] = {
     "deterministic": True,
 }
 NUM_ROUNDS = 150
+#: Training uses only windows at least this long (see TrainingSet.trainable); jobs' truth uses all.
+MIN_TRAIN_WINDOW_S = 5.0
 #: Weight of the pull of the calibration map towards the identity (guards against tiny data sets).
 CAL_PRIOR = 0.1
 
@@ -79,12 +80,26 @@ class TrainingSet:
     y: npt.NDArray[np.int8]
     group: npt.NDArray[np.object_]
     sources: list[str] = field(default_factory=list)
+    #: Window lengths in seconds (NaN or None = unknown, treated as a full window).
+    dur: F64 | None = None
 
     def __len__(self) -> int:
         return len(self.y)
 
     def subset(self, mask: npt.NDArray[np.bool_]) -> TrainingSet:
-        return TrainingSet(self.X[mask], self.y[mask], self.group[mask], self.sources)
+        dur = None if self.dur is None else self.dur[mask]
+        return TrainingSet(self.X[mask], self.y[mask], self.group[mask], self.sources, dur)
+
+    def trainable(self, min_window_s: float = 0.0) -> npt.NDArray[np.bool_]:
+        """Windows fit to learn from: at least ``min_window_s`` long (unknown lengths pass).
+
+        Why: the daemon takes GPM snapshots per period, so a short segment of a job at a job
+        boundary carries GPM that is mostly the neighbouring job's (or the gap's); its rule label
+        says little about its own NVML readings.
+        """
+        if self.dur is None or min_window_s <= 0:
+            return np.ones(len(self), dtype=bool)
+        return np.asarray(~(self.dur < min_window_s), dtype=bool)
 
     def job_truth(self) -> tuple[npt.NDArray[np.object_], npt.NDArray[np.int8]]:
         """(job keys, job label codes by the rule over each job's windows)."""
@@ -104,6 +119,8 @@ class TrainingSet:
             np.concatenate([s.y for s in sets]),
             np.concatenate([s.group for s in sets]),
             [src for s in sets for src in s.sources],
+            None if all(s.dur is None for s in sets) else np.concatenate(
+                [s.dur if s.dur is not None else np.full(len(s), np.nan) for s in sets]),
         )
 
 
@@ -223,7 +240,7 @@ def job_folds(keys: npt.NDArray[np.object_], labels: npt.ArrayLike, n_folds: int
 
 def cross_validate(
     ts: TrainingSet, n_folds: int = 5, seed: int = 0, params: Mapping[str, Any] | None = None,
-    rounds: int = NUM_ROUNDS,
+    rounds: int = NUM_ROUNDS, min_window_s: float = MIN_TRAIN_WINDOW_S,
 ) -> dict[str, Any]:
     """Grouped, stratified k-fold CV at job level; returns metrics and the out-of-fold predictions."""
     keys, truth = ts.job_truth()
@@ -233,9 +250,10 @@ def cross_validate(
     window_job = np.fromiter((job_index[g] for g in ts.group), dtype=np.int64, count=len(ts.group))
     window_fold = fold_of_job[window_job]
     oof = np.zeros((len(ts), 3))
+    fit_ok = ts.trainable(min_window_s)
     for f in range(n_folds):
         test = window_fold == f
-        train = ~test
+        train = ~test & fit_ok
         if not test.any():
             continue
         if len(np.unique(ts.y[train])) < 2:
@@ -320,15 +338,21 @@ class WindowModel:
 
 def train_model(
     ts: TrainingSet, version: str, n_folds: int = 5, seed: int = 0, evaluate: bool = True,
+    created: str | None = None, min_window_s: float = MIN_TRAIN_WINDOW_S,
 ) -> WindowModel:
-    """Cross-validate (for metrics and calibration), then fit on everything."""
-    cv = cross_validate(ts, n_folds, seed) if evaluate else None
-    booster = fit_booster(ts)
+    """Cross-validate (for metrics and calibration), then fit on every trainable window.
+
+    ``created`` goes into the metadata as given (None: omitted), never the wall clock, so that
+    rebuilding from the same data gives byte-identical model files.
+    """
+    cv = cross_validate(ts, n_folds, seed, min_window_s=min_window_s) if evaluate else None
+    booster = fit_booster(ts.subset(ts.trainable(min_window_s)))
     meta: dict[str, Any] = {
         "format_version": FORMAT_VERSION,
         "wattclass_version": __version__,
         "model_version": version,
-        "created": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "created": created,
+        "min_train_window_s": min_window_s,
         "kind": "lightgbm-window-multiclass",
         "aggregation": "argmax window counts + DESIGN.md job rule",
         "features": list(FEATURES),

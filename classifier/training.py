@@ -9,6 +9,7 @@ small and balanced.
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -17,9 +18,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from wattclass.classifier import rules
-from wattclass.classifier.features import column_f64, feature_matrix, window_features
+from wattclass.classifier.features import column_f64, durations_s, feature_matrix, window_features
 from wattclass.classifier.model import TrainingSet
 from wattclass.classifier.reader import iter_tables, telemetry_files
+from wattclass.classifier.replay import materialize
 
 
 def window_rule_codes(table: pa.Table) -> np.ndarray:
@@ -42,7 +44,7 @@ def labelled_windows(table: pa.Table, prefix: str) -> TrainingSet:
     X = feature_matrix(window_features(table))[keep]
     jobs = np.asarray(job.to_numpy(zero_copy_only=False), dtype=object)[keep]
     group = np.asarray([f"{prefix}:{j}" for j in jobs], dtype=object)
-    return TrainingSet(X, codes[keep], group, [prefix])
+    return TrainingSet(X, codes[keep], group, [prefix], durations_s(table)[keep])
 
 
 def thin(ts: TrainingSet, max_windows_per_job: int) -> TrainingSet:
@@ -63,29 +65,40 @@ def thin(ts: TrainingSet, max_windows_per_job: int) -> TrainingSet:
 def training_set(
     sources: Sequence[Path], max_windows_per_job: int = 64, date: str | None = None
 ) -> TrainingSet:
-    """Labelled windows from every source (a Parquet file or data root)."""
-    parts: list[TrainingSet] = []
-    for src in sources:
-        prefix = Path(src).stem if Path(src).is_file() else Path(src).name
-        files = telemetry_files([Path(src)], date=date)
-        parts.extend(labelled_windows(t, prefix) for _, t in iter_tables(files))
+    """Labelled windows from every source: a v1 Parquet file, a data root, or a raw probe
+    recording (replayed through the telemetry daemon into a temporary data root first)."""
+    with tempfile.TemporaryDirectory(prefix="wattclass-replay-") as tmp:
+        parts: list[TrainingSet] = []
+        for src in materialize(sources, Path(tmp)):
+            prefix = Path(src).stem if Path(src).is_file() else Path(src).name
+            files = telemetry_files([Path(src)], date=date)
+            parts.extend(labelled_windows(t, prefix) for _, t in iter_tables(files))
     return thin(TrainingSet.concat(parts), max_windows_per_job)
 
 
-def bundled_training_sources() -> list[Path]:
-    """The real H200 telemetry shipped in the package: the default model is trained on these.
-
-    ``wattclass/data/h200/telemetry.parquet`` (the 21-job development set) plus, when present,
-    every v1 file under ``wattclass/data/h200/telemetry/`` (more collected jobs converted to v1;
-    a data root or a flat folder). Rebuild the default model with
-    ``wattclass model train --out classifier/models``.
-    """
+def h200_data_dir() -> Path:
+    """``wattclass/data/h200`` (in a checkout or an installed package)."""
     data = Path(__file__).resolve().parent.parent / "wattclass" / "data" / "h200"
     if not data.is_dir():  # installed (non-editable): wattclass/data sits next to the classifier
         import wattclass
 
         data = Path(wattclass.__file__).resolve().parent / "data" / "h200"
-    out = [data / "telemetry.parquet"] if (data / "telemetry.parquet").is_file() else []
-    if (data / "telemetry").is_dir():
-        out.append(data / "telemetry")
-    return out
+    return data
+
+
+#: Raw recordings the default model is trained on (folders under wattclass/data/h200).
+BUNDLED_RECORDINGS: tuple[str, ...] = ("raw", "collected")
+
+
+def bundled_training_sources() -> list[Path]:
+    """The real H200 recordings shipped in the package: the default model is trained on these.
+
+    ``raw`` (21 development jobs, 5001-5021, ~34 s each) and ``collected`` (66 jobs, 6000-6165,
+    13 s each, two recording sessions), both raw 1 Hz probe recordings that ``training_set``
+    replays through the telemetry daemon. ``live-nvml`` (the same 66 jobs written live by the
+    NVML daemon) is *not* a training source: it would count those jobs twice; it is kept for the
+    replay-vs-live check in bench/eval_classifier.py. Rebuild the default model with
+    ``wattclass model train --out classifier/models --version V``.
+    """
+    data = h200_data_dir()
+    return [data / name for name in BUNDLED_RECORDINGS if (data / name).is_dir()]

@@ -1,0 +1,68 @@
+"""Rebuild v1 telemetry from raw probe recordings by playing them through the real daemon.
+
+Why: the shipped model must be reproducible from what the repository keeps (the raw 1 Hz
+recordings, ``wattclass/data/h200/raw`` and ``collected``), and its training windows must be the
+windows the production daemon writes -- same window splitting at job boundaries, same GPM
+snapshots per period, same attribution. So instead of a separate converter we run
+``telemetry.daemon.Daemon`` with the replay backend on a virtual clock (``--once``) into a
+temporary data root, exactly like ``wattclass telemetry run --backend replay:DIR --once``.
+Nothing generated is kept: callers pass a temporary folder.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+from wattclass.errors import DataError
+
+log = logging.getLogger(__name__)
+
+#: Host name written into replayed rows (one fixed name so rebuilt files are comparable).
+REPLAY_HOST = "replay-h200"
+
+
+def is_recording(path: Path) -> bool:
+    """True for a folder in the probe format (``<part>_samples_1hz.parquet`` files)."""
+    p = Path(path)
+    return p.is_dir() and any(p.glob("*_samples_1hz.parquet"))
+
+
+def replay_recording(raw_dir: Path, data_root: Path, host: str = REPLAY_HOST) -> Path:
+    """Play one probe-format folder through the daemon into ``data_root``; returns ``data_root``.
+
+    Raises DataError naming the folder if the daemon did not convert everything to Parquet.
+    """
+    from wattclass.telemetry.backends import open_backend
+    from wattclass.telemetry.daemon import Daemon, DaemonConfig
+
+    raw_dir = Path(raw_dir)
+    if not is_recording(raw_dir):
+        raise DataError(f"{raw_dir}: not a probe recording (no *_samples_1hz.parquet files)")
+    cfg = DaemonConfig(data_root=Path(data_root), host=host, once=True)
+    backend = open_backend(f"replay:{raw_dir}", realtime=False)
+    with backend:
+        rc = Daemon(backend, cfg).run()
+    if rc != 0:
+        raise DataError(f"{raw_dir}: replay through the telemetry daemon left WAL data unconverted")
+    return Path(data_root)
+
+
+def materialize(sources: Sequence[Path], tmp: Path) -> list[Path]:
+    """Each source as v1 telemetry: recordings are replayed under ``tmp/<folder name>``.
+
+    Other sources (v1 files, data roots) pass through. The replayed data root is named after the
+    recording folder so training's job-key namespace (``<source>:<job_id>``) stays stable.
+    """
+    out: list[Path] = []
+    for src in sources:
+        s = Path(src)
+        if is_recording(s):
+            root = Path(tmp) / s.resolve().name
+            if root.exists():
+                raise DataError(f"{s}: two recordings named {s.name!r}; rename one")
+            out.append(replay_recording(s, root))
+        else:
+            out.append(s)
+    return out
