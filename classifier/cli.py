@@ -49,9 +49,14 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     msub = m.add_subparsers(dest="model_command", metavar="ACTION")
     t = msub.add_parser("train", help="train a model from v1 telemetry (GPM gives the labels)")
     t.add_argument("--telemetry", type=Path, nargs="*", default=None,
-                   help="Parquet files / data roots (default: the bundled real H200 data)")
+                   help="v1 Parquet files / data roots (default: the bundled real H200 recordings)")
+    t.add_argument("--raw", type=Path, nargs="*", default=None,
+                   help="raw probe recordings (DIR with *_samples_1hz.parquet), replayed through the "
+                   "telemetry daemon into a temporary data root before training")
     t.add_argument("--out", type=Path, required=True, help="model folder to write (model.txt + model.json)")
     t.add_argument("--version", default=None, help="model version string (default: h200-<date>)")
+    t.add_argument("--created", default=None,
+                   help="creation stamp stored in model.json (default: none, so rebuilds are identical)")
     t.add_argument("--folds", type=int, default=5)
     t.add_argument("--json", action="store_true")
     t.set_defaults(func=cmd_model_train)
@@ -195,13 +200,19 @@ def _human_summary(s: dict[str, Any]) -> str:
 
 def cmd_model_train(args: argparse.Namespace) -> int:
     from wattclass.classifier.model import train_model
+    from wattclass.classifier.replay import is_recording
     from wattclass.classifier.training import bundled_training_sources, training_set
+    from wattclass.errors import DataError
     from wattclass.output import emit
 
-    sources = args.telemetry or bundled_training_sources()
+    for r in args.raw or []:
+        if not is_recording(r):
+            raise DataError(f"--raw {r}: not a probe recording (no *_samples_1hz.parquet files)")
+    given = [*(args.telemetry or []), *(args.raw or [])]
+    sources = given or bundled_training_sources()
     ts = training_set(sources)
     version = args.version or f"h200-{dt.datetime.now(dt.UTC):%Y%m%d}"
-    model = train_model(ts, version, n_folds=args.folds)
+    model = train_model(ts, version, n_folds=args.folds, created=args.created)
     model.save(args.out)
     data = {"out": str(args.out), "version": version, "sources": [str(s) for s in sources],
             "metrics": model.meta["metrics"], "training_data": model.meta["training_data"]}
