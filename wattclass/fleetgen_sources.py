@@ -26,10 +26,14 @@ VALUE_COLUMNS: tuple[str, ...] = tuple(f.name for f in TELEMETRY_V1 if pa.types.
 
 
 def default_sources() -> list[Path]:
-    """The bundled real H200 windows plus any collected later under data/h200/collected/."""
+    """The bundled real H200 windows in the v1 schema (the dev set: 21 jobs of ~34 s).
+
+    Not ``data/h200/collected/`` (raw 1 Hz recordings, not windows) nor ``live-nvml/`` (13 s
+    jobs whose no-job windows are 2 s inter-job gaps at full power, not idle GPUs); pass them
+    with ``--source`` after replaying if wanted.
+    """
     base = Path(str(resources.files("wattclass") / "data" / "h200"))
     paths = [base / "telemetry.parquet"]
-    paths.extend(sorted((base / "collected").glob("*.parquet")))
     return paths
 
 
