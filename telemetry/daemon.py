@@ -54,13 +54,20 @@ class DaemonConfig:
 
 @dataclass
 class Stats:
-    """CPU-time accounting for the overhead benchmark (thread time, seconds)."""
+    """CPU-time accounting for the overhead benchmark (thread time, seconds).
+
+    GPU polls fall in three kinds: cheap (no energy counter), energy (counter read, no window
+    closed: a job change, a gap, the first poll) and window closes (counter read, rows out).
+    """
 
     polls: int = 0
-    gpu_polls: int = 0
+    gpu_polls: int = 0  # cheap polls
     poll_cpu_s: float = 0.0
+    energy_polls: int = 0
+    energy_poll_cpu_s: float = 0.0
     closes: int = 0
     close_cpu_s: float = 0.0
+    energy_reads: int = 0
     wal_appends: int = 0
     wal_cpu_s: float = 0.0
     rows: int = 0
@@ -122,7 +129,8 @@ class Daemon:
         for info in self.gpus:
             c0 = time.thread_time()
             try:
-                got = self._poll_gpu(info)
+                # After an error the counter is read again at once, so the outage is one span.
+                got, read = self._poll_gpu(info, force_energy=info.gpu_index in self._gpu_down)
             except GpuError as exc:
                 self._gpu_failed(info, exc)
                 continue
@@ -134,23 +142,35 @@ class Daemon:
             if got:
                 self.stats.closes += 1
                 self.stats.close_cpu_s += dt
+            elif read:
+                self.stats.energy_polls += 1
+                self.stats.energy_poll_cpu_s += dt
             else:
                 self.stats.gpu_polls += 1
                 self.stats.poll_cpu_s += dt
             rows += got
         return rows
 
-    def _poll_gpu(self, info: GpuInfo) -> list[Row]:
+    def _poll_gpu(self, info: GpuInfo, force_energy: bool = False) -> tuple[list[Row], bool]:
+        """Poll one GPU: cheap fields, job, then the energy counter only where the builder
+        needs it (window close, job change, gap, first poll) or ``force_energy``.
+
+        Returns the closed rows and whether the counter was read.
+        """
         i = info.gpu_index
         sample = self.backend.sample(i)
         job = self.attributor.job_for(info)
+        read = force_energy or self.builder.needs_energy(info, sample, job)
+        if read:
+            sample = sample._replace(energy_mj=self.backend.energy_mj(i))
+            self.stats.energy_reads += 1
         gpm: object | None = None
         if info.gpm_supported and self.builder.needs_gpm(info, sample):
             try:
                 gpm = self.backend.gpm_snapshot(i)
             except GpuError as exc:
                 log.debug("GPU %d: GPM snapshot failed: %s", i, exc)
-        return self.builder.add(info, sample, job, gpm, self._gpm_fn(info))
+        return self.builder.add(info, sample, job, gpm, self._gpm_fn(info)), read
 
     def _gpm_fn(self, info: GpuInfo):  # type: ignore[no-untyped-def]
         def fn(first: object, second: object) -> GpmMetrics:
@@ -238,8 +258,17 @@ class Daemon:
         return 0 if not self.pending_segments and not self.writer.pending else 1
 
     def shutdown(self) -> None:
-        """Close every open window, make it durable, roll everything to Parquet."""
-        rows = self.builder.flush_all(self._gpm_final, self._gpm_fn)
+        """Settle the energy of the last polls, close every open window, make it durable, roll
+        everything to Parquet."""
+        rows: list[Row] = []
+        for info in self.gpus:
+            if self.builder.unsettled(info):  # one last poll with the counter (replay: same sample)
+                try:
+                    rows += self._poll_gpu(info, force_energy=True)[0]
+                except GpuError as exc:
+                    log.warning("GPU %d: final energy reading failed (%s); its last polls' energy "
+                                "is unknown", info.gpu_index, exc)
+        rows += self.builder.flush_all(self._gpm_final, self._gpm_fn)
         self.record(rows)
         self.roll()
         if self.writer.pending:

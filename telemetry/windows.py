@@ -1,17 +1,29 @@
 """Turn 1 s polls of one GPU into telemetry v1 window rows.
 
-Why intervals: each poll after the first closes the interval ``(t_prev, t]``; its energy is the
-counter difference, its readings are the poll's, its job is the job seen at the poll. An
-interval belongs to the window holding its *start* (``floor(t_prev / period)``), so the window
-``[kP, (k+1)P)`` is closed by the first poll at or after ``(k+1)P`` -- at that very poll, with
-no waiting -- and consecutive windows' energies telescope exactly to the counter delta.
+Why intervals: each poll after the first closes the interval ``(t_prev, t]``; its readings are
+the poll's. An interval belongs to the window *and the job* seen at its *start* poll
+(``floor(t_prev / period)``, the job seen at ``t_prev``), so the window ``[kP, (k+1)P)`` is closed
+by the first poll at or after ``(k+1)P`` -- at that very poll, with no waiting.
+
+Why sparse energy: reading the cumulative energy counter is the one expensive NVML call (about
+2.7 ms on an H200 VM against a few microseconds for every other field), so the daemon reads it
+only at *energy points*: the first poll, every poll that closes a window, every poll that sees
+a different job than the poll before, and the poll after a gap or a GPU error
+(``needs_energy``). All other polls are cheap (no counter). Energy is the counter difference
+between consecutive energy points; because an interval belongs to its start's window and job,
+every span between energy points lies inside one window and one job (except across a gap), so
+it is added whole to that segment: window (and job) energies are still counter differences and
+telescope exactly to the counter delta. A backend that returns the counter on every poll just
+makes every poll an energy point (the same result).
 
 * A job change inside a window gives one row per job (segment); all segments of a window
   share the window's GPM metrics (one GPM snapshot pair per window spans the whole window).
 * A gap longer than ``split_gap_s`` (missed polls, GPU that stopped answering) that crosses
-  window boundaries is split over the windows it covers in proportion to time (those windows
-  carry the job only if it was seen on both sides of the gap, else none); a gap longer
-  than ``max_gap_s`` restarts the baseline (that energy is unobserved, logged).
+  window boundaries is split, together with the cheap polls before it since the last energy
+  point, over the windows it covers in proportion to time (the windows after the gap's first
+  carry the job only if it was seen on both sides of the gap, else none); the split parts still
+  add up to the counter delta. A gap longer than ``max_gap_s`` restarts the baseline (the energy
+  of the gap is unobserved, logged; the cheap polls before it get their share by time).
 * The counter going backwards is a wrap (near 2**64) or a driver reload (the interval's
   energy is unknown; counted as 0 and logged).
 
@@ -107,6 +119,9 @@ class _GpuState:
     continuous: bool = False  # the last window closed at a boundary poll: the next one is whole
     window_a: float = 0.0  # start of the open window's first interval
     window_whole: bool = False
+    anchor_mj: int | None = None  # counter at the last energy point (None: unknown)
+    # Intervals since the last energy point, waiting for the next one: (segment, seconds).
+    pending: list[tuple[_Segment, float]] = field(default_factory=list)
 
 
 class WindowBuilder:
@@ -145,39 +160,73 @@ class WindowBuilder:
             return True
         return sample.ts > st.prev.ts and self._win(sample.ts) > self._win(st.prev.ts)
 
-    def add(self, info: GpuInfo, sample: GpuSample, job: Job, gpm: object | None,
-            gpm_fn: GpmFn) -> list[Row]:
-        """Feed one poll; returns the rows of windows this poll closed."""
+    def needs_energy(self, info: GpuInfo, sample: GpuSample, job: Job) -> bool:
+        """Whether this poll must carry the energy counter for exact accounting.
+
+        True for the first poll, a poll that closes a window, a poll that sees another job than
+        the poll before, and a poll after a gap. Ask with the cheap sample (``energy_mj`` None)
+        and the job seen at this poll, before reading the counter.
+        """
         st = self._state(info)
         prev = st.prev
+        if prev is None:
+            return True
+        if sample.ts <= prev.ts:
+            return False
+        return (
+            self._win(sample.ts) > self._win(prev.ts)
+            or job != st.prev_job
+            or sample.ts - prev.ts > self.split_gap
+        )
+
+    def add(self, info: GpuInfo, sample: GpuSample, job: Job, gpm: object | None,
+            gpm_fn: GpmFn) -> list[Row]:
+        """Feed one poll; returns the rows of windows this poll closed.
+
+        A sample with ``energy_mj`` set is an energy point; one without is a cheap poll, unless
+        ``needs_energy`` says it had to carry the counter (then the energy is unknown, null).
+        """
+        st = self._state(info)
+        prev = st.prev
+        e = sample.energy_mj
         if prev is None:
             st.prev = sample
             st.prev_job = job
             st.gpm_start = gpm
+            st.anchor_mj = e
+            st.pending = []
             return []
         if sample.ts <= prev.ts:  # the same reading again (replay between samples, clock step)
+            if e is not None and st.pending:  # ... with the counter: it settles the open span
+                self._settle(info, st, e, [])
             return []
+        point = e is not None or self.needs_energy(info, sample, job)
         a, b = prev.ts, sample.ts
-        delta, known = self._delta(info, prev.energy_mj, sample.energy_mj)
         st.prev = sample
         job_before, st.prev_job = st.prev_job, job
         rows: list[Row] = []
         if b - a > self.max_gap:
+            # The cheap polls before the gap get their share of the span by time; the gap's
+            # energy is unobserved.
+            gap_mj, known = self._settle(info, st, e, [b - a]) if point else ([0.0], False)
             log.warning("GPU %d (%s): no poll for %.0f s; %s J in that gap not attributed",
-                        info.gpu_index, info.uuid, b - a, f"{delta / 1e3:.1f}" if known else "?")
+                        info.gpu_index, info.uuid, b - a, f"{gap_mj[0] / 1e3:.1f}" if known else "?")
             rows += self._close(st, gpm_end=None, gpm_fn=gpm_fn)
             st.continuous = False
             st.gpm_start = gpm
             return rows
-        pieces: list[tuple[float, float, float]] = []
+        pieces: list[tuple[float, float]] = []
         if b - a > self.split_gap and self._win(b) > self._win(a):
             cuts = [a] + [k * self.period for k in range(self._win(a) + 1, self._win(b) + 1)] + [b]
-            for lo, hi in itertools.pairwise(cuts):
-                if hi > lo:
-                    pieces.append((lo, hi, delta * (hi - lo) / (b - a)))
+            pieces = [(lo, hi) for lo, hi in itertools.pairwise(cuts) if hi > lo]
         else:
-            pieces.append((a, b, delta))
-        for n, (lo, hi, de) in enumerate(pieces):
+            pieces.append((a, b))
+        single = len(pieces) == 1
+        shares: list[float] | None = None
+        known = True
+        if point and not single:  # a gap: split the whole span by time before windows close
+            shares, known = self._settle(info, st, e, [hi - lo for lo, hi in pieces])
+        for n, (lo, hi) in enumerate(pieces):
             last = n == len(pieces) - 1
             w = self._win(lo)
             if st.window is not None and w != st.window:
@@ -187,16 +236,21 @@ class WindowBuilder:
                 st.window_a = lo
                 st.window_whole = st.continuous or lo == w * self.period
             st.window = w
-            # Inside a gap only the poll at its end saw a job: windows wholly inside the gap
-            # keep it only if the same job was seen before the gap too.
-            pjob = job if last or job == job_before else None
+            # An interval belongs to the job seen at its start; inside a gap only the polls at
+            # its ends saw a job: pieces after the first keep it only if both ends saw it.
+            pjob = job_before if n == 0 or job == job_before else None
             key = pjob[0] if pjob else None
             seg = st.segments.get(key)
             if seg is None:
                 seg = st.segments[key] = _Segment(pjob, lo, hi)
             seg.b_last = hi
-            seg.energy_mj += de
-            seg.energy_known &= known
+            if shares is not None:
+                seg.energy_mj += shares[n]
+                seg.energy_known &= known
+            else:
+                st.pending.append((seg, hi - lo))
+                if point:  # the span since the last energy point ends here: settle it
+                    self._settle(info, st, e, [])
             if last:
                 seg.add_reading(sample)
             if self._win(hi) > w:
@@ -205,6 +259,34 @@ class WindowBuilder:
         if gpm is not None:
             st.gpm_start = gpm
         return rows
+
+    def _settle(self, info: GpuInfo, st: _GpuState, e: int | None, extra: list[float]
+                ) -> tuple[list[float], bool]:
+        """Hand the counter delta since the last energy point to the intervals it spans.
+
+        The span is ``st.pending`` (intervals already in segments) plus ``extra`` durations
+        (gap pieces whose segments the caller fills in); the shares of ``extra`` are returned
+        with whether the delta is known. A span in one segment (every span without a gap) gets
+        the whole delta; otherwise shares are by time and the last one takes the remainder, so
+        the shares always add up to the delta. ``e`` becomes the new anchor.
+        """
+        delta, known = self._delta(info, st.anchor_mj, e)
+        pending, st.pending, st.anchor_mj = st.pending, [], e
+        if not known:
+            for seg, _ in pending:
+                seg.energy_known = False
+            return [0.0] * len(extra), False
+        if not extra and pending and all(seg is pending[0][0] for seg, _ in pending):
+            pending[0][0].energy_mj += delta
+            return [], True
+        durs = [d for _, d in pending] + extra
+        total = sum(durs)
+        parts = [delta * d / total if total > 0 else 0.0 for d in durs]
+        if parts:
+            parts[-1] = delta - sum(parts[:-1])
+        for (seg, _), part in zip(pending, parts, strict=False):
+            seg.energy_mj += part
+        return parts[len(pending):], True
 
     def _delta(self, info: GpuInfo, e0: int | None, e1: int | None) -> tuple[float, bool]:
         if e0 is None or e1 is None:
@@ -221,11 +303,18 @@ class WindowBuilder:
     def flush(self, info: GpuInfo, gpm: object | None, gpm_fn: GpmFn) -> list[Row]:
         """Close the GPU's open (partial) window now, e.g. at shutdown; forget the baseline."""
         st = self._state(info)
+        for seg, _ in st.pending:  # no counter reading after the last energy point: unknown
+            seg.energy_known = False
+        st.pending = []
         rows = self._close(st, gpm_end=gpm, gpm_fn=gpm_fn)
         st.continuous = False
         st.prev = None
         st.gpm_start = None
         return rows
+
+    def unsettled(self, info: GpuInfo) -> bool:
+        """Whether polls since the last energy point wait for a counter reading (before flush)."""
+        return bool(self._state(info).pending)
 
     def flush_all(self, gpm_for: Callable[[GpuInfo], object | None], gpm_fn_for: Callable[[GpuInfo], GpmFn]
                   ) -> list[Row]:

@@ -149,6 +149,8 @@ class FakeNvml:
     def __init__(self, init_fails: bool = False) -> None:
         self.init_fails = init_fails
         self.lost = False
+        self.field_ids: list[int] = []  # every field id asked for
+        self.energy_calls = 0
 
     def nvmlInit(self) -> None:
         if self.init_fails:
@@ -174,6 +176,7 @@ class FakeNvml:
     def nvmlDeviceGetFieldValues(self, h: str, ids: list[int]) -> list[Any]:
         if self.lost:
             raise self.NVMLError(15)
+        self.field_ids += ids
 
         class V:
             uiVal = ullVal = 0
@@ -193,6 +196,12 @@ class FakeNvml:
 
     def nvmlDeviceGetEnforcedPowerLimit(self, h: str) -> int:
         return 700000
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, h: str) -> int:
+        if self.lost:
+            raise self.NVMLError(15)
+        self.energy_calls += 1
+        return 123456
 
     def nvmlDeviceGetUtilizationRates(self, h: str) -> Any:
         return type("U", (), {"gpu": 50, "memory": 20})()
@@ -225,7 +234,11 @@ def test_nvml_unsupported_fields_are_none_and_lost_gpu_is_typed() -> None:
     assert info.uuid == "GPU-fake" and info.model == "Fake GPU" and not info.gpm_supported
     assert info.power_limit_min_w is None
     s = b.sample(0)
-    assert s.energy_mj == 123456 and s.power_w == 250.0
+    # The cheap poll never touches the energy counter (2.7 ms per read on an H200 VM) ...
+    assert s.energy_mj is None and s.power_w == 250.0
+    assert nv.energy_calls == 0 and 83 not in nv.field_ids
+    # ... which is read on its own, only when asked for.
+    assert b.energy_mj(0) == 123456 and nv.energy_calls == 1
     assert s.power_limit_w == 700.0  # field rejected -> per-field fallback
     assert s.temp_c is None and s.clock_event_reasons is None
     assert s.util_gpu_pct == 50.0 and s.fb_used_mib == 1024.0
@@ -233,6 +246,8 @@ def test_nvml_unsupported_fields_are_none_and_lost_gpu_is_typed() -> None:
     nv.lost = True
     with pytest.raises(GpuLostError, match="GPU 0"):
         b.sample(0)
+    with pytest.raises(GpuLostError, match="GPU 0 energy_mj"):
+        b.energy_mj(0)
 
 
 def test_nvml_init_failure_is_one_clear_error() -> None:

@@ -3,10 +3,15 @@
 Why this call set: NVML calls on an H200 cost about 0.1-1 ms each and the daemon polls every
 GPU every second, so each poll uses as few calls as possible:
 
-* one batched ``nvmlDeviceGetFieldValues`` for the energy counter, the instantaneous power and
-  the enforced power limit (per-field fallback to the classic getters when a field id is
-  rejected by an older driver, decided once per GPU);
-* utilization, SM and memory clocks, clock-event reasons, temperature, memory info;
+* the energy counter only in ``energy_mj`` (``nvmlDeviceGetTotalEnergyConsumption``), which
+  the daemon calls only at window closes, job changes, gaps and the first poll: on the H200 VM
+  (driver 580) that one read costs 2.7 ms wall / 3.9 ms CPU, alone or inside FieldValues,
+  while every other call below costs 2-7 us;
+* one batched ``nvmlDeviceGetFieldValues`` for the instantaneous power and the enforced power
+  limit, *without* the energy field (per-GPU fallback to PowerUsage / EnforcedPowerLimit when a
+  field id is rejected by an older driver, decided once per GPU);
+* utilization, SM and memory clocks, clock-event reasons, temperature, memory info (each a few
+  microseconds, so every poll: ``fb_used_mib`` is a per-window maximum and needs every poll);
 * GPM (Hopper+) only once per window, in ``gpm_snapshot``; metrics from a pair of snapshots;
 * the process list only when the attribution layer asks (no Prolog job file).
 
@@ -184,15 +189,11 @@ class NvmlBackend(GpuBackend):
         return list(self._infos)
 
     # -- polling -------------------------------------------------------------------------------
-    def _fields(self, index: int, h: Any) -> tuple[int | None, float | None, float | None]:
-        """Energy (mJ), instant power (W), enforced limit (W) in one batched call when possible."""
+    def _power(self, index: int, h: Any) -> tuple[float | None, float | None]:
+        """Instant power (W) and enforced limit (W): one FieldValues call, no energy field."""
         nv = self._nv
         if self._field_ok.get(index, True):
-            ids = [
-                nv.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION,
-                nv.NVML_FI_DEV_POWER_INSTANT,
-                nv.NVML_FI_DEV_POWER_CURRENT_LIMIT,
-            ]
+            ids = [nv.NVML_FI_DEV_POWER_INSTANT, nv.NVML_FI_DEV_POWER_CURRENT_LIMIT]
             try:
                 vals = nv.nvmlDeviceGetFieldValues(h, ids)
             except nv.NVMLError as exc:
@@ -200,37 +201,32 @@ class NvmlBackend(GpuBackend):
                     raise
                 self._field_ok[index] = False
             else:
-                out = [_field_value(nv, v) for v in vals]
-                if out[0] is not None:
-                    energy = int(out[0])
-                    power = out[1] / 1e3 if out[1] is not None else None
-                    limit = out[2] / 1e3 if out[2] is not None else None
-                    if power is None:
-                        p = self._opt(nv.nvmlDeviceGetPowerUsage, h)
-                        power = p / 1e3 if p is not None else None
+                power, limit = (_field_value(nv, v) for v in vals)
+                if power is not None:
                     if limit is None:
                         lim = self._opt(nv.nvmlDeviceGetEnforcedPowerLimit, h)
-                        limit = lim / 1e3 if lim is not None else None
-                    return energy, power, limit
-                # Energy field missing on this driver: use the getters from now on.
+                        return power / 1e3, lim / 1e3 if lim is not None else None
+                    return power / 1e3, limit / 1e3
+                # Instant power field missing on this driver: use the getters from now on.
                 self._field_ok[index] = False
-        e = self._opt(nv.nvmlDeviceGetTotalEnergyConsumption, h)
         p = self._opt(nv.nvmlDeviceGetPowerUsage, h)
         lim = self._opt(nv.nvmlDeviceGetEnforcedPowerLimit, h)
-        return (
-            int(e) if e is not None else None,
-            p / 1e3 if p is not None else None,
-            lim / 1e3 if lim is not None else None,
-        )
+        return (p / 1e3 if p is not None else None, lim / 1e3 if lim is not None else None)
+
+    @nvml_errors
+    def energy_mj(self, index: int) -> int | None:
+        e = self._opt(self._nv.nvmlDeviceGetTotalEnergyConsumption, self._handles[index])
+        return int(e) if e is not None else None
 
     @nvml_errors
     def sample(self, index: int) -> GpuSample:
+        """The cheap fields; ``energy_mj`` is None here (read it with ``energy_mj``)."""
         nv = self._nv
         h = self._handles[index]
         import time
 
         ts = time.time()
-        energy, power, limit = self._fields(index, h)
+        power, limit = self._power(index, h)
         util = self._opt(nv.nvmlDeviceGetUtilizationRates, h)
         sm = self._opt(nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_SM)
         mem_clk = self._opt(nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_MEM)
@@ -239,7 +235,7 @@ class NvmlBackend(GpuBackend):
         mem = self._opt(nv.nvmlDeviceGetMemoryInfo, h)
         return GpuSample(
             ts=ts,
-            energy_mj=energy,
+            energy_mj=None,
             power_w=power,
             power_limit_w=limit,
             util_gpu_pct=float(util.gpu) if util is not None else None,

@@ -20,6 +20,9 @@ Conventions (other components rely on them):
 * The running job is exposed through ``processes()`` (a GpuProcess with job_id and user), so
   the daemon's no-Prolog-file attribution path is the one exercised.
 
+Like NVML, ``sample`` leaves the energy counter out and ``energy_mj`` reads it (for the sample
+last polled), so replay runs exercise the daemon's sparse counter reads.
+
 Clock: real time (``realtime=True``: recording time advances with the wall clock times
 ``speed``) or virtual (``realtime=False``: ``sleep_until`` jumps, for ``--once``). A poll at
 time ``t`` returns the latest recorded sample at or before ``t``.
@@ -250,7 +253,6 @@ class ReplayBackend(GpuBackend):
             v = c.get(name)
             return v[i] if v is not None else None
 
-        energy = col("energy_mj")
         power = col("power_instant_mw")
         if power is None:
             power = col("power_mw")
@@ -258,7 +260,7 @@ class ReplayBackend(GpuBackend):
         reasons = col("clock_event_reasons")
         return GpuSample(
             ts=g.ts[i],
-            energy_mj=int(energy) if energy is not None else None,
+            energy_mj=None,  # like nvml: the counter comes from energy_mj(), when asked for
             power_w=power / 1e3 if power is not None else None,
             power_limit_w=limit / 1e3 if limit is not None else g.info.power_limit_default_w,
             util_gpu_pct=col("util_gpu"),
@@ -269,6 +271,16 @@ class ReplayBackend(GpuBackend):
             temp_c=col("temp_c"),
             fb_used_mib=col("fb_used_mib"),
         )
+
+    def energy_mj(self, index: int) -> int | None:
+        """The counter of the sample last polled (the same instant as that poll), like NVML's
+        separate counter read; the first call without a poll polls."""
+        g = self._gpu(index)
+        if g.last_i < 0:
+            self.sample(index)
+        v = g.cols.get("energy_mj")
+        e = v[g.last_i] if v is not None else None
+        return int(e) if e is not None else None
 
     def gpm_snapshot(self, index: int) -> object | None:
         g = self._gpu(index)
