@@ -165,7 +165,7 @@ class Daemon:
             sample = sample._replace(energy_mj=self.backend.energy_mj(i))
             self.stats.energy_reads += 1
         gpm: object | None = None
-        if info.gpm_supported and self.builder.needs_gpm(info, sample):
+        if info.gpm_supported and self.builder.needs_gpm(info, sample, job):
             try:
                 gpm = self.backend.gpm_snapshot(i)
             except GpuError as exc:

@@ -82,6 +82,9 @@ class _Segment:
     reasons_n: int = 0
     thr_power_n: int = 0
     thr_thermal_n: int = 0
+    # GPM over this segment alone, set when the job changed inside the window (the snapshot at
+    # the change poll ends it); None: the window's GPM span (start snapshot -> close) applies.
+    gpm: GpmMetrics | None = None
 
     def add_reading(self, s: GpuSample) -> None:
         self.n_polls += 1
@@ -153,12 +156,16 @@ class WindowBuilder:
     def _win(self, t: float) -> int:
         return math.floor(t / self.period)
 
-    def needs_gpm(self, info: GpuInfo, sample: GpuSample) -> bool:
-        """Whether this poll is a GPM point: the first poll, or one that closes a window."""
+    def needs_gpm(self, info: GpuInfo, sample: GpuSample, job: Job = None) -> bool:
+        """Whether this poll is a GPM point: the first poll, one that closes a window, or one
+        that sees another job than the poll before (so each job's segment gets its own GPM,
+        not the whole window's: a boundary segment must not borrow its neighbour's activity)."""
         st = self._state(info)
         if st.prev is None:
             return True
-        return sample.ts > st.prev.ts and self._win(sample.ts) > self._win(st.prev.ts)
+        if sample.ts <= st.prev.ts:
+            return False
+        return self._win(sample.ts) > self._win(st.prev.ts) or job != st.prev_job
 
     def needs_energy(self, info: GpuInfo, sample: GpuSample, job: Job) -> bool:
         """Whether this poll must carry the energy counter for exact accounting.
@@ -256,9 +263,23 @@ class WindowBuilder:
             if self._win(hi) > w:
                 rows += self._close(st, gpm_end=gpm if last else None, gpm_fn=gpm_fn)
                 st.continuous = True
+        if gpm is not None and job != job_before and st.gpm_start is not None:
+            # The job changed at this poll and the window is still open: the segment that just
+            # ended takes the GPM between the last GPM point and this one.
+            ended = st.segments.get(job_before[0] if job_before else None)
+            if ended is not None and ended.gpm is None:
+                ended.gpm = self._gpm(st, st.gpm_start, gpm, gpm_fn)
         if gpm is not None:
             st.gpm_start = gpm
         return rows
+
+    @staticmethod
+    def _gpm(st: _GpuState, first: object, second: object, gpm_fn: GpmFn) -> GpmMetrics:
+        try:
+            return gpm_fn(first, second)
+        except Exception as exc:  # a GPM failure must not lose the window's energy
+            log.warning("GPU %d: GPM metrics failed: %s", st.info.gpu_index, exc)
+            return GpmMetrics()
 
     def _settle(self, info: GpuInfo, st: _GpuState, e: int | None, extra: list[float]
                 ) -> tuple[list[float], bool]:
@@ -331,14 +352,11 @@ class WindowBuilder:
             return []
         gpm = GpmMetrics()
         if st.gpm_start is not None and gpm_end is not None:
-            try:
-                gpm = gpm_fn(st.gpm_start, gpm_end)
-            except Exception as exc:  # a GPM failure must not lose the window's energy
-                log.warning("GPU %d: GPM metrics failed: %s", st.info.gpu_index, exc)
+            gpm = self._gpm(st, st.gpm_start, gpm_end, gpm_fn)
         w0 = st.window * self.period
         w1 = w0 + self.period
         rows = [self._row(st.info, seg, w0 if st.window_whole and seg.a_first == st.window_a else seg.a_first,
-                          w1, gpm) for seg in st.segments.values()]
+                          w1, seg.gpm if seg.gpm is not None else gpm) for seg in st.segments.values()]
         st.segments = {}
         st.window = None
         st.gpm_start = None

@@ -32,7 +32,7 @@ def feed(b: WindowBuilder, polls: list[tuple[float, int | None, Any]]) -> list[d
     rows: list[dict] = []
     for ts, e, job in polls:
         s = smp(ts, e)
-        g = ts if b.needs_gpm(INFO, s) else None
+        g = ts if b.needs_gpm(INFO, s, job) else None
         rows += b.add(INFO, s, job, g, gpm_fn)
     return rows + b.flush(INFO, polls[-1][0], gpm_fn)
 
@@ -60,6 +60,21 @@ def test_job_change_splits_the_window() -> None:
     two = next(r for r in w if r["job_id"] == "2")
     assert one["ts_end"] == two["ts_start"]
     assert one["energy_j"] + two["energy_j"] == pytest.approx(1000)
+
+
+def test_job_change_gives_each_segment_its_own_gpm_span() -> None:
+    """A boundary segment must not borrow the neighbour job's GPM (the GPM truth of short jobs)."""
+    b = WindowBuilder("h", 10, 1)
+    polls = [(100.5 + i, 1000 * i * 100, ("1", "a") if i < 14 else ("2", "b")) for i in range(25)]
+    rows = feed(b, polls)
+    w = {r["job_id"]: r for r in rows if r["ts_start"] >= 110 and r["ts_end"] <= 120}
+    # gpm_fn reports the span length: job 1 from the window's GPM point (110.5) to the change
+    # poll (114.5), job 2 from there to the closing poll (120.5).
+    assert w["1"]["sm_util_pct"] == pytest.approx(4.0)
+    assert w["2"]["sm_util_pct"] == pytest.approx(6.0)
+    # a window without a job change keeps the window's whole span (100.5 -> 110.5)
+    first = next(r for r in rows if r["ts_end"] == 110)
+    assert first["job_id"] == "1" and first["sm_util_pct"] == pytest.approx(10.0)
 
 
 def test_counter_reset_and_missing_energy() -> None:
