@@ -103,7 +103,8 @@ def run_cli(argv: Sequence[str]) -> str:
     from wattclass.cli import main
 
     out, err = io.StringIO(), io.StringIO()
-    with _keep_signal_handlers(), _quiet_logs(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    with (_keep_signal_handlers(), _quiet_logs(),
+          contextlib.redirect_stdout(out), contextlib.redirect_stderr(err)):
         try:
             rc = main(["-q", *argv])
         except SystemExit as exc:  # argparse usage errors

@@ -380,7 +380,7 @@ def build_cluster(
                 caps["enforced_limit_mw"] = limit_mw
             if n >= spec.nodes - spec.no_gpm_nodes:
                 caps["gpm_supported"] = 0
-                caps["synthetic"] += "; replayed without GPM, as a GPU without GPM would report"
+                caps["synthetic"] = f"{caps['synthetic']}; replayed without GPM, as a GPU without GPM reports"
             part = f"gpu{gpu}"
             atomic_write_text(node_dir / f"{part}_caps.json", json.dumps(caps, indent=1) + "\n")
             atomic_write_bytes(node_dir / f"{part}_samples_1hz.parquet", _parquet_bytes(samples))
