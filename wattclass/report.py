@@ -265,8 +265,8 @@ def render_report(
 ) -> str:
     """The report as one HTML document. ``windows`` are telemetry v1 rows; see module docstring.
 
-    Without ``labels`` the job labels are computed with DESIGN.md's GPM rule on the telemetry
-    (windows without GPM stay unlabelled).
+    Without ``labels`` the job labels are computed with the classifier's GPM rule
+    (``wattclass.classifier.rules``) on the telemetry (windows without GPM do not count).
     """
     from wattclass import report_estimates as est
     from wattclass import report_plots as plots
@@ -279,7 +279,9 @@ def render_report(
     prov = dict(provenance or {})
     if labels is None:
         labels = est.rule_job_labels(w)
-        prov["labels"] = "computed here with the classifier's GPM rule (no label store found)"
+        prov["labels"] = (
+            "computed here with the GPM rule of wattclass.classifier.rules (no label store found)"
+        )
     w = est.attach_labels(w, labels)
     jobs = est.job_table(w, labels)
     bl = est.by_label(w)
