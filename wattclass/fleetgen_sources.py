@@ -29,7 +29,9 @@ def default_sources() -> list[Path]:
     """The bundled real H200 windows plus any collected later under data/h200/collected/."""
     base = Path(str(resources.files("wattclass") / "data" / "h200"))
     paths = [base / "telemetry.parquet"]
-    paths.extend(sorted((base / "collected").glob("*.parquet")))
+    # collected/ also holds raw 1 Hz probe recordings (*_samples_1hz.parquet), not v1 windows.
+    paths.extend(p for p in sorted((base / "collected").glob("*.parquet"))
+                 if not p.name.endswith("_samples_1hz.parquet"))
     return paths
 
 
