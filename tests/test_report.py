@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import json
 import re
 import shutil
 from pathlib import Path
@@ -12,6 +13,7 @@ import pandas as pd
 import pytest
 
 from wattclass.cli import main
+from wattclass.errors import DataError
 from wattclass.report import normalise_labels, read_table_file, render_report
 from wattclass.report_estimates import (
     attach_labels,
@@ -24,11 +26,12 @@ from wattclass.report_estimates import (
 REPO = Path(__file__).resolve().parent.parent
 JOBS_CSV = REPO / "wattclass" / "data" / "h200" / "jobs.csv"
 IMG_SRC = re.compile(r'<img alt="[^"]*" src="data:image/png;base64,([A-Za-z0-9+/=]+)">')
+#: The classifier's metric names (classifier/model.py ``cross_validate``).
 METRICS = {
     "accuracy": 0.875,
     "ece": 0.041,
-    "classes": ["compute", "memory", "idle"],
-    "confusion_matrix": [[6, 1, 0], [0, 9, 1], [0, 0, 4]],
+    "labels": ["idle", "compute", "memory", "mixed"],
+    "confusion": [[4, 0, 0, 0], [0, 6, 1, 0], [0, 0, 9, 1], [0, 0, 0, 1]],
 }
 
 
@@ -111,8 +114,9 @@ def test_full_report_has_every_section_and_real_pngs(windows: pd.DataFrame, trut
         {
             "job_id": ["9001", "9002", "9003"],
             "label": ["memory", "compute", "memory"],
-            "decision": ["cap", "none", "cap"],
-            "cap": ["60%", "100%", "60%"],
+            "status": ["shadow", "none", "shadow"],
+            "reason": ["shadow", "low_confidence", "shadow"],
+            "cap": ["60%", None, "60%"],
         }
     )
     page = render_report(windows, truth, METRICS, decisions, title="t")
@@ -133,12 +137,13 @@ def test_full_report_has_every_section_and_real_pngs(windows: pd.DataFrame, trut
         width, height = int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
         assert width > 300 and height > 150
     assert "0.875" in page and "Estimate" in page and "989.5" in page
+    assert "shadow: cap 60%" in page and "none: low_confidence" in page
 
 
 def test_missing_pieces_are_notes_not_crashes(windows: pd.DataFrame) -> None:
     page = render_report(windows)  # no labels, no model, no decisions
     assert page.count("not available") == 2
-    assert "computed here with the GPM rule" in page
+    assert "computed here with the GPM rule of wattclass.classifier.rules" in page
     no_gpm = windows.assign(**{c: None for c in ("sm_util_pct", "tensor_util_pct", "dram_bw_util_pct")})
     page = render_report(no_gpm, rule_job_labels(windows))
     assert "Useful work per energy: not available" in page
@@ -151,11 +156,12 @@ def test_user_strings_are_escaped(windows: pd.DataFrame, truth: pd.DataFrame) ->
 
 
 def test_cli_writes_one_self_contained_file(data_root: Path, tmp_path: Path) -> None:
+    from wattclass.classifier.store import ModelRegistry
+
     (data_root / "decisions.csv").write_text(
-        "job_id,label,decision,cap\n1,memory,cap,60%\n2,compute,none,100%\n"
+        "job_id,label,status,reason,cap\n1,memory,shadow,shadow,60%\n2,compute,none,low_confidence,\n"
     )
-    (data_root / "models" / "v3").mkdir(parents=True)
-    (data_root / "models" / "v3" / "metrics.json").write_text(pd.Series(METRICS).to_json())
+    current = ModelRegistry(data_root).index()["current"]  # seeded with the packaged model
     out = tmp_path / "r.html"
     rc = main(
         [
@@ -175,7 +181,8 @@ def test_cli_writes_one_self_contained_file(data_root: Path, tmp_path: Path) -> 
     assert len(_pngs(page)) == page.count("<img ") == 6
     assert not re.search(r'(src|href)="(?!data:)', page), "no external assets"
     assert "<script" not in page
-    assert str(data_root / "decisions.csv") in page and "metrics.json" in page
+    assert str(data_root / "decisions.csv") in page and "registry.json" in page
+    assert f"model {current}" in page and "Confusion matrix" in page
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temp leftovers
 
 
@@ -192,6 +199,22 @@ def test_cli_bad_inputs_name_the_problem(
     assert main(["report", "--data-root", str(data_root), "--labels", str(bad), "--out", str(out)]) == 3
     assert "labels.csv: labels are missing column label" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_metrics_come_from_the_model_in_use_and_a_rejected_candidate_is_said(tmp_path: Path) -> None:
+    from wattclass.report import read_model_metrics
+
+    reg = tmp_path / "registry.json"
+    reg.write_text(json.dumps({"current": "a", "versions": [
+        {"version": "a", "metrics": METRICS, "gate": None},
+        {"version": "b", "metrics": {**METRICS, "accuracy": 0.99},
+         "gate": {"candidate_accuracy": 0.8, "incumbent_accuracy": 0.9, "new_jobs": 12}},
+    ]}))
+    m = read_model_metrics(reg)
+    assert m["version"] == "a" and m["accuracy"] == 0.875 and m["rejected"]["version"] == "b"
+    reg.write_text(json.dumps({"current": "zz", "versions": []}))
+    with pytest.raises(DataError, match=r"registry\.json: registry's current model 'zz'"):
+        read_model_metrics(reg)
 
 
 def test_report_on_the_demo_cluster_day(tmp_path: Path, h200_raw: Path) -> None:

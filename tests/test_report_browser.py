@@ -66,13 +66,14 @@ def _images_in_browser(page: str, tmp: Path) -> list[dict[str, object]]:
 def page() -> str:
     root = Path(__file__).resolve().parent.parent / "wattclass" / "data" / "h200"
     w = pd.read_parquet(root / "telemetry.parquet")
-    metrics = {"accuracy": 0.9, "classes": ["compute", "memory"], "confusion_matrix": [[8, 1], [1, 10]]}
+    metrics = {"accuracy": 0.9, "labels": ["compute", "memory"], "confusion": [[8, 1], [1, 10]]}
     decisions = pd.DataFrame(
         {
             "job_id": ["1", "2"],
             "label": ["memory", "compute"],
-            "decision": ["cap", "none"],
-            "cap": ["60%", "100%"],
+            "status": ["shadow", "none"],
+            "reason": ["shadow", "low_confidence"],
+            "cap": ["60%", None],
         }
     )
     return render_report(w, None, metrics, decisions)

@@ -5,15 +5,17 @@ A sysadmin must see wattclass work in a minute on a laptop with no GPU and no Sl
 1. builds a small cluster (nodes x GPUs, a few hundred jobs, several users) spliced from the
    recorded H200 workloads (``wattclass.democluster``);
 2. replays each node through the REAL telemetry daemon (``wattclass telemetry run --backend
-   replay:DIR --once``) into Parquet under ``<out>/data``;
-3. runs the nightly classification (``wattclass nightly``): labels, model, label table;
-4. applies the policy to a batch of NEW submissions as the job_submit hook would decide;
-5. writes the report (``wattclass report``);
-6. prints where everything is.
+   replay:DIR --once --host NODE``) into Parquet under ``<out>/data/telemetry``;
+3. runs the nightly classification (``wattclass nightly --jobs-file ... --policy
+   deploy/policy.example.toml``): label store, model registry, the Lua label table;
+4. decides each NEW submission with ``wattclass.plugin.decide`` -- the Python mirror of
+   job_submit.lua, kept identical by tests/test_plugin_decide.py -- reading the label table the
+   nightly run wrote, exactly as the hook reads it;
+5. writes the report (``wattclass report``).
 
-Components are called through their CLI entry points (``wattclass.cli.main``), the loosest
-coupling: a step whose component is not in this build is shown as unavailable and the steps that
-need its output are skipped, so the demo says exactly what is missing instead of failing halfway.
+Steps 2, 3 and 5 go through the components' CLI entry points in-process, so the demo exercises
+the same option names a site types. A failed step stops the steps that need its output and the
+demo says which, instead of failing halfway.
 """
 
 from __future__ import annotations
@@ -21,23 +23,28 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import json
+import logging
+import shutil
+import signal
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from wattclass.errors import WattclassError
+from wattclass.errors import ConfigError, WattclassError
 
-
-class StepUnavailable(Exception):
-    """The component a step needs is not part of this build (its subcommand is not registered)."""
+#: File that marks a folder as demo output, so a rerun may clear it (and nothing else).
+MARKER = ".wattclass-demo"
+#: The demo's own outputs inside ``--out`` (cleared on a rerun).
+_OWNED = ("cluster", "data", "spool", "labels.lua", "report.html", "summary.json")
 
 
 @dataclass
 class Progress:
-    """One line per step: ``[2/6] Replaying telemetry ... done in 3.1 s: 115200 samples``."""
+    """One line per step: ``[2/5] Replaying telemetry ... done in 3.1 s: 8 Parquet files``."""
 
     total: int
     stream: TextIO = field(default_factory=lambda: sys.stdout)
@@ -45,52 +52,66 @@ class Progress:
     n: int = 0
 
     def run(self, title: str, fn: Callable[[], str]) -> tuple[str, str]:
-        """Run one step; returns (status, detail) with status ok | unavailable | failed."""
+        """Run one step; returns (status, detail) with status ok | failed."""
         self.n += 1
         self.stream.write(f"[{self.n}/{self.total}] {title} ... ")
         self.stream.flush()
         t0 = self.clock()
         try:
             detail = fn()
-        except StepUnavailable as exc:
-            self.stream.write(f"unavailable: {exc}\n")
-            return "unavailable", str(exc)
         except WattclassError as exc:
             self.stream.write(f"FAILED: {exc}\n")
             return "failed", str(exc)
         self.stream.write(f"done in {self.clock() - t0:.1f} s: {detail}\n")
         return "ok", detail
 
+    def tick(self, text: str) -> None:
+        """Show progress inside a long step (e.g. each node replayed)."""
+        self.stream.write(text)
+        self.stream.flush()
+
     def skip(self, title: str, why: str) -> None:
         self.n += 1
         self.stream.write(f"[{self.n}/{self.total}] {title} ... skipped ({why})\n")
 
 
-def available_commands() -> set[str]:
-    """Subcommands registered in this build (components add theirs when they are installed)."""
-    from wattclass.cli import build_parser
+@contextlib.contextmanager
+def _keep_signal_handlers() -> Iterator[None]:
+    """The daemon's CLI installs SIGTERM/SIGINT handlers for its own loop; restore ours after."""
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in saved.items():
+            signal.signal(s, h)
 
-    parser = build_parser()
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            return set(action.choices)
-    return set()
+
+@contextlib.contextmanager
+def _quiet_logs() -> Iterator[None]:
+    """Components log progress at INFO; the demo shows its own progress, so only warnings pass."""
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(max(level, logging.WARNING))
+    try:
+        yield
+    finally:
+        root.setLevel(level)
 
 
 def run_cli(argv: Sequence[str]) -> str:
     """Run a wattclass subcommand in-process, capturing its output; raise on a non-zero exit."""
     from wattclass.cli import main
 
-    if argv[0] not in available_commands():
-        raise StepUnavailable(f"`wattclass {argv[0]}` is not in this build")
     out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    with (_keep_signal_handlers(), _quiet_logs(),
+          contextlib.redirect_stdout(out), contextlib.redirect_stderr(err)):
         try:
-            rc = main(list(argv))
+            rc = main(["-q", *argv])
         except SystemExit as exc:  # argparse usage errors
             rc = int(exc.code or 0)
     if rc != 0:
-        raise WattclassError(f"`wattclass {' '.join(argv)}` exited {rc}: {err.getvalue().strip()[-500:]}")
+        msg = err.getvalue().strip().removeprefix("wattclass: error: ")[-500:]
+        raise WattclassError(f"`wattclass {' '.join(argv)}` exited {rc}: {msg}")
     return out.getvalue().strip()
 
 
@@ -109,6 +130,11 @@ class DemoPaths:
         return self.out / "data"
 
     @property
+    def spool(self) -> Path:
+        """An empty Prolog spool: replayed jobs come from the recording, never a real /run spool."""
+        return self.out / "spool"
+
+    @property
     def label_table(self) -> Path:
         return self.out / "labels.lua"
 
@@ -120,6 +146,65 @@ class DemoPaths:
     def report(self) -> Path:
         return self.out / "report.html"
 
+    @property
+    def summary(self) -> Path:
+        return self.out / "summary.json"
+
+
+def _policy_path() -> Path:
+    """deploy/policy.example.toml, shipped inside the package (``wattclass.deploy``)."""
+    import wattclass.deploy as deploy_pkg
+
+    p = Path(deploy_pkg.__file__).resolve().parent / "policy.example.toml"
+    if not p.is_file():
+        raise ConfigError(f"{p}: the example policy is missing from this installation")
+    return p
+
+
+def prepare_out(out: Path) -> Path:
+    """Make ``out`` ready: new or empty, or a previous demo's output (whose parts are cleared).
+
+    Refuses any other non-empty folder, so a mistyped --out never deletes someone's files.
+    """
+    from wattclass.fsutil import ensure_writable_dir
+
+    out = Path(out)
+    if out.exists() and any(out.iterdir()):
+        if not (out / MARKER).is_file():
+            raise ConfigError(f"--out {out}: folder is not empty and is not a previous demo's output")
+        for name in _OWNED:
+            p = out / name
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p)
+            elif p.exists() or p.is_symlink():
+                p.unlink()
+    out = ensure_writable_dir(out, "--out")
+    (out / MARKER).write_text("written by `wattclass demo`; a rerun clears this folder's demo outputs\n")
+    return out
+
+
+def write_decisions(table_path: Path, submissions: Path, out: Path) -> Any:
+    """Decide every row of ``submissions`` as job_submit.lua would with the table at ``table_path``.
+
+    Returns the decisions DataFrame (also written to ``out`` as CSV).
+    """
+    import pandas as pd
+
+    from wattclass.fsutil import atomic_write_text
+    from wattclass.plugin.decide import decide
+    from wattclass.plugin.labeltable import read_label_table
+
+    table = read_label_table(table_path)
+    subs = pd.read_csv(submissions, dtype=str, keep_default_na=False)
+    rows = []
+    for s in subs.to_dict("records"):
+        d = decide(table, s["user"], s["name"], s.get("account") or None, s.get("partition") or None, None)
+        rows.append({"job_id": s["job_id"], "user": s["user"], "name": s["name"],
+                     "account": s.get("account"), "partition": s.get("partition"), **d._asdict()})
+    df = pd.DataFrame(rows)
+    atomic_write_text(out, df.to_csv(index=False))
+    return df
+
 
 def run_demo(out: Path, stream: TextIO | None = None, spec: Any = None) -> dict[str, tuple[str, str]]:
     """Run every step; returns {step: (status, detail)}. See the module docstring."""
@@ -129,80 +214,66 @@ def run_demo(out: Path, stream: TextIO | None = None, spec: Any = None) -> dict[
     progress = Progress(total=5, stream=stream or sys.stdout)
     results: dict[str, tuple[str, str]] = {}
     manifest: list[ClusterManifest] = []
+    nightly_summary: dict[str, Any] = {}
 
     def cluster() -> str:
         m = build_cluster(bundled_raw_dir(), paths.cluster, spec or ClusterSpec())
         manifest.append(m)
         per_node = m.n_gpus // len(m.hosts)
-        return f"{m.n_jobs} jobs on {len(m.hosts)} nodes x {per_node} GPUs, {m.n_samples} samples"
+        users = len(set(_read_csv_column(m.jobs_file, "user")))
+        return (f"{m.n_jobs} jobs of {users} users on {len(m.hosts)} nodes x {per_node} GPUs, "
+                f"{m.n_samples} one-second samples")
 
     results["cluster"] = progress.run("Building a demo cluster from the recorded H200 workloads", cluster)
     if results["cluster"][0] != "ok":
+        for title, key in (("Telemetry", "telemetry"), ("Nightly", "nightly"), ("Decisions", "decide"),
+                           ("Report", "report")):
+            progress.skip(title, "needs the cluster")
+            results[key] = ("skipped", "needs the cluster")
         return results
     m = manifest[0]
+    date = m.start.strftime("%Y-%m-%d")
 
     def telemetry() -> str:
-        # One daemon run per node over its replay folder. Wiring to finish after the telemetry
-        # branch merges: the host name comes from the replay caps ("host") or a --host option.
+        paths.spool.mkdir(parents=True, exist_ok=True)
         for host, node_dir in m.node_dirs.items():
-            run_cli(
-                [
-                    "telemetry",
-                    "run",
-                    "--backend",
-                    f"replay:{node_dir}",
-                    "--data-root",
-                    str(paths.data_root),
-                    "--once",
-                ]
-            )
-            del host
-        files = list((paths.data_root / "telemetry").glob("date=*/host=*/*.parquet"))
+            progress.tick(f"{host} ")
+            run_cli(["telemetry", "run", "--backend", f"replay:{node_dir}", "--once", "--host", host,
+                     "--data-root", str(paths.data_root), "--spool", str(paths.spool)])
+        files = sorted((paths.data_root / "telemetry").glob("date=*/host=*/*.parquet"))
+        if not files:
+            raise WattclassError(f"{paths.data_root / 'telemetry'}: the daemon wrote no Parquet files")
         return f"{len(files)} Parquet files under {paths.data_root / 'telemetry'}"
 
     results["telemetry"] = progress.run("Replaying every node through the telemetry daemon", telemetry)
 
+    def nightly() -> str:
+        text = run_cli(["nightly", "--data-root", str(paths.data_root), "--date", date,
+                        "--jobs-file", str(m.jobs_file), "--policy", str(_policy_path()),
+                        "--table-out", str(paths.label_table), "--json"])
+        s = json.loads(text)
+        nightly_summary.update(s)
+        if s.get("status") != "ok":
+            raise WattclassError(f"nightly: {s.get('message', s.get('status'))}")
+        by = ", ".join(f"{v['jobs']} {k}" for k, v in s["by_label"].items() if v["jobs"])
+        src = ", ".join(f"{n} by {'the GPM rule' if k == 'rule' else k}"
+                        for k, n in sorted(s.get("by_source", {}).items()))
+        return f"{s['jobs']} jobs labelled ({by}; {src}); table of {s['table']['entries']} keys"
+
     if results["telemetry"][0] == "ok":
-
-        def nightly() -> str:
-            # Wiring to finish after the classifier branch merges (flag names are its contract).
-            return run_cli(
-                [
-                    "nightly",
-                    "--data-root",
-                    str(paths.data_root),
-                    "--jobs",
-                    str(m.jobs_file),
-                    "--label-table",
-                    str(paths.label_table),
-                ]
-            ).splitlines()[-1:][0]
-
         results["nightly"] = progress.run("Nightly: labels, model, label table", nightly)
     else:
         progress.skip("Nightly: labels, model, label table", "needs telemetry")
         results["nightly"] = ("skipped", "needs telemetry")
 
+    def decisions() -> str:
+        df = write_decisions(paths.label_table, m.submissions_file, paths.decisions)
+        counts = df["reason"].value_counts()
+        return f"{len(df)} submissions: " + ", ".join(f"{n} {r}" for r, n in counts.items())
+
     if results["nightly"][0] == "ok":
-
-        def decide() -> str:
-            # Wiring to finish after the plugin branch merges: decide each row of submissions.csv
-            # against the label table and the example policy as job_submit.lua would, and write
-            # job_id,label,decision,cap to paths.decisions (the report reads it).
-            run_cli(
-                [
-                    "decide",
-                    "--submissions",
-                    str(m.submissions_file),
-                    "--label-table",
-                    str(paths.label_table),
-                    "--out",
-                    str(paths.decisions),
-                ]
-            )
-            return f"decisions in {paths.decisions}"
-
-        results["decide"] = progress.run("Policy decisions for new submissions", decide)
+        results["decide"] = progress.run("Policy decisions for new submissions (as job_submit.lua)",
+                                         decisions)
     else:
         progress.skip("Policy decisions for new submissions", "needs the label table")
         results["decide"] = ("skipped", "needs the label table")
@@ -210,25 +281,44 @@ def run_demo(out: Path, stream: TextIO | None = None, spec: Any = None) -> dict[
     if results["telemetry"][0] == "ok":
         results["report"] = progress.run(
             "Writing the report",
-            lambda: run_cli(["report", "--data-root", str(paths.data_root), "--out", str(paths.report)]),
+            lambda: run_cli(["report", "--data-root", str(paths.data_root), "--date", date,
+                             "--out", str(paths.report), "--title", "wattclass demo report"]),
         )
     else:
         progress.skip("Writing the report", "needs telemetry")
         results["report"] = ("skipped", "needs telemetry")
+    if nightly_summary:
+        from wattclass.fsutil import atomic_write_text
+
+        atomic_write_text(paths.summary, json.dumps(
+            {"steps": {k: {"status": s, "detail": d} for k, (s, d) in results.items()},
+             "nightly": nightly_summary}, indent=1, default=str) + "\n")
     return results
 
 
+def _read_csv_column(path: Path, col: str) -> list[str]:
+    import pandas as pd
+
+    return pd.read_csv(path, dtype=str, usecols=[col])[col].tolist()
+
+
 def _summary(paths: DemoPaths, results: dict[str, tuple[str, str]]) -> str:
+    ok = {k for k, (st, _) in results.items() if st == "ok"}
     lines = ["", "Outputs:"]
-    lines.append(f"  demo cluster (replay folders, jobs.csv): {paths.cluster}")
-    if results.get("telemetry", ("",))[0] == "ok":
-        lines.append(f"  telemetry (Parquet):                     {paths.data_root / 'telemetry'}")
-    if results.get("nightly", ("",))[0] == "ok":
-        lines.append(f"  label table (Lua, for job_submit.lua):   {paths.label_table}")
-    if results.get("decide", ("",))[0] == "ok":
-        lines.append(f"  policy decisions:                        {paths.decisions}")
-    if results.get("report", ("",))[0] == "ok":
-        lines.append(f"  report (open in a browser):              {paths.report}")
+    rows = [
+        ("cluster", "demo cluster (replay folders, jobs.csv, truth.csv)", paths.cluster),
+        ("telemetry", "telemetry (Parquet, 10 s windows)", paths.data_root / "telemetry"),
+        ("nightly", "labels, models, nightly summary", paths.data_root / "classifier"),
+        ("nightly", "label table (Lua, read by job_submit.lua)", paths.label_table),
+        ("decide", "policy decisions for new submissions", paths.decisions),
+        ("report", "report: open in a browser", paths.report),
+    ]
+    for step, what, where in rows:
+        if step in ok:
+            lines.append(f"  {what + ':':<52}{where}")
+    if "nightly" in ok:
+        lines.append(f"Explain one decision: wattclass policy explain --policy {_policy_path()} "
+                     f"--table {paths.label_table} --user alice --name train_llm.sh --account llm")
     missing = [k for k, (st, _) in results.items() if st != "ok"]
     if missing:
         lines.append(f"Incomplete: {', '.join(missing)} did not run (see above).")
@@ -243,14 +333,13 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         description="Build a small cluster from real recorded H200 workloads, replay it through the "
         "telemetry daemon, classify, decide caps for new submissions and write the report.",
     )
-    p.add_argument("--out", type=Path, default=Path("wattclass-demo"), help="folder for every output")
+    p.add_argument("--out", type=Path, default=Path("wattclass-demo"),
+                   help="folder for every output (default ./wattclass-demo; a rerun replaces it)")
     p.set_defaults(func=_cmd_demo)
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from wattclass.fsutil import ensure_writable_dir
-
-    out = ensure_writable_dir(args.out, "--out")
+    out = prepare_out(args.out)
     t0 = time.monotonic()
     results = run_demo(out)
     print(_summary(DemoPaths(out), results))

@@ -11,6 +11,7 @@ which is rebuilt as a continuous counter from the recorded per-second energy del
 Output (one folder per node, the probe format the replay backend plays)::
 
     OUT/nodes/<host>/gpu<i>_caps.json          recorded caps, distinct uuid, plus "index": i
+                                               (gpm_supported 0 on the last ``no_gpm_nodes`` nodes)
     OUT/nodes/<host>/gpu<i>_samples_1hz.parquet  1 Hz rows; ``job`` = workload name or "gap"
     OUT/nodes/<host>/gpu<i>_runs.csv           job (workload), job_id, user, start, end, label, ...
     OUT/jobs.csv          Slurm job records (JobsFileClient format): job_id,name,user,account,...
@@ -111,6 +112,9 @@ class ClusterSpec:
     n_submissions: int = 40
     seed: int = 7
     host_prefix: str = "gpu-node-"
+    #: The last nodes replay WITHOUT GPM (caps ``gpm_supported`` = 0), as a pre-Hopper GPU reports,
+    #: so the demo shows both label sources: the GPM rule, and the LightGBM model where GPM is absent.
+    no_gpm_nodes: int = 1
 
     def validate(self) -> None:
         checks = [
@@ -120,6 +124,7 @@ class ClusterSpec:
             (0 < self.job_min_s <= self.job_max_s, "need 0 < job_min_s <= job_max_s"),
             (0 <= self.gap_min_s <= self.gap_max_s, "need 0 <= gap_min_s <= gap_max_s"),
             (self.start.tzinfo is not None, "start must be timezone-aware (UTC)"),
+            (0 <= self.no_gpm_nodes <= self.nodes, "need 0 <= no_gpm_nodes <= nodes"),
         ]
         for ok, msg in checks:
             if not ok:
@@ -373,6 +378,9 @@ def build_cluster(
             }
             if limit_mw is not None:
                 caps["enforced_limit_mw"] = limit_mw
+            if n >= spec.nodes - spec.no_gpm_nodes:
+                caps["gpm_supported"] = 0
+                caps["synthetic"] = f"{caps['synthetic']}; replayed without GPM, as a GPU without GPM reports"
             part = f"gpu{gpu}"
             atomic_write_text(node_dir / f"{part}_caps.json", json.dumps(caps, indent=1) + "\n")
             atomic_write_bytes(node_dir / f"{part}_samples_1hz.parquet", _parquet_bytes(samples))

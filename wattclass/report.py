@@ -129,6 +129,35 @@ def _newest(paths: list[Path]) -> Path | None:
     return max(paths, key=lambda p: p.stat().st_mtime) if paths else None
 
 
+def read_model_metrics(path: Path) -> dict[str, Any]:
+    """Model metrics from the classifier's registry.json (the ``current`` model's entry), a
+    model.json (its ``metrics``) or a plain metrics JSON; the result has ``version`` when known."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{path}: model metrics are not valid JSON: {exc}") from exc
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read model metrics: {exc}") from exc
+    if not isinstance(data, dict):
+        raise DataError(f"{path}: model metrics must be a JSON object")
+    if "versions" in data:  # registry
+        cur = data.get("current")
+        entry = next((v for v in data["versions"] if v.get("version") == cur), None)
+        if entry is None:
+            raise DataError(f"{path}: registry's current model {cur!r} has no entry in versions")
+        out = dict(entry.get("metrics") or {})
+        out["version"] = cur
+        newest = data["versions"][-1]
+        if newest.get("version") != cur and newest.get("gate"):
+            out["rejected"] = {"version": newest["version"], **newest["gate"]}
+        if entry.get("gate"):
+            out["gate"] = entry["gate"]
+        return out
+    if isinstance(data.get("metrics"), dict):  # a model.json
+        return {**data["metrics"], "version": data.get("model_version")}
+    return data
+
+
 def load_inputs(
     root: Path,
     date: str | None = None,
@@ -147,24 +176,18 @@ def load_inputs(
         labels = normalise_labels(read_table_file(labels_file, "labels"), str(labels_file), label_column)
         prov["labels"] = str(labels_file)
     else:
-        files = sorted((root / "labels").rglob("*.parquet")) if (root / "labels").is_dir() else []
-        if files:
-            labels = normalise_labels(
-                pd.concat([pd.read_parquet(f) for f in files], ignore_index=True),
-                str(root / "labels"),
-                label_column,
-            )
-            prov["labels"] = f"{root / 'labels'} ({len(files)} files)"
-    metrics = None
-    mfile = metrics_file or _newest([root / "metrics.json", *(root / "models").rglob("metrics.json")])
+        # The classifier's label store: <root>/classifier/labels/date=D/labels.parquet (nightly).
+        lpath = root / "classifier" / "labels" / f"date={day}" / "labels.parquet"
+        if lpath.is_file():
+            labels = normalise_labels(read_table_file(lpath, "labels"), str(lpath), "label")
+            prov["labels"] = f"{lpath} (nightly label store)"
     if metrics_file is not None and not Path(metrics_file).is_file():
         raise DataError(f"{metrics_file}: model metrics file not found")
-    if mfile is not None:
-        try:
-            metrics = json.loads(Path(mfile).read_text())
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{mfile}: model metrics are not valid JSON: {exc}") from exc
-        prov["model metrics"] = str(mfile)
+    mfile = metrics_file or root / "classifier" / "models" / "registry.json"
+    metrics = None
+    if Path(mfile).is_file():
+        metrics = read_model_metrics(Path(mfile))
+        prov["model metrics"] = f"{mfile} (model {metrics.get('version', '?')})"
     decisions = None
     dfile = decisions_file or _newest(
         [
@@ -242,8 +265,8 @@ def render_report(
 ) -> str:
     """The report as one HTML document. ``windows`` are telemetry v1 rows; see module docstring.
 
-    Without ``labels`` the job labels are computed with DESIGN.md's GPM rule on the telemetry
-    (windows without GPM stay unlabelled).
+    Without ``labels`` the job labels are computed with the classifier's GPM rule
+    (``wattclass.classifier.rules``) on the telemetry (windows without GPM do not count).
     """
     from wattclass import report_estimates as est
     from wattclass import report_plots as plots
@@ -256,7 +279,9 @@ def render_report(
     prov = dict(provenance or {})
     if labels is None:
         labels = est.rule_job_labels(w)
-        prov["labels"] = "computed here with the GPM rule of DESIGN.md (no label store given)"
+        prov["labels"] = (
+            "computed here with the GPM rule of wattclass.classifier.rules (no label store found)"
+        )
     w = est.attach_labels(w, labels)
     jobs = est.job_table(w, labels)
     bl = est.by_label(w)
@@ -356,18 +381,21 @@ def render_report(
             )
         )
     else:
-        cols = [c for c in ("decision", "cap") if c in decisions.columns]
-        if not cols:
-            out.append(_na("Policy decisions", "the decisions file has neither a decision nor a cap column."))
+        if not {"status", "reason"} <= set(decisions.columns):
+            out.append(_na("Policy decisions", "the decisions file has no status and reason columns."))
         else:
-            key = decisions[cols].astype(str).agg(" / ".join, axis=1)
+            key = decision_keys(decisions)
             counts = key.value_counts().sort_index()
+            mode = "shadow" if (decisions["status"] == "shadow").any() else "enforce"
             out += [
-                f"<p>{len(decisions)} job(s) decided, by decision / cap.</p>",
+                f"<p>{len(decisions)} new submission(s) decided as job_submit.lua decides them "
+                f"(the policy is in <b>{mode}</b> mode"
+                + (": caps are logged and recorded, nothing is applied" if mode == "shadow" else "")
+                + "). <i>none</i> means the job runs uncapped, with the reason.</p>",
                 _img(plots.decisions(counts), "Jobs per policy decision and cap"),
             ]
             if "label" in decisions.columns:
-                ct = pd.crosstab(decisions["label"].fillna("none"), key)
+                ct = pd.crosstab(decisions["label"].fillna("(no label)"), key)
                 out.append(_table(ct))
 
     # -- savings
@@ -423,6 +451,15 @@ def render_report(
     return "\n".join(out)
 
 
+def decision_keys(decisions: pd.DataFrame) -> pd.Series:
+    """One text per decision: ``shadow: cap 60%`` or ``none: low_confidence``."""
+    status = decisions["status"].astype(str)
+    reason = decisions["reason"].astype(str)
+    cap = decisions["cap"] if "cap" in decisions.columns else pd.Series(None, index=decisions.index)
+    capped = cap.notna() & (cap.astype(str) != "") & (status != "none")
+    return status + ": " + ("cap " + cap.astype(str)).where(capped, reason)
+
+
 def _model_section(metrics: Mapping[str, Any] | None, plots: Any) -> list[str]:
     if not metrics:
         return [
@@ -435,28 +472,43 @@ def _model_section(metrics: Mapping[str, Any] | None, plots: Any) -> list[str]:
     out: list[str] = []
     facts = []
     for key, name in (
-        ("accuracy", "held-out accuracy"),
-        ("balanced_accuracy", "balanced accuracy"),
-        ("macro_f1", "macro F1"),
-        ("ece", "expected calibration error"),
-        ("n_test", "held-out jobs"),
-        ("version", "model version"),
+        ("accuracy", "held-out job accuracy"),
+        ("ece", "calibration error (ECE)"),
+        ("n_jobs", "jobs evaluated"),
+        ("n_folds", "CV folds"),
+        ("version", "model in use"),
     ):
         v = metrics.get(key)
         if v is not None:
             facts.append(_card(f"{v:.3f}" if isinstance(v, float) else str(v), name))
     if facts:
         out += ['<div class="cards">', *facts, "</div>"]
-    cm = metrics.get("confusion_matrix", metrics.get("confusion"))
-    classes = metrics.get("classes")
+    cm = metrics.get("confusion", metrics.get("confusion_matrix"))
+    classes = metrics.get("labels", metrics.get("classes"))
     if cm is not None and classes:
         out.append(_img(plots.confusion(cm, classes), "Confusion matrix of the model on held-out jobs"))
         out.append(
-            "<p>Rows: the GPM rule's label (the truth where GPM exists); columns: the model's "
-            "prediction from NVML basic counters only.</p>"
+            "<p>Grouped cross-validation: each job's windows are predicted by a model that never saw "
+            "that job. Rows: the GPM rule's label (the truth where GPM exists); columns: the model's "
+            "prediction from basic NVML counters only (what GPUs without GPM get). Jobs that repeat "
+            "a workload seen in training are easier than a new workload.</p>"
         )
     else:
-        out.append(_na("Confusion matrix", "the model metrics have no confusion_matrix and classes."))
+        out.append(_na("Confusion matrix", "the model metrics have no confusion matrix and labels."))
+    gate = metrics.get("rejected")
+    if gate:
+        out.append(
+            f"<p>Last night's candidate {html.escape(str(gate['version']))} was not promoted: accuracy "
+            f"{gate.get('candidate_accuracy', float('nan')):.3f} on the night's new jobs vs "
+            f"{gate.get('incumbent_accuracy', float('nan')):.3f} for the model in use.</p>"
+        )
+    elif metrics.get("gate"):
+        g = metrics["gate"]
+        out.append(
+            f"<p>Promoted by last night's gate: accuracy {g.get('candidate_accuracy', float('nan')):.3f} "
+            f"on {g.get('new_jobs', '?')} new jobs vs {g.get('incumbent_accuracy', float('nan')):.3f} for "
+            f"{html.escape(str(g.get('incumbent', 'the previous model')))}.</p>"
+        )
     return out
 
 
@@ -494,11 +546,15 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     p.add_argument(
         "--labels",
         type=Path,
-        help="job labels CSV/Parquet (default: <root>/labels/, else the GPM rule on the telemetry)",
+        help="job labels CSV/Parquet (default: the nightly label store "
+        "<root>/classifier/labels/date=D/, else the GPM rule on the telemetry)",
     )
     p.add_argument("--label-column", default="label", help="column of --labels holding the label")
     p.add_argument(
-        "--metrics", type=Path, help="model metrics JSON (default: newest <root>/models/**/metrics.json)"
+        "--metrics",
+        type=Path,
+        help="model registry.json, model.json or metrics JSON "
+        "(default: <root>/classifier/models/registry.json, the model in use)",
     )
     p.add_argument(
         "--decisions", type=Path, help="policy decisions CSV/Parquet (default: <root>/decisions.csv)"

@@ -38,45 +38,36 @@ def window_seconds(w: pd.DataFrame) -> pd.Series:
     return (w["ts_end"] - w["ts_start"]).dt.total_seconds().clip(lower=0)
 
 
-def rule_window_labels(w: pd.DataFrame) -> pd.Series:
-    """DESIGN.md window rule (GPM). Fallback only: to be replaced by wattclass.classifier.rules.
-
-    ``idle`` if sm_util < 10; else ``compute`` if max(tensor, fp64, fp32, fp16) >= dram_bw, else
-    ``memory``. Windows without GPM get NA.
-    """
-    comp = w[["tensor_util_pct", "fp64_util_pct", "fp32_util_pct", "fp16_util_pct"]].astype(float).max(axis=1)
-    dram = w["dram_bw_util_pct"].astype(float)
-    sm = w["sm_util_pct"].astype(float)
-    lab = np.where(sm < 10, "idle", np.where(comp >= dram, "compute", "memory"))
-    out = pd.Series(lab, index=w.index, dtype=object)
-    out[sm.isna()] = None
-    return out
-
-
 def rule_job_labels(w: pd.DataFrame) -> pd.DataFrame:
-    """DESIGN.md job rule over window labels. Fallback only: to be replaced by wattclass.classifier.rules.
+    """Job labels by the classifier's GPM rule (``wattclass.classifier.rules``) on these windows.
 
-    Returns job_id, label, confidence (share of windows agreeing with the label), source="rule".
+    Used when no label store is given; windows without GPM do not count, jobs with none are left
+    out (unlabelled). Returns job_id, label, confidence, source="rule".
     """
-    jw = w[w["job_id"].notna()].copy()
-    jw["wl"] = rule_window_labels(jw)
-    jw = jw[jw["wl"].notna()]
-    rows = []
-    for job_id, g in jw.groupby("job_id", sort=True):
-        wl = g["wl"]
-        active = wl[wl != "idle"]
-        if len(active) < 0.5 * len(wl):
-            label, conf = "idle", float((wl == "idle").mean())
-        else:
-            fc = float((active == "compute").mean())
-            if fc >= 0.7:
-                label, conf = "compute", fc
-            elif fc <= 0.3:
-                label, conf = "memory", 1.0 - fc
-            else:
-                label, conf = "mixed", 1.0 - abs(fc - 0.5)
-        rows.append({"job_id": str(job_id), "label": label, "confidence": round(conf, 3), "source": "rule"})
-    return pd.DataFrame(rows, columns=["job_id", "label", "confidence", "source"])
+    from wattclass.classifier import rules
+
+    cols = ["job_id", "label", "confidence", "source"]
+    jw = w[w["job_id"].notna()]
+    if jw.empty:
+        return pd.DataFrame(columns=cols)
+    codes = rules.window_labels(
+        jw["sm_util_pct"].astype(float).to_numpy(),
+        jw["dram_bw_util_pct"].astype(float).to_numpy(),
+        [jw[c].astype(float).to_numpy() for c in rules.COMPUTE_UNITS],
+    )
+    counts = (
+        pd.DataFrame({"job_id": jw["job_id"].astype(str).to_numpy(), "c": codes})
+        .query("c != @rules.NO_GPM")
+        .pivot_table(index="job_id", columns="c", aggfunc="size", fill_value=0)
+        .reindex(columns=[rules.IDLE, rules.COMPUTE, rules.MEMORY], fill_value=0)
+    )
+    if counts.empty:
+        return pd.DataFrame(columns=cols)
+    ni, nc, nm = (counts[k].to_numpy() for k in (rules.IDLE, rules.COMPUTE, rules.MEMORY))
+    lab = rules.job_labels(ni, nc, nm)
+    conf = rules.job_confidence(ni, nc, nm, lab)
+    return pd.DataFrame({"job_id": counts.index.astype(str), "label": rules.label_names(lab),
+                         "confidence": np.round(conf, 3), "source": "rule"}, columns=cols)
 
 
 def attach_labels(w: pd.DataFrame, labels: pd.DataFrame | None) -> pd.DataFrame:

@@ -1,0 +1,159 @@
+"""``wattclass demo`` end to end at small size: every step runs on the real components.
+
+The cluster is 2 nodes x 2 GPUs for 30 min; node 2 replays without GPM so the LightGBM model
+labels its jobs. Checks the outputs a sysadmin relies on: Parquet per host, the label store,
+a label table that lua5.1 loads and that the real job_submit.lua decides from exactly as the
+demo's decisions say, and a report with its images.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from wattclass.cli import main
+from wattclass.demo import MARKER, Progress, prepare_out, run_demo
+from wattclass.democluster import ClusterSpec
+from wattclass.errors import ConfigError, DataError
+from wattclass.plugin.install import render_job_submit
+
+LUA = shutil.which("lua5.1")
+SMALL = ClusterSpec(nodes=2, gpus_per_node=2, span_s=1800, job_max_s=300, n_submissions=30, no_gpm_nodes=1)
+DATE = "2026-11-30"
+#: Measured on this spec (seed 7): every job agrees with its workload's GPM-rule truth, both the
+#: rule-labelled ones and the model-labelled ones (the model was trained on these workloads, so
+#: this shows the wiring, not the model's accuracy on unseen work). Floors leave room for seeds.
+RULE_FLOOR = 0.95
+MODEL_FLOOR = 0.85
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, tuple[str, str]], str]:
+    out = prepare_out(tmp_path_factory.mktemp("demo") / "out")
+    buf = io.StringIO()
+    results = run_demo(out, buf, SMALL)
+    return out, results, buf.getvalue()
+
+
+def test_every_step_succeeds_with_progress(demo: tuple[Path, dict[str, tuple[str, str]], str]) -> None:
+    _, results, text = demo
+    assert {k: st for k, (st, _) in results.items()} == dict.fromkeys(
+        ("cluster", "telemetry", "nightly", "decide", "report"), "ok"), text
+    steps = [ln for ln in text.splitlines() if re.match(r"\[\d/5\]", ln)]
+    assert [ln[:5] for ln in steps] == [f"[{i}/5]" for i in range(1, 6)]
+    assert all(" done in " in ln for ln in steps), text
+    assert "gpu-node-01 gpu-node-02" in steps[1]  # per-node progress of the replay
+
+
+def test_telemetry_is_written_per_host_by_the_daemon(
+    demo: tuple[Path, dict[str, tuple[str, str]], str],
+) -> None:
+    out = demo[0]
+    hosts = sorted(p.name for p in (out / "data" / "telemetry" / f"date={DATE}").glob("host=*"))
+    assert hosts == ["host=gpu-node-01", "host=gpu-node-02"]
+    w = pd.read_parquet(out / "data" / "telemetry" / f"date={DATE}" / "host=gpu-node-02")
+    assert set(w["host"]) == {"gpu-node-02"}
+    assert w["sm_util_pct"].isna().all(), "node 2 replays without GPM"
+
+
+def test_labels_agree_with_the_cluster_truth(demo: tuple[Path, dict[str, tuple[str, str]], str]) -> None:
+    out = demo[0]
+    labels = pd.read_parquet(out / "data" / "classifier" / "labels" / f"date={DATE}" / "labels.parquet")
+    truth = pd.read_csv(out / "cluster" / "truth.csv", dtype={"job_id": str})
+    m = truth.merge(labels[["job_id", "label", "source", "name"]], on="job_id", how="left")
+    assert m["label"].notna().all(), "every job of the cluster is labelled"
+    jobs = pd.read_csv(out / "cluster" / "jobs.csv", dtype={"job_id": str})
+    assert m.set_index("job_id")["name"].to_dict() == jobs.set_index("job_id")["name"].to_dict()
+    rule = m[m["source"] == "rule"]
+    model = m[m["source"].str.startswith("model")]
+    assert set(rule["host"]) == {"gpu-node-01"} and set(model["host"]) == {"gpu-node-02"}
+    assert (rule["label"] == rule["truth"]).mean() >= RULE_FLOOR
+    assert (model["label"] == model["truth"]).mean() >= MODEL_FLOOR
+
+
+def test_label_table_loads_in_lua(demo: tuple[Path, dict[str, tuple[str, str]], str]) -> None:
+    if LUA is None:
+        pytest.skip("lua5.1 missing")
+    table = demo[0] / "labels.lua"
+    script = ("local t = dofile(arg[1]); local n = 0\n"
+              "for u, names in pairs(t.by_user_name) do for _ in pairs(names) do n = n + 1 end end\n"
+              "print(t.version, t.policy.mode, t.policy.decisions.memory.cap, n)")
+    proc = subprocess.run([LUA, "-e", f"arg = {{'{table}'}}", "-e", script], capture_output=True,
+                          text=True, timeout=30, check=False)
+    assert proc.returncode == 0, proc.stderr
+    version, mode, cap, n = proc.stdout.split()
+    assert (version, mode, cap) == ("1", "shadow", "60%")  # deploy/policy.example.toml
+    jobs = pd.read_csv(demo[0] / "cluster" / "jobs.csv")
+    assert int(n) == len(jobs[["user", "name"]].drop_duplicates())
+
+
+def test_decisions_are_what_job_submit_lua_decides(
+    demo: tuple[Path, dict[str, tuple[str, str]], str], tmp_path: Path
+) -> None:
+    out = demo[0]
+    subs = pd.read_csv(out / "cluster" / "submissions.csv", dtype=str)
+    dec = pd.read_csv(out / "data" / "decisions.csv", dtype=str, keep_default_na=False)
+    assert dec["job_id"].tolist() == subs["job_id"].tolist()
+    assert {"shadow", "low_confidence", "unknown_job"} & set(dec["reason"])
+    assert (dec["status"] == "shadow").sum() >= len(dec) // 2
+    if LUA is None:
+        pytest.skip("lua5.1 missing")
+    from test_plugin_decide import _run_lua, _unhex
+
+    cases = [{"user": r.user, "name": r.name, "account": r.account, "partition": r.partition}
+             for r in subs.itertuples()]
+    rows = _run_lua(render_job_submit(out / "labels.lua"), cases, tmp_path)
+    got = [(status, reason, _unhex(comment) or "") for _, status, reason, comment, _ in rows]
+    assert got == list(zip(dec["status"], dec["reason"], dec["admin_comment"], strict=True))
+
+
+def test_report_has_its_images_and_reads_the_real_stores(
+    demo: tuple[Path, dict[str, tuple[str, str]], str],
+) -> None:
+    page = (demo[0] / "report.html").read_text()
+    pngs = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)
+    assert len(pngs) == page.count("<img ") == 6
+    assert all(base64.b64decode(p)[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
+    assert "not available" not in page
+    assert "nightly label store" in page and "registry.json" in page and "decisions.csv" in page
+    assert "shadow: cap 60%" in page
+
+
+def test_rerun_replaces_the_previous_demo_but_never_a_foreign_folder(tmp_path: Path) -> None:
+    out = prepare_out(tmp_path / "d")
+    (out / "data").mkdir()
+    (out / "data" / "old.parquet").write_text("x")
+    prepare_out(out)
+    assert not (out / "data").exists() and (out / MARKER).is_file()
+    foreign = tmp_path / "home"
+    foreign.mkdir()
+    (foreign / "thesis.tex").write_text("keep me")
+    with pytest.raises(ConfigError, match="not empty"):
+        prepare_out(foreign)
+    assert main(["demo", "--out", str(foreign)]) == 2
+    assert (foreign / "thesis.tex").read_text() == "keep me"
+
+
+def test_progress_reports_each_outcome_with_its_time() -> None:
+    ticks = iter([0.0, 1.5, 2.0, 2.0])
+    buf = io.StringIO()
+    p = Progress(total=3, stream=buf, clock=lambda: next(ticks))
+    assert p.run("one", lambda: "12 jobs") == ("ok", "12 jobs")
+
+    def broken() -> str:
+        raise DataError("f.parquet: missing column energy_j")
+
+    assert p.run("two", broken) == ("failed", "f.parquet: missing column energy_j")
+    p.skip("three", "needs two")
+    assert buf.getvalue().splitlines() == [
+        "[1/3] one ... done in 1.5 s: 12 jobs",
+        "[2/3] two ... FAILED: f.parquet: missing column energy_j",
+        "[3/3] three ... skipped (needs two)",
+    ]
