@@ -26,7 +26,7 @@ from wattclass.plugin.install import render_job_submit
 
 LUA = shutil.which("lua5.1")
 SMALL = ClusterSpec(nodes=2, gpus_per_node=2, span_s=1800, job_max_s=300, n_submissions=30, no_gpm_nodes=1)
-DATE = "2026-11-30"
+DATE = "2026-11-28"
 #: Measured on this spec (seed 7): every job agrees with its workload's GPM-rule truth, both the
 #: rule-labelled ones and the model-labelled ones (the model was trained on these workloads, so
 #: this shows the wiring, not the model's accuracy on unseen work). Floors leave room for seeds.

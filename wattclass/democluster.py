@@ -102,7 +102,7 @@ class ClusterSpec:
 
     nodes: int = 4
     gpus_per_node: int = 4
-    start: dt.datetime = dt.datetime(2026, 11, 30, 8, 0, tzinfo=dt.UTC)
+    start: dt.datetime = dt.datetime(2026, 11, 28, 8, 0, tzinfo=dt.UTC)
     span_s: int = 7200
     job_min_s: int = 60
     job_max_s: int = 600
