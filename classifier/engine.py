@@ -111,11 +111,11 @@ def _scan(files: Sequence[Path]) -> tuple[pa.Table, np.ndarray] | None:
     return table, fidx
 
 
-def _tables(files: Sequence[Path], drop_columns: Sequence[str],
-            on_file: Callable[[int, Path], None] | None) -> Iterator[tuple[pa.Table, np.ndarray, int]]:
+def _tables(files: Sequence[Path], drop_columns: Sequence[str], on_file: Callable[[int, Path], None] | None,
+            batch_files: int) -> Iterator[tuple[pa.Table, np.ndarray, int]]:
     """Yield (table, per-row file index, files read) per batch of files."""
-    for start in range(0, len(files), BATCH_FILES):
-        batch = files[start:start + BATCH_FILES]
+    for start in range(0, len(files), max(1, batch_files)):
+        batch = files[start:start + max(1, batch_files)]
         if on_file is not None:
             on_file(start + len(batch) - 1, batch[-1])
         scanned = None if drop_columns else _scan(batch)
@@ -162,13 +162,14 @@ def label_chunk(
     sample_prefix: str = "",
     seed: int = 0,
     on_file: Callable[[int, Path], None] | None = None,
+    batch_files: int = BATCH_FILES,
 ) -> ChunkResult:
     """Merged partials (and sample) of a run of files, batch by batch; also a worker's task."""
     rng = np.random.default_rng(seed)
     partials: list[pa.Table] = []
     samples: list[TrainingSet] = []
     n_windows = n_files = 0
-    for table, file_idx, n_read in _tables(list(files), drop_columns, on_file):
+    for table, file_idx, n_read in _tables(list(files), drop_columns, on_file, batch_files):
         n_files += n_read
         if not table.num_rows:
             continue
@@ -212,6 +213,7 @@ def label_files_local(
     seed: int = 0,
     workers: int = 1,
     chunk_files: int = CHUNK_FILES,
+    batch_files: int = BATCH_FILES,
 ) -> LabelResult:
     """The local engine: chunks in ``workers`` spawned processes (or here), merged here."""
     if source == "model" and model is None:
@@ -219,7 +221,7 @@ def label_files_local(
     chunks = chunks_of(files, chunk_files)
     if workers <= 1 or len(chunks) < 2:
         results = [label_chunk(list(files), model, source, drop_columns, sample_per_job, sample_prefix, seed,
-                               on_file)]
+                               on_file, batch_files)]
         return _combine(results, model, source)
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
@@ -227,7 +229,7 @@ def label_files_local(
     ctx = mp.get_context("spawn")  # no forked OpenMP (LightGBM) state
     with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
         futures = [pool.submit(label_chunk, c, model, source, tuple(drop_columns), sample_per_job,
-                               sample_prefix, seed + i) for i, c in enumerate(chunks)]
+                               sample_prefix, seed + i, None, batch_files) for i, c in enumerate(chunks)]
         results = []
         done = 0
         for fut, chunk in zip(futures, chunks, strict=True):

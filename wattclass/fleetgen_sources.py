@@ -26,10 +26,20 @@ VALUE_COLUMNS: tuple[str, ...] = tuple(f.name for f in TELEMETRY_V1 if pa.types.
 
 
 def default_sources() -> list[Path]:
-    """The bundled real H200 windows plus any collected later under data/h200/collected/."""
+    """The bundled real H200 windows plus any v1 windows collected later under data/h200/collected/.
+
+    Only files in the v1 window shape count: ``collected/`` also holds raw 1 Hz probe samples
+    (replayed into windows by the telemetry daemon), which are not windows.
+    """
+    import pyarrow.parquet as pq
+
+    from wattclass.schema import REQUIRED_COLUMNS
+
     base = Path(str(resources.files("wattclass") / "data" / "h200"))
     paths = [base / "telemetry.parquet"]
-    paths.extend(sorted((base / "collected").glob("*.parquet")))
+    for p in sorted((base / "collected").glob("*.parquet")):
+        if set(REQUIRED_COLUMNS) <= set(pq.read_schema(p).names):
+            paths.append(p)
     return paths
 
 
