@@ -121,12 +121,13 @@ def main() -> int:
                      "--date", a.date, "--threads", str(a.threads)])
         d = json.loads(m.pop("stdout"))
         out["duckdb"] = {**m, "query_wall_s": d["query_wall_s"], "jobs": d["jobs"],
-                         "windows": d["job_windows"],
+                         "job_windows": d["job_windows"],
                          "files": d["files"], "bytes_on_disk": d["bytes_on_disk"], "version": d["duckdb"]}
     if "features" not in a.skip:
         m = measure([py, __file__, "--data-root", str(a.data_root), "--date", a.date,
                      "--workers", str(a.workers), "--_features"])
-        out["features"] = {**m, **json.loads(m.pop("stdout"))}
+        child = json.loads(m.pop("stdout"))
+        out["features"] = {**m, **child}
     if "nightly" not in a.skip:
         with tempfile.TemporaryDirectory(prefix="fleet-nightly-") as tmp:
             root = Path(tmp)
@@ -140,10 +141,11 @@ def main() -> int:
                           "feature_seconds": s.get("feature_seconds"),
                           "status": s.get("status"), "jobs": s.get("jobs"), "windows": s.get("windows"),
                           "retrain": s.get("retrain"), "table_entries": (s.get("table") or {}).get("entries")}
+    scanned = (out.get("features") or out.get("nightly") or {}).get("windows")  # rows both engines read
     for k in ("duckdb", "features"):
-        if k in out and out[k].get("windows"):
+        if k in out and scanned:
             wall = out[k]["query_wall_s"] if k == "duckdb" else out[k]["stage_wall_s"]
-            out[k]["windows_per_s"] = round(out[k]["windows"] / max(wall, 1e-9))
+            out[k]["windows_per_s"] = round(scanned / max(wall, 1e-9))
     if "duckdb" in out and "features" in out:
         ratio = out["features"]["wall_s"] / out["duckdb"]["wall_s"]
         out["features_vs_duckdb_wall_ratio"] = round(ratio, 2)
