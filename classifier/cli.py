@@ -35,13 +35,20 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     n.add_argument("--data-root", type=Path, required=True)
     n.add_argument("--date", default=None, help="YYYY-MM-DD (UTC; default: yesterday)")
     n.add_argument("--jobs-file", type=Path, default=None,
-                   help="offline job records (CSV/Parquet); default: ask Slurm (sacct/squeue)")
+                   help="offline job records (CSV/Parquet); default: DATA_ROOT/jobs/date=D/jobs.parquet "
+                   "if it exists, else ask Slurm (sacct/squeue)")
     n.add_argument("--policy", type=Path, default=None, help="policy TOML to embed in the table")
     n.add_argument("--table-out", type=Path, default=None,
                    help="label table path (default: DATA_ROOT/classifier/label_table.lua)")
     n.add_argument("--no-retrain", action="store_true", help="label only; never train a new model")
     n.add_argument("--workers", type=int, default=1,
                    help="worker processes reading telemetry (default 1; helps on idle multi-core hosts)")
+    n.add_argument("--engine", choices=("local", "dask"), default="local",
+                   help="local: this machine (default); dask: feature stage and training on dask.distributed")
+    n.add_argument("--scheduler", default=None, help="with --engine dask: a running scheduler's address")
+    n.add_argument("--dask-config", type=Path, default=None,
+                   help="with --engine dask: cluster TOML (deploy/dask-slurm.example.toml); "
+                   "neither this nor --scheduler: a LocalCluster")
     n.add_argument("--json", action="store_true")
     n.set_defaults(func=cmd_nightly)
 
@@ -170,8 +177,16 @@ def cmd_nightly(args: argparse.Namespace) -> int:
     table_out = args.table_out or args.data_root / "classifier" / "label_table.lua"
     opts = NightlyOptions(data_root=args.data_root, date=date, table_out=table_out, policy=policy,
                           retrain=not args.no_retrain, base_training=tuple(bundled_training_sources()),
-                          workers=max(1, args.workers))
-    slurm = _slurm_client(args.jobs_file)
+                          workers=max(1, args.workers), engine=args.engine, scheduler=args.scheduler,
+                          dask_config=args.dask_config)
+    if args.engine != "dask" and (args.scheduler or args.dask_config):
+        raise ConfigError("--scheduler and --dask-config need --engine dask")
+    jobs_file = args.jobs_file
+    default_jobs = args.data_root / "jobs" / f"date={date}" / "jobs.parquet"
+    if jobs_file is None and default_jobs.is_file():
+        log.info("using job records from %s", default_jobs)
+        jobs_file = default_jobs
+    slurm = _slurm_client(jobs_file)
     progress = Progress()
     summary = run_nightly(opts, slurm, on_file=progress, files_total=progress.set_total)
     emit(summary, args.json, _human_summary)

@@ -12,7 +12,8 @@ deviations, energy, GPU-hours, hosts). All work is numpy / Arrow compute, no Pyt
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -137,39 +138,103 @@ def batch_partials(
     """Partial aggregates of one batch of windows, per (job_id, host); rows without job dropped.
 
     ``counts`` are extra per-window numbers summed per job (rule window counts, model soft counts).
+    The group-by is numpy on integer-coded keys (one sort per batch, ``bincount`` for sums,
+    ``reduceat`` for minima and maxima): at fleet scale this runs on batches of a few hundred
+    thousand windows, where it is several times cheaper than a generic hash aggregate with
+    some 70 aggregates. The result has the columns and types of ``merge_partials``' output.
     """
     counts = counts or {}
-    job = table.column("job_id")
-    keep = pc.is_valid(job)
-    dur = durations_s(table)
-    energy = column_f64(table, "energy_j")
-    user = table.column("user") if "user" in table.column_names else pa.nulls(table.num_rows, pa.string())
-    cols: dict[str, pa.Array | pa.ChunkedArray | npt.NDArray[np.generic]] = {
-        "job_id": job,
-        "host": table.column("host"),
-        "user": user,
-        "n_windows": np.ones(table.num_rows, dtype=np.int64),
-        "dur_s": dur,
-        "energy_j": np.nan_to_num(energy),
-        "ts_start": table.column("ts_start"),
-        "ts_end": table.column("ts_end"),
+    job = _one_chunk(table.column("job_id"))
+    host = _one_chunk(table.column("host"))
+    keep = np.asarray(pc.is_valid(job).to_numpy(zero_copy_only=False), dtype=bool)
+    all_kept = bool(keep.all())
+    rows = None if all_kept else np.flatnonzero(keep)
+
+    def sel(x: npt.NDArray[Any]) -> npt.NDArray[Any]:
+        return x if rows is None else x[rows]
+
+    jenc = pc.dictionary_encode(job)
+    henc = pc.dictionary_encode(host)
+    jcode = sel(np.asarray(jenc.indices.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64))
+    hcode = sel(np.asarray(henc.indices.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64))
+    n_hosts = max(1, len(henc.dictionary))
+    key = jcode * n_hosts + hcode
+    order = np.argsort(key, kind="stable")
+    skey = key[order]
+    starts = np.flatnonzero(np.r_[True, skey[1:] != skey[:-1]]) if len(skey) else np.zeros(0, np.int64)
+    gkey = skey[starts]
+    inv = np.empty(len(key), dtype=np.int64)
+    inv[order] = np.cumsum(np.r_[0, (skey[1:] != skey[:-1]).astype(np.int64)]) if len(skey) else 0
+    n = len(starts)
+
+    def gsum(x: npt.NDArray[Any]) -> FloatArray:
+        return np.asarray(np.bincount(inv, weights=x, minlength=n), dtype=np.float64)
+
+    def gmin(x: npt.NDArray[Any]) -> npt.NDArray[Any]:
+        return np.fmin.reduceat(x[order], starts) if n else x[:0]
+
+    def gmax(x: npt.NDArray[Any]) -> npt.NDArray[Any]:
+        return np.fmax.reduceat(x[order], starts) if n else x[:0]
+
+    dur = sel(durations_s(table))
+    energy = sel(np.nan_to_num(column_f64(table, "energy_j")))
+    ts = {c: sel(pc.cast(table.column(c), pa.int64()).to_numpy()) for c in ("ts_start", "ts_end")}
+    out: dict[str, pa.Array] = {
+        "job_id": pa.array(jenc.dictionary.take(pa.array(gkey // n_hosts))),
+        "host": pa.array(henc.dictionary.take(pa.array(gkey % n_hosts))),
+        "user": _group_min_string(table, sel, order, starts, n),
+        "n_windows": pa.array(np.diff(np.r_[starts, len(key)]).astype(np.int64)),
+        "dur_s": pa.array(gsum(dur)),
+        "energy_j": pa.array(gsum(energy)),
+        "ts_start": pa.array(gmin(ts["ts_start"])).cast(pa.timestamp("ms", tz="UTC")),
+        "ts_end": pa.array(gmax(ts["ts_end"])).cast(pa.timestamp("ms", tz="UTC")),
     }
     for f in FEATURES:
-        x = np.asarray(feats[f], dtype=np.float64)
+        x = sel(np.asarray(feats[f], dtype=np.float64))
         valid = ~np.isnan(x)
         w = np.where(valid, dur, 0.0)
         x0 = np.where(valid, x, 0.0)
         wx = w * x0
-        cols[f"{f}__w"] = w
-        cols[f"{f}__s"] = wx
-        cols[f"{f}__q"] = wx * x0
-        xa = pa.array(x, from_pandas=True)  # NaN -> null: Arrow's min/max skip nulls, not NaN
-        cols[f"{f}__min"] = xa
-        cols[f"{f}__max"] = xa
+        out[f"{f}__w"] = pa.array(gsum(w))
+        out[f"{f}__s"] = pa.array(gsum(wx))
+        out[f"{f}__q"] = pa.array(gsum(wx * x0))
+        # fmin/fmax skip NaN; an all-NaN group stays NaN -> null, as Arrow's min/max give
+        out[f"{f}__min"] = pa.array(gmin(x), from_pandas=True)
+        out[f"{f}__max"] = pa.array(gmax(x), from_pandas=True)
     for name, values in counts.items():
-        cols[name] = np.asarray(values, dtype=np.float64)
-    t = pa.table(cols).filter(keep)
-    return _group(t, _agg_spec(counts.keys()))
+        out[name] = pa.array(gsum(sel(np.asarray(values, dtype=np.float64))))
+    return pa.table(out)
+
+
+def _one_chunk(col: pa.ChunkedArray | pa.Array) -> pa.Array:
+    if isinstance(col, pa.ChunkedArray):
+        return col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+    return col
+
+
+def _group_min_string(
+    table: pa.Table, sel: Callable[[npt.NDArray[Any]], npt.NDArray[Any]],
+    order: npt.NDArray[np.int64], starts: npt.NDArray[np.int64], n: int,
+) -> pa.Array:
+    """Per group, the smallest non-null ``user`` (null if none), like Arrow's ``min``."""
+    if "user" not in table.column_names or n == 0:
+        return pa.nulls(n, pa.string())
+    enc = pc.dictionary_encode(_one_chunk(table.column("user")).cast(pa.string()))
+    dictionary = enc.dictionary
+    if len(dictionary) == 0:
+        return pa.nulls(n, pa.string())
+    sort_idx = np.asarray(pc.sort_indices(dictionary).to_numpy(), dtype=np.int64)
+    rank_of = np.empty(len(sort_idx), dtype=np.int64)
+    rank_of[sort_idx] = np.arange(len(sort_idx))
+    codes = enc.indices
+    idx = np.asarray(codes.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
+    none = np.int64(len(sort_idx))
+    rank = np.where(np.asarray(codes.is_valid().to_numpy(zero_copy_only=False), dtype=bool),
+                    rank_of[idx], none)
+    best = np.minimum.reduceat(sel(rank)[order], starts)
+    valid = best < none
+    taken = dictionary.take(pa.array(sort_idx[np.where(valid, best, 0)]))
+    return taken if valid.all() else pc.if_else(pa.array(valid), taken, pa.scalar(None, pa.string()))
 
 
 def _group(t: pa.Table, spec: Mapping[str, str]) -> pa.Table:

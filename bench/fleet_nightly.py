@@ -1,0 +1,166 @@
+"""Benchmark: the nightly run over one fleet day, against DuckDB's group-by, in one run.
+
+Three measurements on the same files, one after the other, each in its own process tree whose
+wall time and peak memory (RSS of the whole tree, summed over its processes, sampled every
+0.1 s; and the largest single process from getrusage) are its own:
+
+1. ``duckdb``: bench/fleet_duckdb_anchor.py -- DuckDB's own per-job aggregates of the day;
+2. ``features``: wattclass's feature stage alone (``classifier.engine.label_files_local``, the
+   code nightly runs: scan, window features, rule codes, model on GPM-less windows, per-job
+   partial aggregates, merge, job labels), with ``--workers`` processes;
+3. ``nightly``: ``wattclass nightly`` end to end (features, Slurm-record join from the day's
+   jobs file, label store, retraining with its promotion gate, label table), on a scratch data
+   root whose telemetry/ and jobs/ link to the fleet day's, so the fleet folder is not written.
+
+Prints one JSON document: the figures, windows/s, and features/duckdb wall-time ratio (target
+<= 2), nightly wall (target < 600 s) and peak RSS (target < 8 GiB).
+
+  python bench/fleet_nightly.py --data-root /work/fleet10k --date 2026-03-01
+  python bench/fleet_nightly.py --data-root /tmp/fleet-small --date 2026-03-01 --skip duckdb
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+STAGES = ("duckdb", "features", "nightly")
+
+
+def _tree_rss(pid: int) -> int:
+    """Bytes resident in process ``pid`` and all its descendants (0 once it is gone)."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return 0
+    total = 0
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            total += p.memory_info().rss
+    return total
+
+
+def measure(cmd: list[str], env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Run ``cmd``; its wall time, stdout, and peak RSS (tree sum and largest process)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **(env or {})})
+    peak = [0]
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            peak[0] = max(peak[0], _tree_rss(proc.pid))
+            stop.wait(0.1)
+
+    th = threading.Thread(target=sample, daemon=True)
+    th.start()
+    out, err = proc.communicate()
+    wall = time.perf_counter() - t0
+    stop.set()
+    th.join()
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{err[-4000:]}")
+    largest = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return {"wall_s": round(wall, 2), "peak_rss_tree_mib": round(peak[0] / 2**20, 1),
+            "peak_rss_largest_process_mib": round(largest / 1024, 1) if largest > before else None,
+            "stdout": out}
+
+
+def features_child(root: Path, date: str, workers: int) -> None:
+    """Run the feature stage alone exactly as nightly does, print JSON (child process)."""
+    from wattclass.classifier.engine import label_files_local
+    from wattclass.classifier.model import default_model_dir, load_model
+    from wattclass.classifier.nightly import SAMPLE_PER_JOB_PER_BATCH
+    from wattclass.classifier.reader import telemetry_files
+
+    files = telemetry_files([root], date=date)
+    model = load_model(default_model_dir())
+    t0 = time.perf_counter()
+    res = label_files_local(files, model, "auto", sample_per_job=SAMPLE_PER_JOB_PER_BATCH,
+                            sample_prefix=date, workers=workers)
+    wall = time.perf_counter() - t0
+    json.dump({"stage_wall_s": round(wall, 2), "files": res.n_files, "windows": res.n_windows,
+               "jobs": len(res.labels), "sample_windows": len(res.sample),
+               "by_label": res.labels["label"].value_counts().to_dict()}, sys.stdout)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data-root", type=Path, required=True)
+    ap.add_argument("--date", required=True, help="YYYY-MM-DD")
+    ap.add_argument("--workers", type=int, default=2, help="wattclass worker processes (default 2)")
+    ap.add_argument("--threads", type=int, default=2, help="DuckDB threads (default 2)")
+    ap.add_argument("--skip", action="append", default=[], choices=STAGES, help="leave a stage out")
+    ap.add_argument("--_features", action="store_true", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a._features:
+        features_child(a.data_root, a.date, a.workers)
+        return 0
+    py = sys.executable
+    out: dict[str, Any] = {"benchmark": "nightly feature stage and end-to-end vs DuckDB group-by",
+                           "data_root": str(a.data_root), "date": a.date, "workers": a.workers}
+    if "duckdb" not in a.skip:
+        m = measure([py, str(HERE / "fleet_duckdb_anchor.py"), "--data-root", str(a.data_root),
+                     "--date", a.date, "--threads", str(a.threads)])
+        d = json.loads(m.pop("stdout"))
+        out["duckdb"] = {**m, "query_wall_s": d["query_wall_s"], "jobs": d["jobs"],
+                         "job_windows": d["job_windows"],
+                         "files": d["files"], "bytes_on_disk": d["bytes_on_disk"], "version": d["duckdb"]}
+    if "features" not in a.skip:
+        m = measure([py, __file__, "--data-root", str(a.data_root), "--date", a.date,
+                     "--workers", str(a.workers), "--_features"])
+        child = json.loads(m.pop("stdout"))
+        out["features"] = {**m, **child}
+    if "nightly" not in a.skip:
+        with tempfile.TemporaryDirectory(prefix="fleet-nightly-") as tmp:
+            root = Path(tmp)
+            for sub in ("telemetry", "jobs"):
+                if (a.data_root / sub).is_dir():
+                    (root / sub).symlink_to((a.data_root / sub).resolve())
+            m = measure([py, "-m", "wattclass.cli", "nightly", "--data-root", str(root), "--date", a.date,
+                         "--workers", str(a.workers), "--json"])
+        s = json.loads(m.pop("stdout"))
+        out["nightly"] = {**m, "command_seconds": s.get("seconds"),
+                          "feature_seconds": s.get("feature_seconds"),
+                          "status": s.get("status"), "jobs": s.get("jobs"), "windows": s.get("windows"),
+                          "retrain": s.get("retrain"), "table_entries": (s.get("table") or {}).get("entries")}
+    scanned = (out.get("features") or out.get("nightly") or {}).get("windows")  # rows both engines read
+    for k in ("duckdb", "features"):
+        if k in out and scanned:
+            wall = out[k]["query_wall_s"] if k == "duckdb" else out[k]["stage_wall_s"]
+            out[k]["windows_per_s"] = round(scanned / max(wall, 1e-9))
+    if "duckdb" in out and "features" in out:
+        ratio = out["features"]["wall_s"] / out["duckdb"]["wall_s"]
+        out["features_vs_duckdb_wall_ratio"] = round(ratio, 2)
+        out["target_within_2x"] = ratio <= 2.0
+    if "nightly" in out:
+        out["target_nightly_under_600s"] = out["nightly"]["wall_s"] < 600
+        out["target_peak_under_8gib"] = out["nightly"]["peak_rss_tree_mib"] < 8192
+    out["machine"] = {"cpus": len(os.sched_getaffinity(0)),
+                      "load_avg_1m_at_end": round(os.getloadavg()[0], 2),
+                      "python": platform.python_version(), "platform": platform.platform()}
+    out["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    json.dump(out, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
