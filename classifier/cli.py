@@ -151,9 +151,9 @@ def _slurm_client(jobs_file: Path | None) -> Any:
     if jobs_file is not None:
         return JobsFileClient(jobs_file)
     try:
-        from wattclass.plugin.slurm_commands import CommandSlurmClient  # type: ignore[import-not-found,unused-ignore]
+        from wattclass.plugin.slurm_commands import open_slurm_client
 
-        return CommandSlurmClient()
+        return open_slurm_client()
     except Exception as exc:  # no module yet, no Slurm on this host, ...
         log.warning("Slurm is not reachable (%s): using telemetry's own job ids and users", exc)
         return None

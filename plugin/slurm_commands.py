@@ -183,10 +183,20 @@ def pyslurm_matches(slurm_version: str) -> bool:
     return ".".join(ver.split(".")[:2]) == ".".join(slurm_version.split(".")[:2])
 
 
-def open_slurm_client(conf: str | None = None, timeout: float = DEFAULT_TIMEOUT_S) -> SlurmClient:
-    """The best available client: the command client (pyslurm does not match Slurm 22.05).
+def open_slurm_client(conf: str | None = None, timeout: float = DEFAULT_TIMEOUT_S,
+                      *, version: str | None = None) -> SlurmClient:
+    """The best available client for job records.
 
-    A pyslurm-backed client would slot in here when ``pyslurm_matches``; none ships yet because
-    no pyslurm release builds against the Slurm of any supported Debian (see module docstring).
+    ``PySlurmClient`` when pyslurm imports and matches the running Slurm's major.minor (``version``,
+    else ``sinfo --version``); otherwise, as on Debian 12 with Slurm 22.05, the command client.
     """
-    return CommandSlurmClient(conf, timeout)
+    commands = CommandSlurmClient(conf, timeout)
+    try:
+        running = version if version is not None else commands.version()
+    except SlurmError:
+        return commands
+    if pyslurm_matches(running):
+        from wattclass.plugin.slurm_pyslurm import PySlurmClient
+
+        return PySlurmClient()
+    return commands
