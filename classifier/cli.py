@@ -111,7 +111,8 @@ def _load(model_dir: Path | None, required: bool) -> Any:
 
 
 def cmd_classify(args: argparse.Namespace) -> int:
-    from wattclass.classifier.labeling import label_files, write_labels
+    from wattclass.classifier.engine import label_files_local
+    from wattclass.classifier.labeling import write_labels
     from wattclass.classifier.reader import telemetry_files
     from wattclass.output import emit
     from wattclass.schema import GPM_COLUMNS
@@ -125,7 +126,7 @@ def cmd_classify(args: argparse.Namespace) -> int:
     progress = Progress()
     progress.set_total(len(files))
     drop = GPM_COLUMNS if args.drop_gpm else ()
-    res = label_files(files, model, args.source, drop_columns=drop, on_file=progress)
+    res = label_files_local(files, model, args.source, drop_columns=drop, on_file=progress)
     write_labels(res.labels, args.out)
     data = {
         "out": str(args.out), "files": res.n_files, "windows": res.n_windows, "jobs": len(res.labels),

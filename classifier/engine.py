@@ -6,15 +6,15 @@ not the arithmetic but the per-call overhead of doing it one small file at a tim
 work on *file batches*: ``BATCH_FILES`` files are scanned together with ``pyarrow.dataset`` (only
 the columns labelling needs, no hive partitioning -- the ``host=`` folders would clash with the
 ``host`` column), concatenated into one table of a few hundred thousand rows, and pushed through
-the same window features, rule codes, model predictions and Arrow hash group-by as the per-file
-path in ``labeling``. The aggregates are exactly those of ``labeling._label_chunk``; the labels
-are identical, only the per-window bookkeeping is amortised.
+the same window features, rule codes and model predictions (``labeling``) and the numpy group-by
+of ``features.batch_partials``. ``batch_files=1`` scans file by file; the labels are identical
+whatever the batch size (tests/test_engine.py), only the per-call bookkeeping is amortised.
+``wattclass classify`` and ``wattclass nightly`` both label through this module.
 
 Why pyarrow and not DuckDB or polars as the engine: the stage is more than a group-by. Windows
 without GPM need the LightGBM model's prediction per window, and retraining needs a random sample
 of labelled windows; both want the window features as numpy arrays, which Arrow gives without a
-copy. The group-by itself is Arrow's hash aggregate (C++, on string keys), which at 300 k rows per
-batch costs about as much as the Parquet decode. See bench/fleet_nightly.py for the figures
+copy. The group-by runs in numpy on integer-coded job/host keys. See bench/fleet_nightly.py for the figures
 against DuckDB's own group-by of the same aggregates.
 
 Engines:
@@ -54,7 +54,7 @@ from wattclass.classifier.model import TrainingSet, WindowModel
 from wattclass.classifier.reader import iter_tables
 from wattclass.classifier.training import window_rule_codes
 from wattclass.errors import DataError
-from wattclass.schema import TELEMETRY_V1
+from wattclass.schema import REQUIRED_COLUMNS, TELEMETRY_V1
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -75,6 +75,7 @@ SCAN_COLUMNS: tuple[str, ...] = tuple(
 _SCAN_SCHEMA = pa.schema([TELEMETRY_V1.field(c) for c in SCAN_COLUMNS])
 #: Columns every telemetry row has (non-null in v1); a null here means a file lacked the column.
 _NON_NULL = ("ts_start", "ts_end", "host")
+_REQUIRED = frozenset(REQUIRED_COLUMNS)
 
 
 @dataclass
@@ -94,6 +95,11 @@ def _scan(files: Sequence[Path]) -> tuple[pa.Table, np.ndarray] | None:
     try:
         dataset = ds.dataset([str(f) for f in files], schema=_SCAN_SCHEMA, format="parquet",
                              partitioning=None)
+        # The scan fills a column a file lacks with nulls, and energy_j may be null in valid data,
+        # so a missing required column is only visible in the files' own schemas.
+        for fragment in dataset.get_fragments():
+            if not _REQUIRED.issubset(fragment.physical_schema.names):
+                return None  # let the per-file path name the file and the column
         index = {str(f): i for i, f in enumerate(files)}
         batches: list[pa.RecordBatch] = []
         file_idx: list[np.ndarray] = []

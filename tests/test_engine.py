@@ -12,7 +12,6 @@ import pyarrow.parquet as pq
 import pytest
 
 from wattclass.classifier.engine import chunks_of, label_chunk, label_files_dask, label_files_local
-from wattclass.classifier.labeling import label_files
 from wattclass.classifier.model import default_model_dir, load_model
 from wattclass.classifier.nightly import NightlyOptions, run_nightly
 from wattclass.classifier.reader import telemetry_files
@@ -51,7 +50,7 @@ def _files(root: Path) -> list[Path]:
 
 def test_batched_engine_gives_the_per_file_labels(fleet: Path, model) -> None:  # type: ignore[no-untyped-def]
     files = _files(fleet)
-    ref = label_files(files, model, "auto").labels
+    ref = label_files_local(files, model, "auto", batch_files=1).labels  # one file per scan
     assert set(ref["source"]) == {"rule", model.source}  # both paths are exercised
     for batch, chunk, workers in ((4, 1000, 1), (100, 1000, 1), (3, 2, 2)):
         res = label_files_local(files, model, "auto", workers=workers, chunk_files=chunk, batch_files=batch)
