@@ -76,9 +76,10 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
 class Progress:
     """A one-line progress bar on stderr, only when stderr is a terminal."""
 
-    def __init__(self, stream: IO[str] = sys.stderr) -> None:
-        self.stream = stream
-        self.enabled = stream.isatty()
+    def __init__(self, stream: IO[str] | None = None) -> None:
+        # sys.stderr looked up now, not at import: it may have been replaced since (pytest, daemons)
+        self.stream = stream if stream is not None else sys.stderr
+        self.enabled = self.stream.isatty()
         self.total = 0
 
     def set_total(self, n: int) -> None:
