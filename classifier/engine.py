@@ -208,6 +208,24 @@ def _combine(results: Sequence[ChunkResult], model: WindowModel | None, source: 
                        TrainingSet.concat([r.sample for r in results]))
 
 
+def _require_model(model: WindowModel | None, source: Source) -> None:
+    if source == "model" and model is None:
+        raise DataError("--source model needs a model, and none could be loaded")
+
+
+def _collect(futures: Sequence[Any], chunks: Sequence[Sequence[Path]],
+             on_file: Callable[[int, Path], None] | None) -> list[ChunkResult]:
+    """Chunk results in chunk order (local or Dask futures), reporting progress per chunk."""
+    results: list[ChunkResult] = []
+    done = 0
+    for fut, chunk in zip(futures, chunks, strict=True):
+        results.append(fut.result())
+        done += len(chunk)
+        if on_file is not None:
+            on_file(done - 1, chunk[-1])
+    return results
+
+
 def label_files_local(
     files: Sequence[Path],
     model: WindowModel | None,
@@ -222,8 +240,7 @@ def label_files_local(
     batch_files: int = BATCH_FILES,
 ) -> LabelResult:
     """The local engine: chunks in ``workers`` spawned processes (or here), merged here."""
-    if source == "model" and model is None:
-        raise DataError("--source model needs a model, and none could be loaded")
+    _require_model(model, source)
     chunks = chunks_of(files, chunk_files)
     if workers <= 1 or len(chunks) < 2:
         results = [label_chunk(list(files), model, source, drop_columns, sample_per_job, sample_prefix, seed,
@@ -236,13 +253,7 @@ def label_files_local(
     with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
         futures = [pool.submit(label_chunk, c, model, source, tuple(drop_columns), sample_per_job,
                                sample_prefix, seed + i, None, batch_files) for i, c in enumerate(chunks)]
-        results = []
-        done = 0
-        for fut, chunk in zip(futures, chunks, strict=True):
-            results.append(fut.result())
-            done += len(chunk)
-            if on_file is not None:
-                on_file(done - 1, chunk[-1])
+        results = _collect(futures, chunks, on_file)
     return _combine(results, model, source)
 
 
@@ -263,20 +274,12 @@ def label_files_dask(
     Workers read the files themselves, so the telemetry must be on storage they all see (the
     shared file system a Slurm site has anyway). The model is scattered once, not sent per task.
     """
-    if source == "model" and model is None:
-        raise DataError("--source model needs a model, and none could be loaded")
+    _require_model(model, source)
     chunks = chunks_of(files, chunk_files)
     model_f: Any = client.scatter(model, broadcast=True) if model is not None else None
     futures = [client.submit(label_chunk, c, model_f, source, tuple(drop_columns), sample_per_job,
                              sample_prefix, seed + i, pure=False) for i, c in enumerate(chunks)]
-    results: list[ChunkResult] = []
-    done = 0
-    for fut, chunk in zip(futures, chunks, strict=True):
-        results.append(fut.result())
-        done += len(chunk)
-        if on_file is not None:
-            on_file(done - 1, chunk[-1])
-    return _combine(results, model, source)
+    return _combine(_collect(futures, chunks, on_file), model, source)
 
 
 def train_model_dask(client: Client, ts: TrainingSet, version: str) -> WindowModel:

@@ -37,7 +37,10 @@ from wattclass.fsutil import atomic_write_text
 
 TABLE_VERSION = 1
 Level = Literal["user_name", "user", "account"]
+#: Job labels and policy modes: the table's vocabulary, shared by the policy, the nightly run and
+#: the Prolog (this module imports only the standard library, so the Prolog stays fast).
 LABELS = ("compute", "memory", "mixed", "idle")
+MODES = ("enforce", "shadow")
 
 
 class TableEntry(NamedTuple):

@@ -21,9 +21,8 @@ from typing import Any, Literal
 
 from wattclass.errors import ConfigError
 from wattclass.plugin.caps import Cap, cap_watts, parse_cap
+from wattclass.plugin.labeltable import LABELS, MODES
 
-LABELS = ("compute", "memory", "mixed", "idle")
-MODES = ("enforce", "shadow")
 _TOP_KEYS = {"mode", "min_confidence", "caps", "placement", "exempt"}
 _EXEMPT_KEYS = ("accounts", "partitions", "users")
 _FEATURE_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")

@@ -35,6 +35,7 @@ from wattclass.errors import ConfigError, DataError, GpuError, WattclassError
 from wattclass.fsutil import atomic_write_text, refuse_if_others_can_write
 from wattclass.plugin.caps import Cap, cap_watts, parse_cap
 from wattclass.plugin.decide import COMMENT_PREFIX
+from wattclass.plugin.labeltable import LABELS, MODES
 from wattclass.telemetry.backends.base import GpuBackend, GpuInfo
 from wattclass.telemetry.jobmap import DEFAULT_SPOOL, JobAssignment, read_job_file, write_job_file
 
@@ -43,8 +44,6 @@ log = logging.getLogger("wattclass.plugin.prolog")
 DEFAULT_STATE = Path("/run/wattclass/caps")
 DEFAULT_LOG = Path("/var/log/wattclass/plugin.log")
 PROC_GPUS = Path("/proc/driver/nvidia/gpus")
-LABELS = ("compute", "memory", "mixed", "idle")  # as in policy.LABELS (not imported: start-up time)
-MODES = ("enforce", "shadow")
 _UUID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
