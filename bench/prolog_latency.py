@@ -25,8 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from slurm_cluster import SlurmCluster, WattclassRig
 
-from wattclass.plugin.labeltable import TableEntry, write_label_table
-from wattclass.plugin.policy import parse_policy
+from wattclass.labeltable import TableEntry, write_label_table
+from wattclass.policy import parse_policy
 
 
 def timed(path: Path, inner: str, times: Path) -> Path:

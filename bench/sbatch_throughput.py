@@ -27,9 +27,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from slurm_cluster import SlurmCluster
 
+from wattclass.labeltable import TableEntry, write_label_table
 from wattclass.plugin.install import render_job_submit
-from wattclass.plugin.labeltable import TableEntry, write_label_table
-from wattclass.plugin.policy import parse_policy
+from wattclass.policy import parse_policy
 
 
 def make_cluster(root: Path, with_plugin: bool, entries: int) -> SlurmCluster:

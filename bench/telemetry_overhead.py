@@ -50,8 +50,8 @@ except ImportError:  # no install, or a ./wattclass in cwd shadows it: map this 
         sys.modules[pkg] = mod
         spec.loader.exec_module(mod)
 
-from wattclass.telemetry.backends import open_backend  # noqa: E402
-from wattclass.telemetry.backends.base import GpuBackend, GpuSample  # noqa: E402
+from wattclass.gpu import open_backend  # noqa: E402
+from wattclass.gpu.base import GpuBackend, GpuSample  # noqa: E402
 from wattclass.telemetry.daemon import Daemon, DaemonConfig  # noqa: E402
 
 
@@ -142,7 +142,7 @@ def nvml_call_costs(n: int = 200) -> dict[str, dict[str, float]]:
         }
         try:
             if nv.nvmlGpmQueryDeviceSupport(h).isSupportedDevice:
-                from wattclass.telemetry.backends.nvml import GPM_METRIC_IDS
+                from wattclass.gpu.nvml import GPM_METRIC_IDS
 
                 bufs = [nv.nvmlGpmSampleAlloc(), nv.nvmlGpmSampleAlloc()]
                 nv.nvmlGpmSampleGet(h, bufs[0])

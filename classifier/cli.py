@@ -148,12 +148,12 @@ def cmd_classify(args: argparse.Namespace) -> int:
 
 
 def _slurm_client(jobs_file: Path | None) -> Any:
-    from wattclass.plugin.slurm import JobsFileClient
+    from wattclass.slurm.client import JobsFileClient
 
     if jobs_file is not None:
         return JobsFileClient(jobs_file)
     try:
-        from wattclass.plugin.slurm_commands import open_slurm_client
+        from wattclass.slurm.commands import open_slurm_client
 
         return open_slurm_client()
     except Exception as exc:  # no module yet, no Slurm on this host, ...
@@ -173,7 +173,7 @@ def cmd_nightly(args: argparse.Namespace) -> int:
         raise ConfigError(f"--date {date!r} is not YYYY-MM-DD") from exc
     policy = None
     if args.policy is not None:
-        from wattclass.plugin.policy import load_policy  # type: ignore[import-not-found,unused-ignore]
+        from wattclass.policy import load_policy
 
         policy = load_policy(args.policy).table_dict()
     table_out = args.table_out or args.data_root / "classifier" / "label_table.lua"

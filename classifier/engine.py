@@ -21,7 +21,7 @@ Engines:
 - ``local``: file chunks go to ``workers`` spawned processes (or run in this one); their merged
   partials and samples are merged here.
 - ``dask``: the same chunk function runs as tasks on a dask.distributed cluster (see
-  ``wattclass.deploy.scaleout``), whose results are merged here in the same order, so the labels
+  ``wattclass.classifier.scaleout``), whose results are merged here in the same order, so the labels
   equal the local engine's.
 
 A batch that cannot be scanned as a whole (an unreadable file, a file lacking a required column)

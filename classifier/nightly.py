@@ -44,8 +44,8 @@ from wattclass.classifier.store import ClassifierStore, ModelRegistry, utc_day_b
 from wattclass.classifier.table import HISTORY_DAYS, build_entries
 from wattclass.classifier.training import thin, training_set
 from wattclass.errors import ConfigError, SlurmError
-from wattclass.plugin.labeltable import write_label_table
-from wattclass.plugin.slurm import SlurmClient
+from wattclass.labeltable import write_label_table
+from wattclass.slurm.client import SlurmClient
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -70,7 +70,7 @@ class NightlyOptions:
     workers: int = 1
     engine: str = "local"  # "local" (processes on this machine) or "dask" (see classifier.engine)
     scheduler: str | None = None  # dask: address of a running scheduler
-    dask_config: Path | None = None  # dask: cluster TOML (deploy/scaleout.py); neither: a LocalCluster
+    dask_config: Path | None = None  # dask: cluster TOML (classifier/scaleout.py); neither: a LocalCluster
 
 
 def _join_slurm(labels: pd.DataFrame, slurm: SlurmClient | None, date: str) -> pd.DataFrame:
@@ -171,7 +171,7 @@ def run_nightly(
         return _run(opts, slurm, None, on_file, files_total)
     if opts.engine != "dask":
         raise ConfigError(f"unknown engine {opts.engine!r} (local or dask)")
-    from wattclass.deploy.scaleout import open_client
+    from wattclass.classifier.scaleout import open_client
 
     with open_client(scheduler=opts.scheduler, config=opts.dask_config) as client:
         return _run(opts, slurm, client, on_file, files_total)

@@ -34,7 +34,7 @@ def replay_recording(raw_dir: Path, data_root: Path, host: str = REPLAY_HOST) ->
 
     Raises DataError naming the folder if the daemon did not convert everything to Parquet.
     """
-    from wattclass.telemetry.backends import open_backend
+    from wattclass.gpu import open_backend
     from wattclass.telemetry.daemon import Daemon, DaemonConfig
 
     raw_dir = Path(raw_dir)

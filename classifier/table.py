@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from wattclass.plugin.labeltable import LABELS, Level, TableEntry
+from wattclass.labeltable import LABELS, Level, TableEntry
 
 HALF_LIFE_DAYS = 14.0
 PRIOR_WEIGHT = 0.5

@@ -55,7 +55,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
 
 
 def _policy_check(args: argparse.Namespace) -> int:
-    from wattclass.plugin.policy import load_policy
+    from wattclass.policy import load_policy
 
     pol = load_policy(args.file)
     data = {"file": str(args.file), "valid": True, **pol.table_dict()}
@@ -78,9 +78,9 @@ _REASONS = {
 
 
 def _policy_explain(args: argparse.Namespace) -> int:
+    from wattclass.labeltable import read_label_table
     from wattclass.plugin.decide import decide
-    from wattclass.plugin.labeltable import read_label_table
-    from wattclass.plugin.policy import load_policy
+    from wattclass.policy import load_policy
 
     pol = load_policy(args.policy)
     table = dict(read_label_table(args.table))

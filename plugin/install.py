@@ -13,7 +13,7 @@ from importlib import resources
 from pathlib import Path
 
 from wattclass.errors import ConfigError
-from wattclass.plugin.labeltable import lua_string
+from wattclass.labeltable import lua_string
 
 _LUA_LINE = re.compile(r'^local LABEL_TABLE = ".*"$', re.MULTILINE)
 _REPO_DEPLOY = Path(__file__).resolve().parent.parent / "deploy" / "slurm"

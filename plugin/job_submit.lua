@@ -1,7 +1,7 @@
 --[[ wattclass job_submit.lua (Slurm job_submit/lua, Lua 5.1; install next to slurm.conf)
 
 At submission a job has no history yet, so the nightly run writes a label table (Lua data, see
-wattclass/plugin/labeltable.py) with the policy's decision per label. This script looks the job
+wattclass/labeltable.py) with the policy's decision per label. This script looks the job
 up (user + job name, user, account) and, for a labelled, non-exempt job with enough confidence,
 writes the decision into admin_comment (which users cannot set) for the Prolog, and in enforce
 mode adds placement features when the user gave no constraint.

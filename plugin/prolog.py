@@ -31,13 +31,13 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from wattclass.caps import Cap, cap_watts, parse_cap
 from wattclass.errors import ConfigError, DataError, GpuError, WattclassError
 from wattclass.fsutil import atomic_write_text, refuse_if_others_can_write
-from wattclass.plugin.caps import Cap, cap_watts, parse_cap
+from wattclass.gpu.base import GpuBackend, GpuInfo
+from wattclass.jobmap import DEFAULT_SPOOL, JobAssignment, read_job_file, write_job_file
+from wattclass.labeltable import LABELS, MODES
 from wattclass.plugin.decide import COMMENT_PREFIX
-from wattclass.plugin.labeltable import LABELS, MODES
-from wattclass.telemetry.backends.base import GpuBackend, GpuInfo
-from wattclass.telemetry.jobmap import DEFAULT_SPOOL, JobAssignment, read_job_file, write_job_file
 
 log = logging.getLogger("wattclass.plugin.prolog")
 
@@ -292,7 +292,7 @@ def reconcile(backend: GpuBackend, jobs_dir: Path = DEFAULT_SPOOL,
 
 # -- entry point -------------------------------------------------------------------------------
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from wattclass.telemetry.backends import SPEC_HELP
+    from wattclass.gpu import SPEC_HELP
 
     p.add_argument("--backend", default="nvml", help=f"GPU backend: {SPEC_HELP} (default nvml)")
     p.add_argument("--gpu-map", type=Path, default=None,
@@ -338,7 +338,7 @@ def run_hook(hook: str, args: argparse.Namespace, env: Mapping[str, str] | None 
     logging.setLogRecordFactory(factory)
     job_id = env.get("SLURM_JOB_ID", "?")
     try:
-        from wattclass.telemetry.backends import open_backend
+        from wattclass.gpu import open_backend
 
         with open_backend(args.backend) as backend:
             if hook == "reconcile":
@@ -348,7 +348,7 @@ def run_hook(hook: str, args: argparse.Namespace, env: Mapping[str, str] | None 
             if hook == "epilog":
                 epilog(env, backend, args.jobs_dir, args.state_dir)
                 return 0
-            from wattclass.plugin.slurm_commands import CommandSlurmClient
+            from wattclass.slurm.commands import CommandSlurmClient
 
             get_comment = CommandSlurmClient(timeout=args.slurm_timeout).admin_comment
             if args.admin_comment is not None:

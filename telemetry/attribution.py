@@ -15,8 +15,8 @@ from collections import Counter
 from pathlib import Path
 
 from wattclass.errors import GpuError
-from wattclass.telemetry.backends.base import GpuBackend, GpuInfo, GpuProcess
-from wattclass.telemetry.jobmap import JobMapReader
+from wattclass.gpu.base import GpuBackend, GpuInfo, GpuProcess
+from wattclass.jobmap import JobMapReader
 
 log = logging.getLogger(__name__)
 

@@ -57,9 +57,9 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from wattclass.errors import ConfigError
-    from wattclass.telemetry.backends import open_backend
+    from wattclass.gpu import open_backend
+    from wattclass.jobmap import DEFAULT_SPOOL
     from wattclass.telemetry.daemon import Daemon, DaemonConfig
-    from wattclass.telemetry.jobmap import DEFAULT_SPOOL
     from wattclass.telemetry.metrics import LatestWindows, serve
 
     spec = str(args.backend)

@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING
 
 from wattclass.errors import GpuError, WattclassError
 from wattclass.fsutil import ensure_writable_dir
+from wattclass.gpu.base import GpmMetrics, GpuBackend, GpuInfo
+from wattclass.jobmap import JobMapReader
 from wattclass.telemetry import wal
 from wattclass.telemetry.attribution import Attributor
-from wattclass.telemetry.backends.base import GpmMetrics, GpuBackend, GpuInfo
-from wattclass.telemetry.jobmap import JobMapReader
 from wattclass.telemetry.sink import ParquetSink
 from wattclass.telemetry.windows import Row, WindowBuilder
 

@@ -45,14 +45,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from wattclass.schema import GPM_COLUMNS
-from wattclass.telemetry.backends.base import (
+from wattclass.gpu.base import (
     POWER_REASONS,
     THERMAL_REASONS,
     GpmMetrics,
     GpuInfo,
     GpuSample,
 )
+from wattclass.schema import GPM_COLUMNS
 
 log = logging.getLogger(__name__)
 

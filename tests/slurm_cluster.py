@@ -271,8 +271,8 @@ class WattclassRig:
     def __init__(self, root: Path, python: str, run_root: Path | None = None) -> None:
         """``run_root``: where GPU state, job files and cap records live (default ``root``); the
         benchmark puts them on tmpfs, as /run/wattclass is on a real node."""
+        from wattclass.gpu.filestate import FileStateBackend
         from wattclass.plugin.install import render_hook, render_job_submit
-        from wattclass.telemetry.backends.filestate import FileStateBackend
 
         self.root = Path(root)
         self.root.chmod(0o755)  # jobs run as other users too (nobody) and must reach out/

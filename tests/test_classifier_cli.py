@@ -15,7 +15,7 @@ import pytest
 from wattclass.classifier.model import FORMAT_VERSION, default_model_dir
 from wattclass.classifier.table import build_entries, index_entries, lookup
 from wattclass.cli import main
-from wattclass.plugin.labeltable import write_label_table
+from wattclass.labeltable import write_label_table
 from wattclass.schema import GPM_COLUMNS
 
 DATE = "2026-11-29"

@@ -19,8 +19,8 @@ import pandas as pd
 import pytest
 
 from wattclass.cli import main
-from wattclass.demo import MARKER, Progress, prepare_out, run_demo
-from wattclass.democluster import ClusterSpec
+from wattclass.demo.cluster import ClusterSpec
+from wattclass.demo.run import MARKER, Progress, prepare_out, run_demo
 from wattclass.errors import ConfigError, DataError
 from wattclass.plugin.install import render_job_submit
 

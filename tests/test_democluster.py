@@ -10,10 +10,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from wattclass.democluster import ClusterSpec, build_cluster, load_recording
+from wattclass.demo.cluster import ClusterSpec, build_cluster, load_recording
 from wattclass.errors import ConfigError, DataError
-from wattclass.plugin.slurm import JobsFileClient
-from wattclass.report_estimates import rule_job_labels
+from wattclass.report.estimates import rule_job_labels
+from wattclass.slurm.client import JobsFileClient
 
 SMALL = ClusterSpec(nodes=2, gpus_per_node=2, span_s=1800, job_min_s=60, job_max_s=300, seed=3)
 GPM_V1 = {
@@ -28,7 +28,7 @@ GPM_V1 = {
 
 @pytest.fixture(scope="module")
 def default_cluster(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from wattclass.democluster import bundled_raw_dir
+    from wattclass.demo.cluster import bundled_raw_dir
 
     out = tmp_path_factory.mktemp("cluster")
     build_cluster(bundled_raw_dir(), out)

@@ -15,12 +15,12 @@ from wattclass.classifier.engine import chunks_of, label_chunk, label_files_dask
 from wattclass.classifier.model import default_model_dir, load_model
 from wattclass.classifier.nightly import NightlyOptions, run_nightly
 from wattclass.classifier.reader import telemetry_files
+from wattclass.classifier.scaleout import LocalConfig, open_client
 from wattclass.classifier.store import ClassifierStore
-from wattclass.deploy.scaleout import LocalConfig, open_client
 from wattclass.errors import DataError
-from wattclass.fleetgen import FleetSpec, generate
-from wattclass.plugin.slurm import JobsFileClient
+from wattclass.fleet.generate import FleetSpec, generate
 from wattclass.schema import GPM_COLUMNS
+from wattclass.slurm.client import JobsFileClient
 
 DATE = dt.date(2026, 3, 1)
 SPEC = FleetSpec(gpus=24, date=DATE, gpus_per_host=8, seed=3, hours=3)

@@ -14,9 +14,9 @@ import pytest
 
 from wattclass.cli import main
 from wattclass.errors import ConfigError, DataError
-from wattclass.fleetgen import FleetSpec, generate
-from wattclass.plugin.slurm import JobsFileClient
+from wattclass.fleet.generate import FleetSpec, generate
 from wattclass.schema import GPM_COLUMNS, TELEMETRY_V1, schema_version_of
+from wattclass.slurm.client import JobsFileClient
 
 DATE = dt.date(2026, 3, 1)
 SPEC = FleetSpec(gpus=16, date=DATE, gpus_per_host=8, seed=7, hours=3)

@@ -14,7 +14,7 @@ import pytest
 from wattclass import schema
 from wattclass.errors import ConfigError, DataError
 from wattclass.fsutil import atomic_write_text, atomic_writer, refuse_if_others_can_write
-from wattclass.plugin.labeltable import TableEntry, lua_string, write_label_table
+from wattclass.labeltable import TableEntry, lua_string, write_label_table
 
 
 def test_conform_real_file_keeps_rows_and_types(h200_telemetry: Path) -> None:

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
+from wattclass.labeltable import TableEntry, lua_value, read_label_table, write_label_table
 from wattclass.plugin.decide import decide
 from wattclass.plugin.install import render_job_submit
-from wattclass.plugin.labeltable import TableEntry, lua_value, read_label_table, write_label_table
-from wattclass.plugin.policy import parse_policy
+from wattclass.policy import parse_policy
 
 LUA = shutil.which("lua5.1")
 pytestmark = pytest.mark.skipif(LUA is None and os.environ.get("CI") != "true", reason="lua5.1 missing")

@@ -9,8 +9,8 @@ import pytest
 
 from wattclass.cli import main
 from wattclass.errors import ConfigError
-from wattclass.plugin.labeltable import TableEntry, write_label_table
-from wattclass.plugin.policy import Cap, cap_watts, load_policy, parse_cap
+from wattclass.labeltable import TableEntry, write_label_table
+from wattclass.policy import Cap, cap_watts, load_policy, parse_cap
 
 GOOD = """
 mode = "enforce"

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from wattclass.caps import Cap
 from wattclass.errors import ConfigError, GpuError, SlurmError
-from wattclass.plugin.caps import Cap
+from wattclass.gpu import open_backend
+from wattclass.gpu.filestate import FileStateBackend
+from wattclass.jobmap import read_job_file
 from wattclass.plugin.install import render_hook, render_job_submit
 from wattclass.plugin.prolog import epilog, parse_admin_comment, prolog, reconcile
-from wattclass.plugin.slurm_commands import run_slurm
-from wattclass.telemetry.backends import open_backend
-from wattclass.telemetry.backends.filestate import FileStateBackend
-from wattclass.telemetry.jobmap import read_job_file
+from wattclass.slurm.commands import run_slurm
 
 MEM = "wattclass:label=memory;conf=0.93;cap=60%;src=rule;mode=enforce"
 MAP = {str(j): f"00000000:{0x19 + 0x10 * j:02X}:00.0" for j in range(4)}
@@ -103,7 +103,7 @@ def test_hook_entry_point_exits_zero_on_errors(tmp_path: Path) -> None:
 
 
 def test_prolog_does_not_import_pandas() -> None:
-    code = ("import sys, wattclass.plugin.prolog, wattclass.plugin.slurm_commands; "
+    code = ("import sys, wattclass.plugin.prolog, wattclass.slurm.commands; "
             "print('pandas' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from wattclass.errors import SlurmError
-from wattclass.plugin.slurm_commands import CommandSlurmClient, open_slurm_client
-from wattclass.plugin.slurm_pyslurm import PySlurmClient
+from wattclass.slurm.commands import CommandSlurmClient, open_slurm_client
+from wattclass.slurm.pyslurm_client import PySlurmClient
 
 T0 = dt.datetime(2026, 11, 29, tzinfo=dt.UTC)
 

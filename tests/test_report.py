@@ -14,8 +14,8 @@ import pytest
 
 from wattclass.cli import main
 from wattclass.errors import DataError
-from wattclass.report import normalise_labels, read_table_file, render_report
-from wattclass.report_estimates import (
+from wattclass.report.build import normalise_labels, read_table_file, render_report
+from wattclass.report.estimates import (
     attach_labels,
     by_label,
     estimate_savings,
@@ -202,7 +202,7 @@ def test_cli_bad_inputs_name_the_problem(
 
 
 def test_metrics_come_from_the_model_in_use_and_a_rejected_candidate_is_said(tmp_path: Path) -> None:
-    from wattclass.report import read_model_metrics
+    from wattclass.report.build import read_model_metrics
 
     reg = tmp_path / "registry.json"
     reg.write_text(json.dumps({"current": "a", "versions": [
@@ -219,7 +219,7 @@ def test_metrics_come_from_the_model_in_use_and_a_rejected_candidate_is_said(tmp
 
 def test_report_on_the_demo_cluster_day(tmp_path: Path, h200_raw: Path) -> None:
     """Windows made from the synthetic cluster (10 s means) give a report with many GPUs and jobs."""
-    from wattclass.democluster import ClusterSpec, build_cluster
+    from wattclass.demo.cluster import ClusterSpec, build_cluster
 
     build_cluster(h200_raw, tmp_path, ClusterSpec(nodes=2, gpus_per_node=2, span_s=1800, job_max_s=300))
     rows = []

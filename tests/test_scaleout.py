@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from wattclass.deploy.scaleout import LocalConfig, load_config, local_cluster, open_client, slurm_cluster
+from wattclass.classifier.scaleout import LocalConfig, load_config, local_cluster, open_client, slurm_cluster
 from wattclass.errors import ConfigError
 
 REPO = Path(__file__).resolve().parent.parent

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from distributed import wait
 
-from wattclass.deploy.scaleout import open_client
+from wattclass.classifier.scaleout import open_client
 
 pytestmark = pytest.mark.slurm
 pytest.importorskip("dask_jobqueue")

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from slurm_cluster import ClusterError, WattclassRig, daemons_available
 
-from wattclass.plugin.labeltable import TableEntry, write_label_table
-from wattclass.plugin.policy import parse_policy
+from wattclass.labeltable import TableEntry, write_label_table
+from wattclass.policy import parse_policy
 
 pytestmark = pytest.mark.slurm
 
@@ -241,8 +241,8 @@ def test_scontrol_update_by_the_user_cannot_change_the_cap(fresh: WattclassRig) 
 
 def test_epilog_twice_and_reconcile_restore_defaults(fresh: WattclassRig) -> None:
     """Run the hooks by hand on a live allocation's leftovers: idempotent, and reconcile cleans up."""
+    from wattclass.gpu.filestate import FileStateBackend
     from wattclass.plugin.prolog import epilog, reconcile
-    from wattclass.telemetry.backends.filestate import FileStateBackend
 
     job_id, _job = run_job(fresh, "-J", "mem-train", "--gres=gpu:1")
     wait_restored(fresh)
@@ -264,7 +264,7 @@ def test_job_name_forging_an_admin_comment_line_gets_no_cap(fresh: WattclassRig)
 
 def test_command_client_against_real_slurm(fresh: WattclassRig) -> None:
     from wattclass.errors import SlurmError
-    from wattclass.plugin.slurm_commands import CommandSlurmClient
+    from wattclass.slurm.commands import CommandSlurmClient
 
     client = CommandSlurmClient(fresh.cluster.conf)
     job_id, _job = run_job(fresh, "-J", "mem-train", "--gres=gpu:1")

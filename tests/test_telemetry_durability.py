@@ -18,9 +18,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from wattclass.errors import GpuLostError
+from wattclass.gpu.base import GpuSample
+from wattclass.gpu.replay import ReplayBackend
 from wattclass.telemetry import wal
-from wattclass.telemetry.backends.base import GpuSample
-from wattclass.telemetry.backends.replay import ReplayBackend
 from wattclass.telemetry.daemon import Daemon, DaemonConfig
 from wattclass.telemetry.sink import ParquetSink, write_parquet_atomic
 

@@ -16,8 +16,8 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from wattclass.telemetry.backends.base import GpmMetrics, GpuInfo, GpuSample
-from wattclass.telemetry.backends.replay import ReplayBackend
+from wattclass.gpu.base import GpmMetrics, GpuInfo, GpuSample
+from wattclass.gpu.replay import ReplayBackend
 from wattclass.telemetry.daemon import Daemon, DaemonConfig
 from wattclass.telemetry.windows import WindowBuilder
 

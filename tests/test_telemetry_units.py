@@ -11,9 +11,9 @@ from prometheus_client import generate_latest
 from prometheus_client.registry import CollectorRegistry
 
 from wattclass.errors import GpuInitError, GpuLostError
+from wattclass.gpu.base import GpmMetrics, GpuBackend, GpuInfo, GpuProcess, GpuSample
+from wattclass.jobmap import JobAssignment, JobMapReader, write_job_file
 from wattclass.telemetry.attribution import Attributor, job_from_environ, parse_environ
-from wattclass.telemetry.backends.base import GpmMetrics, GpuBackend, GpuInfo, GpuProcess, GpuSample
-from wattclass.telemetry.jobmap import JobAssignment, JobMapReader, write_job_file
 from wattclass.telemetry.metrics import LatestWindows
 from wattclass.telemetry.windows import WindowBuilder
 
@@ -241,7 +241,7 @@ class FakeNvml:
 
 
 def test_nvml_unsupported_fields_are_none_and_lost_gpu_is_typed() -> None:
-    from wattclass.telemetry.backends.nvml import NvmlBackend
+    from wattclass.gpu.nvml import NvmlBackend
 
     nv = FakeNvml()
     b = NvmlBackend(nvml_module=nv)
@@ -266,7 +266,7 @@ def test_nvml_unsupported_fields_are_none_and_lost_gpu_is_typed() -> None:
 
 
 def test_nvml_init_failure_is_one_clear_error() -> None:
-    from wattclass.telemetry.backends.nvml import NvmlBackend
+    from wattclass.gpu.nvml import NvmlBackend
 
     with pytest.raises(GpuInitError, match="NVML cannot start"):
         NvmlBackend(nvml_module=FakeNvml(init_fails=True))

@@ -1437,7 +1437,7 @@ class Runner:
     def write_spool(self, job_id: str | None, user: str | None) -> None:
         """Act as the Prolog/Epilog would: the GPU -> job file the telemetry daemon reads.
 
-        Same format as wattclass.telemetry.jobmap (kept standalone: this tool runs without wattclass).
+        Same format as wattclass.jobmap (kept standalone: this tool runs without wattclass).
         """
         if not self.cfg.spool or not self.uuid:
             return

@@ -21,12 +21,12 @@ from wattclass.errors import WattclassError
 
 #: Modules that contribute subcommands, in the order they appear in --help.
 COMMAND_MODULES: tuple[str, ...] = (
-    "wattclass.demo",
+    "wattclass.demo.run",
     "wattclass.telemetry.cli",
     "wattclass.classifier.cli",
     "wattclass.plugin.cli",
-    "wattclass.report",
-    "wattclass.fleetgen",
+    "wattclass.report.build",
+    "wattclass.fleet.generate",
 )
 
 log = logging.getLogger("wattclass")

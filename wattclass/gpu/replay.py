@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from wattclass.errors import DataError, GpuLostError
-from wattclass.telemetry.backends.base import GpmMetrics, GpuBackend, GpuInfo, GpuProcess, GpuSample
+from wattclass.gpu.base import GpmMetrics, GpuBackend, GpuInfo, GpuProcess, GpuSample
 
 DEFAULT_USERS: tuple[str, ...] = ("ayaka", "bruno", "chen", "dana")
 JOB_GRACE_S = 0.5

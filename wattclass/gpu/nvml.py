@@ -35,7 +35,7 @@ from wattclass.errors import (
     GpuNotSupportedError,
     GpuPermissionError,
 )
-from wattclass.telemetry.backends.base import GpmMetrics, GpuBackend, GpuInfo, GpuProcess, GpuSample
+from wattclass.gpu.base import GpmMetrics, GpuBackend, GpuInfo, GpuProcess, GpuSample
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -5,7 +5,7 @@ The nightly run joins telemetry with job records (name, account, partition, time
 
 - ``JobsFileClient``: an offline CSV/Parquet of job records (tests, demo, sites that export sacct);
 - a client over Slurm's own commands (squeue/sinfo --json, scontrol, sacct --json) in
-  ``wattclass.plugin.slurm_commands``; every command goes through one function there;
+  ``wattclass.slurm.commands``; every command goes through one function there;
 - pyslurm when importable and matching the running Slurm (PyPI's 25.11 does not build against
   Debian 12's Slurm 22.05, so it is optional).
 """
@@ -15,28 +15,15 @@ from __future__ import annotations
 import abc
 import datetime as dt
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from wattclass.errors import DataError
+from wattclass.jobrecord import JOB_COLUMNS, JobRecord
 
 if TYPE_CHECKING:  # pandas is imported inside functions: the Prolog imports this module and must
     import pandas as pd  # start fast (no pandas on its path).
 
 
-class JobRecord(NamedTuple):
-    """What wattclass needs to know about a Slurm job."""
-
-    job_id: str  # array jobs as "123_4"
-    name: str | None
-    user: str | None
-    account: str | None
-    partition: str | None
-    start: dt.datetime | None  # UTC
-    end: dt.datetime | None  # UTC
-    admin_comment: str | None = None
-
-
-JOB_COLUMNS: tuple[str, ...] = JobRecord._fields
 _REQUIRED = ("job_id",)
 
 

@@ -3,7 +3,7 @@
 A sysadmin must see wattclass work in a minute on a laptop with no GPU and no Slurm. The demo:
 
 1. builds a small cluster (nodes x GPUs, a few hundred jobs, several users) spliced from the
-   recorded H200 workloads (``wattclass.democluster``);
+   recorded H200 workloads (``wattclass.demo.cluster``);
 2. replays each node through the REAL telemetry daemon (``wattclass telemetry run --backend
    replay:DIR --once --host NODE``) into Parquet under ``<out>/data/telemetry``;
 3. runs the nightly classification (``wattclass nightly --jobs-file ... --policy
@@ -191,8 +191,8 @@ def write_decisions(table_path: Path, submissions: Path, out: Path) -> Any:
     import pandas as pd
 
     from wattclass.fsutil import atomic_write_text
+    from wattclass.labeltable import read_label_table
     from wattclass.plugin.decide import decide
-    from wattclass.plugin.labeltable import read_label_table
 
     table = read_label_table(table_path)
     subs = pd.read_csv(submissions, dtype=str, keep_default_na=False)
@@ -208,7 +208,7 @@ def write_decisions(table_path: Path, submissions: Path, out: Path) -> Any:
 
 def run_demo(out: Path, stream: TextIO | None = None, spec: Any = None) -> dict[str, tuple[str, str]]:
     """Run every step; returns {step: (status, detail)}. See the module docstring."""
-    from wattclass.democluster import ClusterManifest, ClusterSpec, build_cluster, bundled_raw_dir
+    from wattclass.demo.cluster import ClusterManifest, ClusterSpec, build_cluster, bundled_raw_dir
 
     paths = DemoPaths(Path(out))
     progress = Progress(total=5, stream=stream or sys.stdout)

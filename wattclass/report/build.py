@@ -268,8 +268,8 @@ def render_report(
     Without ``labels`` the job labels are computed with the classifier's GPM rule
     (``wattclass.classifier.rules``) on the telemetry (windows without GPM do not count).
     """
-    from wattclass import report_estimates as est
-    from wattclass import report_plots as plots
+    from wattclass.report import estimates as est
+    from wattclass.report import plots
 
     if windows.empty:
         raise DataError("report: the telemetry has no windows")

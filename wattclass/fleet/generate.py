@@ -39,7 +39,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from wattclass.errors import ConfigError
-from wattclass.fleetgen_schedule import (
+from wattclass.fleet.schedule import (
     _EPOCH,
     WINDOW_S,
     WINDOWS_PER_HOUR,
@@ -49,7 +49,7 @@ from wattclass.fleetgen_schedule import (
     build_schedule,
     make_population,
 )
-from wattclass.fleetgen_sources import SourcePool, default_sources, load_sources
+from wattclass.fleet.sources import SourcePool, default_sources, load_sources
 from wattclass.fsutil import atomic_write_text, atomic_writer
 from wattclass.schema import TELEMETRY_V1
 

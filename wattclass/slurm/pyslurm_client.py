@@ -16,7 +16,8 @@ import datetime as dt
 from typing import Any
 
 from wattclass.errors import SlurmError
-from wattclass.plugin.slurm import JobRecord, SlurmClient
+from wattclass.jobrecord import JobRecord
+from wattclass.slurm.client import SlurmClient
 
 #: Slurm's "no value" markers for 32-bit fields (array task id of a non-array job).
 _NO_VAL = frozenset({0xFFFFFFFE, 0xFFFFFFFF})

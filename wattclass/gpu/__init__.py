@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from wattclass.errors import ConfigError
-from wattclass.telemetry.backends.base import GpuBackend
+from wattclass.gpu.base import GpuBackend
 
 SPEC_HELP = "nvml | replay:DIR | filestate:PATH"
 
@@ -19,15 +19,15 @@ def open_backend(spec: str, **options: object) -> GpuBackend:
     """Open the backend named by ``spec``; ``options`` go to its constructor (e.g. replay speed)."""
     kind, _, arg = spec.partition(":")
     if kind == "nvml" and not arg:
-        from wattclass.telemetry.backends.nvml import NvmlBackend
+        from wattclass.gpu.nvml import NvmlBackend
 
         return NvmlBackend(**options)
     if kind == "replay" and arg:
-        from wattclass.telemetry.backends.replay import ReplayBackend
+        from wattclass.gpu.replay import ReplayBackend
 
         return ReplayBackend(Path(arg), **options)
     if kind == "filestate" and arg:
-        from wattclass.telemetry.backends.filestate import FileStateBackend
+        from wattclass.gpu.filestate import FileStateBackend
 
         return FileStateBackend(Path(arg), **options)
     raise ConfigError(f"--backend {spec!r}: expected {SPEC_HELP}")

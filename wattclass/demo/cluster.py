@@ -374,7 +374,7 @@ def build_cluster(
                 "pci": f"00000000:{0x18 + 0x10 * gpu:02X}:00.0",
                 "energy_mj": counter0,
                 "host": host,
-                "synthetic": "spliced from recorded H200 workloads by wattclass.democluster",
+                "synthetic": "spliced from recorded H200 workloads by wattclass.demo.cluster",
             }
             if limit_mw is not None:
                 caps["enforced_limit_mw"] = limit_mw
@@ -444,4 +444,4 @@ def build_cluster(
 
 def bundled_raw_dir() -> Path:
     """The recorded H200 data shipped inside the package."""
-    return Path(__file__).resolve().parent / "data" / "h200" / "raw"
+    return Path(__file__).resolve().parents[1] / "data" / "h200" / "raw"

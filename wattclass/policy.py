@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from wattclass.caps import Cap, cap_watts, parse_cap
 from wattclass.errors import ConfigError
-from wattclass.plugin.caps import Cap, cap_watts, parse_cap
-from wattclass.plugin.labeltable import LABELS, MODES
+from wattclass.labeltable import LABELS, MODES
 
 _TOP_KEYS = {"mode", "min_confidence", "caps", "placement", "exempt"}
 _EXEMPT_KEYS = ("accounts", "partitions", "users")

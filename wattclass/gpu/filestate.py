@@ -25,7 +25,7 @@ from typing import Any
 
 from wattclass.errors import GpuError, GpuLostError
 from wattclass.fsutil import atomic_write_text
-from wattclass.telemetry.backends.base import GpuBackend, GpuInfo, GpuSample
+from wattclass.gpu.base import GpuBackend, GpuInfo, GpuSample
 
 FORMAT_VERSION = 1
 

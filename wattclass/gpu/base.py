@@ -86,7 +86,7 @@ THERMAL_REASONS = CLOCK_EVENT_SW_THERMAL | CLOCK_EVENT_HW_THERMAL
 
 
 class GpuBackend(abc.ABC):
-    """Access to the GPUs of one node. Open with the factory in ``wattclass.telemetry.backends``."""
+    """Access to the GPUs of one node. Open with the factory in ``wattclass.gpu``."""
 
     #: Short name used in logs and ``--backend``.
     name: str = "abstract"

@@ -24,7 +24,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from wattclass.errors import SlurmError
-from wattclass.plugin.slurm import JobRecord, SlurmClient
+from wattclass.jobrecord import JobRecord
+from wattclass.slurm.client import SlurmClient
 
 DEFAULT_TIMEOUT_S = 10.0
 ADMIN_COMMENT_WIDTH = 4096
@@ -196,7 +197,7 @@ def open_slurm_client(conf: str | None = None, timeout: float = DEFAULT_TIMEOUT_
     except SlurmError:
         return commands
     if pyslurm_matches(running):
-        from wattclass.plugin.slurm_pyslurm import PySlurmClient
+        from wattclass.slurm.pyslurm_client import PySlurmClient
 
         return PySlurmClient()
     return commands
