@@ -25,7 +25,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "wattclass.telemetry.cli",
     "wattclass.classifier.cli",
     "wattclass.plugin.cli",
-    "wattclass.report.build",
+    "wattclass.report.cli",
     "wattclass.fleet.generate",
 )
 

@@ -6,7 +6,7 @@ with no network. Structure:
 
 - ``render_report(...)``: a pure function of DataFrames/dicts -> HTML (what tests and the demo call);
 - ``load_inputs(...)``: finds telemetry, labels, model metrics and policy decisions under a data root;
-- ``register(sub)``: the CLI.
+- the CLI is in ``wattclass.report.cli`` (registering it must not import pandas).
 
 Every estimate (useful work, energy saved) is labelled as an estimate with its assumptions; a
 missing input (no model yet, no decisions) renders as a short "not available: why" note.
@@ -14,7 +14,6 @@ missing input (no model yet, no decisions) renders as a short "not available: wh
 
 from __future__ import annotations
 
-import argparse
 import base64
 import datetime as dt
 import html
@@ -526,47 +525,3 @@ def write_report(inputs: ReportInputs, out: Path, title: str | None = None) -> P
     )
     atomic_write_text(Path(out), page)
     return Path(out)
-
-
-# ---------------------------------------------------------------------------------------------
-# CLI
-
-
-def register(sub: argparse._SubParsersAction[Any]) -> None:
-    """Add ``wattclass report``."""
-    p = sub.add_parser(
-        "report",
-        help="write the daily report (one self-contained HTML file)",
-        description="Plots of energy, labels, power, estimated useful work, model accuracy, policy "
-        "decisions and estimated savings, from a data root, as one HTML file with inline images.",
-    )
-    p.add_argument("--data-root", type=Path, required=True, help="root holding telemetry/date=.../host=.../")
-    p.add_argument("--date", help="day to report (YYYY-MM-DD; default: the most recent day)")
-    p.add_argument("--out", type=Path, default=Path("report.html"), help="HTML file to write")
-    p.add_argument(
-        "--labels",
-        type=Path,
-        help="job labels CSV/Parquet (default: the nightly label store "
-        "<root>/classifier/labels/date=D/, else the GPM rule on the telemetry)",
-    )
-    p.add_argument("--label-column", default="label", help="column of --labels holding the label")
-    p.add_argument(
-        "--metrics",
-        type=Path,
-        help="model registry.json, model.json or metrics JSON "
-        "(default: <root>/classifier/models/registry.json, the model in use)",
-    )
-    p.add_argument(
-        "--decisions", type=Path, help="policy decisions CSV/Parquet (default: <root>/decisions.csv)"
-    )
-    p.add_argument("--title", help="page title")
-    p.set_defaults(func=_cmd_report)
-
-
-def _cmd_report(args: argparse.Namespace) -> int:
-    inputs = load_inputs(
-        args.data_root, args.date, args.labels, args.label_column, args.metrics, args.decisions
-    )
-    path = write_report(inputs, args.out, args.title)
-    print(f"wrote {path} ({path.stat().st_size / 1024:.0f} KiB)")
-    return 0
