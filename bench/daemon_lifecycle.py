@@ -264,7 +264,7 @@ def run_live(args: argparse.Namespace) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="daemon-live-"))
     spool = tmp / "spool"
     spool.mkdir(mode=0o755)
-    uuids = _nvml_uuids(args.gpus)
+    uuids = args.uuids.split(",") if args.uuids else _nvml_uuids(args.gpus)
     runs: list[DaemonRun] = []
     for k, spec in enumerate(args.daemon):
         name, _, cmd = spec.partition("=")
@@ -380,6 +380,7 @@ def main() -> int:
     lv.add_argument("--load-cmd", required=True)
     lv.add_argument("--seed", type=int, default=0)
     lv.add_argument("--startup-timeout", type=float, default=90.0)
+    lv.add_argument("--uuids", default=None, help="GPU UUIDs by index, comma-separated (default: from NVML)")
     a = ap.parse_args()
     out = run_sim(a) if a.mode == "sim" else run_live(a)
     out["machine"] = {"cpus": len(os.sched_getaffinity(0)),
