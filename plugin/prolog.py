@@ -350,12 +350,17 @@ def run_hook(hook: str, args: argparse.Namespace, env: Mapping[str, str] | None 
                 return 0
             from wattclass.slurm.commands import CommandSlurmClient
 
-            get_comment = CommandSlurmClient(timeout=args.slurm_timeout).admin_comment
+            slurm = CommandSlurmClient(timeout=args.slurm_timeout)
+            get_comment: Callable[[str], str | None] = slurm.admin_comment
             if args.admin_comment is not None:
                 if not args.dry_run:  # the decision must come from Slurm when caps are applied
                     raise ConfigError("--admin-comment is only allowed with --dry-run")
                 fixed: str = args.admin_comment
-                get_comment = lambda _job_id: fixed  # noqa: E731
+
+                def fixed_comment(_job_id: str) -> str | None:
+                    return fixed
+
+                get_comment = fixed_comment
             gpu_map = load_gpu_map(args.gpu_map) if args.gpu_map else discover_gpu_map()
             plan = prolog(env, backend, get_comment, gpu_map, args.jobs_dir, args.state_dir,
                           dry_run=args.dry_run)

@@ -115,4 +115,4 @@ def schema_version_of(path: Path) -> str | None:
     raw = meta.get(METADATA_KEY)
     if raw is None:
         return None
-    return raw.decode().rpartition("/")[2]
+    return str(raw.decode()).rpartition("/")[2]

@@ -389,7 +389,10 @@ def build_cluster(
             )
             atomic_write_text(node_dir / f"{part}_runs.csv", runs_df.to_csv(index=False))
 
-    iso = lambda s: dt.datetime.fromtimestamp(t0 + s, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")  # noqa: E731
+
+    def iso(s: float) -> str:
+        return dt.datetime.fromtimestamp(t0 + s, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
     jobs_df = pd.DataFrame(
         [
             {

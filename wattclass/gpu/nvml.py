@@ -261,7 +261,8 @@ class NvmlBackend(GpuBackend):
         self._gpm_next[index] = (i + 1) % _GPM_RING
         buf = ring[i]
         self._nv.nvmlGpmSampleGet(self._handles[index], buf)
-        return buf
+        sample: object = buf
+        return sample
 
     @nvml_errors
     def gpm_metrics(self, index: int, first: object, second: object) -> GpmMetrics:
