@@ -230,6 +230,9 @@ class FakeNvml:
     def nvmlDeviceGetUUID(self, h: str) -> str:
         return "GPU-fake"
 
+    def nvmlDeviceGetMinorNumber(self, h: str) -> int:
+        return 3
+
     def nvmlDeviceGetName(self, h: str) -> bytes:
         return b"Fake GPU"
 

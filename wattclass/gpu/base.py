@@ -30,6 +30,9 @@ class GpuInfo(NamedTuple):
     power_limit_min_w: float | None
     power_limit_max_w: float | None
     gpm_supported: bool
+    #: The N of /dev/nvidiaN (NVML's minor number): Slurm's GPU index where gres.conf lists
+    #: ``File=/dev/nvidia[0-N]``. None where the backend has no device files (replay).
+    minor_number: int | None = None
 
 
 class GpuSample(NamedTuple):

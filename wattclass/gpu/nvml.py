@@ -173,6 +173,7 @@ class NvmlBackend(GpuBackend):
                     power_limit_min_w=cons[0] / 1e3 if cons is not None else None,
                     power_limit_max_w=cons[1] / 1e3 if cons is not None else None,
                     gpm_supported=gpm,
+                    minor_number=self._opt(nv.nvmlDeviceGetMinorNumber, h),
                 )
             )
 
