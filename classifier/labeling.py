@@ -6,7 +6,7 @@ window class; all of it folded into mergeable per-job partial
 aggregates. Nothing per window outlives its row group except an optional small random sample of
 GPM-labelled windows for retraining (a few per job and row group).
 
-Per job (``decide``): source ``rule`` when every window of the job has GPM (DESIGN.md: "present
+Per job (``decide``): source ``rule`` when every window of the job has GPM (docs/design.md: "present
 and not null"); otherwise ``model:<version>``, whose window counts take the rule's class for the
 job's GPM windows (they are the truth) and the model's class for the rest.
 """

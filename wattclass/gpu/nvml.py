@@ -40,7 +40,7 @@ from wattclass.gpu.base import GpmMetrics, GpuBackend, GpuInfo, GpuProcess, GpuS
 F = TypeVar("F", bound=Callable[..., Any])
 
 #: GPM metric ids (nvml.h NVML_GPM_METRIC_*) in GpmMetrics field order; the ones the H200
-#: probe (shared/tools/h200_probe.py) confirmed.
+#: probe that recorded wattclass/data/h200 confirmed.
 GPM_METRIC_IDS: tuple[tuple[str, int], ...] = (
     ("sm_util_pct", 2),
     ("sm_occupancy_pct", 3),

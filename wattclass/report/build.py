@@ -405,7 +405,7 @@ def render_report(
         "<h2>Estimated energy saved</h2>",
         _img(plots.savings(sav.table, sav.slowdown), "Measured energy per label and estimated saving"),
         f'<p class="est"><b>Estimate, not a measurement.</b> Caps applied: {html.escape(caps_txt)} '
-        f"({'from the policy decisions' if caps is not None else 'the example policy in DESIGN.md'}; "
+        f"({'from the policy decisions' if caps is not None else 'the example policy in docs/design.md'}; "
         "% of each window's enforced power limit). "
         "<b>Measured</b>: every window's energy and mean power, and the job labels. "
         "<b>Assumed</b>: (1) a memory-bound or idle job under a cap draws min(measured power, cap) "
