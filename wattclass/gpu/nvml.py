@@ -1,12 +1,12 @@
 """Real GPUs through pynvml (the ``nvidia-ml-py`` distribution).
 
-Why this call set: NVML calls on an H200 cost about 0.1-1 ms each and the daemon polls every
-GPU every second, so each poll uses as few calls as possible:
+Why this call set: the daemon polls every GPU every second, so each poll uses as few NVML calls
+as possible:
 
 * the energy counter only in ``energy_mj`` (``nvmlDeviceGetTotalEnergyConsumption``), which
   the daemon calls only at window closes, job changes, gaps and the first poll: on the H200 VM
-  (driver 580) that one read costs 2.7 ms wall / 3.9 ms CPU, alone or inside FieldValues,
-  while every other call below costs 2-7 us;
+  (driver 580) that one read costs milliseconds, alone or inside FieldValues, while every
+  other call below costs microseconds (docs/benchmarks.md, "Per NVML call");
 * one batched ``nvmlDeviceGetFieldValues`` for the instantaneous power and the enforced power
   limit, *without* the energy field (per-GPU fallback to PowerUsage / EnforcedPowerLimit when a
   field id is rejected by an older driver, decided once per GPU);
