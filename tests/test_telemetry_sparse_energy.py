@@ -2,8 +2,9 @@
 
 The counter read is the one expensive NVML call (docs/benchmarks.md, "Per NVML call":
 milliseconds against microseconds for every other field), so the daemon reads it at the first
-poll, window closes, job changes and after gaps only. These tests count the reads at the hardware boundary (a replay backend) and
-check that window and job energies are still counter differences.
+poll, window closes, job changes and after gaps only. These tests count the reads at the
+hardware boundary (a replay backend) and check that window and job energies are still counter
+differences.
 """
 
 from __future__ import annotations
