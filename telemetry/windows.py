@@ -187,6 +187,7 @@ class WindowBuilder:
             or sample.ts - prev.ts > self.split_gap
         )
 
+    # long: where a poll meets the window, job and energy-point state, whose invariants span it all
     def add(self, info: GpuInfo, sample: GpuSample, job: Job, gpm: object | None,
             gpm_fn: GpmFn) -> list[Row]:
         """Feed one poll; returns the rows of windows this poll closed.

@@ -339,6 +339,7 @@ def _submissions(
     return pd.DataFrame(rows)
 
 
+# long: one linear recipe (nodes, schedule, splice, write) that reads best top to bottom
 def build_cluster(
     raw_dir: Path,
     out: Path,

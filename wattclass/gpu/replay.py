@@ -103,6 +103,7 @@ class ReplayBackend(GpuBackend):
 
     name = "replay"
 
+    # long: reads and checks every part of a recording once, so playback needs no further checks
     def __init__(
         self,
         folder: Path,
