@@ -7,7 +7,7 @@ wall time and peak memory (RSS of the whole tree, summed over its processes, sam
 1. ``duckdb``: bench/fleet_duckdb_anchor.py -- DuckDB's own per-job aggregates of the day;
 2. ``features``: wattclass's feature stage alone (``classifier.engine.label_files_local``, the
    code nightly runs: scan, window features, rule codes, model on GPM-less windows, per-job
-   partial aggregates, merge, job labels), with ``--workers`` processes;
+   partial aggregates, merge, job labels), with ``--workers`` DuckDB threads;
 3. ``nightly``: ``wattclass nightly`` end to end (features, Slurm-record join from the day's
    jobs file, label store, retraining with its promotion gate, label table), on a scratch data
    root whose telemetry/ and jobs/ link to the fleet day's, so the fleet folder is not written.
@@ -87,13 +87,13 @@ def features_child(root: Path, date: str, workers: int) -> None:
     """Run the feature stage alone exactly as nightly does, print JSON (child process)."""
     from wattclass.classifier.engine import label_files_local
     from wattclass.classifier.model import default_model_dir, load_model
-    from wattclass.classifier.nightly import SAMPLE_PER_JOB_PER_BATCH
+    from wattclass.classifier.nightly import SAMPLE_PER_JOB
     from wattclass.classifier.reader import telemetry_files
 
     files = telemetry_files([root], date=date)
     model = load_model(default_model_dir())
     t0 = time.perf_counter()
-    res = label_files_local(files, model, "auto", sample_per_job=SAMPLE_PER_JOB_PER_BATCH,
+    res = label_files_local(files, model, "auto", sample_per_job=SAMPLE_PER_JOB,
                             sample_prefix=date, workers=workers)
     wall = time.perf_counter() - t0
     json.dump({"stage_wall_s": round(wall, 2), "files": res.n_files, "windows": res.n_windows,
@@ -105,7 +105,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data-root", type=Path, required=True)
     ap.add_argument("--date", required=True, help="YYYY-MM-DD")
-    ap.add_argument("--workers", type=int, default=2, help="wattclass worker processes (default 2)")
+    ap.add_argument("--workers", type=int, default=2, help="wattclass scan threads (default 2, as DuckDB's)")
     ap.add_argument("--threads", type=int, default=2, help="DuckDB threads (default 2)")
     ap.add_argument("--skip", action="append", default=[], choices=STAGES, help="leave a stage out")
     ap.add_argument("--_features", action="store_true", help=argparse.SUPPRESS)

@@ -35,12 +35,12 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute  # noqa: F401  (pa.compute)
+import pyarrow.compute as pc
 
 from wattclass.classifier import rules
 from wattclass.classifier.features import INPUT_COLUMNS
 from wattclass.errors import DataError
-from wattclass.schema import GPM_COLUMNS, REQUIRED_COLUMNS
+from wattclass.schema import REQUIRED_COLUMNS
 
 log = logging.getLogger("wattclass.classifier")
 
@@ -93,6 +93,7 @@ class Scanner:
         self.con = duckdb.connect(config={"threads": threads or os.cpu_count() or 1})
         self.con.execute("SET preserve_insertion_order = false")
         self._union = False
+        self._absent: frozenset[str] = frozenset()  # columns no file of the scan has (read as NULL)
 
     def close(self) -> None:
         self.con.close()
@@ -108,11 +109,16 @@ class Scanner:
         return f"read_parquet({lst}{opts})"
 
     def _check_schemas(self, files: Sequence[Path]) -> tuple[list[Path], list[tuple[Path, str]]]:
-        """Per file: readable, and has every required column (else DataError naming both)."""
+        """Per file: readable, and has every required column (else DataError naming both).
+
+        Also notes the columns that no readable file has: the queries read them as NULL."""
         import pyarrow.parquet as pq
+
+        from wattclass.schema import TELEMETRY_V1
 
         good: list[Path] = []
         bad: list[tuple[Path, str]] = []
+        seen: set[str] = set()
         for f in files:
             try:
                 names = pq.read_schema(f).names
@@ -123,15 +129,18 @@ class Scanner:
             missing = [c for c in REQUIRED_COLUMNS if c not in names]
             if missing:
                 raise DataError(f"{f}: telemetry is missing required column(s) {', '.join(missing)}")
+            seen.update(names)
             good.append(f)
+        self._absent = frozenset(TELEMETRY_V1.names) - seen
         return good, bad
 
-    def _run(self, sql_for: Any, files: list[Path]) -> tuple[pa.Table | None, list[Path], list[tuple[Path, str]]]:
+    def _run(self, sql_for: Any, files: list[Path]
+             ) -> tuple[pa.Table | None, list[Path], list[tuple[Path, str]]]:
         """``sql_for(files)`` as an Arrow table; on a read or schema error, check every file (skip
         unreadable ones, refuse a missing required column) and read the rest by column name."""
         import duckdb
 
-        self._union = False
+        self._union, self._absent = False, frozenset()
         try:
             return self.con.sql(sql_for(files)).to_arrow_table(), files, []
         except (duckdb.IOException, duckdb.InvalidInputException, duckdb.BinderException,
@@ -147,14 +156,15 @@ class Scanner:
     # -- the one pass -------------------------------------------------------------------------
     def partials(self, files: Sequence[Path], drop_columns: Sequence[str] = (), sample_per_job: int = 0,
                  seed: int = 0) -> ScanResult:
-        dropped = frozenset(drop_columns)
-        code = rule_code_sql(dropped)
         sample_cols = list(INPUT_COLUMNS)
 
         def sql(fs: list[Path]) -> str:
+            dropped = frozenset(drop_columns) | self._absent
+            code = rule_code_sql(dropped)
             energy = "CASE WHEN isnan(energy_j) THEN 0.0 ELSE coalesce(energy_j, 0.0) END"
+            user = "CAST(NULL AS VARCHAR)" if "user" in self._absent else '"user"'
             sel = [
-                "job_id", "host", '"user"', "ts_start", "ts_end", f"{energy} AS e",
+                "job_id", "host", f"{user} AS \"user\"", "ts_start", "ts_end", f"{energy} AS e",
                 f"{code} AS code", "filename",
             ]
             if sample_per_job > 0:
@@ -162,7 +172,7 @@ class Scanner:
                 sel.append(f"hash(job_id, host, gpu_index, ts_start, {int(seed)}) AS h")
             aggs = [
                 'min("user") AS "user"', "count(*) AS n_windows",
-                "sum(epoch_ms(ts_end) - epoch_ms(ts_start)) AS dur_ms", "sum(e) AS energy_j",
+                "CAST(sum(epoch_ms(ts_end) - epoch_ms(ts_start)) AS BIGINT) AS dur_ms", "sum(e) AS energy_j",
                 "epoch_ms(min(ts_start)) AS ts_start_ms", "epoch_ms(max(ts_end)) AS ts_end_ms",
                 "count(*) FILTER (WHERE code >= 0) AS n_gpm",
                 f"count(*) FILTER (WHERE code = {rules.IDLE}) AS r_idle",
@@ -182,18 +192,31 @@ class Scanner:
         table, good, bad = self._run(sql, list(files))
         if table is None:
             return ScanResult(_empty_partials(), 0, [], bad)
-        n_windows = int(pa.compute.sum(table.column("n_windows")).as_py() or 0)
-        return ScanResult(table.filter(pa.compute.is_valid(table.column("job_id"))), n_windows, good, bad)
+        n_windows = int(pc.sum(table.column("n_windows")).as_py() or 0)
+        return ScanResult(table.filter(pc.is_valid(table.column("job_id"))), n_windows, good, bad)
 
     # -- the model pass -------------------------------------------------------------------------
     def model_batches(self, files: Sequence[Path], all_job_windows: bool,
                       drop_columns: Sequence[str] = ()) -> Iterator[pa.Table]:
-        """Windows that need the model (no GPM, or every job window), in Arrow batches."""
-        dropped = frozenset(drop_columns)
-        cols = ", ".join(f"{_val(c, dropped)} AS {_q(c)}" for c in INPUT_COLUMNS)
-        where = "job_id IS NOT NULL" + ("" if all_job_windows else f" AND {rule_code_sql(dropped)} < 0")
-        sql = f"SELECT job_id, host, {cols} FROM {self._source(files)} WHERE {where}"
-        reader = self.con.sql(sql).to_arrow_reader(MODEL_BATCH_ROWS)
+        """Windows that need the model (no GPM, or every job window), in Arrow batches.
+
+        ``files`` were read by ``partials`` already (readable, required columns present)."""
+        import duckdb
+
+        def sql() -> str:
+            dropped = frozenset(drop_columns) | self._absent
+            cols = ", ".join(f"{_val(c, dropped)} AS {_q(c)}" for c in INPUT_COLUMNS)
+            where = "job_id IS NOT NULL" + ("" if all_job_windows else f" AND {rule_code_sql(dropped)} < 0")
+            return f"SELECT job_id, host, {cols} FROM {self._source(files)} WHERE {where}"
+
+        self._union, self._absent = False, frozenset()
+        try:
+            reader = self.con.sql(sql()).to_arrow_reader(MODEL_BATCH_ROWS)
+        except (duckdb.InvalidInputException, duckdb.BinderException) as exc:
+            log.info("model pass: files differ (%s): reading by column name", str(exc).splitlines()[0][:200])
+            self._check_schemas(files)
+            self._union = True
+            reader = self.con.sql(sql()).to_arrow_reader(MODEL_BATCH_ROWS)
         for rb in reader:
             if rb.num_rows:
                 yield pa.Table.from_batches([rb])
@@ -201,7 +224,3 @@ class Scanner:
 
 def _empty_partials() -> pa.Table:
     return pa.table({"job_id": pa.array([], pa.string()), "host": pa.array([], pa.string())})
-
-
-def gpm_columns() -> tuple[str, ...]:
-    return GPM_COLUMNS

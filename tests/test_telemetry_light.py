@@ -22,15 +22,15 @@ from wattclass.gpu.filestate import FileStateBackend
 #: pyarrow.compute too: its first import (at the first Arrow cast) cost 0.17 s of CPU on the H200.
 HEAVY = ("pandas", "matplotlib", "lightgbm", "scipy", "sklearn", "duckdb", "pyarrow.compute")
 
-_CHILD = """
+_CHILD = f"""
 import json, sys
 import wattclass.cli as cli
 rc = None
 try:
     rc = cli.main(sys.argv[1:])
 finally:
-    print(json.dumps({"rc": rc, "loaded": [m for m in %r if m in sys.modules]}), flush=True)
-""" % (HEAVY,)
+    print(json.dumps({{"rc": rc, "loaded": [m for m in {HEAVY!r} if m in sys.modules]}}), flush=True)
+"""
 
 
 def _run(args: list[str], stop_after_s: float | None, preamble: str = "") -> dict[str, object]:
