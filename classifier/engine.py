@@ -87,17 +87,11 @@ def _sum_by_key(t: pa.Table, cols: Sequence[str]) -> pa.Table:
     return out.rename_columns([n.removesuffix("_sum") for n in out.column_names])
 
 
-def _sample(partials: pa.Table, per_job: int, prefix: str) -> tuple[TrainingSet, np.ndarray]:
-    """The sampled GPM windows (list column ``sample``) as a TrainingSet, at most ``per_job`` a job."""
-    if "sample" not in partials.column_names or partials.num_rows == 0:
+def _sample(rows: pa.Table | None, per_job: int, prefix: str) -> tuple[TrainingSet, np.ndarray]:
+    """The sampled GPM windows (``Scanner.sample``) as a TrainingSet, at most ``per_job`` a job."""
+    if rows is None or rows.num_rows == 0:
         return TrainingSet.concat([]), np.zeros(0, dtype=np.uint64)
-    lists = partials.column("sample").combine_chunks()
-    if lists.null_count == len(lists):
-        return TrainingSet.concat([]), np.zeros(0, dtype=np.uint64)
-    lens = pc.fill_null(pc.list_value_length(lists), 0).to_numpy()
-    flat = pc.list_flatten(lists)
-    jobs = np.repeat(np.asarray(partials.column("job_id").to_pylist(), dtype=object), lens)
-    rows = pa.Table.from_struct_array(flat)
+    jobs = np.asarray(rows.column("job_id").to_pylist(), dtype=object)
     h = rows.column("h").to_numpy().astype(np.uint64)
     keep = _smallest_per_group(jobs, h, per_job)
     rows, jobs, h = rows.take(pa.array(np.flatnonzero(keep))), jobs[keep], h[keep]
@@ -136,8 +130,9 @@ def label_chunk(
     files = list(files)
     scanner = Scanner(threads)
     try:
-        res = scanner.partials(files, drop_columns, sample_per_job, seed)
+        res = scanner.partials(files, drop_columns)
         part = res.partials
+        sampled = scanner.sample(res.files, sample_per_job, seed, drop_columns)
         x = None
         if model is not None and source != "rule" and part.num_rows:
             forced = source == "model"
@@ -149,9 +144,8 @@ def label_chunk(
         scanner.close()
     if on_file is not None and files:
         on_file(len(files) - 1, files[-1])
-    sample, sample_h = _sample(part, sample_per_job, sample_prefix) if sample_per_job > 0 else (
-        TrainingSet.concat([]), np.zeros(0, dtype=np.uint64))
-    part = part.drop_columns([c for c in ("nogpm_files", "sample") if c in part.column_names])
+    sample, sample_h = _sample(sampled, sample_per_job, sample_prefix)
+    part = part.drop_columns([c for c in ("nogpm_files",) if c in part.column_names])
     part = _with_model_counts(part, x, model is not None and source != "rule", source == "model")
     return ChunkResult(part if part.num_rows else None, sample, res.n_windows, len(res.files), sample_h)
 

@@ -46,9 +46,11 @@ log = logging.getLogger("wattclass.classifier")
 
 #: Rows per Arrow batch handed to numpy in the model pass.
 MODEL_BATCH_ROWS = 1 << 18
-#: The retraining sample draws from one GPM window in SAMPLE_RATE (by hash): building the
-#: sampled row's inputs for every window doubled the scan; for one in eight it costs little.
-SAMPLE_RATE = 8
+#: The retraining sample is drawn from one file in SAMPLE_FILE_SHARE (chosen by a seeded hash of
+#: the file name, at least SAMPLE_MIN_FILES): drawing it from every window in the main pass
+#: cost as much as the pass itself. The nightly retrains on at most a few thousand jobs anyway.
+SAMPLE_FILE_SHARE = 8
+SAMPLE_MIN_FILES = 64
 
 
 def _q(name: str) -> str:
@@ -154,10 +156,7 @@ class Scanner:
         return self.con.sql(sql_for(good)).to_arrow_table(), good, bad
 
     # -- the one pass -------------------------------------------------------------------------
-    def partials(self, files: Sequence[Path], drop_columns: Sequence[str] = (), sample_per_job: int = 0,
-                 seed: int = 0) -> ScanResult:
-        sample_cols = list(INPUT_COLUMNS)
-
+    def partials(self, files: Sequence[Path], drop_columns: Sequence[str] = ()) -> ScanResult:
         def sql(fs: list[Path]) -> str:
             dropped = frozenset(drop_columns) | self._absent
             code = rule_code_sql(dropped)
@@ -167,9 +166,6 @@ class Scanner:
                 "job_id", "host", f"{user} AS \"user\"", "ts_start", "ts_end", f"{energy} AS e",
                 f"{code} AS code", "filename",
             ]
-            if sample_per_job > 0:
-                sel += [f"{_val(c, dropped)} AS {_q(c)}" for c in sample_cols]
-                sel.append(f"hash(job_id, host, gpu_index, ts_start, {int(seed)}) AS h")
             aggs = [
                 'min("user") AS "user"', "count(*) AS n_windows",
                 "CAST(sum(epoch_ms(ts_end) - epoch_ms(ts_start)) AS BIGINT) AS dur_ms", "sum(e) AS energy_j",
@@ -180,11 +176,6 @@ class Scanner:
                 f"count(*) FILTER (WHERE code = {rules.MEMORY}) AS r_memory",
                 "list(DISTINCT filename) FILTER (WHERE code < 0 AND job_id IS NOT NULL) AS nogpm_files",
             ]
-            if sample_per_job > 0:
-                inputs = ", ".join(f"{_q(c)} := {_q(c)}" for c in sample_cols)
-                aggs.append(f"min_by(struct_pack(h := h, code := code, {inputs}), h, {int(sample_per_job)}) "
-                            f"FILTER (WHERE code >= 0 AND job_id IS NOT NULL AND h % {SAMPLE_RATE} = 0) "
-                            "AS sample")
             # Windows without a job are grouped too (per host): they count as windows read.
             return (f"SELECT job_id, host, {', '.join(aggs)} FROM (SELECT {', '.join(sel)} "
                     f"FROM {self._source(fs, filename=True)}) GROUP BY job_id, host")
@@ -194,6 +185,27 @@ class Scanner:
             return ScanResult(_empty_partials(), 0, [], bad)
         n_windows = int(pc.sum(table.column("n_windows")).as_py() or 0)
         return ScanResult(table.filter(pc.is_valid(table.column("job_id"))), n_windows, good, bad)
+
+    # -- the retraining sample ------------------------------------------------------------------
+    def sample(self, files: Sequence[Path], per_job: int, seed: int, drop_columns: Sequence[str] = ()
+               ) -> pa.Table | None:
+        """Up to ``per_job`` GPM windows per job, a seeded random draw (by hash) from a seeded
+        random share of the files: job_id, h (the hash), code and the model's input columns."""
+        import hashlib
+
+        if per_job <= 0 or not files:
+            return None
+        n = min(len(files), max(SAMPLE_MIN_FILES, -(-len(files) // SAMPLE_FILE_SHARE)))
+        key = {f: hashlib.blake2b(f"{seed}:{f}".encode(), digest_size=8).digest() for f in map(str, files)}
+        chosen = sorted(files, key=lambda f: key[str(f)])[:n]
+        dropped = frozenset(drop_columns) | self._absent
+        code = rule_code_sql(dropped)
+        cols = ", ".join(f"{_val(c, dropped)} AS {_q(c)}" for c in INPUT_COLUMNS)
+        sql = (f"SELECT * FROM (SELECT job_id, hash(job_id, host, gpu_index, ts_start, {int(seed)}) AS h, "
+               f"{code} AS code, {cols} FROM {self._source(chosen)} WHERE job_id IS NOT NULL) "
+               "WHERE code >= 0 QUALIFY row_number() OVER (PARTITION BY job_id ORDER BY h) "
+               f"<= {int(per_job)}")
+        return self.con.sql(sql).to_arrow_table()
 
     # -- the model pass -------------------------------------------------------------------------
     def model_batches(self, files: Sequence[Path], all_job_windows: bool,
