@@ -37,6 +37,7 @@ from wattclass.classifier.features import feature_matrix, window_features
 from wattclass.classifier.labeling import LabelResult, Source, _empty_labels, decide
 from wattclass.classifier.model import TrainingSet, WindowModel
 from wattclass.classifier.scan import Scanner
+from wattclass.classifier.validity import InputReport
 from wattclass.errors import DataError
 
 if TYPE_CHECKING:
@@ -63,6 +64,8 @@ class ChunkResult:
     n_files: int
     #: The sample's hash keys (one per sampled window): merging chunks keeps the smallest per job.
     sample_h: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.uint64))
+    #: Files skipped, impossible rows rejected and duplicate windows dropped (``validity``).
+    report: InputReport = field(default_factory=InputReport)
 
 
 def _model_counts(scanner: Scanner, files: Sequence[Path], model: WindowModel, forced: bool,
@@ -136,8 +139,7 @@ def label_chunk(
         x = None
         if model is not None and source != "rule" and part.num_rows:
             forced = source == "model"
-            mfiles = res.files if forced else sorted(
-                {f for fs in part.column("nogpm_files").to_pylist() for f in (fs or [])})
+            mfiles = res.files if forced else res.nogpm_files
             if mfiles:
                 x = _model_counts(scanner, [Path(f) for f in mfiles], model, forced, drop_columns)
     finally:
@@ -145,9 +147,15 @@ def label_chunk(
     if on_file is not None and files:
         on_file(len(files) - 1, files[-1])
     sample, sample_h = _sample(sampled, sample_per_job, sample_prefix)
-    part = part.drop_columns([c for c in ("nogpm_files",) if c in part.column_names])
     part = _with_model_counts(part, x, model is not None and source != "rule", source == "model")
-    return ChunkResult(part if part.num_rows else None, sample, res.n_windows, len(res.files), sample_h)
+    report = InputReport()
+    for f, why in res.skipped:
+        reason, _, detail = why.partition(": ")
+        report.skipped_files[str(f)] = f"{reason}: {detail[:200]}"
+    report.duplicate_windows = res.duplicates
+    report.rejected_rows = dict(res.rejected)
+    return ChunkResult(part if part.num_rows else None, sample, res.n_windows, len(res.files), sample_h,
+                       report)
 
 
 def _with_model_counts(part: pa.Table, x: pa.Table | None, use_model: bool, forced: bool) -> pa.Table:
@@ -211,7 +219,11 @@ def _combine(results: Sequence[ChunkResult], model: WindowModel | None, source: 
     if len(results) > 1 and len(sample) and sample_per_job > 0:
         h = np.concatenate([r.sample_h for r in results if len(r.sample)])
         sample = sample.subset(_smallest_per_group(sample.group, h, sample_per_job))
-    return LabelResult(labels, sum(r.n_files for r in results), sum(r.n_windows for r in results), sample)
+    report = InputReport()
+    for r in results:
+        report.merge(r.report)
+    return LabelResult(labels, sum(r.n_files for r in results), sum(r.n_windows for r in results), sample,
+                       report)
 
 
 def _require_model(model: WindowModel | None, source: Source) -> None:

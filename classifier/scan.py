@@ -30,16 +30,24 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from wattclass.classifier import rules
 from wattclass.classifier.features import INPUT_COLUMNS
-from wattclass.errors import DataError
+from wattclass.classifier.validity import (
+    MAX_GPU_POWER_W,
+    REJECT_ENERGY,
+    REJECT_POWER,
+    REJECT_TIME,
+    SKIP_MISSING_COLUMN,
+    SKIP_UNREADABLE,
+)
 from wattclass.schema import REQUIRED_COLUMNS
 
 log = logging.getLogger("wattclass.classifier")
@@ -81,9 +89,54 @@ def rule_code_sql(dropped: frozenset[str] = frozenset()) -> str:
 @dataclass
 class ScanResult:
     partials: pa.Table  # per (job_id, host); see module docstring
-    n_windows: int  # windows read (with or without a job)
+    n_windows: int  # valid, distinct windows read (with or without a job)
     files: list[Path]  # files actually read (unreadable ones skipped)
-    skipped: list[tuple[Path, str]]  # (file, why)
+    skipped: list[tuple[Path, str]]  # (file, "reason: detail")
+    rejected: dict[str, int]  # impossible rows per reason (validity)
+    duplicates: int  # duplicate windows dropped
+    nogpm_files: list[str] = field(default_factory=list)  # files holding job windows without GPM
+
+
+#: validity's row rules in order; a row is counted under the first it breaks.
+_REJECT_REASONS = (REJECT_TIME, REJECT_ENERGY, REJECT_POWER)
+
+
+def _reject_sql(absent: frozenset[str]) -> str:
+    """``validity.impossible_rows`` as a SQL code: 0 valid, else 1 + the first broken rule."""
+    def f(c: str) -> str:
+        return "CAST(NULL AS DOUBLE)" if c in absent else f"CAST({_q(c)} AS DOUBLE)"
+
+    dur = "(epoch_ms(ts_end) - epoch_ms(ts_start)) / 1000.0"
+    e = f("energy_j")
+    bad_e = f"({e} IS NOT NULL AND (isnan({e}) OR isinf({e}) OR {e} < 0))"
+
+    def over(x: str) -> str:  # NaN and NULL count as 0 (np.nan_to_num), +inf as too much
+        return f"coalesce(CASE WHEN isnan({x}) THEN 0 ELSE {x} END, 0) > {MAX_GPU_POWER_W!r}"
+
+    mean_w = f"CASE WHEN {bad_e} THEN NULL ELSE {e} / {dur} END"
+    return (f"CASE WHEN epoch_ms(ts_end) <= epoch_ms(ts_start) THEN 1 WHEN {bad_e} THEN 2 "
+            f"WHEN {over(f('power_avg_w'))} OR {over(f('power_max_w'))} OR {over(mean_w)} THEN 3 ELSE 0 END")
+
+
+def _overlapping_files(t: pa.Table) -> bool:
+    """Whether two files share a host and a GPU range and their window-start ranges meet."""
+
+    df = t.select(["filename", "host", "file_t0", "file_t1", "uuid_lo", "uuid_hi"]).to_pandas()
+    df = df.dropna(subset=["file_t0"])
+    f = df.groupby(["host", "filename"], sort=False).agg(
+        t0=("file_t0", "min"), t1=("file_t1", "max"), lo=("uuid_lo", "min"), hi=("uuid_hi", "max"))
+    f = f.reset_index()
+    for _, g in f.groupby("host", sort=False):
+        if len(g) < 2:
+            continue
+        g = g.sort_values("t0")
+        t0, t1 = g["t0"].to_numpy(), g["t1"].to_numpy()
+        lo, hi = g["lo"].to_numpy(), g["hi"].to_numpy()
+        for i in range(1, len(g)):
+            j = np.flatnonzero(t1[:i] >= t0[i])  # earlier-starting files still open at this start
+            if len(j) and np.any((lo[j] <= hi[i]) & (hi[j] >= lo[i])):
+                return True
+    return False
 
 
 class Scanner:
@@ -111,7 +164,8 @@ class Scanner:
         return f"read_parquet({lst}{opts})"
 
     def _check_schemas(self, files: Sequence[Path]) -> tuple[list[Path], list[tuple[Path, str]]]:
-        """Per file: readable, and has every required column (else DataError naming both).
+        """Per file: readable, and has every required column; the others are skipped (reasons of
+        ``validity``), as the night must go on without one host's bad file.
 
         Also notes the columns that no readable file has: the queries read them as NULL."""
         import pyarrow.parquet as pq
@@ -125,12 +179,15 @@ class Scanner:
             try:
                 names = pq.read_schema(f).names
             except (OSError, pa.ArrowException) as exc:
-                log.warning("skipping unreadable telemetry file %s: %s", f, exc)
-                bad.append((f, f"unreadable: {exc}"))
+                bad.append((f, f"{SKIP_UNREADABLE}: {exc}"))
+                log.warning("skipping telemetry file %s (%s): %s", f, SKIP_UNREADABLE, str(exc)[:300])
                 continue
             missing = [c for c in REQUIRED_COLUMNS if c not in names]
             if missing:
-                raise DataError(f"{f}: telemetry is missing required column(s) {', '.join(missing)}")
+                bad.append((f, f"{SKIP_MISSING_COLUMN}: {', '.join(missing)}"))
+                log.warning("skipping telemetry file %s (%s): %s", f, SKIP_MISSING_COLUMN,
+                            ", ".join(missing))
+                continue
             seen.update(names)
             good.append(f)
         self._absent = frozenset(TELEMETRY_V1.names) - seen
@@ -157,34 +214,66 @@ class Scanner:
 
     # -- the one pass -------------------------------------------------------------------------
     def partials(self, files: Sequence[Path], drop_columns: Sequence[str] = ()) -> ScanResult:
-        def sql(fs: list[Path]) -> str:
-            dropped = frozenset(drop_columns) | self._absent
-            code = rule_code_sql(dropped)
-            energy = "CASE WHEN isnan(energy_j) THEN 0.0 ELSE coalesce(energy_j, 0.0) END"
-            user = "CAST(NULL AS VARCHAR)" if "user" in self._absent else '"user"'
-            sel = [
-                "job_id", "host", f"{user} AS \"user\"", "ts_start", "ts_end", f"{energy} AS e",
-                f"{code} AS code", "filename",
-            ]
-            aggs = [
-                'min("user") AS "user"', "count(*) AS n_windows",
-                "CAST(sum(epoch_ms(ts_end) - epoch_ms(ts_start)) AS BIGINT) AS dur_ms", "sum(e) AS energy_j",
-                "epoch_ms(min(ts_start)) AS ts_start_ms", "epoch_ms(max(ts_end)) AS ts_end_ms",
-                "count(*) FILTER (WHERE code >= 0) AS n_gpm",
-                f"count(*) FILTER (WHERE code = {rules.IDLE}) AS r_idle",
-                f"count(*) FILTER (WHERE code = {rules.COMPUTE}) AS r_compute",
-                f"count(*) FILTER (WHERE code = {rules.MEMORY}) AS r_memory",
-                "list(DISTINCT filename) FILTER (WHERE code < 0 AND job_id IS NOT NULL) AS nogpm_files",
-            ]
-            # Windows without a job are grouped too (per host): they count as windows read.
-            return (f"SELECT job_id, host, {', '.join(aggs)} FROM (SELECT {', '.join(sel)} "
-                    f"FROM {self._source(fs, filename=True)}) GROUP BY job_id, host")
+        """Per (job_id, host) over the valid, de-duplicated windows (``validity``'s rules).
 
-        table, good, bad = self._run(sql, list(files))
+        Grouped by file too, which costs little and gives each file's time range: files whose
+        ranges overlap on a GPU may hold the same windows twice, and only then is the scan run
+        again with an exact de-duplication (first row of each (gpu_uuid, job_id, ts_start) in
+        file order kept), as a normal night has no such files."""
+        table, good, bad = self._run(lambda fs: self._pass_sql(fs, drop_columns, dedup=False),
+                                     list(files))
         if table is None:
-            return ScanResult(_empty_partials(), 0, [], bad)
+            return ScanResult(_empty_partials(), 0, [], bad, {}, 0)
+        rejected = {reason: int(pc.sum(table.column(f"bad_{k}")).as_py() or 0)
+                    for k, reason in enumerate(_REJECT_REASONS, start=1)}
+        dups = 0
+        if _overlapping_files(table):
+            log.info("telemetry files overlap in time on a GPU: de-duplicating windows exactly")
+            valid = int(pc.sum(table.column("n_windows")).as_py() or 0)
+            table = self.con.sql(self._pass_sql(good, drop_columns, dedup=True)).to_arrow_table()
+            dups = valid - int(pc.sum(table.column("n_windows")).as_py() or 0)
         n_windows = int(pc.sum(table.column("n_windows")).as_py() or 0)
-        return ScanResult(table.filter(pc.is_valid(table.column("job_id"))), n_windows, good, bad)
+        nogpm = pc.filter(table.column("filename"), pc.and_(pc.is_valid(table.column("job_id")),
+                                                             pc.greater(table.column("n_nogpm"), 0)))
+        part = table.filter(pc.and_(pc.is_valid(table.column("job_id")),
+                                    pc.greater(table.column("n_windows"), 0)))
+        keep = ["job_id", "host", "user", "n_windows", "dur_ms", "energy_j", "ts_start_ms", "ts_end_ms",
+                "n_gpm", "r_idle", "r_compute", "r_memory"]
+        return ScanResult(part.select(keep), n_windows, good, bad, {k: v for k, v in rejected.items() if v},
+                          dups, sorted(set(nogpm.to_pylist())))
+
+    def _pass_sql(self, fs: list[Path], drop_columns: Sequence[str], dedup: bool) -> str:
+        dropped = frozenset(drop_columns) | self._absent
+        code = rule_code_sql(dropped)
+        energy = "CASE WHEN isnan(energy_j) THEN 0.0 ELSE coalesce(energy_j, 0.0) END"
+        user = "CAST(NULL AS VARCHAR)" if "user" in self._absent else '"user"'
+        sel = ["job_id", "host", f'{user} AS "user"', "ts_start", "ts_end", f"{energy} AS e",
+               f"{code} AS code", "filename", f"{_reject_sql(self._absent)} AS bad",
+               "CAST(gpu_uuid AS VARCHAR) AS gpu_uuid"]
+        v = "bad = 0"
+        aggs = [
+            f'min("user") FILTER (WHERE {v}) AS "user"', f"count(*) FILTER (WHERE {v}) AS n_windows",
+            f"CAST(sum(epoch_ms(ts_end) - epoch_ms(ts_start)) FILTER (WHERE {v}) AS BIGINT) AS dur_ms",
+            f"sum(e) FILTER (WHERE {v}) AS energy_j",
+            f"epoch_ms(min(ts_start) FILTER (WHERE {v})) AS ts_start_ms",
+            f"epoch_ms(max(ts_end) FILTER (WHERE {v})) AS ts_end_ms",
+            f"count(*) FILTER (WHERE {v} AND code >= 0) AS n_gpm",
+            f"count(*) FILTER (WHERE {v} AND code = {rules.IDLE}) AS r_idle",
+            f"count(*) FILTER (WHERE {v} AND code = {rules.COMPUTE}) AS r_compute",
+            f"count(*) FILTER (WHERE {v} AND code = {rules.MEMORY}) AS r_memory",
+            f"count(*) FILTER (WHERE {v} AND code < 0) AS n_nogpm",
+            f"epoch_ms(min(ts_start) FILTER (WHERE {v})) AS file_t0",
+            f"epoch_ms(max(ts_start) FILTER (WHERE {v})) AS file_t1",
+            f"min(gpu_uuid) FILTER (WHERE {v}) AS uuid_lo", f"max(gpu_uuid) FILTER (WHERE {v}) AS uuid_hi",
+            *[f"count(*) FILTER (WHERE bad = {k}) AS bad_{k}" for k in range(1, len(_REJECT_REASONS) + 1)],
+        ]
+        rows = f"SELECT {', '.join(sel)} FROM {self._source(fs, filename=True)}"
+        if dedup:  # the first row of each key in file order; rejected rows never shadow a valid one
+            rows = (f"SELECT * FROM ({rows}) QUALIFY row_number() OVER (PARTITION BY gpu_uuid, job_id, "
+                    "ts_start, bad = 0 ORDER BY filename) = 1 OR bad <> 0")
+        # Windows without a job are grouped too (per host and file): they count as windows read.
+        return (f"SELECT job_id, host, filename, {', '.join(aggs)} FROM ({rows}) "
+                "GROUP BY job_id, host, filename")
 
     # -- the retraining sample ------------------------------------------------------------------
     def sample(self, files: Sequence[Path], per_job: int, seed: int, drop_columns: Sequence[str] = ()
