@@ -6,11 +6,8 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import logging
 import os
-import pwd
-import shutil
 import signal
 import subprocess
 import sys
@@ -23,12 +20,8 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from wattclass.errors import DataError
-from wattclass.gpu.base import GpuBackend, GpuInfo, GpuProcess, GpuSample
 from wattclass.gpu.replay import ReplayBackend
-from wattclass.jobmap import JobAssignment, JobMapReader, read_job_file, write_job_file
 from wattclass.telemetry import wal
-from wattclass.telemetry.attribution import Attributor
 from wattclass.telemetry.daemon import Daemon, DaemonConfig
 from wattclass.telemetry.metrics import LatestWindows
 

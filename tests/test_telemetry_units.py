@@ -125,8 +125,12 @@ class ProcBackend(GpuBackend):
 
 
 def test_attribution_job_file_first_then_proc_environ(tmp_path: Path) -> None:
+    import pwd
+
     proc = tmp_path / "proc"
-    for pid, env in ((10, b"SLURM_JOB_ID=42\0SLURM_JOB_USER=bob\0"), (11, b"HOME=/root\0")):
+    # the claim is trusted because the owner of proc/10 (this test's uid) is the job's user
+    me = pwd.getpwuid(os.geteuid()).pw_name.encode()
+    for pid, env in ((10, b"SLURM_JOB_ID=42\0SLURM_JOB_USER=" + me + b"\0"), (11, b"HOME=/root\0")):
         (proc / str(pid)).mkdir(parents=True)
         (proc / str(pid) / "environ").write_bytes(env)
     spool = tmp_path / "spool"
@@ -134,7 +138,7 @@ def test_attribution_job_file_first_then_proc_environ(tmp_path: Path) -> None:
     os.chmod(spool, 0o755)
     backend = ProcBackend([10, 11, 12])
     att = Attributor(backend, JobMapReader(spool), proc_root=proc)
-    assert att.job_for(INFO) == ("42", "bob")
+    assert att.job_for(INFO) == ("42", me.decode())
     assert backend.calls == 1
     write_job_file(spool, INFO.uuid, JobAssignment("7_3", "carol", 1001))
     assert att.job_for(INFO) == ("7_3", "carol")
