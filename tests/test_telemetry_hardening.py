@@ -8,6 +8,8 @@ import contextlib
 import errno
 import logging
 import os
+import pwd
+import shutil
 import signal
 import subprocess
 import sys
@@ -20,8 +22,12 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
+from wattclass.errors import DataError
+from wattclass.gpu.base import GpuBackend, GpuInfo, GpuProcess, GpuSample
 from wattclass.gpu.replay import ReplayBackend
+from wattclass.jobmap import JobAssignment, read_job_file, write_job_file
 from wattclass.telemetry import wal
+from wattclass.telemetry.attribution import Attributor
 from wattclass.telemetry.daemon import Daemon, DaemonConfig
 from wattclass.telemetry.metrics import LatestWindows
 
@@ -258,3 +264,129 @@ def test_second_daemon_on_the_same_wal_refuses_and_names_the_holder(tmp_path: Pa
     # once the first is gone, the lock is free again
     third = subprocess.run(daemon_cmd(h200_raw, root, "--once"), capture_output=True, text=True, timeout=60)
     assert third.returncode == 0, third.stderr
+
+
+# -- 3. bad job-map files ---------------------------------------------------------------------------
+BAD_JOB_FILES: dict[str, bytes] = {
+    "uid-not-int": b'{"version": 1, "job_id": "42", "user": "alice", "uid": "notint"}',
+    "bad-json": b'{"version": 1, "job_id": ',
+    "not-utf8": b'{"job_id": "42", "user": "\xff\xfe"}',
+    "list": b'["42"]',
+    "uid-bool": b'{"job_id": "42", "user": "alice", "uid": true}',
+    "job-id-object": b'{"job_id": {"a": 1}, "user": "alice"}',
+    "user-number": b'{"job_id": "42", "user": 7}',
+    "huge": b'{"job_id": "' + b"%" * 100_000 + b'"}',
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_JOB_FILES))
+def test_bad_job_file_is_a_data_error_naming_the_file(tmp_path: Path, name: str) -> None:
+    f = tmp_path / "GPU-x.json"
+    f.write_bytes(BAD_JOB_FILES[name])
+    os.chmod(f, 0o644)
+    with pytest.raises(DataError, match=r"GPU-x\.json") as exc:
+        read_job_file(f)
+    assert len(str(exc.value)) < 400  # user-controlled content is truncated
+
+
+def test_daemon_keeps_polling_past_bad_job_files(tmp_path: Path, h200_raw: Path,
+                                                 caplog: pytest.LogCaptureFixture) -> None:
+    """The daemon's first poll used to raise ValueError on ``"uid": "notint"`` (a restart loop
+    under systemd). Now the file is skipped (logged once, truncated) and the GPU is attributed
+    from its process list as if there were no file."""
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    os.chmod(spool, 0o755)
+    ref = Daemon(ReplayBackend(h200_raw, realtime=False),
+                 DaemonConfig(data_root=tmp_path / "ref", host="n1", once=True))
+    assert ref.run() == 0
+    for g in ReplayBackend(h200_raw, realtime=False).gpus():
+        (spool / f"{g.uuid}.json").write_bytes(BAD_JOB_FILES["uid-not-int"])
+        os.chmod(spool / f"{g.uuid}.json", 0o644)
+    d = Daemon(ReplayBackend(h200_raw, realtime=False),
+               DaemonConfig(data_root=tmp_path / "d", host="n1", once=True, job_spool=spool))
+    with caplog.at_level(logging.WARNING):
+        assert d.run() == 0
+    assert "ignoring job file" in caplog.text and "notint" in caplog.text
+    assert caplog.text.count("ignoring job file") == len(list(spool.iterdir()))  # once, not per poll
+    assert keys(parquet_rows(tmp_path / "d")) == keys(parquet_rows(tmp_path / "ref"))
+
+
+def test_epilog_cleans_up_its_job_files_past_a_bad_one(tmp_path: Path, h200_raw: Path) -> None:
+    from wattclass.plugin.prolog import epilog
+
+    jobs, state = tmp_path / "jobs", tmp_path / "state"
+    for d in (jobs, state):
+        d.mkdir()
+        os.chmod(d, 0o755)
+    (jobs / "GPU-aaa.json").write_bytes(BAD_JOB_FILES["uid-not-int"])
+    os.chmod(jobs / "GPU-aaa.json", 0o644)
+    write_job_file(jobs, "GPU-bbb", JobAssignment("42", "alice", 1000))
+    write_job_file(jobs, "GPU-ccc", JobAssignment("43", "bob", 1001))
+    epilog({"SLURM_JOB_ID": "42", "SLURM_JOB_USER": "alice"}, ReplayBackend(h200_raw, realtime=False),
+           jobs_dir=jobs, state_dir=state)
+    assert sorted(p.name for p in jobs.iterdir()) == ["GPU-aaa.json", "GPU-ccc.json"]
+
+
+# -- 4. attribution trusts a process only when its owner is the job's user ---------------------------
+class ProcListGpu(GpuBackend):
+    """Hardware boundary: NVML's compute-process list of one GPU (real pids)."""
+
+    name = "proclist"
+    INFO = GpuInfo(0, "GPU-proc", "Fake", "0000:01:00.0", 80.0, 1980.0, 700.0, 200.0, 700.0, False)
+
+    def __init__(self, pids: list[int]) -> None:
+        self.pids = pids
+
+    def gpus(self) -> list[GpuInfo]:
+        return [self.INFO]
+
+    def sample(self, index: int) -> GpuSample:
+        raise NotImplementedError
+
+    def processes(self, index: int) -> list[GpuProcess]:
+        return [GpuProcess(p) for p in self.pids]
+
+
+def _spawn_as(user: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """``sleep`` running as ``user`` with exactly ``env`` (a forged Slurm environment)."""
+    return subprocess.Popen(["setpriv", f"--reuid={user}", f"--regid={pwd.getpwnam(user).pw_gid}",
+                             "--clear-groups", "env", "-i", *[f"{k}={v}" for k, v in env.items()],
+                             "sleep", "30"])
+
+
+def _wait_owner(pid: int, uid: int) -> None:
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        with contextlib.suppress(OSError):
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+            if os.stat(f"/proc/{pid}").st_uid == uid and b"SLURM" in environ:
+                return
+        time.sleep(0.02)
+    raise AssertionError(f"pid {pid} never ran as uid {uid}")
+
+
+@pytest.mark.skipif(not IS_ROOT or shutil.which("setpriv") is None,
+                    reason="starting processes of another uid needs root and setpriv")
+def test_forged_slurm_environment_of_another_user_is_not_trusted(caplog: pytest.LogCaptureFixture) -> None:
+    nobody = pwd.getpwnam("nobody")
+    victim = pwd.getpwuid(0).pw_name  # a real user other than nobody
+    forged = [_spawn_as("nobody", {"SLURM_JOB_ID": "4242", "SLURM_JOB_USER": victim}) for _ in range(3)]
+    no_user = _spawn_as("nobody", {"SLURM_JOB_ID": "4243"})
+    ghost = _spawn_as("nobody", {"SLURM_JOB_ID": "4244", "SLURM_JOB_USER": "no-such-user-xyz"})
+    own = _spawn_as("nobody", {"SLURM_JOB_ID": "77", "SLURM_JOB_USER": "nobody"})
+    procs = [*forged, no_user, ghost, own]
+    try:
+        for p in procs:
+            _wait_owner(p.pid, nobody.pw_uid)
+        att = Attributor(ProcListGpu([p.pid for p in (*forged, no_user, ghost)]), None, Path("/proc"))
+        with caplog.at_level(logging.WARNING):
+            assert att.job_for(ProcListGpu.INFO) is None  # three claims of the victim's job: none booked
+        assert "not trusted" in caplog.text and "4242" in caplog.text
+        # nobody's own job, claimed by nobody's process, is trusted, even next to the forged ones
+        att = Attributor(ProcListGpu([p.pid for p in procs]), None, Path("/proc"))
+        assert att.job_for(ProcListGpu.INFO) == ("77", "nobody")
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
