@@ -110,7 +110,9 @@ class JobsFileClient(SlurmClient):
             shown = "".join("?" if not _utf8(c) else c for c in rec.job_id)[:32]
             if set(bad) <= {"name", "admin_comment"}:
                 self.problems.append(f"job {shown}: {' and '.join(bad)} not UTF-8, dropped")
-                self._records.append(rec._replace(**{f: None for f in bad}))
+                self._records.append(rec._replace(
+                    name=None if "name" in bad else rec.name,
+                    admin_comment=None if "admin_comment" in bad else rec.admin_comment))
             else:
                 self.problems.append(f"job {shown}: {', '.join(bad)} not UTF-8, record skipped")
         for msg in self.problems[:20]:
