@@ -16,7 +16,7 @@ A day without telemetry (or without any job windows) changes nothing but the sum
 says which (``no telemetry`` / ``no jobs``), and ``wattclass nightly`` exits 7 on the first unless
 ``--allow-empty``: a broken pipeline must not look like a quiet night.
 
-Robustness (issue 9): the run holds ``<data_root>/classifier/.lock`` from start to end, so two runs
+Robustness (issue 9): the run holds ``<data_root>/classifier/wattclass.lock`` from start to end, so two runs
 never interleave their writes (a second one waits up to ``lock_timeout_s``, then LockBusyError);
 bad telemetry files and rows are skipped and counted by the rules in ``validity``; the user of a
 job is the one in Slurm's job record, never the one in telemetry (a process's environment is not

@@ -196,5 +196,5 @@ def test_lock_file_names_holder(tmp_path: Path) -> None:
     from wattclass.lockfile import FolderLock
 
     with FolderLock(tmp_path / "c", "nightly run"):
-        doc = json.loads((tmp_path / "c" / ".lock").read_text())
+        doc = json.loads((tmp_path / "c" / "wattclass.lock").read_text())
         assert {"pid", "host", "started", "what"} <= set(doc)
