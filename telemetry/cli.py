@@ -99,6 +99,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
+        daemon.lock.acquire()  # a second daemon says "locked by pid N", not "port in use"
         if collector is not None:
             serve(int(args.metrics_port), collector)
             log.info("metrics on :%d/metrics", args.metrics_port)

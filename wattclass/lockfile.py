@@ -49,7 +49,13 @@ class FolderLock:
         self._fd: int | None = None
 
     def acquire(self) -> FolderLock:
-        """Take the lock, waiting up to ``timeout_s`` (0: fail at once); LockBusyError names the holder."""
+        """Take the lock, waiting up to ``timeout_s`` (0: fail at once); LockBusyError names the holder.
+
+        Idempotent: taking a lock this object already holds is a no-op (a second ``flock`` on a new
+        descriptor would conflict with our own and name ourselves as the holder).
+        """
+        if self._fd is not None:
+            return self
         self.folder.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
         deadline = time.monotonic() + max(0.0, self.timeout_s)
