@@ -130,7 +130,7 @@ def _row(i: int) -> dict[str, object]:
 
 
 def test_short_write_never_leaves_a_torn_record_before_later_ones(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """write(2) returning a short count (no exception) is the disk-full case on a real file system:
     the record is finished or cut back, never buried under later records."""
@@ -151,9 +151,13 @@ def test_short_write_never_leaves_a_torn_record_before_later_ones(
     state["mode"] = "short"
     assert not w.append([_row(1)])
     assert w.pending == [_row(1)] and w.write_errors == 1
-    assert not w.append([_row(2)])  # still full: kept, in order
-    state["mode"] = "ok"
-    assert w.append([_row(3)])
+    with caplog.at_level(logging.WARNING):
+        assert not w.append([_row(2)])  # still full: kept, in order
+        state["mode"] = "ok"
+        assert w.append([_row(3)])
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1  # one ERROR per outage (and per minute), not one per poll
+    assert "works again after 2 failed append(s)" in caplog.text
     seg = w.close()
     assert seg is not None
     assert wal.read_segment(seg) == [_row(i) for i in range(4)]
