@@ -198,3 +198,19 @@ def test_lock_file_names_holder(tmp_path: Path) -> None:
     with FolderLock(tmp_path / "c", "nightly run"):
         doc = json.loads((tmp_path / "c" / "wattclass.lock").read_text())
         assert {"pid", "host", "started", "what"} <= set(doc)
+
+
+@pytest.mark.parametrize("batch_files", [1, 100])
+def test_duplicates_across_scan_batches_are_dropped_by_the_engine(
+    root: Path, h200_telemetry: Path, batch_files: int
+) -> None:
+    """The rules hold whatever the engine's batching: a copy read in another batch is still a copy."""
+    from wattclass.classifier.engine import label_files_local
+    from wattclass.classifier.reader import telemetry_files
+
+    one = label_files_local(telemetry_files([root], date=DATE), None, "rule", batch_files=batch_files)
+    shutil.copy(part(root) / "part-0.parquet", part(root) / "part-1.parquet")
+    two = label_files_local(telemetry_files([root], date=DATE), None, "rule", batch_files=batch_files)
+    assert two.report.duplicate_windows == one.n_windows > 0
+    assert two.n_windows == one.n_windows
+    pd.testing.assert_frame_equal(two.labels, one.labels)
