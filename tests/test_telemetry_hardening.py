@@ -95,14 +95,14 @@ def test_disk_full_on_a_real_tmpfs_loses_no_window(tmp_path: Path, h200_raw: Pat
     """A 2 MB tmpfs filled to the last byte for a few seconds while the daemon runs: every window
     it closed (its own count, logged at exit) reaches Parquet once space is back, each once."""
     with small_tmpfs("2m") as root:
-        proc = subprocess.Popen(daemon_cmd(h200_raw, root, "--speed", "40", "--roll-seconds", "60"),
+        proc = subprocess.Popen(daemon_cmd(h200_raw, root, "--speed", "60", "--roll-seconds", "60"),
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         try:
             deadline = time.time() + 60
             while time.time() < deadline and wal_record_count(root / "wal" / "n1") < 2:
                 time.sleep(0.05)
             filler = fill(root)
-            time.sleep(4.0)  # about 16 windows per GPU close while the disk is full
+            time.sleep(3.0)  # about 18 windows close while the disk is full
             filler.unlink()
             _, err = proc.communicate(timeout=90)
         finally:
