@@ -239,7 +239,12 @@ class Scanner:
                                     pc.greater(table.column("n_windows"), 0)))
         keep = ["job_id", "host", "user", "n_windows", "dur_ms", "energy_j", "ts_start_ms", "ts_end_ms",
                 "n_gpm", "r_idle", "r_compute", "r_memory"]
-        return ScanResult(part.select(keep), n_windows, good, bad, {k: v for k, v in rejected.items() if v},
+        sums = ["n_windows", "dur_ms", "energy_j", "n_gpm", "r_idle", "r_compute", "r_memory"]
+        aggs = [(c, "sum") for c in sums] + [("user", "min"), ("ts_start_ms", "min"), ("ts_end_ms", "max")]
+        per_job = part.select(keep).group_by(["job_id", "host"], use_threads=False).aggregate(aggs)
+        back = {f"{c}_{a}": c for c, a in aggs}
+        per_job = per_job.rename_columns([back.get(n, n) for n in per_job.column_names])
+        return ScanResult(per_job, n_windows, good, bad, {k: v for k, v in rejected.items() if v},
                           dups, sorted(set(nogpm.to_pylist())))
 
     def _pass_sql(self, fs: list[Path], drop_columns: Sequence[str], dedup: bool) -> str:

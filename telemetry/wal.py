@@ -40,6 +40,8 @@ log = logging.getLogger(__name__)
 MAGIC = b"WCR1"
 _HEADER = struct.Struct("<4sII")
 MAX_RECORD = 64 * 2**20
+#: While appends keep failing, repeat the ERROR line this often (the metrics say it continuously).
+ERROR_RELOG_S = 60.0
 PREFIX, SUFFIX = "wal-", ".log"
 
 
@@ -119,6 +121,8 @@ class WalWriter:
         self.pending: list[dict[str, Any]] = []  # rows whose append failed; retried first
         self.rows_in_segment = 0
         self.write_errors = 0  # failed appends since start (a metric)
+        self._failing = 0  # failed appends in a row
+        self._last_error_log = 0.0
         self._retired: list[Path] = []
 
     def _open(self) -> None:
@@ -154,10 +158,19 @@ class WalWriter:
         except OSError as exc:
             self.pending = batch
             self.write_errors += 1
-            log.error("WAL append to %s failed (%s): %d row(s) held in memory, retrying next poll",
-                      self.path or self.dir, exc.strerror or exc, len(batch))
+            self._failing += 1
+            now = time.monotonic()
+            if self._failing == 1 or now - self._last_error_log >= ERROR_RELOG_S:  # no log flood
+                self._last_error_log = now
+                log.error("WAL append to %s failed (%s): %d row(s) held in memory, retrying every "
+                          "poll (%d failed append(s) in a row)", self.path or self.dir,
+                          exc.strerror or exc, len(batch), self._failing)
             self._cut_back()
             return False
+        if self._failing:
+            log.warning("WAL append to %s works again after %d failed append(s): %d held row(s) "
+                        "written", self.path, self._failing, len(self.pending))
+            self._failing = 0
         self._size += len(frame)
         self.rows_in_segment += len(batch)
         self.pending = []

@@ -1,7 +1,7 @@
 """Exclusive locks on a folder, held for a process's life, that name their holder.
 
 Two writers on one folder corrupt it (two telemetry daemons convert each other's open WAL
-segment; two nightly runs add duplicate model versions), so each takes ``<folder>/.lock`` with
+segment; two nightly runs add duplicate model versions), so each takes ``<folder>/wattclass.lock`` with
 ``flock(LOCK_EX)`` first. The kernel drops the lock when the holder exits, even on ``kill -9``,
 so a crashed holder never leaves a stale lock; the pid, host and start time written into the
 file are only there to name the holder in the refusal message. ``flock`` is per host on NFS
@@ -23,7 +23,7 @@ from types import TracebackType
 
 from wattclass.errors import LockBusyError
 
-LOCK_NAME = ".lock"
+LOCK_NAME = "wattclass.lock"
 #: How often a waiting process retries a held lock.
 POLL_S = 0.2
 
@@ -49,7 +49,13 @@ class FolderLock:
         self._fd: int | None = None
 
     def acquire(self) -> FolderLock:
-        """Take the lock, waiting up to ``timeout_s`` (0: fail at once); LockBusyError names the holder."""
+        """Take the lock, waiting up to ``timeout_s`` (0: fail at once); LockBusyError names the holder.
+
+        Idempotent: taking a lock this object already holds is a no-op (a second ``flock`` on a new
+        descriptor would conflict with our own and name ourselves as the holder).
+        """
+        if self._fd is not None:
+            return self
         self.folder.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
         deadline = time.monotonic() + max(0.0, self.timeout_s)
