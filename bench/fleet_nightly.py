@@ -57,7 +57,8 @@ def _tree_rss(pid: int) -> int:
 
 def measure(cmd: list[str], env: dict[str, str] | None = None) -> dict[str, Any]:
     """Run ``cmd``; its wall time, stdout, and peak RSS (tree sum and largest process)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    before = ru0.ru_maxrss
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, **(env or {})})
@@ -77,8 +78,12 @@ def measure(cmd: list[str], env: dict[str, str] | None = None) -> dict[str, Any]
     th.join()
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{err[-4000:]}")
-    largest = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    return {"wall_s": round(wall, 2), "peak_rss_tree_mib": round(peak[0] / 2**20, 1),
+    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    largest = ru1.ru_maxrss
+    # CPU seconds of the whole tree (user + system): on a shared machine the wall time depends on
+    # the other load, the CPU time much less.
+    cpu = (ru1.ru_utime + ru1.ru_stime) - (ru0.ru_utime + ru0.ru_stime)
+    return {"wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "peak_rss_tree_mib": round(peak[0] / 2**20, 1),
             "peak_rss_largest_process_mib": round(largest / 1024, 1) if largest > before else None,
             "stdout": out}
 
