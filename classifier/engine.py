@@ -15,9 +15,9 @@ Engines:
   ``wattclass.classifier.scaleout``), each over a chunk of files with one thread; the partials
   are merged here, so the labels equal the local engine's.
 
-Bad files: a file DuckDB cannot read is skipped with a warning naming it (and counted: the
-result's ``n_files`` counts files read); a file lacking a required column is a DataError naming
-file and column.
+Input rules (``validity``, issue 9): a file DuckDB cannot read or one lacking a required column is
+skipped with a warning naming it; impossible rows are rejected and duplicate windows dropped in
+the DuckDB pass itself; all of it is counted in the result's ``report`` (the night's summary).
 """
 
 from __future__ import annotations

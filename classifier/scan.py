@@ -20,9 +20,10 @@ the model) and sums the model's window classes and top probabilities per (job, h
 
 Files: DuckDB reads them with the first file's schema; a set of files that differ (a GPU without
 GPM writes no GPM columns, older writers fewer optional columns) is re-read by column name
-(``union_by_name``), after each file's own schema was checked for the required columns. A file
-DuckDB cannot read is found by reading each file's footer, skipped with a warning naming it,
-and counted.
+(``union_by_name``), after each file's own schema was checked: a file DuckDB cannot read, or one
+that lacks a required column, is skipped with a warning naming it and counted (``validity``).
+Rows: ``validity``'s rules are SQL here (``_reject_sql``: impossible rows counted per reason and
+left out; duplicate windows dropped, exactly, when two files overlap in time on a GPU).
 """
 
 from __future__ import annotations

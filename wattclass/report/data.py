@@ -40,7 +40,7 @@ def _lit(text: str) -> str:
 class ReportData:
     """What the report's sections read; all small (per job, per label, per GPU-bucket)."""
 
-    jobs: pd.DataFrame  # job_id, user, n_windows, energy_j, gpu_hours, label, confidence, source
+    jobs: pd.DataFrame  # job_id, user, n_windows, energy_j, gpu_hours, label, confidence, source, saved_j
     by_label: pd.DataFrame  # index label: energy_kwh, gpu_hours, kwh_per_gpu_hour
     work_per_energy: pd.DataFrame  # index label: tflop, energy_kj, tflops_per_kw
     savings: est.SavingsResult
@@ -232,7 +232,15 @@ def _load(src: _Source, labels: pd.DataFrame | None, caps: Mapping[str, str] | N
     t0, t1 = pd.Timestamp(per_gpu["t0"].min()), pd.Timestamp(per_gpu["t1"].max())
     src.n_gpus_hint = len(per_gpu)
     timeline, n_all = _timeline(src, jobs, max_gpus, t0, t1)
-    out_jobs = jobs[["job_id", "user", "n_windows", "energy_j", "gpu_hours", "label", "confidence", "source"]]
+    # Per job, the savings model's estimate under its own label's cap: per-user/per-account tables
+    # are sums of these rows (no window needed).
+    jobs["saved_j"] = 0.0
+    for lab in est.CAPPED_LABELS:
+        if f"saved_j_{lab}" in jobs.columns:
+            m = jobs["label"] == lab
+            jobs.loc[m, "saved_j"] = jobs.loc[m, f"saved_j_{lab}"].fillna(0.0)
+    out_jobs = jobs[["job_id", "user", "n_windows", "energy_j", "gpu_hours", "label", "confidence", "source",
+                     "saved_j"]]
     return ReportData(
         jobs=out_jobs, by_label=t, work_per_energy=wpe, savings=savings, timeline=timeline, t0=t0, t1=t1,
         n_hosts=len(gpus), n_gpus=len(per_gpu), n_gpus_timeline_of=n_all,
