@@ -79,10 +79,18 @@ def schedule(n_gpus: int, t0: float, seconds: float, seed: int) -> list[Job]:
         while t < t0 + seconds:
             length = rng.choice(JOB_LENGTHS_S)
             n += 1
-            jobs.append(Job(str(900000 + n), f"user{n % 7}", g, t, min(t + length, t0 + seconds),
+            # The job's user owns its processes; the daemon trusts a process's SLURM_JOB_ID only
+            # then (issue 9). This driver's processes run as the bench's own user.
+            jobs.append(Job(str(900000 + n), _me(), g, t, min(t + length, t0 + seconds),
                             with_file=n % NO_FILE_EVERY != 0))
             t += length + GAP_S
     return jobs
+
+
+def _me() -> str:
+    import pwd
+
+    return pwd.getpwuid(os.getuid()).pw_name
 
 
 # ---------------------------------------------------------------- sim mode
