@@ -192,20 +192,7 @@ def _load(src: _Source, labels: pd.DataFrame | None, caps: Mapping[str, str] | N
     idle = per_job[per_job["job_id"].isna()]
     jobs = per_job[per_job["job_id"].notna()].sort_values("job_id").reset_index(drop=True)
     computed = labels is None
-    if labels is None:
-        has = (jobs["r_idle"] + jobs["r_compute"] + jobs["r_memory"]) > 0
-        j = jobs[has]
-        lab = rules.job_labels(j["r_idle"], j["r_compute"], j["r_memory"])
-        conf = rules.job_confidence(j["r_idle"], j["r_compute"], j["r_memory"], lab)
-        labels = pd.DataFrame({"job_id": j["job_id"].astype(str).to_numpy(), "label": rules.label_names(lab),
-                               "confidence": np.round(conf, 3), "source": "rule"})
-    keep = [c for c in ("job_id", "label", "confidence", "source") if c in labels.columns]
-    jobs = jobs.merge(labels[keep], on="job_id", how="left")
-    for c in ("label", "confidence", "source"):
-        if c not in jobs.columns:
-            jobs[c] = None
-    jobs["label"] = jobs["label"].fillna("unlabelled")
-    jobs["gpu_hours"] = jobs["secs"] / 3600.0
+    jobs = _with_labels(jobs, labels)
     rows = pd.concat([jobs.assign(_l=jobs["label"]), idle.assign(_l="no job")], ignore_index=True)
     lg = rows.groupby("_l")
     t = pd.DataFrame({"energy_kwh": lg["energy_j"].sum() / 3.6e6, "gpu_hours": lg["secs"].sum() / 3600.0})
@@ -213,12 +200,7 @@ def _load(src: _Source, labels: pd.DataFrame | None, caps: Mapping[str, str] | N
     order = [x for x in est.LABEL_ORDER if x in t.index] + sorted(set(t.index) - set(est.LABEL_ORDER))
     t = t.loc[order]
     t.index.name = None
-    tf = lg[["tflop", "gpm_energy_j"]].sum(min_count=1)
-    tf = tf[tf["tflop"].notna() & (tf["gpm_energy_j"] > 0)]
-    wpe = pd.DataFrame({"tflop": tf["tflop"], "energy_kj": tf["gpm_energy_j"] / 1e3})
-    wpe["tflops_per_kw"] = wpe["tflop"] / wpe["energy_kj"]
-    wpe = wpe.loc[[x for x in est.LABEL_ORDER if x in wpe.index]]
-    wpe.index.name = None
+    wpe = _work_per_energy(lg[["tflop", "gpm_energy_j"]].sum(min_count=1))
     sav_rows = []
     for lab in est.CAPPED_LABELS:
         if f"new_j_{lab}" in jobs.columns:
@@ -246,6 +228,37 @@ def _load(src: _Source, labels: pd.DataFrame | None, caps: Mapping[str, str] | N
         n_hosts=len(gpus), n_gpus=len(per_gpu), n_gpus_timeline_of=n_all,
         n_windows=int(per_gpu["n_windows"].sum()), labels_computed=computed,
     )
+
+
+def _work_per_energy(tf: pd.DataFrame) -> pd.DataFrame:
+    """Per label: estimated TFLOP, energy (kJ) and TFLOP/s per kW over the windows with GPM."""
+    tf = tf[tf["tflop"].notna() & (tf["gpm_energy_j"] > 0)]
+    wpe = pd.DataFrame({"tflop": tf["tflop"], "energy_kj": tf["gpm_energy_j"] / 1e3})
+    wpe["tflops_per_kw"] = wpe["tflop"] / wpe["energy_kj"]
+    wpe = wpe.loc[[x for x in est.LABEL_ORDER if x in wpe.index]]
+    wpe.index.name = None
+    return wpe
+
+
+def _with_labels(jobs: pd.DataFrame, labels: pd.DataFrame | None) -> pd.DataFrame:
+    """Jobs with label/confidence/source: the store's, else the GPM rule on this scan's counts."""
+    from wattclass.classifier import rules
+
+    if labels is None:
+        has = (jobs["r_idle"] + jobs["r_compute"] + jobs["r_memory"]) > 0
+        j = jobs[has]
+        lab = rules.job_labels(j["r_idle"], j["r_compute"], j["r_memory"])
+        conf = rules.job_confidence(j["r_idle"], j["r_compute"], j["r_memory"], lab)
+        labels = pd.DataFrame({"job_id": j["job_id"].astype(str).to_numpy(), "label": rules.label_names(lab),
+                               "confidence": np.round(conf, 3), "source": "rule"})
+    keep = [c for c in ("job_id", "label", "confidence", "source") if c in labels.columns]
+    jobs = jobs.merge(labels[keep], on="job_id", how="left")
+    for c in ("label", "confidence", "source"):
+        if c not in jobs.columns:
+            jobs[c] = None
+    jobs["label"] = jobs["label"].fillna("unlabelled")
+    jobs["gpu_hours"] = jobs["secs"] / 3600.0
+    return jobs
 
 
 def _savings(by_label: pd.DataFrame, sav: pd.DataFrame, caps: Mapping[str, str], slowdown: float
