@@ -50,7 +50,7 @@ CHUNK_FILES = 1000
 #: Kept for callers of the former pyarrow engine; DuckDB reads all files of a chunk at once.
 BATCH_FILES = 100
 
-_SUMS = ("n_windows", "dur_ms", "energy_j", "n_gpm", "r_idle", "r_compute", "r_memory",
+_SUMS = ("n_windows", "dur_ms", "energy_j", "n_gpm", "r_idle", "r_compute", "r_memory", "n_shared",
          "x_idle", "x_compute", "x_memory", "x_pmax")
 
 

@@ -201,12 +201,24 @@ class Scanner:
         import duckdb
 
         self._union, self._absent = False, frozenset()
+        first_last = _names(files[0]), _names(files[-1])
         try:
+            if None in first_last or first_last[0] != first_last[1]:
+                raise _Differ("the first and the last file have different columns")
+            from wattclass.schema import TELEMETRY_V1
+
+            # Columns the files do not have at all (older writers) read as NULL; a night's files
+            # come from one writer version, checked at both ends (a file that lacks a column
+            # the first has fails the fast read and sends the night down the checked path).
+            self._absent = frozenset(TELEMETRY_V1.names) - set(first_last[0] or ())
             return self.con.sql(sql_for(files)).to_arrow_table(), files, []
+        except _Differ as exc:
+            log.info("telemetry files differ (%s): checking each file", exc)
         except (duckdb.IOException, duckdb.InvalidInputException, duckdb.BinderException,
                 duckdb.ConversionException) as exc:
             log.info("telemetry files differ or one is unreadable (%s): checking each file",
                      str(exc).splitlines()[0][:300])
+        self._absent = frozenset()
         good, bad = self._check_schemas(files)
         self._union = True
         if not good:
@@ -239,8 +251,8 @@ class Scanner:
         part = table.filter(pc.and_(pc.is_valid(table.column("job_id")),
                                     pc.greater(table.column("n_windows"), 0)))
         keep = ["job_id", "host", "user", "n_windows", "dur_ms", "energy_j", "ts_start_ms", "ts_end_ms",
-                "n_gpm", "r_idle", "r_compute", "r_memory"]
-        sums = ["n_windows", "dur_ms", "energy_j", "n_gpm", "r_idle", "r_compute", "r_memory"]
+                "n_gpm", "r_idle", "r_compute", "r_memory", "n_shared"]
+        sums = ["n_windows", "dur_ms", "energy_j", "n_gpm", "r_idle", "r_compute", "r_memory", "n_shared"]
         aggs = [(c, "sum") for c in sums] + [("user", "min"), ("ts_start_ms", "min"), ("ts_end_ms", "max")]
         per_job = part.select(keep).group_by(["job_id", "host"], use_threads=False).aggregate(aggs)
         back = {f"{c}_{a}": c for c, a in aggs}
@@ -257,6 +269,12 @@ class Scanner:
                f"{code} AS code", "filename", f"{_reject_sql(self._absent)} AS bad",
                "CAST(gpu_uuid AS VARCHAR) AS gpu_uuid"]
         v = "bad = 0"
+        # labeling._shared_windows: other jobs held the GPU, and it is not a MIG instance's row
+        # with the instance's own GPM (docs/shared-gpus.md)
+        shared = ("FALSE" if "shared_jobs" in self._absent else
+                  "(coalesce(CAST(shared_jobs AS DOUBLE), 0) > 1 AND NOT (coalesce(CAST("
+                  + ("NULL" if "share_basis" in self._absent else "share_basis")
+                  + " AS VARCHAR), '') = 'mig' AND code >= 0))")
         aggs = [
             f'min("user") FILTER (WHERE {v}) AS "user"', f"count(*) FILTER (WHERE {v}) AS n_windows",
             f"CAST(sum(epoch_ms(ts_end) - epoch_ms(ts_start)) FILTER (WHERE {v}) AS BIGINT) AS dur_ms",
@@ -268,6 +286,7 @@ class Scanner:
             f"count(*) FILTER (WHERE {v} AND code = {rules.COMPUTE}) AS r_compute",
             f"count(*) FILTER (WHERE {v} AND code = {rules.MEMORY}) AS r_memory",
             f"count(*) FILTER (WHERE {v} AND code < 0) AS n_nogpm",
+            f"count(*) FILTER (WHERE {v} AND {shared}) AS n_shared",
             f"epoch_ms(min(ts_start) FILTER (WHERE {v})) AS file_t0",
             f"epoch_ms(max(ts_start) FILTER (WHERE {v})) AS file_t1",
             f"min(gpu_uuid) FILTER (WHERE {v}) AS uuid_lo", f"max(gpu_uuid) FILTER (WHERE {v}) AS uuid_hi",
@@ -327,6 +346,20 @@ class Scanner:
         for rb in reader:
             if rb.num_rows:
                 yield pa.Table.from_batches([rb])
+
+
+class _Differ(Exception):
+    """The files of a scan do not share one schema: read them by column name."""
+
+
+def _names(path: Path) -> tuple[str, ...] | None:
+    """A Parquet file's column names (None if its footer cannot be read)."""
+    import pyarrow.parquet as pq
+
+    try:
+        return tuple(pq.read_schema(path).names)
+    except (OSError, pa.ArrowException):
+        return None
 
 
 def _empty_partials() -> pa.Table:
