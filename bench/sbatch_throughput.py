@@ -35,7 +35,7 @@ from wattclass.policy import parse_policy
 def make_cluster(root: Path, with_plugin: bool, entries: int) -> SlurmCluster:
     lua = None
     if with_plugin:
-        table = root / "labels" / "labels.lua"
+        table = root / "labels" / "labels.tsv"
         table.parent.mkdir(parents=True)
         pol = parse_policy({"mode": "enforce", "caps": {"memory": "60%"},
                             "placement": {"memory": {"features": ["hbm"]}}})

@@ -276,7 +276,7 @@ class WattclassRig:
 
         self.root = Path(root)
         self.root.chmod(0o755)  # jobs run as other users too (nobody) and must reach out/
-        self.table = self.root / "etc" / "wattclass" / "labels.lua"
+        self.table = self.root / "etc" / "wattclass" / "labels.tsv"
         self.table.parent.mkdir(parents=True, exist_ok=True)
         run = Path(run_root) if run_root is not None else self.root
         self.state = run / "gpus.json"

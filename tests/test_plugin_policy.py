@@ -99,7 +99,7 @@ def test_policy_check_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
 
 def test_policy_explain_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     good = _write(tmp_path, GOOD)
-    table = tmp_path / "labels.lua"
+    table = tmp_path / "labels.tsv"
     write_label_table(table, [TableEntry("user_name", "alice", "train.sh", None, "memory", 0.93, 4, "rule"),
                               TableEntry("user", "alice", None, None, "compute", 0.6, 9, "rule")],
                       {"features_available": {"hbm": True}})
