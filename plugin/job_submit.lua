@@ -38,6 +38,7 @@ local find, sub = string.find, string.sub
 -- lua-posix gives lstat (mode, owner, mtime, inode); without it the table cannot be checked,
 -- so the script stays passive.
 local have_posix, pstat = pcall(require, "posix.sys.stat")
+local have_pwd, ppwd = pcall(require, "posix.pwd")
 
 -- A user string made safe for one log line: at most LOG_MAX bytes, control bytes, backslash and
 -- non-ASCII as \ddd, and the original length when it was cut.
@@ -461,7 +462,17 @@ local function effect(token)
     local k = sub(part, 1, 5)
     if k == "label" or sub(part, 1, 4) == "cap=" or sub(part, 1, 5) == "mode=" then out[#out + 1] = part end
   end
+  if #out == 0 then return "none" end
   return table.concat(out, ";")
+end
+
+-- The job owner's name: Slurm 22.05 gives job_rec no user_name, only user_id.
+local function owner_name(job_desc, job_rec)
+  local name = nonempty(job_rec.user_name) or nonempty(job_desc.user_name)
+  if name ~= nil or not have_pwd then return name end
+  local pw = ppwd.getpwuid(tonumber(job_rec.user_id) or -1)
+  if pw == nil then return nil end
+  return pw.pw_name
 end
 
 local function modify(job_desc, job_rec, part_list, modify_uid)
@@ -472,7 +483,7 @@ local function modify(job_desc, job_rec, part_list, modify_uid)
     return slurm.SUCCESS
   end
   local j = {
-    user = job_rec.user_name, name = nonempty(job_desc.name) or job_rec.name,
+    user = owner_name(job_desc, job_rec), name = nonempty(job_desc.name) or job_rec.name,
     account = nonempty(job_desc.account) or nonempty(job_rec.account),
     partition = nonempty(job_desc.partition) or nonempty(job_rec.partition),
     features = nonempty(job_desc.features) or job_rec.features,
@@ -483,7 +494,9 @@ local function modify(job_desc, job_rec, part_list, modify_uid)
   if effect(comment) == effect(old_token) then return slurm.SUCCESS end
   local who = "wattclass: modify job " .. clip(job_rec.job_id) .. " by uid " .. clip(modify_uid)
   if tonumber(modify_uid) == 0 then
-    local new = comment or ""
+    -- Slurm ignores an empty admin_comment, so "no decision" is written as a token the Prolog
+    -- does not take as a cap.
+    local new = comment or (PREFIX .. "decision=none;reason=" .. reason)
     if rest ~= "" then new = rest .. " " .. new end
     job_desc.admin_comment = new
     log_info(who .. ": re-decided " .. status .. " (" .. reason .. ") " .. clip(comment))
@@ -491,8 +504,8 @@ local function modify(job_desc, job_rec, part_list, modify_uid)
   end
   log_info(who .. " refused: the change would alter the power decision from " .. clip(effect(old_token)) ..
     " to " .. clip(effect(comment)))
-  slurm.log_user("wattclass: this change would alter the job's GPU power decision; " ..
-    "cancel the job and submit it again with the new partition/account/GPU request")
+  -- slurm.log_user is not supported in job_modify (22.05, 25.11): the user sees Slurm's generic
+  -- error; docs/slurm.md tells users to cancel and resubmit instead.
   return slurm.ERROR
 end
 

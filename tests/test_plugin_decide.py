@@ -112,7 +112,8 @@ def lua_table_eval(table: Path, expr: str, tmp: Path) -> str:
     script.write_text(render_job_submit(table))
     drv.write_text("slurm = { SUCCESS = 0, ERROR = -1, log_info = function() end,\n"
                    "  log_error = function() end }\n"
-                   f"dofile({lua_value(str(script))})\nlocal t, err = wattclass_read_table({lua_value(str(table))})\n"
+                   f"dofile({lua_value(str(script))})\n"
+                   f"local t, err = wattclass_read_table({lua_value(str(table))})\n"
                    "if t == nil then error(err) end\n"
                    f"print({expr})\n")
     proc = subprocess.run([LUA or "lua5.1", str(drv)], capture_output=True, text=True, timeout=60)
