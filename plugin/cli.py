@@ -27,8 +27,14 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     exp.add_argument("--user", required=True)
     exp.add_argument("--name", required=True, help="job name")
     exp.add_argument("--account")
-    exp.add_argument("--partition")
+    exp.add_argument("--partition", help="the job's -p (comma list); without it, pass the cluster's default "
+                     "partition here, as Slurm resolves it")
     exp.add_argument("--constraint", help="the job's own --constraint, if any")
+    exp.add_argument("--no-gpu", action="store_true", help="the job asks for no GPU (it gets no decision)")
+    lim = exp.add_mutually_exclusive_group()
+    lim.add_argument("--gpu-model", help="show the cap in watts on this GPU model (H200, H100, A100)")
+    lim.add_argument("--limits", metavar="DEFAULT,MIN,MAX", help="show the cap in watts on a GPU with "
+                     "these NVML power limits, e.g. 700,200,700")
     exp.add_argument("--json", action="store_true")
     exp.set_defaults(func=_policy_explain)
 
@@ -68,7 +74,8 @@ _REASONS = {
     "no_table": "no usable label table: the job is left as submitted",
     "exempt_user": "the user is exempt",
     "exempt_account": "the account is exempt",
-    "exempt_partition": "the partition is exempt",
+    "exempt_partition": "every partition the job may run in is exempt",
+    "no_gpu_request": "the job asks for no GPU: no cap, no placement",
     "unknown_job": "no label for this user + name, user or account",
     "low_confidence": "the label's confidence is below min_confidence",
     "no_decision": "the policy has no cap or features for this label",
@@ -87,8 +94,16 @@ def _policy_explain(args: argparse.Namespace) -> int:
     # The policy file is the sysadmin's current intent; the table's embedded copy may be older.
     table["policy"] = pol.table_dict(
         (table.get("policy") or {}).get("features_available") if table.get("policy") else None)
-    d = decide(table, args.user, args.name, args.account, args.partition, args.constraint)
-    data = {**d._asdict(), "why": _REASONS.get(d.reason, d.reason)}
+    d = decide(table, args.user, args.name, args.account, args.partition, args.constraint,
+               gpu_request=not args.no_gpu)
+    data: dict[str, Any] = {**d._asdict(), "why": _REASONS.get(d.reason, d.reason), "cap_w": None}
+    if args.gpu_model or args.limits:
+        from wattclass.caps import cap_watts, known_limits, parse_cap, parse_limits
+
+        dflt, lo, hi = known_limits(args.gpu_model) if args.gpu_model else parse_limits(args.limits)
+        data["gpu_limits_w"] = {"default": dflt, "min": lo, "max": hi, "model": args.gpu_model}
+        if d.cap:
+            data["cap_w"] = cap_watts(parse_cap(d.cap, "the table's cap"), dflt, lo, hi)
 
     def human(x: dict[str, Any]) -> str:
         lines = [f"decision: {x['status']} ({x['why']})"]
@@ -97,6 +112,11 @@ def _policy_explain(args: argparse.Namespace) -> int:
                          f"(source {x['source']})")
         if x["cap"]:
             lines.append(f"cap: {x['cap']} (per GPU, of its default limit when a %, clamped to min/max)")
+        if x["cap_w"] is not None:
+            lim = x["gpu_limits_w"]
+            on = lim["model"] or "this GPU"
+            lines.append(f"on {on} (default {lim['default']:g} W, min {lim['min']:g} W, "
+                         f"max {lim['max']:g} W): {x['cap']} sets {x['cap_w']:g} W")
         if x["admin_comment"]:
             lines.append(f"admin_comment: {x['admin_comment']}")
         lines.append(f"features added: {x['features'] or 'none'}")

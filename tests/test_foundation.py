@@ -96,3 +96,50 @@ def test_label_table_rejects_unknown_label(tmp_path: Path) -> None:
 
 def test_schema_is_pyarrow_schema() -> None:
     assert isinstance(schema.TELEMETRY_V1, pa.Schema)
+
+
+# -- issue 9 item 11: owner, mode and symlinks, checked at the root ---------------------------------
+@pytest.mark.parametrize("damage", ["file_owned_by_nobody", "folder_owned_by_nobody", "symlink_file",
+                                    "symlink_folder", "folder_group_writable"])
+def test_untrusted_files_and_folders_are_refused(tmp_path: Path, damage: str) -> None:
+    from wattclass.fsutil import read_trusted_text
+
+    folder = tmp_path / "state"
+    folder.mkdir(mode=0o755)
+    p = folder / "rec.json"
+    p.write_text("{}")
+    p.chmod(0o644)
+    target = p
+    if damage == "file_owned_by_nobody":
+        os.chown(p, 65534, 65534)
+        want = "owned by uid 65534"
+    elif damage == "folder_owned_by_nobody":
+        os.chown(folder, 65534, 65534)
+        want = "owned by uid 65534"
+    elif damage == "symlink_file":
+        target = folder / "link.json"
+        target.symlink_to(p)
+        want = "symlink"
+    elif damage == "symlink_folder":
+        (tmp_path / "ln").symlink_to(folder)
+        target = tmp_path / "ln" / "rec.json"
+        want = "symlink"
+    else:
+        folder.chmod(0o775)
+        want = "others can write"
+    with pytest.raises(ConfigError, match=want):
+        refuse_if_others_can_write(target)
+    with pytest.raises(ConfigError, match=want):
+        read_trusted_text(target)
+
+
+def test_trusted_file_reads(tmp_path: Path) -> None:
+    from wattclass.fsutil import read_trusted_text
+
+    p = tmp_path / "ok.json"
+    p.write_text('{"a": 1}')
+    p.chmod(0o644)
+    tmp_path.chmod(0o755)
+    assert read_trusted_text(p) == '{"a": 1}'
+    with pytest.raises(FileNotFoundError):
+        read_trusted_text(tmp_path / "missing")

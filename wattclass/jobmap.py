@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from wattclass.errors import ConfigError, DataError
-from wattclass.fsutil import atomic_write_text, refuse_if_others_can_write
+from wattclass.fsutil import atomic_write_text, read_trusted_text
 
 DEFAULT_SPOOL = Path("/run/wattclass/jobs")
 FORMAT_VERSION = 1
@@ -75,8 +75,7 @@ def remove_job_file(spool: Path, gpu_uuid: str, job_id: str | None = None) -> bo
 def read_job_file(path: Path) -> JobAssignment | None:
     """Parse one job file; None if it does not exist. Bad content raises DataError naming the file."""
     try:
-        refuse_if_others_can_write(path)
-        raw = Path(path).read_text(encoding="utf-8")
+        raw = read_trusted_text(path)  # owner root, no symlink, not writable by others
     except FileNotFoundError:
         return None
     try:
