@@ -38,6 +38,7 @@ from wattclass.fsutil import atomic_write_text, ensure_trusted_dir, read_trusted
 from wattclass.gpu.base import GpuBackend, GpuInfo
 from wattclass.jobmap import DEFAULT_SPOOL, JobAssignment, read_job_file, write_job_file
 from wattclass.labeltable import LABELS, MODES
+from wattclass.logsafe import ClipFilter
 from wattclass.plugin.decide import COMMENT_PREFIX
 
 log = logging.getLogger("wattclass.plugin.prolog")
@@ -395,6 +396,7 @@ def setup_log(path: Path | None, stderr: bool = True) -> None:
     root = logging.getLogger("wattclass")
     root.setLevel(logging.INFO)
     for h in handlers:
+        h.addFilter(ClipFilter())  # user strings (names, paths, error texts) clipped, one line each
         h.setFormatter(logging.Formatter("%(asctime)s %(levelname)s wattclass-%(hook)s: %(message)s",
                                          defaults={"hook": "plugin"}))
         root.addHandler(h)

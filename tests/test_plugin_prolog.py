@@ -184,3 +184,23 @@ def test_symlinked_cap_record_is_not_trusted(tmp_path: Path) -> None:
     rec.symlink_to(elsewhere)
     epilog(env, be, tmp_path / "jobs", caps, gmap)
     assert be.power_limit_w(0) == 700.0  # default, not the planted 200 W
+
+
+def test_hook_log_lines_clip_user_strings(tmp_path: Path) -> None:
+    """Issue 9 item 14, Python side: a huge, multi-line value in a hook log line stays one short line."""
+    import logging
+
+    from wattclass.plugin.prolog import setup_log
+
+    log_path = tmp_path / "hook.log"
+    setup_log(log_path, stderr=False)
+    try:
+        logging.getLogger("wattclass.plugin.prolog").error("job %s: %s", 5, "x\nFORGED line " + "%" * 100_000)
+    finally:
+        root = logging.getLogger("wattclass")
+        for h in list(root.handlers):
+            root.removeHandler(h)
+            h.close()
+    text = log_path.read_text()
+    assert text.count("\n") == 1 and len(text) < 600, len(text)
+    assert "x\\x0aFORGED" in text and "(100014 chars)" in text
