@@ -194,6 +194,7 @@ def test_hook_log_lines_clip_user_strings(tmp_path: Path) -> None:
 
     log_path = tmp_path / "hook.log"
     setup_log(log_path, stderr=False)
+    setup_log(tmp_path / "second.log", stderr=False)  # two handlers: clipped once, not twice
     try:
         logging.getLogger("wattclass.plugin.prolog").error("job %s: %s", 5, "x\nFORGED line " + "%" * 100_000)
     finally:
@@ -204,3 +205,4 @@ def test_hook_log_lines_clip_user_strings(tmp_path: Path) -> None:
     text = log_path.read_text()
     assert text.count("\n") == 1 and len(text) < 600, len(text)
     assert "x\\x0aFORGED" in text and "(100014 chars)" in text
+    assert (tmp_path / "second.log").read_text() == text

@@ -30,6 +30,9 @@ class ClipFilter(logging.Filter):
     """Clip every argument of a log record (the message template is ours; the arguments are not)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if getattr(record, "wattclass_clipped", False):  # one record, several handlers: clip once
+            return True
+        record.wattclass_clipped = True
         if isinstance(record.args, tuple) and record.args:
             record.args = tuple(_clip_arg(a) for a in record.args)
         elif isinstance(record.args, dict):
