@@ -48,13 +48,20 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         hp = gsub.add_parser(hook, help=text)
         add_arguments(hp)
         hp.set_defaults(func=_hook, hook=hook)
+    chk_node = gsub.add_parser("check", help="verify an installed node: a checklist, exit 1 on any failure")
+    from wattclass.plugin.check import add_arguments as add_check_arguments
+
+    add_check_arguments(chk_node)
+    chk_node.set_defaults(func=_plugin_check)
     lua = gsub.add_parser("install-lua", help="write job_submit.lua reading a given label table")
     lua.add_argument("--table", type=Path, default=Path("/etc/slurm/wattclass/labels.tsv"))
     lua.add_argument("--dest", type=Path, required=True, help="e.g. /etc/slurm/job_submit.lua")
     lua.set_defaults(func=_install_lua)
     hk = gsub.add_parser("install-hooks", help="write the Prolog/Epilog wrappers")
     hk.add_argument("--dest", type=Path, required=True, help="folder, e.g. /etc/slurm/wattclass")
-    hk.add_argument("--python", default=sys.executable, help="absolute interpreter path")
+    hk.add_argument("--python", default=sys.executable,
+                    help="absolute path of the interpreter wattclass is installed in (default: this one, "
+                    "e.g. /opt/wattclass/bin/python)")
     hk.add_argument("--hook-args", default="--backend nvml --log /var/log/wattclass/plugin.log",
                     help="arguments for `python -m wattclass.plugin.prolog HOOK`")
     hk.set_defaults(func=_install_hooks)
@@ -124,6 +131,12 @@ def _policy_explain(args: argparse.Namespace) -> int:
 
     emit(data, args.json, human)
     return 0
+
+
+def _plugin_check(args: argparse.Namespace) -> int:
+    from wattclass.plugin.check import main
+
+    return main(args)
 
 
 def _hook(args: argparse.Namespace) -> int:
