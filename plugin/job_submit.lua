@@ -148,29 +148,49 @@ local function split_commas(s)
   end
 end
 
--- One line into t; returns an error text or nil.
+-- An entry's record is kept as its text "label TAB confidence TAB n TAB source" and parsed only
+-- when a job hits it: at 1M keys one string per key instead of one Lua table halves the load
+-- time and memory (docs/benchmarks.md). A malformed record counts as no entry.
+local function record(s)
+  if type(s) ~= "string" then return nil end
+  local f = split_tabs(s)
+  if #f ~= 4 then return nil end
+  local conf, src = tonumber(f[2]), decode(f[4])
+  if conf == nil or src == nil then return nil end
+  return { label = f[1], confidence = conf, n = tonumber(f[3]) or 0, source = src }
+end
+
+-- "entry TAB level TAB key1 TAB key2 TAB record" into t, without splitting the record.
+local function parse_entry(t, line)
+  local a = find(line, "\t", 7, true)
+  local b = a and find(line, "\t", a + 1, true)
+  local c = b and find(line, "\t", b + 1, true)
+  if c == nil then return "bad entry" end
+  local level = sub(line, 7, a - 1)
+  local k1, k2 = decode(sub(line, a + 1, b - 1)), decode(sub(line, b + 1, c - 1))
+  if k1 == nil or k2 == nil then return "bad entry key" end
+  local rec = sub(line, c + 1)
+  if level == "user_name" then
+    local names = t.by_user_name[k1]
+    if names == nil then
+      names = {}
+      t.by_user_name[k1] = names
+    end
+    names[k2] = rec
+  elseif level == "user" then
+    t.by_user[k1] = rec
+  elseif level == "account" then
+    t.by_account[k1] = rec
+  else
+    return "unknown level"
+  end
+  return nil
+end
+
+-- One non-entry line (already split) into t; returns an error text or nil.
 local function parse_line(t, f)
   local kind, n = f[1], #f
-  if kind == "entry" and n == 8 then
-    local k1, k2, src = decode(f[3]), decode(f[4]), decode(f[8])
-    local conf = tonumber(f[6])
-    if k1 == nil or k2 == nil or src == nil or conf == nil then return "bad entry" end
-    local rec = { label = f[5], confidence = conf, n = tonumber(f[7]) or 0, source = src }
-    if f[2] == "user_name" then
-      local names = t.by_user_name[k1]
-      if names == nil then
-        names = {}
-        t.by_user_name[k1] = names
-      end
-      names[k2] = rec
-    elseif f[2] == "user" then
-      t.by_user[k1] = rec
-    elseif f[2] == "account" then
-      t.by_account[k1] = rec
-    else
-      return "unknown level"
-    end
-  elseif kind == "generated_at" and n == 2 then
+  if kind == "generated_at" and n == 2 then
     t.generated_at = f[2]
   elseif kind == "mode" and n == 2 then
     t.policy.mode = f[2]
@@ -213,7 +233,13 @@ local function parse_table(data, truncated)
     end
     lineno = lineno + 1
     if i > start then
-      local why = parse_line(t, split_tabs(sub(data, start, i - 1)))
+      local line = sub(data, start, i - 1)
+      local why
+      if sub(line, 1, 6) == "entry\t" then
+        why = parse_entry(t, line)
+      else
+        why = parse_line(t, split_tabs(line))
+      end
       if why then return nil, "label table line " .. lineno .. ": " .. why end
     end
     start = i + 1
@@ -324,8 +350,8 @@ local function lookup(t, user, name, account, min_conf)
   if account ~= nil then cands[#cands + 1] = { "account", field(t.by_account, account) } end
   local low_key, low_rec = nil, nil
   for _, c in ipairs(cands) do
-    local rec = c[2]
-    if type(rec) == "table" then
+    local rec = record(c[2])
+    if rec ~= nil then
       if (tonumber(rec.confidence) or 0) >= min_conf then return c[1], rec, false end
       if low_rec == nil then low_key, low_rec = c[1], rec end
     end
@@ -532,6 +558,7 @@ end
 wattclass_decide = decide
 wattclass_load_table = load_table
 wattclass_read_table = read_table
+wattclass_record = record
 wattclass_requests_gpu = requests_gpu
 wattclass_clip = clip
 

@@ -115,6 +115,11 @@ def lua_table_eval(table: Path, expr: str, tmp: Path) -> str:
                    f"dofile({lua_value(str(script))})\n"
                    f"local t, err = wattclass_read_table({lua_value(str(table))})\n"
                    "if t == nil then error(err) end\n"
+                   # records stay text until a job hits them: parse them all for inspection
+                   "for _, m in pairs({ t.by_user, t.by_account }) do\n"
+                   "  for k, v in pairs(m) do m[k] = wattclass_record(v) end end\n"
+                   "for _, names in pairs(t.by_user_name) do\n"
+                   "  for k, v in pairs(names) do names[k] = wattclass_record(v) end end\n"
                    f"print({expr})\n")
     proc = subprocess.run([LUA or "lua5.1", str(drv)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
