@@ -126,7 +126,8 @@ def run_checks(args: argparse.Namespace) -> list[Check]:
 
     checks: list[Check] = []
     prolog_sh, epilog_sh = args.hooks_dir / "prolog.sh", args.hooks_dir / "epilog.sh"
-    python, hook_args = None, []
+    python: str | None = None
+    hook_args: list[str] = []
     try:
         python, hook_args = _wrapper_config(prolog_sh)
     except OSError as exc:

@@ -232,8 +232,9 @@ def prolog(
 
 def _usable_w(value: object) -> bool:
     """A recorded limit worth restoring: a positive, finite number (not a bool, string or null)."""
-    ok_type = isinstance(value, int | float) and not isinstance(value, bool)
-    return ok_type and math.isfinite(value) and value > 0  # type: ignore[arg-type]
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return False
+    return math.isfinite(value) and value > 0
 
 
 def _set_clamped(backend: GpuBackend, g: GpuInfo, watts: float) -> float:
