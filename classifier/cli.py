@@ -199,7 +199,7 @@ def _human_summary(s: dict[str, Any]) -> str:
     if s.get("status") != "ok":
         return f"{s['date']}: {s.get('message', 'no data')}"
     lines = [f"{s['date']}: {s['jobs']} jobs, {s['windows']} windows in {s['files_read']} file(s), "
-             f"model {s['model']}, {s['seconds']} s"]
+             f"model {s['model']}, {s['seconds']} s, job records: {s.get('slurm_backend') or 'none'}"]
     lines.append(f"  {'label':<11}{'jobs':>7}{'GPU-hours':>12}{'energy kWh':>12}")
     for lab, v in s["by_label"].items():
         if v["jobs"]:

@@ -189,7 +189,9 @@ def _run(
     files = telemetry_files([opts.data_root], date=opts.date)
     if files_total is not None:
         files_total(len(files))
-    summary: dict[str, Any] = {"date": opts.date, "files": len(files), "engine": opts.engine}
+    summary: dict[str, Any] = {"date": opts.date, "files": len(files), "engine": opts.engine,
+                               "slurm_backend": slurm.name if slurm is not None else None}
+    log.info("job records from %s", slurm.describe() if slurm is not None else "telemetry only (no Slurm)")
     registry = ModelRegistry(opts.data_root)
     model = registry.current()
     summary["model"] = model.version

@@ -21,6 +21,7 @@ class JobRecord(NamedTuple):
     start: dt.datetime | None  # UTC
     end: dt.datetime | None  # UTC
     admin_comment: str | None = None
+    gpus: int | None = None  # GPUs allocated (sacct tres gres/gpu); None when not accounted
 
 
 JOB_COLUMNS: tuple[str, ...] = JobRecord._fields

@@ -28,7 +28,17 @@ _REQUIRED = ("job_id",)
 
 
 class SlurmClient(abc.ABC):
-    """Read job records from Slurm or a stand-in for it."""
+    """Read job records from Slurm or a stand-in for it.
+
+    ``name`` says which backend this is ("commands", "pyslurm", "jobs-file"); the nightly run
+    logs it and puts it in its summary, so an operator sees where the job records came from.
+    """
+
+    name: str = "unknown"
+
+    def describe(self) -> str:
+        """One line for logs: the backend and where it reads from."""
+        return self.name
 
     @abc.abstractmethod
     def jobs(self, start: dt.datetime, end: dt.datetime) -> list[JobRecord]:
@@ -60,6 +70,8 @@ class JobsFileClient(SlurmClient):
     null; a missing ``job_id`` column is an error naming the file.
     """
 
+    name = "jobs-file"
+
     def __init__(self, path: Path) -> None:
         import pandas as pd
 
@@ -76,6 +88,13 @@ class JobsFileClient(SlurmClient):
         for col in _REQUIRED:
             if col not in df.columns:
                 raise DataError(f"{self.path}: jobs file is missing column {col}")
+        if "gpus" in df.columns:
+            gpus = pd.to_numeric(df["gpus"], errors="coerce")
+            bad = gpus.isna() & df["gpus"].notna()
+            if bad.any():
+                row = df[bad].iloc[0]
+                raise DataError(f"{self.path}: job {row['job_id']}: gpus {row['gpus']!r} is not a number")
+            df["gpus"] = gpus.astype(object).where(gpus.notna(), None)
         for col in ("start", "end"):
             if col in df.columns and pd.api.types.is_numeric_dtype(df[col]):
                 df[col] = pd.to_datetime(df[col], unit="s", utc=True)
@@ -89,9 +108,13 @@ class JobsFileClient(SlurmClient):
                 start=_ts(row.get("start")),
                 end=_ts(row.get("end")),
                 admin_comment=_str(row.get("admin_comment")),
+                gpus=_int(row.get("gpus")),
             )
             for row in df.to_dict("records")
         ]
+
+    def describe(self) -> str:
+        return f"jobs file {self.path}"
 
     def jobs(self, start: dt.datetime, end: dt.datetime) -> list[JobRecord]:
         out = []
@@ -110,3 +133,11 @@ def _str(value: object) -> str | None:
     if value is None or (isinstance(value, float) and pd.isna(value)):
         return None
     return str(value)
+
+
+def _int(value: object) -> int | None:
+    import pandas as pd
+
+    if value is None or (isinstance(value, float) and pd.isna(value)):
+        return None
+    return int(value)  # type: ignore[call-overload]
