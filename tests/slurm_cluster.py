@@ -215,9 +215,11 @@ class Accounting:
         for argv in (["add", "cluster", cluster_name],
                      ["add", "account", ACCOUNT, "Description=wattclass tests", "Organization=wattclass"],
                      ["add", "account", "benchmark", "Description=exempt", "Organization=wattclass"],
-                     *(["add", "user", u, f"Account={ACCOUNT}", f"DefaultAccount={ACCOUNT}"] for u in USERS),
+                     *(["add", "user", u, f"Account={ACCOUNT}", f"DefaultAccount={ACCOUNT}"]
+                       for u in USERS),
                      *(["add", "user", u, "Account=benchmark"] for u in USERS)):
-            proc = subprocess.run([sacctmgr, "-i", *argv], env=env, capture_output=True, text=True, timeout=30)
+            proc = subprocess.run([sacctmgr, "-i", *argv], env=env, capture_output=True, text=True,
+                                  timeout=30)
             if proc.returncode != 0:
                 raise ClusterError(f"sacctmgr {' '.join(argv)}: rc {proc.returncode}: {proc.stderr.strip()}")
 
@@ -428,7 +430,8 @@ class SlurmCluster:
     def sbatch(self, *args: str, script: str = "#!/bin/sh\ntrue\n", user: str | None = None) -> str:
         """Submit (as ``user``, through runuser: 25.11 dropped ``sbatch --uid``) and return the job id."""
         as_user = ["runuser", "-u", user, "--"] if user is not None else []
-        proc = subprocess.run([*as_user, self.path("sbatch"), "--parsable", *args], input=script, env=self.env,
+        proc = subprocess.run([*as_user, self.path("sbatch"), "--parsable", *args], input=script,
+                              env=self.env,
                               capture_output=True, text=True, timeout=30)
         if proc.returncode != 0:
             raise ClusterError(f"sbatch {' '.join(args)}: rc {proc.returncode}: {proc.stderr.strip()}")

@@ -121,7 +121,8 @@ def test_sacct_records_carry_the_job_fields(acct: Acct) -> None:
     assert gpu.admin_comment == MEM and gpu.gpus == 2
     assert gpu.start is not None and gpu.end is not None and lo <= gpu.start <= gpu.end <= hi
     plain = recs[acct.plain]
-    assert (plain.account, plain.partition, plain.admin_comment, plain.gpus) == ("benchmark", "main", None, None)
+    assert (plain.account, plain.partition, plain.admin_comment, plain.gpus) == \
+        ("benchmark", "main", None, None)
     other = recs[acct.other]
     assert (other.user, other.account, other.gpus) == ("daemon", ACCOUNT, 1)  # --allusers
 

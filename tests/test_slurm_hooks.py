@@ -222,13 +222,14 @@ def test_scontrol_update_by_the_user_cannot_change_the_cap(fresh: WattclassRig) 
     c = fresh.cluster
     forged = "wattclass:label=compute;conf=1.00;cap=100%;src=rule;mode=enforce"
     as_nobody = ["runuser", "-u", "nobody", "--"]
-    proc = subprocess.run([*as_nobody, c.path("sbatch"), "--parsable", "-o", "/dev/null", "--chdir=/tmp", "-H",
+    proc = subprocess.run([*as_nobody, c.path("sbatch"), "--parsable", "-o", "/dev/null", "--chdir=/tmp",
+                           "-H",
                            "-J", "mem-nobody", "--gres=gpu:1"], input=fresh.snapshot_script(),
                           env=c.env, capture_output=True, text=True, timeout=30, check=True)
     job_id = proc.stdout.strip()
     assert c.job(job_id)["admin_comment"] == MEM
-    upd = subprocess.run([*as_nobody, c.path("scontrol"), "update", f"jobid={job_id}", f"AdminComment={forged}"],
-                         env=c.env, capture_output=True, text=True, timeout=30)
+    upd = subprocess.run([*as_nobody, c.path("scontrol"), "update", f"jobid={job_id}",
+                          f"AdminComment={forged}"], env=c.env, capture_output=True, text=True, timeout=30)
     assert upd.returncode != 0  # only operators may set admin_comment
     upd = subprocess.run([*as_nobody, c.path("scontrol"), "update", f"jobid={job_id}", f"Comment={forged}",
                           "JobName=never-seen"], env=c.env, capture_output=True, text=True, timeout=30)

@@ -39,7 +39,8 @@ def test_sacct_records_are_the_same_whatever_the_version(version: str) -> None:
     assert gpu.start is not None and gpu.end is not None and gpu.start <= gpu.end
     assert gpu.start.tzinfo == dt.UTC and gpu.start.year == 2026
     plain = recs["2"]
-    assert (plain.account, plain.partition, plain.admin_comment, plain.gpus) == ("benchmark", "main", None, None)
+    assert (plain.account, plain.partition, plain.admin_comment, plain.gpus) == \
+        ("benchmark", "main", None, None)
     assert [recs[k].gpus for k in ("3_1", "3_2")] == [1, 1]
     assert recs["3_1"].name == "arr"
 

@@ -105,10 +105,11 @@ def slurm_version(doc: Mapping[str, Any]) -> str | None:
     ver = block.get("version") if isinstance(block, dict) else None
     if not isinstance(ver, dict):
         return None
-    parts = [ver.get(k) for k in ("major", "minor", "micro")]
-    if any(p is None for p in parts):
+    try:
+        major, minor, micro = (int(ver[k]) for k in ("major", "minor", "micro"))
+    except (KeyError, TypeError, ValueError):
         return None
-    return ".".join(f"{int(p):02d}" if i < 2 else str(int(p)) for i, p in enumerate(parts))
+    return f"{major:02d}.{minor:02d}.{micro}"
 
 
 _WRAPPED_FIELDS = ("submit_time", "start_time", "end_time", "eligible_time", "time_limit", "cpus",
