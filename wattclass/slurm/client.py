@@ -140,4 +140,4 @@ def _int(value: object) -> int | None:
 
     if value is None or (isinstance(value, float) and pd.isna(value)):
         return None
-    return int(value)  # type: ignore[call-overload]
+    return int(value)  # type: ignore[call-overload,no-any-return]
