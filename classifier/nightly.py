@@ -87,7 +87,12 @@ def _join_slurm(labels: pd.DataFrame, slurm: SlurmClient | None, date: str) -> p
         return out
     if recs.empty:
         return out
-    recs = recs.drop_duplicates("job_id", keep="last").set_index("job_id")
+    recs = recs.drop_duplicates("job_id", keep="last")
+    # Telemetry names an array task by Slurm's own id ("5"; the Prolog sees no SLURM_ARRAY_*),
+    # the records by "3_1": index each record under both, the array name winning a clash.
+    alias = recs[recs["slurm_job_id"].notna() & (recs["slurm_job_id"] != recs["job_id"])]
+    alias = alias[~alias["slurm_job_id"].isin(recs["job_id"])].assign(job_id=alias["slurm_job_id"])
+    recs = pd.concat([recs, alias]).drop_duplicates("job_id", keep="first").set_index("job_id")
     idx = out["job_id"]
     for c in ("name", "account", "partition"):
         out[c] = idx.map(recs[c]).astype(object)

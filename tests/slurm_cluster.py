@@ -253,6 +253,7 @@ class SlurmCluster:
         cpus: int = 16,
         accounting: bool = False,
         install: SlurmInstall | None = None,
+        extra_conf: Sequence[str] = (),
     ) -> None:
         self.root = Path(root)
         self.conf_dir = self.root / "etc"
@@ -262,6 +263,7 @@ class SlurmCluster:
         self.epilog = epilog
         self.features = list(features)
         self.cpus = cpus
+        self.extra_conf = list(extra_conf)  # more slurm.conf lines (benchmarks: MaxArraySize=...)
         self.procs: list[subprocess.Popen[bytes]] = []
         self.install = install if install is not None else slurm_install()
         path = os.pathsep.join([str(self.install.prefix / "bin"), str(self.install.prefix / "sbin"),
@@ -325,6 +327,7 @@ class SlurmCluster:
             lines.append(f"Prolog={self.prolog}")
         if self.epilog is not None:
             lines.append(f"Epilog={self.epilog}")
+        lines += self.extra_conf
         feat = f" Feature={','.join(self.features)}" if self.features else ""
         lines += [
             f"NodeName={NODE} CPUs={self.cpus} RealMemory=8000 Gres=gpu:4{feat} State=UNKNOWN",

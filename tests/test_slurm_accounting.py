@@ -181,7 +181,8 @@ def _nightly(acct: Acct, tmp_path: Path, slurm: Any) -> tuple[dict[str, Any], pd
     date = acct.t0.date().isoformat()
     if dt.datetime.now(dt.UTC).date() != acct.t0.date():
         pytest.skip("the jobs ran just before midnight UTC; the nightly's day window missed them")
-    _telemetry_for(tmp_path, date, {acct.gpu: None, acct.plain: "root", acct.other: None})
+    task = acct.array_tasks[min(acct.array_tasks)]  # telemetry knows the task by its own job id
+    _telemetry_for(tmp_path, date, {acct.gpu: None, acct.plain: "root", acct.other: None, task: None})
     opts = NightlyOptions(data_root=tmp_path, date=date, table_out=tmp_path / "table.lua", retrain=False)
     summary = run_nightly(opts, slurm)
     labels = ClassifierStore(tmp_path).label_history(date).set_index("job_id")
@@ -191,7 +192,7 @@ def _nightly(acct: Acct, tmp_path: Path, slurm: Any) -> tuple[dict[str, Any], pd
 @pytest.mark.slurmdbd
 def test_nightly_joins_real_sacct_records(acct: Acct, tmp_path: Path) -> None:
     summary, labels = _nightly(acct, tmp_path, acct.client)
-    assert summary["status"] == "ok" and summary["jobs"] == 3 and summary["slurm_backend"] == "commands"
+    assert summary["status"] == "ok" and summary["jobs"] == 4 and summary["slurm_backend"] == "commands"
     recs = acct.records()
     for job in (acct.gpu, acct.plain, acct.other):
         row, rec = labels.loc[job], recs[job]
@@ -201,6 +202,10 @@ def test_nightly_joins_real_sacct_records(acct: Acct, tmp_path: Path) -> None:
     assert labels.loc[acct.gpu, "user"] == "root"  # missing in telemetry: taken from Slurm
     assert labels.loc[acct.other, "user"] == "daemon"
     assert labels.loc[acct.gpu, "label"] in ("compute", "memory", "idle", "mixed")
+    name = min(acct.array_tasks)  # "N_1": sacct's name; the Prolog's job files carry its own id
+    task = labels.loc[acct.array_tasks[name]]
+    assert (task["name"], task["user"]) == ("sweep", "root")
+    assert pd.Timestamp(task["slurm_end"]) == pd.Timestamp(recs[name].end)
 
 
 # -- pyslurm against the same cluster -------------------------------------------------------------

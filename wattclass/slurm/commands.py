@@ -302,6 +302,7 @@ def sacct_record(j: Mapping[str, Any]) -> JobRecord:
         end=_utc(t.get("end")) if isinstance(t, dict) else None,
         admin_comment=_admin_comment(j),
         gpus=gpus_from_tres(j.get("tres")),
+        slurm_job_id=_str(j.get("job_id")),
     )
 
 

@@ -94,6 +94,7 @@ def record(j: Any) -> JobRecord:
         end=_when(getattr(j, "end_time", None)),
         admin_comment=_text(getattr(j, "admin_comment", None)),
         gpus=_gpus(j),
+        slurm_job_id=str(j.id),
     )
 
 
