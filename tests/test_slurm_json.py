@@ -107,3 +107,18 @@ def test_prolog_reads_what_both_versions_export(version: str) -> None:
     # neither exports the job name; 25.11 adds start/end times and the SLUID
     assert "SLURM_JOB_NAME" not in arr_env
     assert ("SLURM_JOB_START_TIME" in arr_env) == (version == "25.11")
+
+
+def test_jobs_file_gpus_column(tmp_path: Path) -> None:
+    from wattclass.errors import DataError
+    from wattclass.slurm.client import JobsFileClient
+
+    good = tmp_path / "jobs.csv"
+    good.write_text("job_id,start,gpus\n7,1796014788,2\n8,1796014788,\n")
+    recs = {r.job_id: r for r in JobsFileClient(good).jobs(dt.datetime(2020, 1, 1, tzinfo=dt.UTC),
+                                                          dt.datetime(2030, 1, 1, tzinfo=dt.UTC))}
+    assert (recs["7"].gpus, recs["8"].gpus) == (2, None)
+    bad = tmp_path / "bad.csv"
+    bad.write_text("job_id,gpus\n7,two\n")
+    with pytest.raises(DataError, match=r"bad.csv: job 7: gpus 'two' is not a number"):
+        JobsFileClient(bad)
