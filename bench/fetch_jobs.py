@@ -60,9 +60,6 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=10000)
     ap.add_argument("--array-size", type=int, default=1000)
-    ap.add_argument("--held", type=int, default=0,
-                    help="also submit this many single held jobs and cancel them unstarted: one record "
-                    "each (a cancelled pending array task leaves none), quickly, but without steps")
     ap.add_argument("--max-wait-s", type=float, default=600)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--json", action="store_true")
@@ -86,10 +83,7 @@ def main() -> int:
             n = min(a.array_size, a.jobs - submitted)
             c.sbatch("-o", "/dev/null", "-J", f"tiny-{submitted}", f"--array=0-{n - 1}", "--gres=gpu:1")
             submitted += n
-        for i in range(a.held):
-            c.sbatch("-H", "-o", "/dev/null", "-J", f"held-{i}", "--gres=gpu:1")
-        out["held_cancelled"] = a.held
-        while a.jobs and time.monotonic() - t0 < a.max_wait_s:
+        while time.monotonic() - t0 < a.max_wait_s:
             left = c.run(["squeue", "-h", "-r", "-o", "%i"], timeout=120).split()
             if not left:
                 break
@@ -97,7 +91,7 @@ def main() -> int:
         out["submitted"] = submitted
         out["run_seconds"] = round(time.monotonic() - t0, 1)
         left = c.run(["squeue", "-h", "-r", "-o", "%i"], timeout=120).split()
-        out["finished"] = submitted + a.held - len(left)
+        out["finished"] = submitted - len(left)
         if left:  # out of time: the rest are cancelled, so every record is in a final state
             c.run(["scancel", "--user=root"], timeout=120)
             while c.run(["squeue", "-h", "-r", "-o", "%i"], timeout=120).split():
@@ -132,8 +126,7 @@ def main() -> int:
             if isinstance(r, dict):
                 print(f"{b}: {r['records']} records in {r['median_s']} s (median of {a.repeat}), "
                       f"peak RSS {r['peak_rss_mib']} MiB + child {r['peak_child_rss_mib']} MiB")
-        print(f"[{out['submitted']} array jobs submitted, {out['held_cancelled']} held and cancelled, "
-              f"{out['finished']} ran to completion in "
+        print(f"[{out['submitted']} jobs submitted, {out['finished']} ran to completion in "
               f"{out['run_seconds']} s (the rest cancelled while pending); Slurm {out['slurm']}; "
               f"load {out['load_avg_1m']}]")
     return 0
