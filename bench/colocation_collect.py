@@ -183,7 +183,7 @@ def _sampler(nv: Any, h: Any, poll_s: float, stop: threading.Event, out: Any, me
         try:
             if nv.nvmlGpmQueryDeviceSupport(h).isSupportedDevice:
                 gpm_bufs = [nv.nvmlGpmSampleAlloc() for _ in range(2)]
-        except Exception as exc:  # noqa: BLE001 - record and go on without GPM
+        except Exception as exc:
             meta["gpm_error"] = str(exc)
     k = 0
     t_next = time.time()
@@ -200,7 +200,7 @@ def _sampler(nv: Any, h: Any, poll_s: float, stop: threading.Event, out: Any, me
         try:
             procs = nv.nvmlDeviceGetComputeRunningProcesses(h)
             rec["procs"] = [[int(p.pid), (p.usedGpuMemory or 0) / 2**20] for p in procs]
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             rec["procs_error"] = str(exc)
         samples: list[Any] = []
         for name in ("nvmlDeviceGetProcessesUtilizationInfo", "nvmlDeviceGetProcessUtilization"):
@@ -210,7 +210,7 @@ def _sampler(nv: Any, h: Any, poll_s: float, stop: threading.Event, out: Any, me
                 samples = getattr(nv, name)(h, last_ts)
                 api = name
                 break
-            except Exception as exc:  # noqa: BLE001 - NOT_FOUND = no new samples
+            except Exception as exc:
                 code = getattr(exc, "value", None)
                 if code == 6:  # NVML_ERROR_NOT_FOUND: nothing since last_ts
                     api = name
@@ -227,7 +227,7 @@ def _sampler(nv: Any, h: Any, poll_s: float, stop: threading.Event, out: Any, me
                 if gpm_prev is not None:
                     rec["gpm"] = _gpm(nv, gpm_prev, buf)
                 gpm_prev = buf
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 rec["gpm_error"] = str(exc)
         meta["putil_api"] = api
         out.write(json.dumps(rec) + "\n")

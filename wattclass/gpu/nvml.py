@@ -13,7 +13,11 @@ as possible:
 * utilization, SM and memory clocks, clock-event reasons, temperature, memory info (each a few
   microseconds, so every poll: ``fb_used_mib`` is a per-window maximum and needs every poll);
 * GPM (Hopper+) only once per window, in ``gpm_snapshot``; metrics from a pair of snapshots;
-* the process list only when the attribution layer asks (no Prolog job file).
+* the process list only when the attribution layer asks (no Prolog job file, or a shared GPU);
+* per-process utilisation (``nvmlDeviceGetProcessesUtilizationInfo``, falling back to
+  ``nvmlDeviceGetProcessUtilization`` on older drivers) only for GPUs several jobs share;
+* MIG: the instances of each GPU once (``mig_instances``, cached: MIG layouts change only with
+  the GPU idle and the daemon restarted), GPM per instance with ``nvmlGpmMigSampleGet``.
 
 All NVML errors go through one decorator (``nvml_errors``): nvmlInit failing becomes one
 ``GpuInitError``; GPU_IS_LOST / TIMEOUT / UNKNOWN become ``GpuLostError`` for that GPU only;
@@ -35,7 +39,15 @@ from wattclass.errors import (
     GpuNotSupportedError,
     GpuPermissionError,
 )
-from wattclass.gpu.base import GpmMetrics, GpuBackend, GpuInfo, GpuProcess, GpuSample
+from wattclass.gpu.base import (
+    GpmMetrics,
+    GpuBackend,
+    GpuInfo,
+    GpuProcess,
+    GpuSample,
+    MigInstance,
+    ProcessUtil,
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -136,8 +148,10 @@ class NvmlBackend(GpuBackend):
         self._handles: list[Any] = []
         self._infos: list[GpuInfo] = []
         self._field_ok: dict[int, bool] = {}
-        self._gpm_ring: dict[int, list[Any]] = {}
-        self._gpm_next: dict[int, int] = {}
+        self._gpm_ring: dict[Any, list[Any]] = {}
+        self._gpm_next: dict[Any, int] = {}
+        self._putil_api: str | None = None
+        self._mig: dict[int, list[MigInstance]] = {}
         try:
             self._discover()
         except BaseException:
@@ -285,7 +299,36 @@ class NvmlBackend(GpuBackend):
     @nvml_errors
     def processes(self, index: int) -> list[GpuProcess]:
         procs = self._opt(self._nv.nvmlDeviceGetComputeRunningProcesses, self._handles[index])
-        return [GpuProcess(pid=int(p.pid)) for p in procs or []]
+        out = []
+        for p in procs or []:
+            used = getattr(p, "usedGpuMemory", None)
+            out.append(GpuProcess(pid=int(p.pid), used_mib=used / 2**20 if used is not None else None))
+        return out
+
+    @nvml_errors
+    def process_utilization(self, index: int, since_us: int) -> list[ProcessUtil]:
+        """Samples newer than ``since_us``: the v1 struct API where the driver has it, else the old
+        call (decided once); NOT_FOUND means no new sample and is []."""
+        nv = self._nv
+        h = self._handles[index]
+        names = ("nvmlDeviceGetProcessesUtilizationInfo", "nvmlDeviceGetProcessUtilization")
+        for name in names if self._putil_api is None else (self._putil_api,):
+            fn = getattr(nv, name, None)
+            if fn is None:
+                continue
+            try:
+                samples = fn(h, int(since_us))
+            except nv.NVMLError as exc:
+                if _code(exc) == _NOT_FOUND:
+                    self._putil_api = name
+                    return []
+                if _code(exc) in _UNSUPPORTED_CODES and self._putil_api is None:
+                    continue  # try the older call
+                raise
+            self._putil_api = name
+            return [ProcessUtil(int(x.pid), int(x.timeStamp), float(x.smUtil), float(x.memUtil))
+                    for x in samples]
+        return []
 
     @nvml_errors
     def power_limit_w(self, index: int) -> float | None:

@@ -1,0 +1,196 @@
+"""Shared GPUs and MIG: the job map holds several jobs per GPU, the daemon splits each window's
+energy among them exactly, MIG instances get their parent's energy by slices and activity.
+
+The hardware boundary is the file-state backend (processes, per-process utilisation and MIG
+instances live in its JSON file) with a virtual clock and an energy counter added here.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from wattclass.gpu.base import GpuSample, ProcessUtil
+from wattclass.gpu.filestate import FileStateBackend
+from wattclass.jobmap import (
+    JobAssignment,
+    JobMapReader,
+    jobs_on_gpu,
+    legacy_path,
+    remove_job_file,
+    write_job_file,
+)
+from wattclass.telemetry.daemon import Daemon, DaemonConfig
+from wattclass.telemetry.sharing import mig_shares, split_mj, split_shares
+
+T0 = 1_796_000_000.0
+POWER_W = 500.0
+
+
+class ClockedFileState(FileStateBackend):
+    """File-state GPUs with a virtual clock and an energy counter rising at POWER_W."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.t = T0
+
+    def now(self) -> float:
+        return self.t
+
+    def sample(self, index: int) -> GpuSample:
+        return super().sample(index)._replace(ts=self.t, power_w=POWER_W)
+
+    def energy_mj(self, index: int) -> int | None:
+        return round((self.t - T0) * POWER_W * 1000) + 123_456
+
+    def process_utilization(self, index: int, since_us: int) -> list[ProcessUtil]:
+        now_us = int(self.t * 1e6)
+        return [s._replace(ts_us=now_us) for s in super().process_utilization(index, 0)] \
+            if now_us > since_us else []
+
+
+def _spool(tmp_path: Path) -> Path:
+    spool = tmp_path / "jobs"
+    spool.mkdir(mode=0o755)
+    os.chmod(spool, 0o755)
+    return spool
+
+
+def _run(backend: ClockedFileState, spool: Path, root: Path, seconds: int, at: dict[int, object]
+         ) -> pd.DataFrame:
+    """Poll once a second for ``seconds``; ``at[k]()`` runs before the poll at second k."""
+    d = Daemon(backend, DaemonConfig(data_root=root, host="n1", job_spool=spool))
+    d.prepare()
+    for k in range(seconds + 1):
+        backend.t = T0 + k
+        if k in at:
+            at[k]()  # type: ignore[operator]
+        d.record(d.poll_once())
+    d.shutdown()
+    return pd.concat([pd.read_parquet(f) for f in sorted((root / "telemetry").rglob("*.parquet"))])
+
+
+# -- the job map -------------------------------------------------------------------------------
+def test_job_map_holds_several_jobs_per_gpu_and_reads_the_old_layout(tmp_path: Path) -> None:
+    spool = _spool(tmp_path)
+    uuid = "GPU-aaaa"
+    write_job_file(spool, uuid, JobAssignment("7", "alice", 1000))
+    write_job_file(spool, uuid, JobAssignment("8_2", "bob", 1001))
+    # A job started by the previous Prolog version: one file per GPU.
+    legacy_path(spool, uuid).write_text(json.dumps({"version": 1, "job_id": "5", "user": "eve"}))
+    reader = JobMapReader(spool)
+    assert [j.job_id for j in reader.jobs(uuid)] == ["5", "7", "8_2"]
+    assert reader.jobs("GPU-none") == []
+    # The second job's Epilog removes only its own file; the neighbour keeps its mapping.
+    assert remove_job_file(spool, uuid, "8_2")
+    assert not remove_job_file(spool, uuid, "8_2")  # Epilogs may rerun
+    assert [j.job_id for j in reader.jobs(uuid)] == ["5", "7"]
+    assert remove_job_file(spool, uuid, "5")  # the legacy file naming the job goes too
+    assert not legacy_path(spool, uuid).exists()
+    assert [(j.job_id, j.user, j.uid) for j in jobs_on_gpu(spool, uuid)] == [("7", "alice", 1000)]
+
+
+def test_job_map_skips_a_bad_file_and_keeps_the_others(tmp_path: Path, caplog: pytest.LogCaptureFixture
+                                                       ) -> None:
+    spool = _spool(tmp_path)
+    write_job_file(spool, "GPU-b", JobAssignment("7", "alice", 1000))
+    (spool / "GPU-b" / "9.json").write_text("{not json")
+    with caplog.at_level(logging.WARNING):
+        assert [j.job_id for j in jobs_on_gpu(spool, "GPU-b")] == ["7"]
+    assert "9.json" in caplog.text
+    with pytest.raises(Exception, match="invalid job id"):
+        write_job_file(spool, "GPU-b", JobAssignment("../x", None, None))
+
+
+# -- the model ---------------------------------------------------------------------------------
+def test_split_is_exact_and_follows_utilisation_above_the_static_share() -> None:
+    s = split_shares(["a", "b"], {"a": 300.0, "b": 100.0}, {"a": 1.0, "b": 9.0}, energy_j=5000.0,
+                     duration_s=10.0, idle_w=100.0)
+    assert s.basis == "util"
+    # static 1000 J split equally; dynamic 4000 J by SM utilisation 3:1
+    assert s.ratios["a"] == pytest.approx((500 + 3000) / 5000)
+    assert split_shares(["a", "b"], {}, {"a": 1.0, "b": 3.0}, 5000.0, 10.0, 100.0).basis == "memory"
+    eq = split_shares(["a", "b"], {}, {}, 5000.0, 10.0, 100.0)
+    assert eq.basis == "equal" and eq.ratios == {"a": 0.5, "b": 0.5}
+    parts = split_mj(1_000_001, {"x": 1 / 3, "y": 1 / 3, "z": 1 / 3})
+    assert sum(parts.values()) == 1_000_001 and max(parts.values()) - min(parts.values()) == 1
+
+
+def test_mig_split_static_by_slices_dynamic_by_activity() -> None:
+    s = mig_shares({"m1": 3, "m2": 2}, {"m1": 80.0, "m2": 20.0}, 7, energy_j=7000.0, duration_s=10.0,
+                   idle_w=140.0)
+    static, dyn = 1400.0, 5600.0
+    assert s.ratios["m1"] == pytest.approx((static * 3 / 7 + dyn * 240 / 280) / 7000)
+    assert s.ratios["m2"] == pytest.approx((static * 2 / 7 + dyn * 40 / 280) / 7000)
+    assert s.ratios[""] == pytest.approx(static * 2 / 7 / 7000)  # unused slices: unattributed
+    assert sum(s.ratios.values()) == pytest.approx(1.0)
+
+
+# -- the daemon --------------------------------------------------------------------------------
+def test_daemon_splits_a_shared_gpu_per_job_and_exactly(tmp_path: Path) -> None:
+    be = ClockedFileState.create(tmp_path / "gpus.json", n=1)
+    assert isinstance(be, ClockedFileState)
+    spool = _spool(tmp_path)
+    uuid = be.gpus()[0].uuid
+    procs = [{"pid": 11, "job_id": "7", "user": "alice", "used_mib": 1000, "sm_util_pct": 75.0}]
+
+    def start_first() -> None:
+        write_job_file(spool, uuid, JobAssignment("7", "alice", 1000))
+        be.update_gpu(0, processes=procs)
+
+    def start_second() -> None:
+        write_job_file(spool, uuid, JobAssignment("8", "bob", 1001))
+        be.update_gpu(0, processes=[*procs, {"pid": 12, "job_id": "8", "user": "bob", "used_mib": 8000,
+                                             "sm_util_pct": 25.0}])
+
+    t = _run(be, spool, tmp_path / "d", 40, {0: start_first, 10: start_second})
+    assert t.energy_j.sum() == pytest.approx(40 * POWER_W, abs=1e-6)  # nothing lost or doubled
+    assert set(t.job_id) == {"7", "8"}  # no composite key leaks out
+    sole = t[t.ts_start < pd.Timestamp(T0 + 10, unit="s", tz="UTC")]
+    assert (sole.job_id == "7").all() and (sole.share_ratio == 1.0).all() and sole.share_basis.isna().all()
+    shared = t[t.shared_jobs == 2]
+    for _, w in shared.groupby("ts_start"):
+        assert len(w) == 2 and (w.share_basis == "util").all()
+        dur = (w.ts_end.iloc[0] - w.ts_start.iloc[0]).total_seconds()
+        assert w.energy_j.sum() == pytest.approx(POWER_W * dur, abs=1e-9)  # the window's counter delta
+        assert w.share_ratio.sum() == pytest.approx(1.0)
+    full = shared[(shared.ts_end - shared.ts_start).dt.total_seconds() == 10]
+    j7 = full[full.job_id == "7"].share_ratio
+    # idle estimate: min(lowest window power 500 W, 25% of the 700 W limit) = 175 W
+    assert j7.to_numpy() == pytest.approx((175 / 2 + 325 * 0.75) / 500, rel=1e-4)
+    assert (full[full.job_id == "8"].user == "bob").all()
+
+
+def test_daemon_splits_a_mig_gpu_by_instance(tmp_path: Path) -> None:
+    ClockedFileState.create(tmp_path / "gpus.json", n=2, mig={0: [3, 2]})
+    be = ClockedFileState(tmp_path / "gpus.json")
+    spool = _spool(tmp_path)
+    inst = be.mig_instances(0)
+    parent = be.gpus()[0].uuid
+    assert [(m.slices, m.parent_uuid) for m in inst] == [(3, parent), (2, parent)]
+    assert be.find_mig(inst[1].uuid) == inst[1]
+    mig = json.loads((tmp_path / "gpus.json").read_text())["gpus"][0]["mig"]
+    mig["instances"][0]["sm_util_pct"] = 80.0
+    mig["instances"][1]["sm_util_pct"] = 20.0
+    be.update_gpu(0, mig=mig)
+    write_job_file(spool, inst[0].uuid, JobAssignment("21", "ana", 1002))
+    write_job_file(spool, inst[1].uuid, JobAssignment("22", "ben", 1003))
+    t = _run(be, spool, tmp_path / "d", 30, {})
+    g0 = t[t.gpu_index == 0]
+    assert g0.energy_j.sum() == pytest.approx(30 * POWER_W, abs=1e-6)
+    full = g0[(g0.ts_end - g0.ts_start).dt.total_seconds() == 10]
+    a = full[full.job_id == "21"]
+    assert (a.gpu_uuid == inst[0].uuid).all() and (a.parent_gpu_uuid == parent).all()
+    assert (a.share_basis == "mig").all()
+    assert a.sm_util_pct.to_numpy() == pytest.approx(80.0)  # the instance's own GPM, for its label
+    static, dyn = 175.0 * 10, (POWER_W - 175.0) * 10
+    assert a.energy_j.to_numpy()[-1] == pytest.approx(static * 3 / 7 + dyn * 240 / 280, abs=0.01)
+    unused = full[full.job_id.isna()]
+    assert unused.energy_j.to_numpy()[-1] == pytest.approx(static * 2 / 7, abs=0.01)
+    # GPU 1 (no MIG, no job) is untouched by the split
+    assert t[t.gpu_index == 1].share_basis.isna().all()
