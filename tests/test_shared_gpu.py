@@ -11,6 +11,7 @@ import json
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -194,3 +195,73 @@ def test_daemon_splits_a_mig_gpu_by_instance(tmp_path: Path) -> None:
     assert unused.energy_j.to_numpy()[-1] == pytest.approx(static * 2 / 7, abs=0.01)
     # GPU 1 (no MIG, no job) is untouched by the split
     assert t[t.gpu_index == 1].share_basis.isna().all()
+
+
+# -- the NVML backend, against a stand-in for pynvml (the hardware boundary) -------------------
+def _mig_nvml() -> object:
+    from tests.test_telemetry_units import FakeNvml
+
+    class MigNvml(FakeNvml):
+        """One H200 in MIG mode: a 3-slice instance (GI 1) and a 2-slice one (GI 5), slot 1 empty."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.gpm_mig_calls: list[tuple[str, int]] = []
+            self.putil_since: list[int] = []
+
+        def nvmlGpmQueryDeviceSupport(self, h: str) -> object:
+            return type("S", (), {"isSupportedDevice": 1})()
+
+        def nvmlDeviceGetMigMode(self, h: str) -> tuple[int, int]:
+            return (1, 1)
+
+        def nvmlDeviceGetMaxMigDeviceCount(self, h: str) -> int:
+            return 3
+
+        def nvmlDeviceGetMigDeviceHandleByIndex(self, h: str, k: int) -> str:
+            if k == 1:
+                raise self.NVMLError(6)  # NOT_FOUND: an empty slot
+            return f"{h}/mig{k}"
+
+        def nvmlDeviceGetAttributes(self, h: str) -> object:
+            slices = {"h0": 7, "h0/mig0": 3, "h0/mig2": 2}[h]
+            return type("A", (), {"gpuInstanceSliceCount": slices})()
+
+        def nvmlDeviceGetGpuInstanceId(self, h: str) -> int:
+            return {"h0/mig0": 1, "h0/mig2": 5}[h]
+
+        def nvmlDeviceGetUUID(self, h: str) -> str:
+            return "GPU-fake" if h == "h0" else f"MIG-{h[-4:]}"
+
+        def nvmlGpmSampleAlloc(self) -> list[Any]:
+            return []
+
+        def nvmlGpmMigSampleGet(self, h: str, gi: int, buf: list[Any]) -> list[Any]:
+            self.gpm_mig_calls.append((h, gi))
+            buf[:] = [gi]
+            return buf
+
+        def nvmlDeviceGetProcessesUtilizationInfo(self, h: str, since: int) -> list[Any]:
+            self.putil_since.append(since)
+            if since >= 2000:
+                raise self.NVMLError(6)  # NOT_FOUND: no sample since
+            return [type("S", (), {"pid": 11, "timeStamp": 2000, "smUtil": 70, "memUtil": 30})()]
+
+        def nvmlDeviceGetComputeRunningProcesses(self, h: str) -> list[Any]:
+            return [type("P", (), {"pid": 11, "usedGpuMemory": 3 * 2**30})()]
+
+    return MigNvml()
+
+
+def test_nvml_backend_reads_mig_instances_and_per_process_utilisation() -> None:
+    from wattclass.gpu.nvml import NvmlBackend
+
+    nv: Any = _mig_nvml()
+    b = NvmlBackend(nvml_module=nv)
+    inst = b.mig_instances(0)
+    assert [(m.uuid, m.gpu_instance_id, m.slices, m.total_slices, m.parent_uuid) for m in inst] == [
+        ("MIG-mig0", 1, 3, 7, "GPU-fake"), ("MIG-mig2", 5, 2, 7, "GPU-fake")]
+    assert b.gpm_mig_snapshot(0, 5) == [5] and nv.gpm_mig_calls == [("h0", 5)]
+    assert [tuple(s) for s in b.process_utilization(0, 0)] == [(11, 2000, 70.0, 30.0)]
+    assert b.process_utilization(0, 2000) == []  # NOT_FOUND is "nothing new", not an error
+    assert [(p.pid, p.used_mib) for p in b.processes(0)] == [(11, 3072.0)]

@@ -267,17 +267,59 @@ class NvmlBackend(GpuBackend):
     def gpm_snapshot(self, index: int) -> object | None:
         if not self._infos[index].gpm_supported:
             return None
-        ring = self._gpm_ring.get(index)
-        if ring is None:
-            ring = [self._nv.nvmlGpmSampleAlloc() for _ in range(_GPM_RING)]
-            self._gpm_ring[index] = ring
-            self._gpm_next[index] = 0
-        i = self._gpm_next[index]
-        self._gpm_next[index] = (i + 1) % _GPM_RING
-        buf = ring[i]
+        buf = self._gpm_buffer(index)
         self._nv.nvmlGpmSampleGet(self._handles[index], buf)
         sample: object = buf
         return sample
+
+    def _gpm_buffer(self, key: Any) -> Any:
+        """The next buffer of ``key``'s ring (a GPU index, or (index, instance id) for MIG)."""
+        ring = self._gpm_ring.get(key)
+        if ring is None:
+            ring = [self._nv.nvmlGpmSampleAlloc() for _ in range(_GPM_RING)]
+            self._gpm_ring[key] = ring
+            self._gpm_next[key] = 0
+        i = self._gpm_next[key]
+        self._gpm_next[key] = (i + 1) % _GPM_RING
+        return ring[i]
+
+    @nvml_errors
+    def gpm_mig_snapshot(self, index: int, gpu_instance_id: int) -> object | None:
+        """A GPM sample of one MIG instance (``nvmlGpmMigSampleGet`` on the parent's handle)."""
+        if not self._infos[index].gpm_supported or not hasattr(self._nv, "nvmlGpmMigSampleGet"):
+            return None
+        buf = self._gpm_buffer((index, gpu_instance_id))
+        self._nv.nvmlGpmMigSampleGet(self._handles[index], gpu_instance_id, buf)
+        sample: object = buf
+        return sample
+
+    @nvml_errors
+    def mig_instances(self, index: int) -> list[MigInstance]:
+        """Instances of GPU ``index`` with their slices; [] with MIG off (cached per GPU)."""
+        if index in self._mig:
+            return list(self._mig[index])
+        nv = self._nv
+        h = self._handles[index]
+        out: list[MigInstance] = []
+        mode = self._opt(nv.nvmlDeviceGetMigMode, h) if hasattr(nv, "nvmlDeviceGetMigMode") else None
+        if mode is not None and int(mode[0]) == 1:  # (current, pending); 1 = NVML_DEVICE_MIG_ENABLE
+            parent = self._opt(nv.nvmlDeviceGetAttributes, h)
+            total = int(parent.gpuInstanceSliceCount) if parent is not None else 7
+            for k in range(int(nv.nvmlDeviceGetMaxMigDeviceCount(h))):
+                try:
+                    mh = nv.nvmlDeviceGetMigDeviceHandleByIndex(h, k)
+                except nv.NVMLError as exc:
+                    if _code(exc) == _NOT_FOUND:  # no instance in this slot
+                        continue
+                    raise
+                attrs = nv.nvmlDeviceGetAttributes(mh)
+                out.append(MigInstance(
+                    uuid=_s(nv.nvmlDeviceGetUUID(mh)), parent_index=index,
+                    parent_uuid=self._infos[index].uuid,
+                    gpu_instance_id=int(nv.nvmlDeviceGetGpuInstanceId(mh)),
+                    slices=int(attrs.gpuInstanceSliceCount), total_slices=total))
+        self._mig[index] = out
+        return list(out)
 
     @nvml_errors
     def gpm_metrics(self, index: int, first: object, second: object) -> GpmMetrics:
