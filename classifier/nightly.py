@@ -211,7 +211,7 @@ def _run(
     summary.update({"status": "ok", "files_read": result.n_files, "windows": result.n_windows,
                     "jobs": len(labels), "by_label": summarise(labels),
                     "by_source": labels["source"].value_counts().to_dict()})
-    n_rule = int((labels["source"] == "rule").sum())
+    n_rule = int(labels["source"].astype(str).str.startswith("rule").sum())
     if opts.retrain and n_rule and len(result.sample):
         store.write_sample(opts.date, result.sample)
         summary["retrain"] = _retrain(store, registry, model, opts, result.sample, client)

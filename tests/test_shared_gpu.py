@@ -265,3 +265,31 @@ def test_nvml_backend_reads_mig_instances_and_per_process_utilisation() -> None:
     assert [tuple(s) for s in b.process_utilization(0, 0)] == [(11, 2000, 70.0, 30.0)]
     assert b.process_utilization(0, 2000) == []  # NOT_FOUND is "nothing new", not an error
     assert [(p.pid, p.used_mib) for p in b.processes(0)] == [(11, 3072.0)]
+
+
+# -- labels ------------------------------------------------------------------------------------
+def test_label_of_a_shared_gpu_job_says_so_with_lower_confidence_unless_mig_gpm(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from wattclass.classifier.engine import label_files_local
+    from wattclass.schema import conform
+
+    rows = []
+    for job, shared, basis in (("1", 1, None), ("2", 2, "util"), ("3", 2, "mig")):
+        for k in range(6):
+            rows.append({
+                "ts_start": pd.Timestamp(T0 + 10 * k, unit="s", tz="UTC"),
+                "ts_end": pd.Timestamp(T0 + 10 * k + 10, unit="s", tz="UTC"),
+                "host": "n1", "gpu_index": 0, "gpu_uuid": "GPU-x", "job_id": job, "user": "u",
+                "energy_j": 5000.0, "sm_util_pct": 90.0, "tensor_util_pct": 80.0, "dram_bw_util_pct": 10.0,
+                "shared_jobs": shared, "share_basis": basis, "share_ratio": 1.0 / shared,
+            })
+    f = tmp_path / "t.parquet"
+    pq.write_table(conform(pa.Table.from_pandas(pd.DataFrame(rows), preserve_index=False)), f)
+    lab = label_files_local([f], None, "rule").labels.set_index("job_id")
+    assert (lab.label == "compute").all()
+    assert lab.loc["1", "source"] == "rule" and lab.loc["3", "source"] == "rule"  # MIG: own GPM
+    assert lab.loc["2", "source"] == "rule+shared"
+    assert lab.loc["2", "confidence"] == pytest.approx(lab.loc["1", "confidence"] * 0.5, abs=1e-4)
+    assert lab.loc["3", "confidence"] == lab.loc["1", "confidence"]
