@@ -11,6 +11,15 @@ slurmd runs the Prolog as root before the job and the Epilog after it. The Prolo
    (atomically, before touching the GPU, so a crash between the two still restores) and sets
    the cap, computed per GPU from its default limit and clamped to its min/max.
 
+Shared GPUs (gres/shard, MPS, MIG instances; docs/shared-gpus.md): power limits exist only per
+physical GPU, so the cap record is per physical GPU and lists every job holding it with the
+limit its decision allows (None: uncapped). The enforced limit is the highest of them (a
+neighbour never runs under a lower cap than its own decision allows); the previous limit is
+recorded once, by the first job, and restored only when the last job leaves. A job without a cap
+joins an existing record (or one another job creates later, found through the job map), so
+sites without enforcement never write records. Each change is a read-modify-write under an
+exclusive lock on ``<state>/<gpu_uuid>.lock``: two Prologs on one GPU may run at once.
+
 Invariant: a failing Prolog drains the node, so ``main`` exits 0 on any wattclass error and logs
 it with the job id. This module imports only the standard library and light wattclass modules
 (no pandas) to keep the Prolog fast; ``python -m wattclass.plugin.prolog`` skips the CLI's
@@ -27,7 +36,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -35,7 +44,7 @@ from wattclass.caps import Cap, cap_watts, parse_cap
 from wattclass.errors import ConfigError, DataError, GpuError, WattclassError
 from wattclass.fsutil import atomic_write_text, refuse_if_others_can_write
 from wattclass.gpu.base import GpuBackend, GpuInfo
-from wattclass.jobmap import DEFAULT_SPOOL, JobAssignment, read_job_file, write_job_file
+from wattclass.jobmap import DEFAULT_SPOOL, JobAssignment, jobs_on_gpu, read_job_file, write_job_file
 from wattclass.labeltable import LABELS, MODES
 from wattclass.plugin.decide import COMMENT_PREFIX
 
@@ -108,14 +117,34 @@ def discover_gpu_map(backend: GpuBackend) -> dict[str, str]:
     return out
 
 
-def resolve_gpus(backend: GpuBackend, slurm_gpus: str, gpu_map: Mapping[str, str]) -> list[GpuInfo]:
-    """The backend GPUs behind SLURM_JOB_GPUS ("0,2"), matched by UUID or PCI bus id."""
+def resolve_targets(backend: GpuBackend, slurm_gpus: str, gpu_map: Mapping[str, str]
+                    ) -> list[tuple[str, GpuInfo]]:
+    """(held UUID, physical GPU) behind SLURM_JOB_GPUS ("0,2"), matched by UUID or PCI bus id.
+
+    A MIG instance (its ``MIG-`` UUID in the map: Slurm hands instances out as GPUs) is held by
+    its own UUID (the telemetry daemon looks its job up by it) and capped on its parent GPU.
+    """
     out = []
     for idx in (s.strip() for s in slurm_gpus.split(",") if s.strip()):
         if idx not in gpu_map:
             raise ConfigError(f"Slurm GPU {idx} is not in the GPU map")
-        out.append(backend.find_gpu(gpu_map[idx]))
+        key = gpu_map[idx]
+        mig = backend.find_mig(key)
+        if mig is not None:
+            parent = next(g for g in backend.gpus() if g.gpu_index == mig.parent_index)
+            out.append((mig.uuid, parent))
+        else:
+            g = backend.find_gpu(key)
+            out.append((g.uuid, g))
     return out
+
+
+def resolve_gpus(backend: GpuBackend, slurm_gpus: str, gpu_map: Mapping[str, str]) -> list[GpuInfo]:
+    """The physical backend GPUs behind SLURM_JOB_GPUS, once each, in Slurm's order."""
+    seen: dict[str, GpuInfo] = {}
+    for _, g in resolve_targets(backend, slurm_gpus, gpu_map):
+        seen.setdefault(g.uuid, g)
+    return list(seen.values())
 
 
 # -- state records -----------------------------------------------------------------------------
@@ -136,6 +165,63 @@ def read_record(path: Path) -> dict[str, Any] | None:
     if not isinstance(doc, dict) or "previous_w" not in doc:
         raise DataError(f"{path}: not a cap record")
     return doc
+
+
+def record_jobs(rec: Mapping[str, Any]) -> dict[str, float | None]:
+    """Job id -> the limit its decision allows (None: uncapped), from a version 2 record or a
+    version 1 one (one job, written before shared GPUs; read during an upgrade)."""
+    jobs = rec.get("jobs")
+    if isinstance(jobs, dict):
+        return {str(k): (float(v) if v is not None else None) for k, v in jobs.items()}
+    if "job_id" in rec:
+        return {str(rec["job_id"]): float(rec["set_w"]) if rec.get("set_w") is not None else None}
+    return {}
+
+
+def effective_limit(previous_w: float, jobs: Mapping[str, float | None]) -> float:
+    """The highest limit any job on the GPU allows; an uncapped job allows the previous limit."""
+    return max((previous_w if w is None else w) for w in jobs.values()) if jobs else previous_w
+
+
+@contextlib.contextmanager
+def _gpu_lock(state_dir: Path, uuid: str) -> Iterator[None]:
+    """Exclusive lock for one physical GPU's cap record (Prologs/Epilogs of jobs sharing it)."""
+    import fcntl
+
+    path = _record_path(state_dir, uuid).with_suffix(".lock")
+    path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _write_record(path: Path, previous_w: float, jobs: Mapping[str, float | None], set_w: float) -> None:
+    atomic_write_text(path, json.dumps({
+        "version": 2, "previous_w": previous_w, "jobs": dict(jobs), "set_w": set_w,
+        "written_at": time.time()}, sort_keys=True) + "\n", mode=0o644)
+
+
+def _neighbours(backend: GpuBackend, jobs_dir: Path, g: GpuInfo, job_id: str) -> list[str]:
+    """Other jobs the job map says hold GPU ``g`` (on the GPU itself or one of its MIG instances)."""
+    uuids = [g.uuid, *(m.uuid for m in backend.mig_instances(g.gpu_index))]
+    found = {a.job_id for u in uuids for a in jobs_on_gpu(jobs_dir, u)}
+    found.discard(job_id)
+    return sorted(found)
+
+
+def _apply(backend: GpuBackend, g: GpuInfo, watts: float, why: str) -> None:
+    """Set the limit if it differs (clamped to the GPU's range: a record may predate a change)."""
+    if g.power_limit_min_w is not None:
+        watts = max(watts, g.power_limit_min_w)
+    if g.power_limit_max_w is not None:
+        watts = min(watts, g.power_limit_max_w)
+    current = backend.power_limit_w(g.gpu_index)
+    if current is None or abs(current - watts) > 0.01:
+        backend.set_power_limit_w(g.gpu_index, watts)
+        log.info("%s: GPU %s %s W -> %.1f W", why, g.uuid, current, watts)
 
 
 class JobEnv(NamedTuple):
@@ -171,50 +257,73 @@ def prolog(
 ) -> list[dict[str, Any]]:
     """Apply the job's cap (see module docstring); returns one plan entry per GPU."""
     job = job_env(env)
-    gpus = resolve_gpus(backend, job.gpus, gpu_map)
-    if not gpus:
+    targets = resolve_targets(backend, job.gpus, gpu_map)
+    if not targets:
         log.info("job %s: no GPUs", job.job_id)
         return []
     if not dry_run:
-        for g in gpus:
-            write_job_file(jobs_dir, g.uuid, JobAssignment(job.display_id, job.user, job.uid))
+        for held, _ in targets:
+            write_job_file(jobs_dir, held, JobAssignment(job.display_id, job.user, job.uid))
     comment = parse_admin_comment(admin_comment(job.job_id))
     plan = []
-    for g in gpus:
+    for g in resolve_gpus(backend, job.gpus, gpu_map):
         current = backend.power_limit_w(g.gpu_index)
         entry: dict[str, Any] = {
             "job_id": job.job_id, "gpu_index": g.gpu_index, "uuid": g.uuid, "pci_bus_id": g.pci_bus_id,
             "current_w": current, "default_w": g.power_limit_default_w, "min_w": g.power_limit_min_w,
             "max_w": g.power_limit_max_w, "label": comment.label if comment else None,
             "cap": comment.cap.text() if comment and comment.cap else None, "target_w": None,
-            "action": "none",
+            "action": "none", "effective_w": current,
         }
         plan.append(entry)
-        if comment is None or comment.cap is None:
+        target: float | None = None
+        if comment is not None and comment.cap is not None:
+            default = g.power_limit_default_w if g.power_limit_default_w is not None else current
+            if default is None:
+                log.error("job %s: GPU %s reports no default limit; not capped", job.job_id, g.uuid)
+            else:
+                target = cap_watts(comment.cap, default, g.power_limit_min_w, g.power_limit_max_w)
+                entry["target_w"] = target
+                if dry_run or comment.mode != "enforce":
+                    entry["action"] = "dry-run" if dry_run else "shadow"
+                    log.info("job %s: %s: GPU %s label=%s cap=%s would set %.1f W (now %s W)", job.job_id,
+                             entry["action"], g.uuid, comment.label, entry["cap"], target, current)
+                    continue
+        if dry_run or (comment is not None and comment.mode != "enforce"):
             continue
-        default = g.power_limit_default_w if g.power_limit_default_w is not None else current
-        if default is None:
-            log.error("job %s: GPU %s reports no default limit; not capped", job.job_id, g.uuid)
-            continue
-        target = cap_watts(comment.cap, default, g.power_limit_min_w, g.power_limit_max_w)
-        entry["target_w"] = target
-        if dry_run or comment.mode != "enforce":
-            entry["action"] = "dry-run" if dry_run else "shadow"
-            log.info("job %s: %s: GPU %s label=%s cap=%s would set %.1f W (now %s W)", job.job_id,
-                     entry["action"], g.uuid, comment.label, entry["cap"], target, current)
-            continue
-        rec_path = _record_path(state_dir, g.uuid)
-        old = read_record(rec_path)
-        # A record left by a job whose Epilog never ran holds the true original limit: keep it.
-        previous = old["previous_w"] if old is not None else current
-        atomic_write_text(rec_path, json.dumps({
-            "version": 1, "job_id": job.job_id, "previous_w": previous, "set_w": target,
-            "written_at": time.time()}) + "\n", mode=0o644)
-        backend.set_power_limit_w(g.gpu_index, target)
-        entry["action"] = "capped"
-        log.info("job %s: capped GPU %s (%s) label=%s cap=%s: %s W -> %.1f W", job.job_id, g.uuid,
-                 g.pci_bus_id, comment.label, entry["cap"], current, target)
+        entry.update(_register(backend, g, job, target, jobs_dir, state_dir))
+        if target is not None:
+            entry["action"] = "capped"
+            log.info("job %s: capped GPU %s (%s) label=%s cap=%s: %s W -> %.1f W (jobs on it: %s)",
+                     job.job_id, g.uuid, g.pci_bus_id, comment.label if comment else None, entry["cap"],
+                     current, entry["effective_w"], ",".join(entry["jobs"]))
     return plan
+
+
+def _register(backend: GpuBackend, g: GpuInfo, job: JobEnv, target: float | None, jobs_dir: Path,
+              state_dir: Path) -> dict[str, Any]:
+    """Add the job to the GPU's cap record and enforce the highest allowed limit.
+
+    An uncapped job joins only an existing record (nothing to protect it from otherwise); a capped
+    one creates the record, first adding the job map's other jobs on the GPU as uncapped.
+    """
+    rec_path = _record_path(state_dir, g.uuid)
+    with _gpu_lock(state_dir, g.uuid):
+        old = read_record(rec_path)
+        if old is None and target is None:
+            return {"jobs": [job.job_id]}
+        current = backend.power_limit_w(g.gpu_index)
+        # A record whose jobs all left without an Epilog holds the true original limit: keep it.
+        previous = float(old["previous_w"]) if old is not None else current
+        if previous is None:
+            raise GpuError(f"GPU {g.uuid}: no current power limit to record")
+        jobs = record_jobs(old) if old is not None else dict.fromkeys(
+            _neighbours(backend, jobs_dir, g, job.display_id))
+        jobs[job.job_id] = target
+        limit = effective_limit(previous, jobs)
+        _write_record(rec_path, previous, jobs, limit)  # before touching the GPU
+        _apply(backend, g, limit, f"job {job.job_id}")
+    return {"effective_w": limit, "jobs": sorted(jobs)}
 
 
 def _restore(backend: GpuBackend, uuid: str, rec_path: Path, rec: Mapping[str, Any], why: str) -> bool:
@@ -233,21 +342,36 @@ def _restore(backend: GpuBackend, uuid: str, rec_path: Path, rec: Mapping[str, A
 
 def epilog(env: Mapping[str, str], backend: GpuBackend, jobs_dir: Path = DEFAULT_SPOOL,
            state_dir: Path = DEFAULT_STATE) -> list[str]:
-    """Restore the limits this job's Prolog recorded and remove its job files. Idempotent."""
+    """Leave the job's GPUs: remove it from each cap record; where it was the last job restore
+    the recorded limit, else enforce the highest cap of the jobs that remain; remove its job
+    files. Idempotent. Returns the UUIDs whose limit was restored."""
     job = job_env(env)
     restored = []
     errors = []
     for rec_path in sorted(Path(state_dir).glob("*.json")):
         try:
-            rec = read_record(rec_path)
-            if rec is None or str(rec.get("job_id")) != job.job_id:
-                continue
-            _restore(backend, rec_path.stem, rec_path, rec, f"job {job.job_id}")
-            restored.append(rec_path.stem)
+            with _gpu_lock(state_dir, rec_path.stem):
+                rec = read_record(rec_path)
+                if rec is None:
+                    continue
+                jobs = record_jobs(rec)
+                if job.job_id not in jobs:
+                    continue
+                del jobs[job.job_id]
+                if not jobs:
+                    _restore(backend, rec_path.stem, rec_path, rec, f"job {job.job_id}")
+                    restored.append(rec_path.stem)
+                    continue
+                previous = float(rec["previous_w"])
+                limit = effective_limit(previous, jobs)
+                _write_record(rec_path, previous, jobs, limit)
+                _apply(backend, backend.find_gpu(rec_path.stem), limit,
+                       f"job {job.job_id} left, {len(jobs)} job(s) remain")
         except WattclassError as exc:  # one bad GPU must not stop the others
             errors.append(str(exc))
             log.error("job %s: epilog: %s", job.job_id, exc)
-    for f in sorted(Path(jobs_dir).glob("*.json")):
+    spool = Path(jobs_dir)
+    for f in sorted([*spool.glob(f"*/{job.display_id}.json"), *spool.glob("*.json")]):
         try:
             a = read_job_file(f)
         except (DataError, ConfigError) as exc:
@@ -266,8 +390,8 @@ def reconcile(backend: GpuBackend, jobs_dir: Path = DEFAULT_SPOOL,
     """On GPUs that no job holds: restore a recorded limit, else the default. Run at boot."""
     done = []
     for g in backend.gpus():
-        job_file = Path(jobs_dir) / f"{g.uuid}.json"
-        if job_file.exists():
+        if jobs_on_gpu(jobs_dir, g.uuid) or any(jobs_on_gpu(jobs_dir, m.uuid)
+                                                 for m in backend.mig_instances(g.gpu_index)):
             continue
         rec_path = _record_path(state_dir, g.uuid)
         rec = read_record(rec_path)

@@ -293,3 +293,97 @@ def test_label_of_a_shared_gpu_job_says_so_with_lower_confidence_unless_mig_gpm(
     assert lab.loc["2", "source"] == "rule+shared"
     assert lab.loc["2", "confidence"] == pytest.approx(lab.loc["1", "confidence"] * 0.5, abs=1e-4)
     assert lab.loc["3", "confidence"] == lab.loc["1", "confidence"]
+
+
+# -- caps: per physical GPU, the highest cap wins, restored when the last job leaves -----------
+MEM60 = "wattclass:label=memory;conf=0.93;cap=60%;src=rule;mode=enforce"
+MIX85 = "wattclass:label=mixed;conf=0.93;cap=85%;src=rule;mode=enforce"
+
+
+def _hooks(tmp_path: Path, be: FileStateBackend, gmap: dict[str, str]):  # type: ignore[no-untyped-def]
+    from wattclass.plugin.prolog import epilog, prolog
+
+    decisions: dict[str, str | None] = {}
+
+    def start(job: str, gpus: str, decision: str | None) -> list[dict[str, Any]]:
+        decisions[job] = decision
+        env = {"SLURM_JOB_ID": job, "SLURM_JOB_GPUS": gpus, "SLURM_JOB_USER": "u"}
+        return prolog(env, be, lambda j: decisions[j], gmap, tmp_path / "jobs", tmp_path / "caps")
+
+    def end(job: str) -> list[str]:
+        return epilog({"SLURM_JOB_ID": job}, be, tmp_path / "jobs", tmp_path / "caps")
+
+    return start, end
+
+
+def test_two_jobs_on_one_gpu_highest_cap_wins_and_last_one_restores(tmp_path: Path) -> None:
+    be = FileStateBackend.create(tmp_path / "g.json", 2)
+    start, end = _hooks(tmp_path, be, {"0": be.gpus()[0].uuid, "1": be.gpus()[1].uuid})
+    start("41", "0", MEM60)
+    assert be.power_limit_w(0) == 420.0
+    plan = start("42", "0", MIX85)  # a shard of the same GPU
+    assert plan[0]["effective_w"] == 595.0 and plan[0]["jobs"] == ["41", "42"]
+    assert be.power_limit_w(0) == 595.0  # 42 never runs under less than its own 85%
+    assert end("41") == []  # 42 still runs: not restored ...
+    assert be.power_limit_w(0) == 595.0  # ... and 42's cap stays
+    assert [j.job_id for j in jobs_on_gpu(tmp_path / "jobs", be.gpus()[0].uuid)] == ["42"]
+    assert end("42") == [be.gpus()[0].uuid]
+    assert be.power_limit_w(0) == 700.0 and be.power_limit_w(1) == 700.0
+    # the other order: the less capped job leaves first, the remaining one's cap applies
+    start("43", "0", MEM60)
+    start("44", "0", MIX85)
+    end("44")
+    assert be.power_limit_w(0) == 420.0
+    end("43")
+    assert be.power_limit_w(0) == 700.0
+    assert not list((tmp_path / "caps").glob("*.json"))
+
+
+def test_an_uncapped_neighbour_is_never_capped(tmp_path: Path) -> None:
+    be = FileStateBackend.create(tmp_path / "g.json", 1)
+    start, end = _hooks(tmp_path, be, {"0": be.gpus()[0].uuid})
+    start("51", "0", None)  # no decision (new user, exempt account): uncapped, nothing recorded
+    assert not (tmp_path / "caps").exists() or not list((tmp_path / "caps").glob("*.json"))
+    start("52", "0", MEM60)  # finds 51 in the job map and keeps the GPU uncapped for it
+    assert be.power_limit_w(0) == 700.0
+    end("51")
+    assert be.power_limit_w(0) == 420.0  # 52 alone now: its own cap
+    start("53", "0", None)  # joins the record: lifts the cap while it runs
+    assert be.power_limit_w(0) == 700.0
+    end("53")
+    assert be.power_limit_w(0) == 420.0
+    end("52")
+    assert be.power_limit_w(0) == 700.0
+
+
+def test_mig_instances_cap_their_parent_gpu(tmp_path: Path) -> None:
+    be = FileStateBackend.create(tmp_path / "g.json", 2, mig={0: [3, 2, 2]})
+    inst = be.mig_instances(0)
+    gmap = {"0": inst[0].uuid, "1": inst[1].uuid, "2": inst[2].uuid, "3": be.gpus()[1].uuid}
+    start, end = _hooks(tmp_path, be, gmap)
+    plan = start("61", "0", MEM60)
+    assert [(p["uuid"], p["effective_w"]) for p in plan] == [(be.gpus()[0].uuid, 420.0)]
+    assert [j.job_id for j in jobs_on_gpu(tmp_path / "jobs", inst[0].uuid)] == ["61"]  # by instance
+    start("62", "1,2", MIX85)  # two instances of the same parent: one cap entry
+    assert be.power_limit_w(0) == 595.0 and be.power_limit_w(1) == 700.0
+    end("62")
+    assert be.power_limit_w(0) == 420.0
+    assert end("61") == [be.gpus()[0].uuid]
+    assert be.power_limit_w(0) == 700.0
+    assert not list((tmp_path / "jobs").rglob("*.json"))
+
+
+def test_a_record_from_before_shared_gpus_is_restored(tmp_path: Path) -> None:
+    """Upgrade: a version 1 record (one job per GPU) written by the previous Prolog."""
+    be = FileStateBackend.create(tmp_path / "g.json", 1)
+    uuid = be.gpus()[0].uuid
+    be.set_power_limit_w(0, 420.0)
+    (tmp_path / "caps").mkdir()
+    (tmp_path / "caps" / f"{uuid}.json").write_text(json.dumps(
+        {"version": 1, "job_id": "70", "previous_w": 650.0, "set_w": 420.0}))
+    start, end = _hooks(tmp_path, be, {"0": uuid})
+    start("71", "0", MIX85)
+    assert be.power_limit_w(0) == 595.0
+    end("71")
+    assert be.power_limit_w(0) == 420.0  # job 70 still holds it
+    assert end("70") == [uuid] and be.power_limit_w(0) == 650.0
