@@ -35,18 +35,18 @@ import logging
 import os
 import re
 import sys
-import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from wattclass.caps import Cap, cap_watts, parse_cap
 from wattclass.errors import ConfigError, DataError, GpuError, WattclassError
-from wattclass.fsutil import atomic_write_text, refuse_if_others_can_write
+from wattclass.fsutil import refuse_if_others_can_write
 from wattclass.gpu.base import GpuBackend, GpuInfo
 from wattclass.jobmap import DEFAULT_SPOOL, JobAssignment, jobs_on_gpu, read_job_file, write_job_file
 from wattclass.labeltable import LABELS, MODES
 from wattclass.plugin.decide import COMMENT_PREFIX
+from wattclass.plugin.sharedcaps import effective_limit, gpu_lock, record_jobs, write_record
 
 log = logging.getLogger("wattclass.plugin.prolog")
 
@@ -167,43 +167,6 @@ def read_record(path: Path) -> dict[str, Any] | None:
     return doc
 
 
-def record_jobs(rec: Mapping[str, Any]) -> dict[str, float | None]:
-    """Job id -> the limit its decision allows (None: uncapped), from a version 2 record or a
-    version 1 one (one job, written before shared GPUs; read during an upgrade)."""
-    jobs = rec.get("jobs")
-    if isinstance(jobs, dict):
-        return {str(k): (float(v) if v is not None else None) for k, v in jobs.items()}
-    if "job_id" in rec:
-        return {str(rec["job_id"]): float(rec["set_w"]) if rec.get("set_w") is not None else None}
-    return {}
-
-
-def effective_limit(previous_w: float, jobs: Mapping[str, float | None]) -> float:
-    """The highest limit any job on the GPU allows; an uncapped job allows the previous limit."""
-    return max((previous_w if w is None else w) for w in jobs.values()) if jobs else previous_w
-
-
-@contextlib.contextmanager
-def _gpu_lock(state_dir: Path, uuid: str) -> Iterator[None]:
-    """Exclusive lock for one physical GPU's cap record (Prologs/Epilogs of jobs sharing it)."""
-    import fcntl
-
-    path = _record_path(state_dir, uuid).with_suffix(".lock")
-    path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
-
-
-def _write_record(path: Path, previous_w: float, jobs: Mapping[str, float | None], set_w: float) -> None:
-    atomic_write_text(path, json.dumps({
-        "version": 2, "previous_w": previous_w, "jobs": dict(jobs), "set_w": set_w,
-        "written_at": time.time()}, sort_keys=True) + "\n", mode=0o644)
-
-
 def _neighbours(backend: GpuBackend, jobs_dir: Path, g: GpuInfo, job_id: str) -> list[str]:
     """Other jobs the job map says hold GPU ``g`` (on the GPU itself or one of its MIG instances)."""
     uuids = [g.uuid, *(m.uuid for m in backend.mig_instances(g.gpu_index))]
@@ -308,7 +271,7 @@ def _register(backend: GpuBackend, g: GpuInfo, job: JobEnv, target: float | None
     one creates the record, first adding the job map's other jobs on the GPU as uncapped.
     """
     rec_path = _record_path(state_dir, g.uuid)
-    with _gpu_lock(state_dir, g.uuid):
+    with gpu_lock(_record_path(state_dir, g.uuid)):
         old = read_record(rec_path)
         if old is None and target is None:
             return {"jobs": [job.job_id]}
@@ -321,7 +284,7 @@ def _register(backend: GpuBackend, g: GpuInfo, job: JobEnv, target: float | None
             _neighbours(backend, jobs_dir, g, job.display_id))
         jobs[job.job_id] = target
         limit = effective_limit(previous, jobs)
-        _write_record(rec_path, previous, jobs, limit)  # before touching the GPU
+        write_record(rec_path, previous, jobs, limit)  # before touching the GPU
         _apply(backend, g, limit, f"job {job.job_id}")
     return {"effective_w": limit, "jobs": sorted(jobs)}
 
@@ -350,7 +313,7 @@ def epilog(env: Mapping[str, str], backend: GpuBackend, jobs_dir: Path = DEFAULT
     errors = []
     for rec_path in sorted(Path(state_dir).glob("*.json")):
         try:
-            with _gpu_lock(state_dir, rec_path.stem):
+            with gpu_lock(rec_path):
                 rec = read_record(rec_path)
                 if rec is None:
                     continue
@@ -364,7 +327,7 @@ def epilog(env: Mapping[str, str], backend: GpuBackend, jobs_dir: Path = DEFAULT
                     continue
                 previous = float(rec["previous_w"])
                 limit = effective_limit(previous, jobs)
-                _write_record(rec_path, previous, jobs, limit)
+                write_record(rec_path, previous, jobs, limit)
                 _apply(backend, backend.find_gpu(rec_path.stem), limit,
                        f"job {job.job_id} left, {len(jobs)} job(s) remain")
         except WattclassError as exc:  # one bad GPU must not stop the others
