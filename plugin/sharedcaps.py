@@ -23,17 +23,21 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from wattclass.errors import DataError
 from wattclass.fsutil import atomic_write_text
 
 
 def record_jobs(rec: Mapping[str, Any]) -> dict[str, float | None]:
     """Job id -> the limit its decision allows (None: uncapped), from a version 2 record or a
     version 1 one (one job, written before shared GPUs; read during an upgrade)."""
-    jobs = rec.get("jobs")
-    if isinstance(jobs, dict):
-        return {str(k): (float(v) if v is not None else None) for k, v in jobs.items()}
-    if "job_id" in rec:
-        return {str(rec["job_id"]): float(rec["set_w"]) if rec.get("set_w") is not None else None}
+    try:
+        jobs = rec.get("jobs")
+        if isinstance(jobs, dict):
+            return {str(k): (float(v) if v is not None else None) for k, v in jobs.items()}
+        if "job_id" in rec:
+            return {str(rec["job_id"]): float(rec["set_w"]) if rec.get("set_w") is not None else None}
+    except (TypeError, ValueError) as exc:
+        raise DataError(f"cap record with a bad limit: {exc}") from exc
     return {}
 
 

@@ -55,7 +55,9 @@ class SlurmCluster:
         epilog: Path | None = None,
         features: Sequence[str] = ("hbm",),
         cpus: int = 16,
+        shards: int = 0,
     ) -> None:
+        """``shards``: that many gres/shard per GPU (GresTypes=gpu,shard), so shard jobs share GPUs."""
         self.root = Path(root)
         self.conf_dir = self.root / "etc"
         self.conf = self.conf_dir / "slurm.conf"
@@ -64,6 +66,7 @@ class SlurmCluster:
         self.epilog = epilog
         self.features = list(features)
         self.cpus = cpus
+        self.shards = shards
         self.procs: list[subprocess.Popen[bytes]] = []
         self.env = dict(os.environ, SLURM_CONF=str(self.conf))
         self.env.pop("SLURM_JOB_ID", None)
@@ -100,7 +103,7 @@ class SlurmCluster:
             "AccountingStorageType=accounting_storage/none",
             "SelectType=select/cons_tres",
             "SelectTypeParameters=CR_CPU",
-            "GresTypes=gpu",
+            "GresTypes=gpu,shard" if self.shards else "GresTypes=gpu",
             "SlurmdParameters=config_overrides",
             "MailProg=/bin/true",
             "ReturnToService=2",
@@ -117,15 +120,22 @@ class SlurmCluster:
         if self.epilog is not None:
             lines.append(f"Epilog={self.epilog}")
         feat = f" Feature={','.join(self.features)}" if self.features else ""
+        shard = f",shard:{4 * self.shards}" if self.shards else ""
         lines += [
-            f"NodeName={NODE} CPUs={self.cpus} RealMemory=8000 Gres=gpu:4{feat} State=UNKNOWN",
+            f"NodeName={NODE} CPUs={self.cpus} RealMemory=8000 Gres=gpu:4{shard}{feat} State=UNKNOWN",
             f"PartitionName=main Nodes={NODE} Default=YES MaxTime=INFINITE State=UP",
             f"PartitionName=debug Nodes={NODE} MaxTime=INFINITE State=UP",
         ]
         self.conf.write_text("\n".join(lines) + "\n")
-        (self.conf_dir / "gres.conf").write_text(
-            "AutoDetect=off\n" + f"NodeName={NODE} Name=gpu File={dev}/gpu[0-3]\n"
-        )
+        gres = f"AutoDetect=off\nNodeName={NODE} Name=gpu File={dev}/gpu[0-3]\n"
+        if self.shards:
+            # One gpu and one shard line per GPU. With a single ``Name=shard Count=4 File=gpu0``
+            # line, 22.05 put the second shard job's SLURM_JOB_GPUS at "1" (the shard's slot,
+            # not its GPU); per-GPU lines give the GPU's index.
+            gres = "AutoDetect=off\n" + "".join(
+                f"NodeName={NODE} Name=gpu File={dev}/gpu{i}\n"
+                f"NodeName={NODE} Name=shard Count={self.shards} File={dev}/gpu{i}\n" for i in range(4))
+        (self.conf_dir / "gres.conf").write_text(gres)
 
     # -- daemons ---------------------------------------------------------------------------
     def _munge_ok(self) -> bool:
@@ -268,7 +278,7 @@ class WattclassRig:
 
     ORDER = (2, 0, 3, 1)  # backend GPU i carries PCI bus ORDER[i]; Slurm index j maps to bus j
 
-    def __init__(self, root: Path, python: str, run_root: Path | None = None) -> None:
+    def __init__(self, root: Path, python: str, run_root: Path | None = None, shards: int = 0) -> None:
         """``run_root``: where GPU state, job files and cap records live (default ``root``); the
         benchmark puts them on tmpfs, as /run/wattclass is on a real node."""
         from wattclass.gpu.filestate import FileStateBackend
@@ -299,7 +309,7 @@ class WattclassRig:
             (hooks / f"{kind}.sh").write_text(render_hook(kind, python, args))
             (hooks / f"{kind}.sh").chmod(0o755)
         self.cluster = SlurmCluster(self.root, job_submit_lua=render_job_submit(self.table),
-                                    prolog=hooks / "prolog.sh", epilog=hooks / "epilog.sh")
+                                    prolog=hooks / "prolog.sh", epilog=hooks / "epilog.sh", shards=shards)
 
     def limits(self) -> dict[int, float]:
         """Slurm GPU index -> current limit in the fake backend."""
