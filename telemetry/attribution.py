@@ -55,6 +55,7 @@ class Attributor:
         self.jobmap = jobmap
         self.proc_root = Path(proc_root)
         self._pid_cache: dict[int, dict[int, Job | None]] = {}  # per GPU: pid -> job
+        self._uids: dict[str, int] = {}  # job id -> uid, from the Prolog's job files
         self.process_queries = 0  # how often the (costly) process list was needed
 
     def job_for(self, info: GpuInfo) -> Job | None:
@@ -67,7 +68,11 @@ class Attributor:
         if self.jobmap is None:
             return []
         try:
-            return [(a.job_id, a.user) for a in self.jobmap.jobs(uuid)]
+            found = self.jobmap.jobs(uuid)
+            for a in found:
+                if a.uid is not None:
+                    self._uids[a.job_id] = a.uid
+            return [(a.job_id, a.user) for a in found]
         except OSError as exc:
             log.warning("job spool %s unreadable: %s", self.jobmap.spool, exc)
             return []
@@ -86,13 +91,35 @@ class Attributor:
         return self._from_processes(info.gpu_index, procs)
 
     def job_of_process(self, gpu: int, proc: GpuProcess) -> Job | None:
-        """The Slurm job of one GPU process (backend's job id, else its /proc environment)."""
+        """The Slurm job of one GPU process (backend's job id, else its /proc environment).
+
+        On a shared GPU this decides whose share a process's utilisation raises, and a user
+        controls their processes' environment: a process claiming a job whose Prolog file names
+        another uid is not counted for it (else a user could shift energy onto a neighbour).
+        """
         if proc.job_id:
             return proc.job_id, proc.user
         cache = self._pid_cache.setdefault(gpu, {})
         if proc.pid not in cache:
-            cache[proc.pid] = self._read_pid(proc.pid)
+            job = self._read_pid(proc.pid)
+            uid = self._uids.get(job[0]) if job is not None else None
+            if job is not None and uid is not None:
+                try:
+                    owner = (self.proc_root / str(proc.pid)).stat().st_uid
+                except OSError:
+                    owner = None
+                if owner != uid:
+                    log.warning("GPU %d: pid %d claims job %s of uid %d but runs as uid %s; not "
+                                "counted for it", gpu, proc.pid, job[0][:40], uid, owner)
+                    job = None
+            cache[proc.pid] = job
         return cache[proc.pid]
+
+    def forget_pids(self, gpu: int, live: set[int]) -> None:
+        """Drop cached pids no longer on the GPU (pids get reused)."""
+        cache = self._pid_cache.get(gpu, {})
+        for pid in [q for q in cache if q not in live]:
+            del cache[pid]
 
     def _from_processes(self, gpu: int, procs: list[GpuProcess]) -> list[Job]:
         jobs: list[Job] = []

@@ -134,6 +134,7 @@ class Splitter:
             return
         acc = self._acc.setdefault((i, prev), _Activity())
         by_pid = {p.pid: p for p in procs}
+        self.attributor.forget_pids(i, set(by_pid))
         acc.mem_n += 1
         for p in procs:
             job = self.attributor.job_of_process(i, p)

@@ -387,3 +387,24 @@ def test_a_record_from_before_shared_gpus_is_restored(tmp_path: Path) -> None:
     end("71")
     assert be.power_limit_w(0) == 420.0  # job 70 still holds it
     assert end("70") == [uuid] and be.power_limit_w(0) == 650.0
+
+
+def test_a_process_claiming_a_neighbours_job_is_not_counted_for_it(tmp_path: Path) -> None:
+    """A user sets SLURM_JOB_ID of the neighbour's job in their own process: the Prolog file says
+    which uid the job has, so the process's utilisation does not move energy onto the neighbour."""
+    from wattclass.gpu.base import GpuProcess
+    from wattclass.telemetry.attribution import Attributor
+
+    spool = _spool(tmp_path)
+    proc = tmp_path / "proc" / "11"
+    proc.mkdir(parents=True)
+    (proc / "environ").write_bytes(b"SLURM_JOB_ID=7\0")
+    me = os.getuid()
+    write_job_file(spool, "GPU-n", JobAssignment("7", "victim", me + 1))
+    write_job_file(spool, "GPU-n", JobAssignment("8", "me", me))
+    att = Attributor(ClockedFileState.create(tmp_path / "g.json", 1), JobMapReader(spool), tmp_path / "proc")
+    assert [j[0] for j in att.jobs_for_uuid("GPU-n")] == ["7", "8"]
+    assert att.job_of_process(0, GpuProcess(11)) is None
+    (proc / "environ").write_bytes(b"SLURM_JOB_ID=8\0")
+    att.forget_pids(0, set())
+    assert att.job_of_process(0, GpuProcess(11)) == ("8", None)
