@@ -101,7 +101,8 @@ def _shared_windows(table: pa.Table, has_gpm: np.ndarray) -> np.ndarray:
     basis = (table.column("share_basis").to_numpy(zero_copy_only=False) if "share_basis" in names
              else np.full(table.num_rows, None, dtype=object))
     own = (basis == "mig") & has_gpm
-    return ((n > 1) & ~own).astype(np.float64)
+    shared: np.ndarray = ((n > 1) & ~own).astype(np.float64)
+    return shared
 
 
 def _empty_labels() -> pd.DataFrame:

@@ -142,8 +142,8 @@ class Splitter:
                 acc.mem_sum[job[0]] = acc.mem_sum.get(job[0], 0.0) + p.used_mib
                 acc.users.setdefault(job[0], job[1])
         for s in samples:
-            p = by_pid.get(s.pid)
-            job = self.attributor.job_of_process(i, p) if p is not None else None
+            owner = by_pid.get(s.pid)
+            job = self.attributor.job_of_process(i, owner) if owner is not None else None
             if job is not None:
                 acc.sm[job[0]] = acc.sm.get(job[0], 0.0) + s.sm_util_pct
 
@@ -232,9 +232,9 @@ class Splitter:
         # Each instance's share goes to its jobs (equally if an instance is itself shared).
         ratios: dict[tuple[str, str | None], float] = {}
         for uuid, r in split.ratios.items():
-            ids = inst_jobs.get(uuid) or [None]  # type: ignore[list-item]
-            for j in ids:
-                ratios[(uuid, j)] = ratios.get((uuid, j), 0.0) + r / len(ids)
+            holders: list[str | None] = [*inst_jobs.get(uuid, [])] or [None]
+            for j in holders:
+                ratios[(uuid, j)] = ratios.get((uuid, j), 0.0) + r / len(holders)
         gpm = {}
         for uuid, cols in acc.mig_gpm.items():
             gpm[uuid] = {c: s / t for c, (s, t) in cols.items() if t > 0}
