@@ -1,7 +1,7 @@
 """Splitting one GPU's window energy among the jobs that share it (docs/shared-gpus.md).
 
-Power is not additive: on an H200 a GEMM alone draws about 690 W, a copy alone about 490 W, and
-the two together about 660 W, not their sum. So a share cannot be measured; it is modelled:
+Power is not additive (a GEMM and a copy together draw little more than the GEMM alone:
+docs/benchmarks.md, "Shared GPUs"), so a share cannot be measured; it is modelled:
 
 * a **static** part, the GPU's idle power times the window, split equally among the jobs (it is
   paid for holding the GPU, whoever computes);
