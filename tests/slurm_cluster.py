@@ -56,6 +56,7 @@ class SlurmCluster:
         features: Sequence[str] = ("hbm",),
         cpus: int = 16,
         shards: int = 0,
+        default_partition: str = "main",
     ) -> None:
         """``shards``: that many gres/shard per GPU (GresTypes=gpu,shard), so shard jobs share GPUs."""
         self.root = Path(root)
@@ -67,6 +68,7 @@ class SlurmCluster:
         self.features = list(features)
         self.cpus = cpus
         self.shards = shards
+        self.default_partition = default_partition
         self.procs: list[subprocess.Popen[bytes]] = []
         self.env = dict(os.environ, SLURM_CONF=str(self.conf))
         self.env.pop("SLURM_JOB_ID", None)
@@ -123,8 +125,8 @@ class SlurmCluster:
         shard = f",shard:{4 * self.shards}" if self.shards else ""
         lines += [
             f"NodeName={NODE} CPUs={self.cpus} RealMemory=8000 Gres=gpu:4{shard}{feat} State=UNKNOWN",
-            f"PartitionName=main Nodes={NODE} Default=YES MaxTime=INFINITE State=UP",
-            f"PartitionName=debug Nodes={NODE} MaxTime=INFINITE State=UP",
+            *(f"PartitionName={p} Nodes={NODE} Default={'YES' if p == self.default_partition else 'NO'}"
+              " MaxTime=INFINITE State=UP" for p in ("main", "debug")),
         ]
         self.conf.write_text("\n".join(lines) + "\n")
         gres = f"AutoDetect=off\nNodeName={NODE} Name=gpu File={dev}/gpu[0-3]\n"
@@ -278,7 +280,8 @@ class WattclassRig:
 
     ORDER = (2, 0, 3, 1)  # backend GPU i carries PCI bus ORDER[i]; Slurm index j maps to bus j
 
-    def __init__(self, root: Path, python: str, run_root: Path | None = None, shards: int = 0) -> None:
+    def __init__(self, root: Path, python: str, run_root: Path | None = None,
+                 default_partition: str = "main", shards: int = 0) -> None:
         """``run_root``: where GPU state, job files and cap records live (default ``root``); the
         benchmark puts them on tmpfs, as /run/wattclass is on a real node."""
         from wattclass.gpu.filestate import FileStateBackend
@@ -286,7 +289,7 @@ class WattclassRig:
 
         self.root = Path(root)
         self.root.chmod(0o755)  # jobs run as other users too (nobody) and must reach out/
-        self.table = self.root / "etc" / "wattclass" / "labels.lua"
+        self.table = self.root / "etc" / "wattclass" / "labels.tsv"
         self.table.parent.mkdir(parents=True, exist_ok=True)
         run = Path(run_root) if run_root is not None else self.root
         self.state = run / "gpus.json"
@@ -309,7 +312,8 @@ class WattclassRig:
             (hooks / f"{kind}.sh").write_text(render_hook(kind, python, args))
             (hooks / f"{kind}.sh").chmod(0o755)
         self.cluster = SlurmCluster(self.root, job_submit_lua=render_job_submit(self.table),
-                                    prolog=hooks / "prolog.sh", epilog=hooks / "epilog.sh", shards=shards)
+                                    prolog=hooks / "prolog.sh", epilog=hooks / "epilog.sh",
+                                    default_partition=default_partition, shards=shards)
 
     def limits(self) -> dict[int, float]:
         """Slurm GPU index -> current limit in the fake backend."""

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from wattclass.errors import ConfigError, DataError
-from wattclass.fsutil import atomic_write_text, refuse_if_others_can_write
+from wattclass.fsutil import atomic_write_text, read_trusted_text, refuse_untrusted_dir
 
 DEFAULT_SPOOL = Path("/run/wattclass/jobs")
 FORMAT_VERSION = 1
@@ -78,10 +78,10 @@ def write_job_file(spool: Path, gpu_uuid: str, job: JobAssignment) -> Path:
     """Record that ``job`` holds ``gpu_uuid`` (atomic, durable, mode 0644), next to any other job
     that holds it too."""
     path = job_path(spool, gpu_uuid, job.job_id)
-    gdir = path.parent
-    if not gdir.is_dir():
-        gdir.mkdir(mode=0o755, parents=True, exist_ok=True)
-        os.chmod(gdir, 0o755)  # not the umask's choice: the daemon refuses writable folders
+    if not path.parent.is_dir():
+        path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+        os.chmod(path.parent, 0o755)  # not the umask's choice: readers refuse writable folders
+    refuse_untrusted_dir(path.parent)  # a planted folder or symlink must not receive root's file
     doc = {"version": FORMAT_VERSION, "job_id": job.job_id, "user": job.user, "uid": job.uid,
            "written_at": time.time()}
     atomic_write_text(path, json.dumps(doc, sort_keys=True) + "\n", mode=0o644)
@@ -115,8 +115,7 @@ def remove_job_file(spool: Path, gpu_uuid: str, job_id: str) -> bool:
 def read_job_file(path: Path) -> JobAssignment | None:
     """Parse one job file; None if it does not exist. Bad content raises DataError naming the file."""
     try:
-        refuse_if_others_can_write(path)
-        raw = Path(path).read_text(encoding="utf-8")
+        raw = read_trusted_text(path)  # owner root, no symlink, not writable by others
     except FileNotFoundError:
         return None
     try:
@@ -139,7 +138,7 @@ def jobs_on_gpu(spool: Path, gpu_uuid: str) -> list[JobAssignment]:
     found: dict[str, JobAssignment] = {}
     gdir = _gpu_dir(spool, gpu_uuid)
     try:
-        refuse_if_others_can_write(gdir / ".")
+        refuse_untrusted_dir(gdir)  # owner root, no symlink, not writable by others
         names = sorted(os.listdir(gdir))
     except FileNotFoundError:
         names = []
