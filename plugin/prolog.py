@@ -32,7 +32,6 @@ import argparse
 import contextlib
 import json
 import logging
-import math
 import os
 import re
 import sys
@@ -48,7 +47,14 @@ from wattclass.jobmap import DEFAULT_SPOOL, JobAssignment, jobs_on_gpu, read_job
 from wattclass.labeltable import LABELS, MODES
 from wattclass.logsafe import ClipFilter
 from wattclass.plugin.decide import COMMENT_PREFIX
-from wattclass.plugin.sharedcaps import effective_limit, gpu_lock, record_jobs, write_record
+from wattclass.plugin.sharedcaps import (
+    gpu_lock,
+    leave_shared,
+    record_jobs,
+    register,
+    resolve_targets,
+    usable_w,
+)
 
 log = logging.getLogger("wattclass.plugin.prolog")
 
@@ -118,28 +124,6 @@ def discover_gpu_map(backend: GpuBackend) -> dict[str, str]:
     return out
 
 
-def resolve_targets(backend: GpuBackend, slurm_gpus: str, gpu_map: Mapping[str, str]
-                    ) -> list[tuple[str, GpuInfo]]:
-    """(held UUID, physical GPU) behind SLURM_JOB_GPUS ("0,2"), matched by UUID or PCI bus id.
-
-    A MIG instance (its ``MIG-`` UUID in the map: Slurm hands instances out as GPUs) is held by
-    its own UUID (the telemetry daemon looks its job up by it) and capped on its parent GPU.
-    """
-    out = []
-    for idx in (s.strip() for s in slurm_gpus.split(",") if s.strip()):
-        if idx not in gpu_map:
-            raise ConfigError(f"Slurm GPU {idx} is not in the GPU map")
-        key = gpu_map[idx]
-        mig = backend.find_mig(key)
-        if mig is not None:
-            parent = next(g for g in backend.gpus() if g.gpu_index == mig.parent_index)
-            out.append((mig.uuid, parent))
-        else:
-            g = backend.find_gpu(key)
-            out.append((g.uuid, g))
-    return out
-
-
 def resolve_gpus(backend: GpuBackend, slurm_gpus: str, gpu_map: Mapping[str, str]) -> list[GpuInfo]:
     """The physical backend GPUs behind SLURM_JOB_GPUS, once each, in Slurm's order."""
     seen: dict[str, GpuInfo] = {}
@@ -166,26 +150,6 @@ def read_record(path: Path) -> dict[str, Any] | None:
     if not isinstance(doc, dict) or "previous_w" not in doc:
         raise DataError(f"{path}: not a cap record")
     return doc
-
-
-def _neighbours(backend: GpuBackend, jobs_dir: Path, g: GpuInfo, job_id: str) -> list[str]:
-    """Other jobs the job map says hold GPU ``g`` (on the GPU itself or one of its MIG instances)."""
-    uuids = [g.uuid, *(m.uuid for m in backend.mig_instances(g.gpu_index))]
-    found = {a.job_id for u in uuids for a in jobs_on_gpu(jobs_dir, u)}
-    found.discard(job_id)
-    return sorted(found)
-
-
-def _apply(backend: GpuBackend, g: GpuInfo, watts: float, why: str) -> None:
-    """Set the limit if it differs (clamped to the GPU's range: a record may predate a change)."""
-    if g.power_limit_min_w is not None:
-        watts = max(watts, g.power_limit_min_w)
-    if g.power_limit_max_w is not None:
-        watts = min(watts, g.power_limit_max_w)
-    current = backend.power_limit_w(g.gpu_index)
-    if current is None or abs(current - watts) > 0.01:
-        backend.set_power_limit_w(g.gpu_index, watts)
-        log.info("%s: GPU %s %s W -> %.1f W", why, g.uuid, current, watts)
 
 
 class JobEnv(NamedTuple):
@@ -256,53 +220,14 @@ def prolog(
                     continue
         if dry_run or (comment is not None and comment.mode != "enforce"):
             continue
-        entry.update(_register(backend, g, job, target, jobs_dir, state_dir))
+        entry.update(register(backend, g, job.job_id, job.display_id, target, jobs_dir,
+                                     _record_path(state_dir, g.uuid), read_record))
         if target is not None:
             entry["action"] = "capped"
             log.info("job %s: capped GPU %s (%s) label=%s cap=%s: %s W -> %.1f W (jobs on it: %s)",
                      job.job_id, g.uuid, g.pci_bus_id, comment.label if comment else None, entry["cap"],
                      current, entry["effective_w"], ",".join(entry["jobs"]))
     return plan
-
-
-def _register(backend: GpuBackend, g: GpuInfo, job: JobEnv, target: float | None, jobs_dir: Path,
-              state_dir: Path) -> dict[str, Any]:
-    """Add the job to the GPU's cap record and enforce the highest allowed limit.
-
-    An uncapped job joins only an existing record (nothing to protect it from otherwise); a capped
-    one creates the record, first adding the job map's other jobs on the GPU as uncapped.
-    """
-    ensure_trusted_dir(state_dir)
-    rec_path = _record_path(state_dir, g.uuid)
-    with gpu_lock(rec_path):
-        try:
-            old = read_record(rec_path)
-            jobs = record_jobs(old) if old is not None else None
-        except DataError as exc:  # unusable leftover: the GPU's default is the limit to go back to
-            log.error("job %s: %s; recording the default limit instead", job.job_id, exc)
-            old, jobs = {"previous_w": g.power_limit_default_w}, None
-        if old is None and target is None:
-            return {"jobs": [job.job_id]}
-        current = backend.power_limit_w(g.gpu_index)
-        # A record whose jobs all left without an Epilog holds the true original limit: keep it.
-        prev = old.get("previous_w") if old is not None else None
-        previous = float(prev) if _usable_w(prev) else current  # type: ignore[arg-type]
-        if previous is None:
-            raise GpuError(f"GPU {g.uuid}: no current power limit to record")
-        if jobs is None:
-            jobs = dict.fromkeys(_neighbours(backend, jobs_dir, g, job.display_id))
-        jobs[job.job_id] = target
-        limit = effective_limit(previous, jobs)
-        write_record(rec_path, previous, jobs, limit)  # before touching the GPU
-        _apply(backend, g, limit, f"job {job.job_id}")
-    return {"effective_w": limit, "jobs": sorted(jobs)}
-
-
-def _usable_w(value: object) -> bool:
-    """A recorded limit worth restoring: a positive, finite number (not a bool, string or null)."""
-    if not isinstance(value, int | float) or isinstance(value, bool):
-        return False
-    return math.isfinite(value) and value > 0
 
 
 def _set_clamped(backend: GpuBackend, g: GpuInfo, watts: float) -> float:
@@ -320,7 +245,7 @@ def _restore(backend: GpuBackend, uuid: str, rec_path: Path | None, rec: Mapping
     usable record (corrupt, ``previous_w`` missing/null/not a number, or an untrusted folder)."""
     g = backend.find_gpu(uuid)
     prev = rec.get("previous_w") if rec is not None else None
-    if _usable_w(prev):
+    if usable_w(prev):
         watts = _set_clamped(backend, g, float(prev))  # type: ignore[arg-type]
         how = "recorded"
     elif g.power_limit_default_w is not None:
@@ -400,22 +325,22 @@ def epilog(env: Mapping[str, str], backend: GpuBackend, jobs_dir: Path = DEFAULT
                 del jobs[job.job_id]
                 if not jobs:
                     attempt(uuid, rec_path, rec)
-                    continue
-                prev = rec.get("previous_w")
-                g = backend.find_gpu(uuid)
-                previous = float(prev) if _usable_w(prev) else g.power_limit_default_w  # type: ignore[arg-type]
-                if previous is None:
-                    raise GpuError(f"GPU {uuid}: no usable record and no default limit")
-                limit = effective_limit(previous, jobs)
-                write_record(rec_path, previous, jobs, limit)
-                _apply(backend, g, limit, f"job {job.job_id} left, {len(jobs)} job(s) remain")
+                else:
+                    leave_shared(backend, backend.find_gpu(uuid), rec_path, rec, jobs, job.job_id)
         except (WattclassError, OSError) as exc:  # one bad GPU must not stop the others
             errors.append(f"GPU {uuid}: {exc}")
             log.error("job %s: epilog: GPU %s: %s", job.job_id, uuid, exc)
     if not trusted:
         for uuid in mine:
             attempt(uuid, None, None)
-    spool = Path(jobs_dir)
+    _remove_job_files(Path(jobs_dir), job)
+    if errors:
+        raise GpuError("; ".join(errors))
+    return restored
+
+
+def _remove_job_files(spool: Path, job: JobEnv) -> None:
+    """The job's files in every GPU folder, and legacy per-GPU files naming it."""
     for f in sorted([*spool.glob(f"*/{job.display_id}.json"), *spool.glob("*.json")]):
         try:
             a = read_job_file(f)
@@ -425,9 +350,6 @@ def epilog(env: Mapping[str, str], backend: GpuBackend, jobs_dir: Path = DEFAULT
         if a is not None and a.job_id == job.display_id:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(f)
-    if errors:
-        raise GpuError("; ".join(errors))
-    return restored
 
 
 def reconcile(backend: GpuBackend, jobs_dir: Path = DEFAULT_SPOOL,
