@@ -80,3 +80,5 @@ def test_colocation_collect_fake_and_analyse(tmp_path: Path) -> None:
     assert "| wattclass |" in report
     res = json.loads((tmp_path / "a.json").read_text())
     assert len(res["pairs"]) == 7
+    out = _run(str(BENCH / "colocation_daemon.py"), str(rec))
+    assert "| gemm+copy |" in out and "daemon rows" in out
