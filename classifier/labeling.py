@@ -19,7 +19,7 @@ windows gets the source suffix ``+shared`` and its confidence scaled by
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -35,6 +35,7 @@ from wattclass.classifier.features import (
 )
 from wattclass.classifier.model import TrainingSet, WindowModel, job_from_counts
 from wattclass.classifier.training import window_rule_codes
+from wattclass.classifier.validity import InputReport
 
 log = logging.getLogger("wattclass.classifier")
 
@@ -60,6 +61,7 @@ class LabelResult:
     n_files: int
     n_windows: int
     sample: TrainingSet  # GPM-labelled windows kept for retraining (may be empty)
+    report: InputReport = field(default_factory=InputReport)  # skipped files, dropped rows
 
 
 def _batch_counts(

@@ -398,13 +398,18 @@ def test_a_process_claiming_a_neighbours_job_is_not_counted_for_it(tmp_path: Pat
     spool = _spool(tmp_path)
     proc = tmp_path / "proc" / "11"
     proc.mkdir(parents=True)
-    (proc / "environ").write_bytes(b"SLURM_JOB_ID=7\0")
     me = os.getuid()
+    import pwd
+
+    name = pwd.getpwuid(me).pw_name.encode()
+    # The process runs as its owner and names them (harden-tel's owner check passes); only the job
+    # file's uid shows that job 7 is the neighbour's.
+    (proc / "environ").write_bytes(b"SLURM_JOB_ID=7\0SLURM_JOB_USER=" + name + b"\0")
     write_job_file(spool, "GPU-n", JobAssignment("7", "victim", me + 1))
     write_job_file(spool, "GPU-n", JobAssignment("8", "me", me))
     att = Attributor(ClockedFileState.create(tmp_path / "g.json", 1), JobMapReader(spool), tmp_path / "proc")
     assert [j[0] for j in att.jobs_for_uuid("GPU-n")] == ["7", "8"]
     assert att.job_of_process(0, GpuProcess(11)) is None
-    (proc / "environ").write_bytes(b"SLURM_JOB_ID=8\0")
+    (proc / "environ").write_bytes(b"SLURM_JOB_ID=8\0SLURM_JOB_USER=" + name + b"\0")
     att.forget_pids(0, set())
-    assert att.job_of_process(0, GpuProcess(11)) == ("8", None)
+    assert att.job_of_process(0, GpuProcess(11)) == ("8", name.decode())
