@@ -29,7 +29,7 @@ local LABEL_TABLE = "/etc/slurm/wattclass/labels.tsv"
 
 local PREFIX = "wattclass:"
 local TABLE_HEADER = "wattclass-labels\t2"
-local MAX_BYTES = 128 * 1024 * 1024  -- read at most this much of the table (labeltable.MAX_BYTES)
+local MAX_BYTES = 16 * 1024 * 1024  -- read at most this much of the table (labeltable.MAX_BYTES)
 local LOG_MAX = 200  -- bytes of one user string in a log line
 local GPU_FIELDS = { "tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket", "gres" }
 

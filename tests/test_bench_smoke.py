@@ -12,6 +12,7 @@ fleet_nightly.py; over 2 min even at --gpus 8).
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -82,3 +83,11 @@ def test_colocation_collect_fake_and_analyse(tmp_path: Path) -> None:
     assert len(res["pairs"]) == 7
     out = _run(str(BENCH / "colocation_daemon.py"), str(rec))
     assert "| gemm+copy |" in out and "daemon rows" in out
+
+
+@pytest.mark.skipif(shutil.which("lua5.1") is None, reason="lua5.1 missing")
+def test_sbatch_throughput_lua_table_costs() -> None:
+    out = json.loads(_run("bench/sbatch_throughput.py", "--lua-sizes", "2000", "--json"))
+    (row,) = out["sizes"]
+    assert row["keys"] == 2000 and row["load_s"] >= 0 and row["per_submission_us"] > 0
+    assert "load_avg_1m" in out

@@ -274,7 +274,7 @@ def test_lua_reads_at_most_max_bytes_and_logs(tmp_path: Path) -> None:
                for i in range(2000)]
     write_label_table(path, entries, {"mode": "enforce", "min_confidence": 0.8})
     size = path.stat().st_size
-    script = render_job_submit(path).replace("local MAX_BYTES = 128 * 1024 * 1024",
+    script = render_job_submit(path).replace("local MAX_BYTES = 16 * 1024 * 1024",
                                              f"local MAX_BYTES = {size // 2}")
     out = _load_in_lua(script, tmp_path)
     kept = int(out[0].split()[1])

@@ -147,3 +147,22 @@ def test_policy_explain_shows_the_watts_on_a_gpu_model(tmp_path: Path,
     assert main([*args, "--limits", "700,800,900"]) == 2
     assert main([*args, "--no-gpu", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["reason"] == "no_gpu_request"
+
+
+@pytest.mark.parametrize("damage", ["group_writable", "owned_by_nobody", "symlink"])
+def test_untrusted_policy_is_refused(tmp_path: Path, damage: str) -> None:
+    """Issue 9 item 11: a policy another user can change would let them exempt themselves."""
+    import os
+
+    path = _write(tmp_path, GOOD)
+    path.chmod(0o644)
+    if damage == "group_writable":
+        path.chmod(0o664)
+    elif damage == "owned_by_nobody":
+        os.chown(path, 65534, 65534)
+    else:
+        link = tmp_path / "link.toml"
+        link.symlink_to(path)
+        path = link
+    with pytest.raises(ConfigError, match=str(path)):
+        load_policy(path)

@@ -152,9 +152,13 @@ def test_shadow_mode_logs_but_changes_nothing(fresh: WattclassRig) -> None:
     assert not any(fresh.caps_dir.glob("*.json"))
 
 
-@pytest.mark.parametrize("damage", ["corrupt", "writable_by_others", "lua_code"])
+@pytest.mark.parametrize("damage", ["corrupt", "writable_by_others", "lua_code", "symlink"])
 def test_bad_label_table_leaves_jobs_unchanged(fresh: WattclassRig, damage: str) -> None:
-    if damage == "corrupt":
+    if damage == "symlink":  # a good table, but reached through a link
+        real = fresh.table.with_name("real.tsv")
+        fresh.table.rename(real)
+        fresh.table.symlink_to(real)
+    elif damage == "corrupt":
         fresh.table.write_text(fresh.table.read_text().replace("\tmemory\t", "\tmemory\t\t", 1))
     elif damage == "writable_by_others":
         fresh.table.chmod(0o666)
@@ -166,7 +170,7 @@ def test_bad_label_table_leaves_jobs_unchanged(fresh: WattclassRig, damage: str)
     assert_uncapped(fresh, job_id, job)
     log = (fresh.root / "log" / "slurmctld.log").read_text()
     want = {"corrupt": "unchanged: label table line", "writable_by_others": "writable by group or others",
-            "lua_code": "is not a version 2 wattclass table"}[damage]
+            "lua_code": "is not a version 2 wattclass table", "symlink": "labels.tsv is a symlink"}[damage]
     assert want in log
 
 

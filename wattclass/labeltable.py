@@ -46,10 +46,13 @@ from wattclass.fsutil import atomic_write_text
 
 TABLE_VERSION = 2
 HEADER = "wattclass-labels"
-#: The writer keeps at most this many entries (see module docstring); job_submit.lua's MAX_BYTES
-#: (plugin/job_submit.lua) is sized so a full table of typical keys fits with room to spare.
-MAX_ENTRIES = 1_000_000
-MAX_BYTES = 128 * 1024 * 1024
+#: The writer keeps at most this many entries (see module docstring). Sized by docs/benchmarks.md:
+#: slurmctld parses a new table inside the first submission after it, holding its job lock; 200k
+#: keys take well under a second there, while 1M keys took seconds and timed out that sbatch
+#: (MessageTimeout) on a loaded machine. job_submit.lua's MAX_BYTES (plugin/job_submit.lua) bounds
+#: what it reads from any file: a full table of typical keys (about 50 bytes each) fits.
+MAX_ENTRIES = 200_000
+MAX_BYTES = 16 * 1024 * 1024
 Level = Literal["user_name", "user", "account"]
 #: Job labels and policy modes: the table's vocabulary, shared by the policy, the nightly run and
 #: the Prolog (this module imports only the standard library, so the Prolog stays fast).

@@ -310,7 +310,7 @@ def _summary(paths: DemoPaths, results: dict[str, tuple[str, str]]) -> str:
         ("cluster", "demo cluster (replay folders, jobs.csv, truth.csv)", paths.cluster),
         ("telemetry", "telemetry (Parquet, 10 s windows)", paths.data_root / "telemetry"),
         ("nightly", "labels, models, nightly summary", paths.data_root / "classifier"),
-        ("nightly", "label table (Lua, read by job_submit.lua)", paths.label_table),
+        ("nightly", "label table (data, read by job_submit.lua)", paths.label_table),
         ("decide", "policy decisions for new submissions", paths.decisions),
         ("report", "report: open in a browser", paths.report),
     ]
