@@ -265,16 +265,16 @@ class Scanner:
         code = rule_code_sql(dropped)
         energy = "CASE WHEN isnan(energy_j) THEN 0.0 ELSE coalesce(energy_j, 0.0) END"
         user = "CAST(NULL AS VARCHAR)" if "user" in self._absent else '"user"'
-        sel = ["job_id", "host", f'{user} AS "user"', "ts_start", "ts_end", f"{energy} AS e",
-               f"{code} AS code", "filename", f"{_reject_sql(self._absent)} AS bad",
-               "CAST(gpu_uuid AS VARCHAR) AS gpu_uuid"]
-        v = "bad = 0"
         # labeling._shared_windows: other jobs held the GPU, and it is not a MIG instance's row
         # with the instance's own GPM (docs/shared-gpus.md)
         shared = ("FALSE" if "shared_jobs" in self._absent else
                   "(coalesce(CAST(shared_jobs AS DOUBLE), 0) > 1 AND NOT (coalesce(CAST("
                   + ("NULL" if "share_basis" in self._absent else "share_basis")
-                  + " AS VARCHAR), '') = 'mig' AND code >= 0))")
+                  + f" AS VARCHAR), '') = 'mig' AND ({code}) >= 0))")
+        sel = ["job_id", "host", f'{user} AS "user"', "ts_start", "ts_end", f"{energy} AS e",
+               f"{code} AS code", "filename", f"{_reject_sql(self._absent)} AS bad",
+               "CAST(gpu_uuid AS VARCHAR) AS gpu_uuid", f"{shared} AS sh"]
+        v = "bad = 0"
         aggs = [
             f'min("user") FILTER (WHERE {v}) AS "user"', f"count(*) FILTER (WHERE {v}) AS n_windows",
             f"CAST(sum(epoch_ms(ts_end) - epoch_ms(ts_start)) FILTER (WHERE {v}) AS BIGINT) AS dur_ms",
@@ -286,7 +286,7 @@ class Scanner:
             f"count(*) FILTER (WHERE {v} AND code = {rules.COMPUTE}) AS r_compute",
             f"count(*) FILTER (WHERE {v} AND code = {rules.MEMORY}) AS r_memory",
             f"count(*) FILTER (WHERE {v} AND code < 0) AS n_nogpm",
-            f"count(*) FILTER (WHERE {v} AND {shared}) AS n_shared",
+            f"count(*) FILTER (WHERE {v} AND sh) AS n_shared",
             f"epoch_ms(min(ts_start) FILTER (WHERE {v})) AS file_t0",
             f"epoch_ms(max(ts_start) FILTER (WHERE {v})) AS file_t1",
             f"min(gpu_uuid) FILTER (WHERE {v}) AS uuid_lo", f"max(gpu_uuid) FILTER (WHERE {v}) AS uuid_hi",

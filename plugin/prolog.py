@@ -11,6 +11,15 @@ slurmd runs the Prolog as root before the job and the Epilog after it. The Prolo
    (atomically, before touching the GPU, so a crash between the two still restores) and sets
    the cap, computed per GPU from its default limit and clamped to its min/max.
 
+Shared GPUs (gres/shard, MPS, MIG instances; docs/shared-gpus.md): power limits exist only per
+physical GPU, so the cap record is per physical GPU and lists every job holding it with the
+limit its decision allows (None: uncapped). The enforced limit is the highest of them (a
+neighbour never runs under a lower cap than its own decision allows); the previous limit is
+recorded once, by the first job, and restored only when the last job leaves. A job without a cap
+joins an existing record (or one another job creates later, found through the job map), so
+sites without enforcement never write records. Each change is a read-modify-write under an
+exclusive lock on ``<state>/<gpu_uuid>.lock``: two Prologs on one GPU may run at once.
+
 Invariant: a failing Prolog drains the node, so ``main`` exits 0 on any wattclass error and logs
 it with the job id. This module imports only the standard library and light wattclass modules
 (no pandas) to keep the Prolog fast; ``python -m wattclass.plugin.prolog`` skips the CLI's
@@ -26,18 +35,26 @@ import logging
 import os
 import re
 import sys
-import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from wattclass.caps import Cap, cap_watts, parse_cap
 from wattclass.errors import ConfigError, DataError, GpuError, WattclassError
-from wattclass.fsutil import atomic_write_text, refuse_if_others_can_write
+from wattclass.fsutil import ensure_trusted_dir, read_trusted_text, refuse_untrusted_dir
 from wattclass.gpu.base import GpuBackend, GpuInfo
-from wattclass.jobmap import DEFAULT_SPOOL, JobAssignment, read_job_file, write_job_file
+from wattclass.jobmap import DEFAULT_SPOOL, JobAssignment, jobs_on_gpu, read_job_file, write_job_file
 from wattclass.labeltable import LABELS, MODES
+from wattclass.logsafe import ClipFilter
 from wattclass.plugin.decide import COMMENT_PREFIX
+from wattclass.plugin.sharedcaps import (
+    gpu_lock,
+    leave_shared,
+    record_jobs,
+    register,
+    resolve_targets,
+    usable_w,
+)
 
 log = logging.getLogger("wattclass.plugin.prolog")
 
@@ -85,8 +102,7 @@ def load_gpu_map(path: Path) -> dict[str, str]:
     """A JSON object {slurm_gpu_index: uuid or PCI bus id}, written by the site (refused if unsafe)."""
     path = Path(path)
     try:
-        refuse_if_others_can_write(path)
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc = json.loads(read_trusted_text(path))
     except FileNotFoundError as exc:
         raise ConfigError(f"{path}: GPU map not found") from exc
     except ValueError as exc:
@@ -109,13 +125,11 @@ def discover_gpu_map(backend: GpuBackend) -> dict[str, str]:
 
 
 def resolve_gpus(backend: GpuBackend, slurm_gpus: str, gpu_map: Mapping[str, str]) -> list[GpuInfo]:
-    """The backend GPUs behind SLURM_JOB_GPUS ("0,2"), matched by UUID or PCI bus id."""
-    out = []
-    for idx in (s.strip() for s in slurm_gpus.split(",") if s.strip()):
-        if idx not in gpu_map:
-            raise ConfigError(f"Slurm GPU {idx} is not in the GPU map")
-        out.append(backend.find_gpu(gpu_map[idx]))
-    return out
+    """The physical backend GPUs behind SLURM_JOB_GPUS, once each, in Slurm's order."""
+    seen: dict[str, GpuInfo] = {}
+    for _, g in resolve_targets(backend, slurm_gpus, gpu_map):
+        seen.setdefault(g.uuid, g)
+    return list(seen.values())
 
 
 # -- state records -----------------------------------------------------------------------------
@@ -126,9 +140,9 @@ def _record_path(state_dir: Path, uuid: str) -> Path:
 
 
 def read_record(path: Path) -> dict[str, Any] | None:
+    """A cap record, None if there is none; DataError/ConfigError if it is corrupt or untrusted."""
     try:
-        refuse_if_others_can_write(path)
-        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+        doc = json.loads(read_trusted_text(path))
     except FileNotFoundError:
         return None
     except ValueError as exc:
@@ -171,83 +185,163 @@ def prolog(
 ) -> list[dict[str, Any]]:
     """Apply the job's cap (see module docstring); returns one plan entry per GPU."""
     job = job_env(env)
-    gpus = resolve_gpus(backend, job.gpus, gpu_map)
-    if not gpus:
+    targets = resolve_targets(backend, job.gpus, gpu_map)
+    if not targets:
         log.info("job %s: no GPUs", job.job_id)
         return []
     if not dry_run:
-        for g in gpus:
-            write_job_file(jobs_dir, g.uuid, JobAssignment(job.display_id, job.user, job.uid))
+        ensure_trusted_dir(jobs_dir)
+        for held, _ in targets:
+            write_job_file(jobs_dir, held, JobAssignment(job.display_id, job.user, job.uid))
     comment = parse_admin_comment(admin_comment(job.job_id))
     plan = []
-    for g in gpus:
+    for g in resolve_gpus(backend, job.gpus, gpu_map):
         current = backend.power_limit_w(g.gpu_index)
         entry: dict[str, Any] = {
             "job_id": job.job_id, "gpu_index": g.gpu_index, "uuid": g.uuid, "pci_bus_id": g.pci_bus_id,
             "current_w": current, "default_w": g.power_limit_default_w, "min_w": g.power_limit_min_w,
             "max_w": g.power_limit_max_w, "label": comment.label if comment else None,
             "cap": comment.cap.text() if comment and comment.cap else None, "target_w": None,
-            "action": "none",
+            "action": "none", "effective_w": current,
         }
         plan.append(entry)
-        if comment is None or comment.cap is None:
+        target: float | None = None
+        if comment is not None and comment.cap is not None:
+            default = g.power_limit_default_w if g.power_limit_default_w is not None else current
+            if default is None:
+                log.error("job %s: GPU %s reports no default limit; not capped", job.job_id, g.uuid)
+            else:
+                target = cap_watts(comment.cap, default, g.power_limit_min_w, g.power_limit_max_w)
+                entry["target_w"] = target
+                if dry_run or comment.mode != "enforce":
+                    entry["action"] = "dry-run" if dry_run else "shadow"
+                    log.info("job %s: %s: GPU %s label=%s cap=%s would set %.1f W (now %s W)", job.job_id,
+                             entry["action"], g.uuid, comment.label, entry["cap"], target, current)
+                    continue
+        if dry_run or (comment is not None and comment.mode != "enforce"):
             continue
-        default = g.power_limit_default_w if g.power_limit_default_w is not None else current
-        if default is None:
-            log.error("job %s: GPU %s reports no default limit; not capped", job.job_id, g.uuid)
-            continue
-        target = cap_watts(comment.cap, default, g.power_limit_min_w, g.power_limit_max_w)
-        entry["target_w"] = target
-        if dry_run or comment.mode != "enforce":
-            entry["action"] = "dry-run" if dry_run else "shadow"
-            log.info("job %s: %s: GPU %s label=%s cap=%s would set %.1f W (now %s W)", job.job_id,
-                     entry["action"], g.uuid, comment.label, entry["cap"], target, current)
-            continue
-        rec_path = _record_path(state_dir, g.uuid)
-        old = read_record(rec_path)
-        # A record left by a job whose Epilog never ran holds the true original limit: keep it.
-        previous = old["previous_w"] if old is not None else current
-        atomic_write_text(rec_path, json.dumps({
-            "version": 1, "job_id": job.job_id, "previous_w": previous, "set_w": target,
-            "written_at": time.time()}) + "\n", mode=0o644)
-        backend.set_power_limit_w(g.gpu_index, target)
-        entry["action"] = "capped"
-        log.info("job %s: capped GPU %s (%s) label=%s cap=%s: %s W -> %.1f W", job.job_id, g.uuid,
-                 g.pci_bus_id, comment.label, entry["cap"], current, target)
+        entry.update(register(backend, g, job.job_id, job.display_id, target, jobs_dir,
+                                     _record_path(state_dir, g.uuid), read_record))
+        if target is not None:
+            entry["action"] = "capped"
+            log.info("job %s: capped GPU %s (%s) label=%s cap=%s: %s W -> %.1f W (jobs on it: %s)",
+                     job.job_id, g.uuid, g.pci_bus_id, comment.label if comment else None, entry["cap"],
+                     current, entry["effective_w"], ",".join(entry["jobs"]))
     return plan
 
 
-def _restore(backend: GpuBackend, uuid: str, rec_path: Path, rec: Mapping[str, Any], why: str) -> bool:
-    g = backend.find_gpu(uuid)
-    watts = float(rec["previous_w"])
+def _set_clamped(backend: GpuBackend, g: GpuInfo, watts: float) -> float:
     if g.power_limit_min_w is not None:
         watts = max(watts, g.power_limit_min_w)
     if g.power_limit_max_w is not None:
         watts = min(watts, g.power_limit_max_w)
     backend.set_power_limit_w(g.gpu_index, watts)
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(rec_path)
-    log.info("%s: restored GPU %s to %.1f W", why, uuid, watts)
-    return True
+    return watts
+
+
+def _restore(backend: GpuBackend, uuid: str, rec_path: Path | None, rec: Mapping[str, Any] | None,
+             why: str) -> float:
+    """Put one GPU back: to the record's previous limit, or to its default limit when there is no
+    usable record (corrupt, ``previous_w`` missing/null/not a number, or an untrusted folder)."""
+    g = backend.find_gpu(uuid)
+    prev = rec.get("previous_w") if rec is not None else None
+    if usable_w(prev):
+        watts = _set_clamped(backend, g, float(prev))  # type: ignore[arg-type]
+        how = "recorded"
+    elif g.power_limit_default_w is not None:
+        watts = _set_clamped(backend, g, g.power_limit_default_w)
+        how = "default (no usable record)"
+    else:
+        raise GpuError(f"GPU {uuid}: no usable record and no default limit")
+    if rec_path is not None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(rec_path)
+    log.info("%s: restored GPU %s to %.1f W (%s)", why, uuid, watts, how)
+    return watts
+
+
+def _job_gpus(backend: GpuBackend, job: JobEnv, gpu_map: Mapping[str, str] | None) -> dict[str, GpuInfo]:
+    if gpu_map is None or not job.gpus:
+        return {}
+    try:
+        return {g.uuid: g for g in resolve_gpus(backend, job.gpus, gpu_map)}
+    except WattclassError as exc:
+        log.error("job %s: epilog: cannot map the job's GPUs: %s", job.job_id, exc)
+        return {}
 
 
 def epilog(env: Mapping[str, str], backend: GpuBackend, jobs_dir: Path = DEFAULT_SPOOL,
-           state_dir: Path = DEFAULT_STATE) -> list[str]:
-    """Restore the limits this job's Prolog recorded and remove its job files. Idempotent."""
+           state_dir: Path = DEFAULT_STATE, gpu_map: Mapping[str, str] | None = None) -> list[str]:
+    """Leave the job's GPUs: remove it from each cap record; where it was the last job restore
+    the recorded limit, else enforce the highest cap of the jobs that remain; remove its job
+    files. Idempotent. Returns the UUIDs whose limit was restored.
+
+    Each GPU is handled on its own, so one bad record never strands the others. A record that is
+    unusable (corrupt JSON, ``previous_w`` null) sends its GPU to the default limit when the GPU
+    is one of this job's (``gpu_map`` + SLURM_JOB_GPUS); an untrusted state folder sends all of
+    the job's GPUs to their default limit, since no record in it can be believed.
+    """
     job = job_env(env)
-    restored = []
-    errors = []
-    for rec_path in sorted(Path(state_dir).glob("*.json")):
+    mine = _job_gpus(backend, job, gpu_map)
+    restored: list[str] = []
+    errors: list[str] = []
+
+    def attempt(uuid: str, rec_path: Path | None, rec: Mapping[str, Any] | None) -> None:
         try:
-            rec = read_record(rec_path)
-            if rec is None or str(rec.get("job_id")) != job.job_id:
-                continue
-            _restore(backend, rec_path.stem, rec_path, rec, f"job {job.job_id}")
-            restored.append(rec_path.stem)
-        except WattclassError as exc:  # one bad GPU must not stop the others
-            errors.append(str(exc))
-            log.error("job %s: epilog: %s", job.job_id, exc)
-    for f in sorted(Path(jobs_dir).glob("*.json")):
+            _restore(backend, uuid, rec_path, rec, f"job {job.job_id}")
+            restored.append(uuid)
+        except (WattclassError, OSError) as exc:  # one bad GPU must not stop the others
+            errors.append(f"GPU {uuid}: {exc}")
+            log.error("job %s: epilog: GPU %s: %s", job.job_id, uuid, exc)
+
+    records: list[Path] = []
+    trusted = True
+    try:
+        refuse_untrusted_dir(Path(state_dir))
+        records = sorted(Path(state_dir).glob("*.json"))
+    except FileNotFoundError:
+        pass
+    except ConfigError as exc:
+        trusted = False
+        log.error("job %s: epilog: %s; the job's GPUs go to their default limit", job.job_id, exc)
+    for rec_path in records:
+        uuid = rec_path.stem
+        try:
+            with gpu_lock(rec_path):
+                try:
+                    rec = read_record(rec_path)
+                    jobs = record_jobs(rec) if rec is not None else {}
+                except (DataError, ConfigError) as exc:
+                    if uuid in mine:
+                        log.error("job %s: epilog: %s; GPU %s goes to its default limit", job.job_id, exc,
+                                  uuid)
+                        attempt(uuid, rec_path, None)
+                    else:
+                        log.error("job %s: epilog: %s (not this job's GPU: left for reconcile)",
+                                  job.job_id, exc)
+                    continue
+                if rec is None or job.job_id not in jobs:
+                    continue
+                del jobs[job.job_id]
+                if not jobs:
+                    attempt(uuid, rec_path, rec)
+                else:
+                    leave_shared(backend, backend.find_gpu(uuid), rec_path, rec, jobs, job.job_id)
+        except (WattclassError, OSError) as exc:  # one bad GPU must not stop the others
+            errors.append(f"GPU {uuid}: {exc}")
+            log.error("job %s: epilog: GPU %s: %s", job.job_id, uuid, exc)
+    if not trusted:
+        for uuid in mine:
+            attempt(uuid, None, None)
+    _remove_job_files(Path(jobs_dir), job)
+    if errors:
+        raise GpuError("; ".join(errors))
+    return restored
+
+
+def _remove_job_files(spool: Path, job: JobEnv) -> None:
+    """The job's files in every GPU folder, and legacy per-GPU files naming it."""
+    for f in sorted([*spool.glob(f"*/{job.display_id}.json"), *spool.glob("*.json")]):
         try:
             a = read_job_file(f)
         except (DataError, ConfigError) as exc:
@@ -256,9 +350,6 @@ def epilog(env: Mapping[str, str], backend: GpuBackend, jobs_dir: Path = DEFAULT
         if a is not None and a.job_id == job.display_id:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(f)
-    if errors:
-        raise GpuError("; ".join(errors))
-    return restored
 
 
 def reconcile(backend: GpuBackend, jobs_dir: Path = DEFAULT_SPOOL,
@@ -266,14 +357,18 @@ def reconcile(backend: GpuBackend, jobs_dir: Path = DEFAULT_SPOOL,
     """On GPUs that no job holds: restore a recorded limit, else the default. Run at boot."""
     done = []
     for g in backend.gpus():
-        job_file = Path(jobs_dir) / f"{g.uuid}.json"
-        if job_file.exists():
+        if jobs_on_gpu(jobs_dir, g.uuid) or any(jobs_on_gpu(jobs_dir, m.uuid)
+                                                 for m in backend.mig_instances(g.gpu_index)):
             continue
         rec_path = _record_path(state_dir, g.uuid)
-        rec = read_record(rec_path)
+        try:
+            rec = read_record(rec_path)
+        except (DataError, ConfigError) as exc:
+            log.error("reconcile: %s; GPU %s goes to its default limit", exc, g.uuid)
+            rec = {}
         if rec is not None:
-            _restore(backend, g.uuid, rec_path, rec, "reconcile")
-            done.append({"uuid": g.uuid, "action": "restored", "watts": rec["previous_w"]})
+            watts = _restore(backend, g.uuid, rec_path, rec or None, "reconcile")
+            done.append({"uuid": g.uuid, "action": "restored", "watts": watts})
             continue
         current = backend.power_limit_w(g.gpu_index)
         default = g.power_limit_default_w
@@ -295,6 +390,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--state-dir", type=Path, default=DEFAULT_STATE, help="recorded previous limits")
     p.add_argument("--log", type=Path, default=DEFAULT_LOG, help="log file (appended)")
     p.add_argument("--slurm-timeout", type=float, default=5.0, help="seconds for squeue")
+    p.add_argument("--slurm-bin", type=Path, default=None,
+                   help="folder of Slurm's client commands (squeue) when they are not in /usr/bin, e.g. "
+                   "/opt/slurm/bin: slurmd gives hooks no PATH, and a client of another Slurm version "
+                   "than slurmctld's fails")
     p.add_argument("--dry-run", action="store_true",
                    help="read limits and constraints, compute the cap, set nothing (prints the plan)")
     p.add_argument("--admin-comment", default=None,
@@ -314,6 +413,7 @@ def setup_log(path: Path | None, stderr: bool = True) -> None:
     root = logging.getLogger("wattclass")
     root.setLevel(logging.INFO)
     for h in handlers:
+        h.addFilter(ClipFilter())  # user strings (names, paths, error texts) clipped, one line each
         h.setFormatter(logging.Formatter("%(asctime)s %(levelname)s wattclass-%(hook)s: %(message)s",
                                          defaults={"hook": "plugin"}))
         root.addHandler(h)
@@ -340,11 +440,18 @@ def run_hook(hook: str, args: argparse.Namespace, env: Mapping[str, str] | None 
                 print(json.dumps(done, indent=2))
                 return 0
             if hook == "epilog":
-                epilog(env, backend, args.jobs_dir, args.state_dir)
+                try:
+                    emap: Mapping[str, str] | None = (load_gpu_map(args.gpu_map) if args.gpu_map
+                                                      else discover_gpu_map(backend))
+                except WattclassError as exc:
+                    log.error("job %s: epilog: no GPU map (%s): only recorded GPUs are restored",
+                              job_id, exc)
+                    emap = None
+                epilog(env, backend, args.jobs_dir, args.state_dir, emap)
                 return 0
             from wattclass.slurm.commands import CommandSlurmClient
 
-            slurm = CommandSlurmClient(timeout=args.slurm_timeout)
+            slurm = CommandSlurmClient(timeout=args.slurm_timeout, bin_dir=args.slurm_bin)
             get_comment: Callable[[str], str | None] = slurm.admin_comment
             if args.admin_comment is not None:
                 if not args.dry_run:  # the decision must come from Slurm when caps are applied
