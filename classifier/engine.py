@@ -206,7 +206,8 @@ def finalize(partials: pa.Table) -> pd.DataFrame:
         # auto: the rule's class on GPM windows, the model's elsewhere; model: the model's only
         jobs[m] = np.where(mode == 2, x, jobs[r] + x).astype(np.float64)
     jobs["m_pmax"] = np.where(mode == 2, jobs["x_pmax"], jobs["n_gpm"] + jobs["x_pmax"])
-    return jobs.reset_index()
+    out: pd.DataFrame = jobs.reset_index()
+    return out
 
 
 def _combine(results: Sequence[ChunkResult], model: WindowModel | None, source: Source,

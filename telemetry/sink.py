@@ -73,8 +73,8 @@ def rows_to_table(rows: list[dict[str, Any]]) -> pa.Table:
     lines = []
     for r in rows:
         out = {k: r.get(k) for k in _PARSE_SCHEMA.names}
-        for k in _TS:
-            out[k] = round(float(out[k]) * 1000)
+        for k in _TS:  # never null: the window builder sets both bounds of every row
+            out[k] = round(float(r[k]) * 1000)
         for k in _F32:
             v = out[k]
             if v is not None:
