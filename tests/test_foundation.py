@@ -101,7 +101,8 @@ def test_schema_is_pyarrow_schema() -> None:
 
 # -- issue 9 item 11: owner, mode and symlinks, checked at the root ---------------------------------
 @pytest.mark.parametrize("damage", ["file_owned_by_nobody", "folder_owned_by_nobody", "symlink_file",
-                                    "symlink_folder", "folder_group_writable"])
+                                    "symlink_folder", "folder_group_writable", "ancestor_owned_by_nobody",
+                                    "ancestor_world_writable", "symlink_ancestor"])
 def test_untrusted_files_and_folders_are_refused(tmp_path: Path, damage: str) -> None:
     from wattclass.fsutil import read_trusted_text
 
@@ -124,6 +125,16 @@ def test_untrusted_files_and_folders_are_refused(tmp_path: Path, damage: str) ->
     elif damage == "symlink_folder":
         (tmp_path / "ln").symlink_to(folder)
         target = tmp_path / "ln" / "rec.json"
+        want = "symlink"
+    elif damage == "ancestor_owned_by_nobody":  # its owner can rename "state" away and put another
+        os.chown(tmp_path, 65534, 65534)         # folder there (job_submit.lua checks every folder too)
+        want = "owned by uid 65534"
+    elif damage == "ancestor_world_writable":
+        tmp_path.chmod(0o777)
+        want = "others can write"
+    elif damage == "symlink_ancestor":
+        (tmp_path / "ln").symlink_to(tmp_path)
+        target = tmp_path / "ln" / "state" / "rec.json"
         want = "symlink"
     else:
         folder.chmod(0o775)

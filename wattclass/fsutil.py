@@ -81,16 +81,20 @@ def _refuse_stat(p: Path, st: os.stat_result, is_dir: bool) -> None:
 
 def refuse_untrusted_dir(path: Path) -> None:
     """Raise ConfigError unless the folder ``path`` is a real folder (no symlink), owned by root
-    and not writable by group or others (a sticky folder such as /tmp is fine)."""
+    and not writable by group or others (a sticky folder such as /tmp is fine), and so is every
+    folder above it: whoever can rename a folder on the way can swap the whole subtree (the same
+    rule as job_submit.lua's)."""
     p = Path(path)
     st = os.lstat(p)
     _refuse_stat(p, st, True)
     if not stat.S_ISDIR(st.st_mode):
         raise ConfigError(f"{p}: not a folder")
+    for above in Path(os.path.abspath(p)).parents:
+        _refuse_stat(above, os.lstat(above), True)
 
 
 def refuse_if_others_can_write(path: Path) -> None:
-    """Raise ConfigError unless ``path`` and its folder are trusted: owned by root, not writable by
+    """Raise ConfigError unless ``path`` and its folders are trusted: owned by root, not writable by
     group or others, and not symlinks (``lstat``: the check sees the link, not its target).
 
     Hooks run as root; a file that another user owns or can change, or a link another user can
@@ -104,7 +108,7 @@ def refuse_if_others_can_write(path: Path) -> None:
 
 def read_trusted_bytes(path: Path, max_bytes: int = 16 * 1024 * 1024) -> bytes:
     """Read a file root trusts: opened with O_NOFOLLOW, checked on the open descriptor (fstat, so a
-    swap between check and open cannot slip through), its folder checked with lstat.
+    swap between check and open cannot slip through), its folders up to / checked with lstat.
 
     Raises ConfigError for an untrusted file or folder, FileNotFoundError if it does not exist.
     """
