@@ -28,14 +28,34 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def make_dirs(path: Path, mode: int = 0o755) -> None:
+    """``mkdir -p`` whose new folders get exactly ``mode``, whatever the umask.
+
+    Root's outputs are read by others that check modes: job_submit.lua refuses a table in a
+    group-writable folder, the hooks refuse such a state folder. ``Path.mkdir`` masks with the
+    umask (an admin's shell with umask 002 made /etc/slurm/wattclass 0775, so the table was
+    refused and the policy was off); folders that already exist are left as they are.
+    """
+    p = Path(path)
+    missing: list[Path] = []
+    while not p.exists() and p != p.parent:
+        missing.append(p)
+        p = p.parent
+    for d in reversed(missing):
+        with contextlib.suppress(FileExistsError):  # another process made it first: theirs stands
+            os.mkdir(d, mode)
+            os.chmod(d, mode)
+
+
 @contextlib.contextmanager
 def atomic_writer(path: Path, mode: int = 0o644, binary: bool = True) -> Iterator[IO[bytes]]:
     """Yield a file that replaces ``path`` atomically when the block ends without error.
 
-    On error the temporary file is removed and ``path`` is left as it was.
+    On error the temporary file is removed and ``path`` is left as it was. Missing folders are
+    created with the file's mode plus search bits, whatever the umask (``make_dirs``).
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_dirs(path.parent, mode | (mode & 0o444) >> 2)  # a file 0644 gets folders 0755, 0600 gets 0700
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
@@ -142,9 +162,10 @@ def read_trusted_text(path: Path) -> str:
 
 
 def ensure_trusted_dir(path: Path) -> Path:
-    """Create ``path`` (mode 0755) if missing, then refuse it unless it is a trusted folder."""
+    """Create ``path`` (and missing parents, mode 0755 whatever the umask) if missing, then refuse
+    it unless it is a trusted folder."""
     p = Path(path)
-    p.mkdir(mode=0o755, parents=True, exist_ok=True)
+    make_dirs(p)
     refuse_untrusted_dir(p)
     return p
 
