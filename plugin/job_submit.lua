@@ -121,8 +121,22 @@ local function format_comment(label, conf, cap, src, mode)
   return PREFIX .. table.concat(parts, ";")
 end
 
+-- Canary arm (issue 12), mirrored by wattclass/admincomment.py canary_arm: job_desc has no job id
+-- at submission, so the key is user + name + submission second; a polynomial hash exact in doubles.
+local function canary_arm(policy, mode, user, name, now)
+  local threshold = tonumber(policy.canary_threshold) or 0
+  if threshold <= 0 then return nil end
+  local key = (user or "") .. "\n" .. (name or "") .. "\n" .. string.format("%d", now)
+  local h = 0
+  for i = 1, #key do h = (h * 257 + string.byte(key, i)) % 2147483647 end
+  local in_canary = (h % 10000) < threshold
+  if mode == "enforce" then in_canary = not in_canary end
+  if in_canary then return "capped" end
+  return "control"
+end
+
 -- The decision; returns status, reason, admin_comment, features, label, conf.
-local function decide(t, user, name, account, partition, user_features)
+local function decide(t, user, name, account, partition, user_features, now)
   local policy = t.policy
   local exempt = policy.exempt or {}
   if user ~= nil and field(exempt.users, user) then return "none", "exempt_user" end
@@ -142,6 +156,8 @@ local function decide(t, user, name, account, partition, user_features)
   local mode = "shadow"
   if policy.mode == "enforce" then mode = "enforce" end
   local comment = format_comment(label, conf, dec.cap, src, mode)
+  local arm = dec.cap ~= nil and canary_arm(policy, mode, user, name, now or os.time()) or nil
+  if arm then comment = comment .. ";arm=" .. arm end
   local features = nil
   if mode == "enforce" and (user_features == nil or user_features == "") then
     local feats = {}

@@ -7,9 +7,10 @@ slurmd runs the Prolog as root before the job and the Epilog after it. The Prolo
 2. writes the GPU -> job files the telemetry daemon reads (``telemetry.jobmap``);
 3. reads the job's decision from admin_comment through ``squeue -j ID -O admin_comment`` (not from the
    environment: 22.05 exports only the user's own SLURM_JOB_COMMENT, which users control);
-4. for a ``mode=enforce`` decision records each GPU's previous limit in the state folder
-   (atomically, before touching the GPU, so a crash between the two still restores) and sets
-   the cap, computed per GPU from its default limit and clamped to its min/max.
+4. for a decision that caps for real (``mode=enforce``, or the canary's ``arm=capped`` in shadow
+   mode; ``arm=control`` is never capped: ``Comment.capped_for_real``) records each GPU's previous
+   limit in the state folder (atomically, before touching the GPU, so a crash between the two
+   still restores) and sets the cap, computed per GPU from its default limit and clamped to its min/max.
 
 Invariant: a failing Prolog drains the node, so ``main`` exits 0 on any wattclass error and logs
 it with the job id. This module imports only the standard library and light wattclass modules
@@ -31,13 +32,12 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from wattclass.caps import Cap, cap_watts, parse_cap
+from wattclass.admincomment import parse_admin_comment
+from wattclass.caps import cap_watts
 from wattclass.errors import ConfigError, DataError, GpuError, WattclassError
 from wattclass.fsutil import atomic_write_text, refuse_if_others_can_write
 from wattclass.gpu.base import GpuBackend, GpuInfo
 from wattclass.jobmap import DEFAULT_SPOOL, JobAssignment, read_job_file, write_job_file
-from wattclass.labeltable import LABELS, MODES
-from wattclass.plugin.decide import COMMENT_PREFIX
 
 log = logging.getLogger("wattclass.plugin.prolog")
 
@@ -45,40 +45,6 @@ DEFAULT_STATE = Path("/run/wattclass/caps")
 DEFAULT_LOG = Path("/var/log/wattclass/plugin.log")
 PROC_GPUS = Path("/proc/driver/nvidia/gpus")
 _UUID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-
-
-class Comment(NamedTuple):
-    """The wattclass token of an admin_comment."""
-
-    label: str
-    confidence: float
-    cap: Cap | None
-    source: str
-    mode: str
-
-
-def parse_admin_comment(text: str | None) -> Comment | None:
-    """Parse ``wattclass:label=..;conf=..;cap=..;src=..;mode=..``; None if absent or malformed."""
-    if not text:
-        return None
-    token = next((t for t in text.split() if t.startswith(COMMENT_PREFIX)), None)
-    if token is None:
-        return None
-    fields: dict[str, str] = {}
-    for part in token[len(COMMENT_PREFIX):].split(";"):
-        key, sep, value = part.partition("=")
-        if not sep or key in fields:
-            return None
-        fields[key] = value
-    try:
-        label, mode = fields["label"], fields["mode"]
-        conf = float(fields["conf"])
-        cap = parse_cap(fields["cap"], "admin_comment cap") if "cap" in fields else None
-    except (KeyError, ValueError, ConfigError):
-        return None
-    if label not in LABELS or mode not in MODES:
-        return None
-    return Comment(label, conf, cap, fields.get("src", ""), mode)
 
 
 # -- GPU mapping -------------------------------------------------------------------------------
@@ -144,6 +110,37 @@ def read_record(path: Path) -> dict[str, Any] | None:
     return doc
 
 
+def record_then_set(backend: GpuBackend, gpu: GpuInfo, target_w: float, owner: str,
+                    state_dir: Path = DEFAULT_STATE) -> float:
+    """Record the GPU's limit to restore, durably, THEN set ``target_w``; returns the recorded limit.
+
+    The order is the whole point: if the process dies between the two (or at any time after),
+    ``reconcile`` (or the owner's Epilog) finds the record and restores the limit. Shared by the
+    Prolog (owner = job id) and ``wattclass calibrate`` (owner = ``calibrate:<pid>``).
+    """
+    rec_path = _record_path(state_dir, gpu.uuid)
+    old = read_record(rec_path)
+    # A record left by an owner that never restored holds the true original limit: keep it.
+    current = backend.power_limit_w(gpu.gpu_index)
+    previous = old["previous_w"] if old is not None else current
+    if previous is None:
+        raise GpuError(f"GPU {gpu.uuid}: current power limit unknown; refusing to change it")
+    atomic_write_text(rec_path, json.dumps({
+        "version": 1, "job_id": owner, "previous_w": previous, "set_w": target_w,
+        "written_at": time.time()}) + "\n", mode=0o644)
+    backend.set_power_limit_w(gpu.gpu_index, target_w)
+    return float(previous)
+
+
+def restore_recorded(backend: GpuBackend, uuid: str, owner: str, state_dir: Path = DEFAULT_STATE) -> bool:
+    """Restore one GPU from its record if ``owner`` wrote it (the record is removed); False if none."""
+    rec_path = _record_path(state_dir, uuid)
+    rec = read_record(rec_path)
+    if rec is None or str(rec.get("job_id")) != owner:
+        return False
+    return _restore(backend, uuid, rec_path, rec, owner)
+
+
 class JobEnv(NamedTuple):
     """What the Prolog/Epilog know from slurmd's environment."""
 
@@ -204,19 +201,13 @@ def prolog(
             continue
         target = cap_watts(comment.cap, default, g.power_limit_min_w, g.power_limit_max_w)
         entry["target_w"] = target
-        if dry_run or comment.mode != "enforce":
-            entry["action"] = "dry-run" if dry_run else "shadow"
+        entry["arm"] = comment.arm
+        if dry_run or not comment.capped_for_real():
+            entry["action"] = "dry-run" if dry_run else "control" if comment.arm == "control" else "shadow"
             log.info("job %s: %s: GPU %s label=%s cap=%s would set %.1f W (now %s W)", job.job_id,
                      entry["action"], g.uuid, comment.label, entry["cap"], target, current)
             continue
-        rec_path = _record_path(state_dir, g.uuid)
-        old = read_record(rec_path)
-        # A record left by a job whose Epilog never ran holds the true original limit: keep it.
-        previous = old["previous_w"] if old is not None else current
-        atomic_write_text(rec_path, json.dumps({
-            "version": 1, "job_id": job.job_id, "previous_w": previous, "set_w": target,
-            "written_at": time.time()}) + "\n", mode=0o644)
-        backend.set_power_limit_w(g.gpu_index, target)
+        record_then_set(backend, g, target, job.job_id, state_dir)
         entry["action"] = "capped"
         log.info("job %s: capped GPU %s (%s) label=%s cap=%s: %s W -> %.1f W", job.job_id, g.uuid,
                  g.pci_bus_id, comment.label, entry["cap"], current, target)
