@@ -49,6 +49,8 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     c.add_argument("--state-dir", type=Path, default=DEFAULT_STATE,
                    help="cap records (the Prolog's; reconcile restores from them)")
     c.add_argument("--repeats", type=int, default=2, help="measured runs per kernel and cap (default 2)")
+    c.add_argument("--kernel-seconds", type=float, default=2.0,
+                   help="builtin kernels: seconds of work per run at full power (default 2)")
     c.add_argument("--force", action="store_true", help="run even if the GPU has processes")
     c.add_argument("--dry-run", action="store_true",
                    help="every kernel at the current limit; nothing is set (checks the measurement path)")
@@ -120,7 +122,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         elif hasattr(backend, "run_simulated"):
             workloads = simulated_workloads(backend, args.gpu)
         else:
-            workloads = torch_workloads(args.gpu)
+            workloads = torch_workloads(args.gpu, args.kernel_seconds)
         doc = calibrate(backend, opts, workloads, on_step=lambda m: print(m, file=sys.stderr, flush=True))
     write_response(doc, args.out)
     print(f"wrote {args.out} ({'dry run, nothing set' if args.dry_run else 'limit restored to '}"
