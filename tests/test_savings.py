@@ -207,3 +207,17 @@ def test_kill_9_leaves_a_record_that_reconcile_restores(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     assert json.loads(gfile.read_text())["gpus"][0]["limit_w"] == 700.0  # ...until reconcile
     assert not list((tmp_path / "caps").glob("*.json"))
+
+
+def test_simulate_reads_files_that_lack_gpm_columns(tmp_path: Path) -> None:
+    _telemetry(tmp_path)
+    f = next((tmp_path / "telemetry").rglob("*.parquet"))
+    t = pq.read_table(f)
+    old = t.filter(pa.compute.equal(t["job_id"], "j2")).drop_columns(
+        ["sm_util_pct", "dram_bw_util_pct", "tensor_util_pct", "fp64_util_pct", "fp32_util_pct",
+         "fp16_util_pct"])
+    pq.write_table(t.filter(pa.compute.equal(t["job_id"], "j1")), f)
+    pq.write_table(old, f.with_name("01.parquet"))
+    j = simulate(tmp_path, parse_policy({"caps": {"memory": "60%"}})).jobs.set_index("job_id")
+    assert j.loc["j1", "label"] == "memory" and j.loc["j2", "label"] == "unlabelled"
+    assert np.isnan(j.loc["j2", "compute_act"]) and j.loc["j2", "energy_j"] == pytest.approx(690 * 3600)

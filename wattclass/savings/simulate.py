@@ -1,8 +1,8 @@
 """What-if: every past job's energy saved and runtime added had the policy's caps applied.
 
-1. Scan the telemetry of the date range, reading only the columns the model needs, and aggregate
-   per job first (pyarrow group-by per batch, partial sums merged): energy, GPU-seconds, power,
-   GPM activity and the GPM rule's window counts.
+1. Scan the telemetry of the date range with DuckDB, reading only the columns the model needs, and
+   aggregate per job first: energy, GPU-hours, power, GPM activity and the GPM rule's window
+   counts (the classifier's window rule, written in SQL with its thresholds).
 2. Label each job: the label store's label where the nightly run stored one; else the GPM rule on
    the job's own windows (the classifier's rule, same thresholds); else ``unlabelled``.
 3. Look up the policy's cap for the label (exempt accounts/users from the store's Slurm fields
@@ -23,9 +23,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 
 from wattclass.caps import cap_watts
 from wattclass.classifier import rules
@@ -39,11 +37,6 @@ from wattclass.savings.response import (
     default_limit_w,
 )
 
-#: Columns read from telemetry (nothing else is decoded).
-SCAN_COLUMNS: tuple[str, ...] = (
-    "ts_start", "ts_end", "job_id", "user", "gpu_model", "energy_j", "power_avg_w", "power_max_w",
-    "power_limit_w", *rules.RULE_COLUMNS,
-)
 GROUPS: tuple[str, ...] = ("label", "user", "account")
 
 
@@ -71,76 +64,69 @@ def telemetry_paths(data_root: Path, date_from: str | None, date_to: str | None)
     return out
 
 
-def _batch_agg(t: pa.Table) -> pa.Table:
-    """One batch -> partial per-job sums (merged later; sums and counts, never means)."""
-    t = t.filter(pc.is_valid(t["job_id"]))
-    if t.num_rows == 0:
-        return pa.table({})
-    t0 = pc.cast(t["ts_start"], pa.int64())
-    t1 = pc.cast(t["ts_end"], pa.int64())
-    secs = pc.divide(pc.cast(pc.subtract(t1, t0), pa.float64()), 1000.0)
-    codes = rules.window_labels(
-        t["sm_util_pct"].to_numpy(zero_copy_only=False).astype(float),
-        t["dram_bw_util_pct"].to_numpy(zero_copy_only=False).astype(float),
-        [t[c].to_numpy(zero_copy_only=False).astype(float) for c in rules.COMPUTE_UNITS])
-    comp = np.fmax.reduce([t[c].to_numpy(zero_copy_only=False).astype(float) for c in rules.COMPUTE_UNITS])
-    dram = t["dram_bw_util_pct"].to_numpy(zero_copy_only=False).astype(float)
-    gpm = np.isfinite(comp) & np.isfinite(dram)
-    cols = {
-        "job_id": t["job_id"], "user": t["user"], "gpu_model": t["gpu_model"],
-        "energy_j": t["energy_j"], "secs": secs, "pmax": t["power_max_w"], "pavg": t["power_avg_w"],
-        "plim": t["power_limit_w"], "t0": t0, "t1": t1,
-        "comp": np.where(gpm, comp, 0.0), "dram": np.where(gpm, dram, 0.0), "n_gpm": gpm.astype(np.int64),
-        "n_idle": (codes == rules.IDLE).astype(np.int64), "n_comp": (codes == rules.COMPUTE).astype(np.int64),
-        "n_mem": (codes == rules.MEMORY).astype(np.int64), "n": np.ones(t.num_rows, np.int64),
-    }
-    tt = pa.table(cols)
-    return tt.group_by("job_id").aggregate([
-        ("user", "max"), ("gpu_model", "max"), ("energy_j", "sum"), ("secs", "sum"), ("pmax", "sum"),
-        ("pavg", "sum"), ("plim", "max"), ("t0", "min"), ("t1", "max"), ("comp", "sum"), ("dram", "sum"),
-        ("n_gpm", "sum"), ("n_idle", "sum"), ("n_comp", "sum"), ("n_mem", "sum"), ("n", "sum")])
+def _day_globs(data_root: Path, date_from: str | None, date_to: str | None) -> list[str]:
+    root = telemetry_root(Path(data_root))
+    return [str(d / "*" / "*.parquet") for d in sorted(root.glob("date=*"))
+            if (not date_from or d.name.removeprefix("date=") >= date_from)
+            and (not date_to or d.name.removeprefix("date=") <= date_to)]
 
 
-def scan_jobs(files: list[Path]) -> pd.DataFrame:
-    """Per-job aggregates over ``files`` (see module docstring, step 1)."""
+def _sql(globs: list[str], present: set[str], union: bool) -> str:
+    """The per-job aggregate; a column absent from every file reads as NULL. ``union``: files may
+    differ in columns (read every file's schema: slower on tens of thousands of files)."""
+    def col(c: str) -> str:
+        return f'"{c}"' if c in present else "NULL"
+
+    comp = f"greatest({', '.join(col(c) for c in rules.COMPUTE_UNITS)})"
+    sm, dram = col("sm_util_pct"), col("dram_bw_util_pct")
+    gpm = f"({sm} IS NOT NULL AND {dram} IS NOT NULL AND {comp} IS NOT NULL)"
+    files = ", ".join("'" + g.replace("'", "''") + "'" for g in globs)
+    return f"""
+SELECT job_id, max({col("user")}) AS "user", max({col("gpu_model")}) AS gpu_model,
+  sum(energy_j) AS energy_j, sum(epoch_ms(ts_end) - epoch_ms(ts_start)) / 3.6e6 AS gpu_hours,
+  avg({col("power_max_w")}) AS need_w, avg({col("power_avg_w")}) AS avg_w,
+  max({col("power_limit_w")}) AS limit_w,
+  avg(CASE WHEN {gpm} THEN {comp} END) / 100.0 AS compute_act,
+  avg(CASE WHEN {gpm} THEN {dram} END) / 100.0 AS dram_act,
+  count(CASE WHEN {gpm} AND {sm} < {rules.SM_ACTIVE_PCT} THEN 1 END) AS n_idle,
+  count(CASE WHEN {gpm} AND {sm} >= {rules.SM_ACTIVE_PCT} AND {comp} >= {dram} THEN 1 END) AS n_comp,
+  count(CASE WHEN {gpm} AND {sm} >= {rules.SM_ACTIVE_PCT} AND {comp} < {dram} THEN 1 END) AS n_mem,
+  min(ts_start) AS "start", max(ts_end) AS "end"
+FROM read_parquet([{files}]{", union_by_name = true" if union else ""})
+WHERE job_id IS NOT NULL
+GROUP BY job_id
+"""
+
+
+def scan_jobs(data_root: Path, date_from: str | None = None, date_to: str | None = None,
+              threads: int | None = None) -> pd.DataFrame:
+    """Per-job aggregates (module docstring, step 1), by DuckDB reading only the needed columns."""
+    import duckdb
+
+    files = telemetry_paths(data_root, date_from, date_to)
     if not files:
         return pd.DataFrame()
-    dataset = ds.dataset([str(f) for f in files], format="parquet")
-    missing = [c for c in ("ts_start", "ts_end", "job_id", "energy_j") if c not in dataset.schema.names]
+    present = set(pq.read_schema(files[0]).names) | set(pq.read_schema(files[-1]).names)
+    missing = [c for c in ("ts_start", "ts_end", "job_id", "energy_j") if c not in present]
     if missing:
-        raise DataError(f"{files[0].parent}: telemetry lacks column(s) {', '.join(missing)}")
-    cols = [c for c in SCAN_COLUMNS if c in dataset.schema.names]
-    parts = []
-    for batch in dataset.to_batches(columns=cols, batch_size=1 << 20):
-        t = pa.Table.from_batches([batch])
-        for c in SCAN_COLUMNS:
-            if c not in t.column_names:
-                t = t.append_column(c, pa.nulls(t.num_rows, pa.float64() if c != "user" else pa.string()))
-        p = _batch_agg(t)
-        if p.num_rows:
-            parts.append(p)
-    if not parts:
-        return pd.DataFrame()
-    merged = pa.concat_tables(parts).group_by("job_id").aggregate([
-        ("user_max", "max"), ("gpu_model_max", "max"), ("energy_j_sum", "sum"), ("secs_sum", "sum"),
-        ("pmax_sum", "sum"), ("pavg_sum", "sum"), ("plim_max", "max"), ("t0_min", "min"), ("t1_max", "max"),
-        ("comp_sum", "sum"), ("dram_sum", "sum"), ("n_gpm_sum", "sum"), ("n_idle_sum", "sum"),
-        ("n_comp_sum", "sum"), ("n_mem_sum", "sum"), ("n_sum", "sum")])
-    df = merged.to_pandas()
-    df.columns = [c.rsplit("_", 2)[0] if c != "job_id" else c for c in df.columns]  # "x_sum_sum" -> "x"
-    n = df["n"].astype(float)
-    ngpm = df["n_gpm"].astype(float)
-    return pd.DataFrame({
-        "job_id": df["job_id"].astype(str), "user": df["user"], "gpu_model": df["gpu_model"],
-        "energy_j": df["energy_j"].astype(float), "gpu_hours": df["secs"].astype(float) / 3600.0,
-        "need_w": df["pmax"].astype(float) / n, "avg_w": df["pavg"].astype(float) / n,
-        "limit_w": df["plim"].astype(float),
-        "compute_act": np.where(ngpm > 0, df["comp"] / ngpm.replace(0, 1) / 100.0, np.nan),
-        "dram_act": np.where(ngpm > 0, df["dram"] / ngpm.replace(0, 1) / 100.0, np.nan),
-        "n_idle": df["n_idle"], "n_comp": df["n_comp"], "n_mem": df["n_mem"],
-        "start": pd.to_datetime(df["t0"], unit="ms", utc=True), "end": pd.to_datetime(df["t1"], unit="ms",
-                                                                                        utc=True),
-    })
+        raise DataError(f"{files[0]}: telemetry lacks column(s) {', '.join(missing)}")
+    con = duckdb.connect()
+    try:
+        if threads:
+            con.execute(f"SET threads = {int(threads)}")
+        globs = _day_globs(data_root, date_from, date_to)
+        try:  # the fleet's files normally share one schema: the fast path
+            df = con.execute(_sql(globs, present, union=False)).df()
+        except duckdb.Error:  # some file lacks a column: read every schema
+            df = con.execute(_sql(globs, present, union=True)).df()
+    except duckdb.Error as exc:
+        raise DataError(f"{data_root}: cannot scan telemetry: {exc}") from exc
+    finally:
+        con.close()
+    df["job_id"] = df["job_id"].astype(str)
+    for c in ("n_idle", "n_comp", "n_mem"):
+        df[c] = df[c].astype(np.int64)
+    return df
 
 
 def attach_labels(jobs: pd.DataFrame, store_labels: pd.DataFrame | None) -> pd.DataFrame:
@@ -229,7 +215,7 @@ def simulate(data_root: Path, policy: Policy, date_from: str | None = None, date
             except ValueError as exc:
                 raise DataError(f"{what}: expected YYYY-MM-DD, got {d!r}") from exc
     files = telemetry_paths(data_root, date_from, date_to)
-    jobs = scan_jobs(files)
+    jobs = scan_jobs(data_root, date_from, date_to)
     if jobs.empty:
         span = f" between {date_from or '...'} and {date_to or '...'}" if date_from or date_to else ""
         raise DataError(f"{data_root}: no job windows in telemetry{span}")
