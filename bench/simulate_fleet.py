@@ -42,7 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     doc = {
         "wall_s": round(wall, 1), "files": len(files), "rows": rows, "jobs": res.totals["jobs"],
         "rows_per_s": round(rows / wall), "totals": {k: round(v, 2) for k, v in res.totals.items()},
-        "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} CPUs, {platform.python_version()}",
+        "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} CPUs, "
+                   f"Python {platform.python_version()}",
         "load_avg_before": [round(x, 2) for x in load0],
         "load_avg_after": [round(x, 2) for x in os.getloadavg()],
         "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),

@@ -165,9 +165,10 @@ class FileStateBackend(GpuBackend):
             atomic_write_text(self.path, json.dumps(doc, indent=1))
 
     # -- simulated kernels (calibrate tests) -------------------------------------------------
-    def run_simulated(self, index: int, kind: str, units: float) -> None:
-        """Run ``units`` of a ``kind`` kernel at the GPU's current limit: sleep its duration and add
-        its energy to the counter. Raises GpuError on a GPU without ``sim``."""
+    def run_simulated(self, index: int, kind: str, units: float) -> float:
+        """Run ``units`` of a ``kind`` kernel at the GPU's current limit: sleep its duration, add its
+        energy to the counter and return the modelled seconds (the kernel's own timer: exact, unlike
+        the wall clock of a busy test machine). Raises GpuError on a GPU without ``sim``."""
         with self._locked():
             g = self._gpu(self._read(), index)
         sim = g.get("sim")
@@ -183,6 +184,7 @@ class FileStateBackend(GpuBackend):
                 if int(gg["index"]) == index:
                     gg["energy_mj"] = int(gg.get("energy_mj", 0)) + round(power_w * seconds * 1000)
             atomic_write_text(self.path, json.dumps(doc, indent=1))
+        return seconds
 
 
 #: Simulated kernels: (power share of the default limit it draws uncapped, SM-clock-bound share).
