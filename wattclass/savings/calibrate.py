@@ -285,6 +285,7 @@ def response_document(gpu: GpuInfo, default_w: float, original_w: float, points:
     so the band covers run-to-run noise. ``raw`` keeps every measurement.
     """
     workloads: dict[str, list[dict[str, Any]]] = {}
+    power_share: dict[str, float] = {}
     for w in sorted({p["workload"] for p in points}):
         pts = [p for p in points if p["workload"] == w]
         base = max(pts, key=lambda p: p["cap_share"])
@@ -300,13 +301,16 @@ def response_document(gpu: GpuInfo, default_w: float, original_w: float, points:
                 row.update({"energy_ratio": en[0], "energy_ratio_lo": en[1], "energy_ratio_hi": en[2]})
             rows.append(row)
         workloads[w] = rows
+        e = [x for x in base["energy_j"] if x is not None]
+        if e and default_w > 0:  # what the kernel draws uncapped: maps a job's cap onto the curve
+            power_share[w] = statistics.median(e) / statistics.median(base["wall_s"]) / default_w
     return {
         "version": RESPONSE_VERSION, "gpu_model": gpu.model, "gpu_uuid": gpu.uuid, "default_w": default_w,
         "original_w": original_w, "dry_run": dry_run, "host": socket.gethostname(),
         "written_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "note": ("dry run: every kernel at the current limit, nothing set; ratios show run-to-run noise only"
                  if dry_run else "ratios against the 100% run; lo/hi from the repeats' extremes"),
-        "workloads": workloads, "raw": points,
+        "workloads": workloads, "uncapped_power_share": power_share, "raw": points,
     }
 
 

@@ -145,9 +145,15 @@ class SiteResponse:
     gpu_model: str
     curves: dict[str, Curve]
     source: str
+    #: Per workload: its uncapped power as a share of the default limit (1.0 if not recorded).
+    power_share: dict[str, float]
 
     def effect(self, labels: npt.ArrayLike, cap_w: FloatArray, need_w: FloatArray) -> Effect:
-        """Interpolate each job's curve at its effective cap share ``cap / need``."""
+        """Interpolate each job's curve where the cap bites the kernel as hard as it bites the job.
+
+        A job needing ``need`` W under ``cap`` W is cut to ``cap / need``; the kernel, drawing
+        ``p`` (share of the default limit) uncapped, is cut as hard at the curve's ``x = cap / need * p``.
+        """
         lab = np.asarray(labels, dtype=object)
         n = len(lab)
         out = {f: np.ones(n) for f in ("runtime", "runtime_lo", "runtime_hi", "energy", "energy_lo",
@@ -157,9 +163,10 @@ class SiteResponse:
             kind = WORKLOAD_FOR_LABEL.get(str(label), "mix")
             curve = self.curves.get(kind) or self.curves.get("site") or next(iter(self.curves.values()))
             m = (lab == label) & (share < 1.0)
+            x = share[m] * self.power_share.get(kind, 1.0)
             for f in out:
                 xs, ys = curve.cap_share, getattr(curve, f)
-                out[f][m] = np.interp(share[m], xs, ys, left=ys[0], right=1.0)
+                out[f][m] = np.interp(x, xs, ys, left=ys[0], right=1.0)
         return Effect(**out)
 
 
@@ -201,4 +208,8 @@ def load_response(path: Path) -> SiteResponse:
         curves[kind] = Curve(cols["cap_share"], cols["runtime_ratio"], band["runtime_ratio_lo"],
                              band["runtime_ratio_hi"], cols["energy_ratio"], band["energy_ratio_lo"],
                              band["energy_ratio_hi"])
-    return SiteResponse(str(doc.get("gpu_model", "?")), curves, str(path))
+    ps = doc.get("uncapped_power_share") or {}
+    if not isinstance(ps, dict) or not all(isinstance(v, int | float) and 0 < v <= 1.5 for v in ps.values()):
+        raise DataError(f"{path}: uncapped_power_share: expected {{workload: share of the default limit}}")
+    shares = {str(k): float(v) for k, v in ps.items()}
+    return SiteResponse(str(doc.get("gpu_model", "?")), curves, str(path), shares)
