@@ -237,7 +237,8 @@ def calibrate(backend: GpuBackend, opts: CalibrateOptions, workloads: Sequence[W
     if opts.dry_run:
         backend = DryRunBackend(backend)
     gpu = backend.find_gpu(str(opts.gpu))
-    if not opts.force and backend.processes(gpu.gpu_index):
+    others = [p for p in backend.processes(gpu.gpu_index) if p.pid != os.getpid()]  # our kernels' context
+    if not opts.force and others:
         raise GpuError(f"GPU {gpu.gpu_index} runs other processes; calibrate needs an idle GPU (--force)")
     original = backend.power_limit_w(gpu.gpu_index)
     default = gpu.power_limit_default_w or original
