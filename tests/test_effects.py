@@ -115,3 +115,26 @@ def test_label_store_gets_the_arm_from_admin_comment() -> None:
     out = _join_slurm(labels, Jobs(), "2026-11-28")  # type: ignore[arg-type]
     assert out.loc[0, ["decision_label", "cap", "arm"]].tolist() == ["memory", "60%", "capped"]
     assert out.loc[1, ["decision_label", "cap", "arm"]].isna().all()
+
+
+def test_policy_explain_cites_the_measured_effect(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from wattclass.labeltable import TableEntry, write_label_table
+    from wattclass.policy import parse_policy
+
+    store = ClassifierStore(tmp_path / "d")
+    store.write_effects("2026-11-30", effects_from_history(generate_history(seed=2), seed=2))
+    pol = tmp_path / "p.toml"
+    pol.write_text('mode = "shadow"\n[caps]\nmemory = "60%"\n[canary]\nfraction = 0.1\n')
+    table = tmp_path / "labels.lua"
+    write_label_table(table, [TableEntry("user", "ann", None, None, "memory", 0.95, 3, "rule")],
+                      parse_policy({"caps": {"memory": "60%"}}).table_dict())
+    argv = ["policy", "explain", "--policy", str(pol), "--table", str(table), "--user", "ann", "--name", "x"]
+    assert main([*argv, "--data-root", str(tmp_path / "d"), "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["measured_effect"]["label"] == "memory" and d["measured_effect"]["cap"] == "60%"
+    assert d["measured_effect"]["energy_ratio"] == pytest.approx(0.75, abs=0.03)
+    assert d["admin_comment"].endswith(("arm=capped", "arm=control"))
+    assert main([*argv, "--data-root", str(tmp_path / "d")]) == 0
+    text = capsys.readouterr().out
+    assert "measured on this cluster" in text and "canary arm:" in text
+    assert main(argv) == 0 and "measured" not in capsys.readouterr().out
