@@ -107,7 +107,14 @@ def simulated_workloads(backend: GpuBackend, index: int, units: float = 20.0) ->
     run_sim = getattr(backend, "run_simulated", None)
     if run_sim is None:
         raise ConfigError(f"backend {backend.name} has no simulated kernels")
-    return [Workload(k, lambda k=k: run_sim(index, k, units)) for k in ("compute", "memory", "mix")]
+    def kernel(kind: str) -> Callable[[], float | None]:
+        def run() -> float | None:
+            seconds: float = run_sim(index, kind, units)
+            return seconds
+
+        return run
+
+    return [Workload(k, kernel(k)) for k in ("compute", "memory", "mix")]
 
 
 def torch_workloads(index: int, seconds: float = 2.0) -> list[Workload]:  # pragma: no cover - GPU only
@@ -257,12 +264,14 @@ def calibrate(backend: GpuBackend, opts: CalibrateOptions, workloads: Sequence[W
                 for w in workloads:
                     w.run()  # warm-up: clocks and caches settle at this cap
                     runs = [measure(backend, gpu.gpu_index, w) for _ in range(max(1, opts.repeats))]
-                    pt = {"workload": w.name, "cap_share": share, "cap_w": target, "limit_w": applied,
-                          "wall_s": [r[0] for r in runs], "energy_j": [r[1] for r in runs]}
+                    walls = [r[0] for r in runs]
+                    pt: dict[str, Any] = {"workload": w.name, "cap_share": share, "cap_w": target,
+                                          "limit_w": applied, "wall_s": walls,
+                                          "energy_j": [r[1] for r in runs]}
                     points.append(pt)
                     if on_step:
                         on_step(f"cap {share:.0%} ({applied} W) {w.name}: "
-                                f"{statistics.median(pt['wall_s']):.3f} s")
+                                f"{statistics.median(walls):.3f} s")
         finally:
             if not opts.dry_run:
                 _restore(backend, gpu, original, owner, opts.state_dir)

@@ -55,7 +55,7 @@ def telemetry_paths(data_root: Path, date_from: str | None, date_to: str | None)
     root = telemetry_root(Path(data_root))
     if not root.is_dir():
         raise DataError(f"{data_root}: no telemetry folder")
-    out = []
+    out: list[Path] = []
     for d in sorted(root.glob("date=*")):
         day = d.name.removeprefix("date=")
         if (date_from and day < date_from) or (date_to and day > date_to):
@@ -134,8 +134,9 @@ def attach_labels(jobs: pd.DataFrame, store_labels: pd.DataFrame | None) -> pd.D
     out = jobs.copy()
     ni, nc, nm = (out[c].to_numpy(np.int64) for c in ("n_idle", "n_comp", "n_mem"))
     has = (ni + nc + nm) > 0
-    rule = np.where(has, np.asarray(rules.label_names(rules.job_labels(ni, nc, nm)), dtype=object), None)
-    out["label"], out["label_source"] = rule, np.where(has, "rule(sim)", None)
+    names = np.asarray(rules.label_names(rules.job_labels(ni, nc, nm)), dtype=object)
+    out["label"] = pd.Series(names, index=out.index).where(has)
+    out["label_source"] = pd.Series("rule(sim)", index=out.index).where(has)
     out["account"], out["name"] = None, None
     if store_labels is not None and len(store_labels):
         s = store_labels.drop_duplicates("job_id", keep="last").set_index("job_id")
