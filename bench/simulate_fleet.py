@@ -3,7 +3,7 @@
 Runs the what-if over every telemetry file of ``--data-root`` (or ``--from``/``--to``) with the
 example policy and prints one JSON document: wall seconds, rows and files scanned, jobs, the
 totals, the machine and its load average before and after (the figure is only comparable with
-the load it was taken under).
+the load it was taken under; ``cpu_s``, the process's CPU time, depends less on it).
 
   python bench/simulate_fleet.py --data-root /work/bench-data/fleet-1k-30d
 """
@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import sys
 import time
 from pathlib import Path
@@ -36,11 +37,15 @@ def main(argv: list[str] | None = None) -> int:
     files = telemetry_paths(args.data_root, args.date_from, args.date_to)
     rows = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
     load0 = os.getloadavg()
+    ru0 = resource.getrusage(resource.RUSAGE_SELF)
     t0 = time.perf_counter()
     res = simulate(args.data_root, load_policy(args.policy), args.date_from, args.date_to)
     wall = time.perf_counter() - t0
+    ru1 = resource.getrusage(resource.RUSAGE_SELF)
+    cpu_s = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
     doc = {
-        "wall_s": round(wall, 1), "files": len(files), "rows": rows, "jobs": res.totals["jobs"],
+        "wall_s": round(wall, 1), "cpu_s": round(cpu_s, 1), "files": len(files), "rows": rows,
+        "jobs": res.totals["jobs"],
         "rows_per_s": round(rows / wall), "totals": {k: round(v, 2) for k, v in res.totals.items()},
         "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} CPUs, "
                    f"Python {platform.python_version()}",
