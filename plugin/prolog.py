@@ -138,7 +138,8 @@ def restore_recorded(backend: GpuBackend, uuid: str, owner: str, state_dir: Path
     rec = read_record(rec_path)
     if rec is None or str(rec.get("job_id")) != owner:
         return False
-    return _restore(backend, uuid, rec_path, rec, owner)
+    _restore(backend, uuid, rec_path, rec, owner)
+    return True
 
 
 class JobEnv(NamedTuple):
