@@ -364,6 +364,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--state-dir", type=Path, default=DEFAULT_STATE, help="recorded previous limits")
     p.add_argument("--log", type=Path, default=DEFAULT_LOG, help="log file (appended)")
     p.add_argument("--slurm-timeout", type=float, default=5.0, help="seconds for squeue")
+    p.add_argument("--slurm-bin", type=Path, default=None,
+                   help="folder of Slurm's client commands (squeue) when they are not in /usr/bin, e.g. "
+                   "/opt/slurm/bin: slurmd gives hooks no PATH, and a client of another Slurm version "
+                   "than slurmctld's fails")
     p.add_argument("--dry-run", action="store_true",
                    help="read limits and constraints, compute the cap, set nothing (prints the plan)")
     p.add_argument("--admin-comment", default=None,
@@ -421,7 +425,7 @@ def run_hook(hook: str, args: argparse.Namespace, env: Mapping[str, str] | None 
                 return 0
             from wattclass.slurm.commands import CommandSlurmClient
 
-            slurm = CommandSlurmClient(timeout=args.slurm_timeout)
+            slurm = CommandSlurmClient(timeout=args.slurm_timeout, bin_dir=args.slurm_bin)
             get_comment: Callable[[str], str | None] = slurm.admin_comment
             if args.admin_comment is not None:
                 if not args.dry_run:  # the decision must come from Slurm when caps are applied
