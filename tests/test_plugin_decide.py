@@ -283,6 +283,33 @@ def test_lua_reads_at_most_max_bytes_and_logs(tmp_path: Path) -> None:
     assert _load_in_lua(render_job_submit(path), tmp_path)[0] == "ok 2000"
 
 
+def test_one_user_cannot_push_other_users_out_of_the_table(tmp_path: Path,
+                                                          caplog: pytest.LogCaptureFixture) -> None:
+    """A user controls job names, which become keys. 200 confident jobs named with 100 KB each used
+    to fill the table past MAX_BYTES ahead of everyone less confident, and job_submit.lua, which
+    reads only MAX_BYTES, then lost the others' keys: their jobs went uncapped. Now a name longer
+    than MAX_NAME_BYTES gets no key (the job falls through to its user key), one user keeps at most
+    MAX_NAMES_PER_USER names, and the writer never writes more than the reader reads."""
+    from wattclass import labeltable
+
+    flood = [TableEntry("user_name", "mallory", f"{i:04d}" + "%" * 100_000, None, "compute", 0.86, 3, "rule")
+             for i in range(200)]
+    many = [TableEntry("user_name", "mallory", f"n{i}", None, "compute", 0.9, 3, "rule")
+            for i in range(labeltable.MAX_NAMES_PER_USER + 50)]
+    alice = [TableEntry("user", "alice", None, None, "memory", 0.81, 9, "rule"),
+             TableEntry("user_name", "alice", "train.sh", None, "memory", 0.82, 9, "rule")]
+    path = tmp_path / "labels.tsv"
+    with caplog.at_level("WARNING"):
+        dropped = write_label_table(path, flood + many + alice, {"mode": "enforce", "min_confidence": 0.8})
+    assert path.stat().st_size <= labeltable.MAX_BYTES
+    assert dropped == 200 + 50
+    assert lua_table_eval(path, "t.by_user.alice.label .. ' ' .. t.by_user_name.alice['train.sh'].label",
+                          tmp_path) == "memory memory"
+    names = read_label_table(path)["by_user_name"]["mallory"]
+    assert len(names) == labeltable.MAX_NAMES_PER_USER and all(len(n) < 10 for n in names)
+    assert "longer than" in caplog.text and "per user" in caplog.text
+
+
 def test_writer_keeps_the_most_confident_entries_past_the_limit(tmp_path: Path,
                                                                 caplog: pytest.LogCaptureFixture) -> None:
     entries = [TableEntry("user", f"u{i}", None, None, "memory", i / 10, 1, "rule") for i in range(10)]
