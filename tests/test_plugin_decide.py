@@ -381,12 +381,13 @@ end
 def test_canary_arm_is_identical_in_lua_and_python_and_has_the_policy_fraction(tmp_path: Path,
                                                                               mode: str) -> None:
     pol = parse_policy({"mode": mode, "caps": {"memory": "60%"}, "canary": {"fraction": 0.2}})
-    entries = [TableEntry("user", f"user{i}", None, None, "memory", 0.95, 3, "rule") for i in range(6)]
+    entries = [TableEntry("user", f"user{i}", None, None, "memory", 0.95, 3, "rule") for i in range(50)]
     path = tmp_path / "labels.tsv"
     write_label_table(path, entries, pol.table_dict())
     path.chmod(0o644)
-    cases = [{"user": f"user{i % 6}", "name": NAMES[i % len(NAMES)], "now": 1_764_000_000 + 37 * i}
-             for i in range(600)]
+    # 50 users x 12 days: 600 user-days, each its own draw of the arm
+    cases = [{"user": f"user{i % 50}", "name": NAMES[i % len(NAMES)],
+              "now": 1_764_000_000 + 86400 * (i // 50) + 37 * i} for i in range(600)]
     drv = tmp_path / "driver.lua"
     (tmp_path / "job_submit.lua").write_text(render_job_submit(path))
     drv.write_text(f"SCRIPT = {lua_value(str(tmp_path / 'job_submit.lua'))}\nCASES = {lua_value(cases)}\n"
@@ -403,6 +404,32 @@ def test_canary_arm_is_identical_in_lua_and_python_and_has_the_policy_fraction(t
     canary = arms.count("capped" if mode == "shadow" else "control") / len(arms)
     assert 0.14 < canary < 0.26  # the policy's 0.2, up to sampling noise of 600 jobs
     assert decide(table, "user1", "x", submit_s=5) == decide(table, "user1", "x", submit_s=5)
+
+
+@pytest.mark.parametrize("mode", ["enforce", "shadow"])
+def test_a_user_cannot_reroll_the_canary_arm(tmp_path: Path, mode: str) -> None:
+    """Renaming or resubmitting within a day never changes the arm (enforce: control is uncapped)."""
+    pol = parse_policy({"mode": mode, "caps": {"memory": "60%"}, "canary": {"fraction": 0.5}})
+    path = tmp_path / "labels.tsv"
+    write_label_table(path, [TableEntry("user", "mallory", None, None, "memory", 0.95, 3, "rule")],
+                      pol.table_dict())
+    path.chmod(0o644)
+    day0 = 1_764_028_800  # a UTC midnight
+    cases = [{"user": "mallory", "name": f"try{i}.sh", "now": day0 + 97 * i} for i in range(300)]
+    cases += [{"user": "mallory", "name": "x", "now": day0 + 86400 * d} for d in range(1, 40)]
+    drv = tmp_path / "driver.lua"
+    (tmp_path / "job_submit.lua").write_text(render_job_submit(path))
+    drv.write_text(f"SCRIPT = {lua_value(str(tmp_path / 'job_submit.lua'))}\nCASES = {lua_value(cases)}\n"
+                   + CANARY_DRIVER)
+    proc = subprocess.run([LUA or "lua5.1", str(drv)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    lua_arms = [line.rsplit("arm=", 1)[1] for line in proc.stdout.splitlines()]
+    table = read_label_table(path)
+    py_arms = [str(decide(table, c["user"], c["name"], submit_s=c["now"]).admin_comment).rsplit("arm=", 1)[1]
+               for c in cases]
+    assert lua_arms == py_arms
+    assert len(set(lua_arms[:300])) == 1  # 300 names and seconds within one day: one arm
+    assert set(lua_arms[300:]) == {"capped", "control"}  # other days draw again
 
 
 def test_no_canary_means_no_arm(tmp_path: Path) -> None:
