@@ -28,6 +28,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "wattclass.classifier.cli",
     "wattclass.plugin.cli",
     "wattclass.report.cli",
+    "wattclass.savings.cli",
     "wattclass.fleet.generate",
 )
 

@@ -42,16 +42,24 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         "--decisions", type=Path, help="policy decisions CSV/Parquet (default: <root>/decisions.csv)"
     )
     p.add_argument("--title", help="page title")
+    p.add_argument("--policy", type=Path,
+                   help="policy TOML: adds the what-if section (wattclass simulate over the reported day)")
+    p.add_argument("--response", type=Path, help="with --policy: a site calibration (wattclass calibrate)")
+    p.add_argument("--effects-truth", type=Path,
+                   help="JSON {\"label/cap\": [runtime, energy]} of injected effects, shown next to the "
+                   "measured ones (generated histories, the demo)")
     p.set_defaults(func=_cmd_report)
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from wattclass.report.build import load_inputs, write_report
+    from wattclass.report.build import load_inputs, load_whatif_effects, write_report
 
     inputs = load_inputs(
         args.data_root, args.date, args.labels, args.label_column, args.metrics, args.decisions,
         days=args.days,
     )
+    inputs.whatif_effects_html = load_whatif_effects(args.data_root, inputs.date, args.policy, args.response,
+                                                     args.effects_truth, inputs.provenance)
     path = write_report(inputs, args.out, args.title)
     print(f"wrote {path} ({path.stat().st_size / 1024:.0f} KiB)")
     return 0
