@@ -44,8 +44,10 @@ from wattclass.classifier.features import INPUT_COLUMNS
 from wattclass.classifier.validity import (
     MAX_GPU_POWER_W,
     REJECT_ENERGY,
+    REJECT_NULL,
     REJECT_POWER,
     REJECT_TIME,
+    SKIP_BAD_TYPE,
     SKIP_MISSING_COLUMN,
     SKIP_UNREADABLE,
 )
@@ -99,7 +101,7 @@ class ScanResult:
 
 
 #: validity's row rules in order; a row is counted under the first it breaks.
-_REJECT_REASONS = (REJECT_TIME, REJECT_ENERGY, REJECT_POWER)
+_REJECT_REASONS = (REJECT_NULL, REJECT_TIME, REJECT_ENERGY, REJECT_POWER)
 
 
 def _reject_sql(absent: frozenset[str]) -> str:
@@ -115,8 +117,9 @@ def _reject_sql(absent: frozenset[str]) -> str:
         return f"coalesce(CASE WHEN isnan({x}) THEN 0 ELSE {x} END, 0) > {MAX_GPU_POWER_W!r}"
 
     mean_w = f"CASE WHEN {bad_e} THEN NULL ELSE {e} / {dur} END"
-    return (f"CASE WHEN epoch_ms(ts_end) <= epoch_ms(ts_start) THEN 1 WHEN {bad_e} THEN 2 "
-            f"WHEN {over(f('power_avg_w'))} OR {over(f('power_max_w'))} OR {over(mean_w)} THEN 3 ELSE 0 END")
+    return ("CASE WHEN ts_start IS NULL OR ts_end IS NULL OR gpu_uuid IS NULL THEN 1 "
+            f"WHEN epoch_ms(ts_end) <= epoch_ms(ts_start) THEN 2 WHEN {bad_e} THEN 3 "
+            f"WHEN {over(f('power_avg_w'))} OR {over(f('power_max_w'))} OR {over(mean_w)} THEN 4 ELSE 0 END")
 
 
 def _overlapping_files(t: pa.Table) -> bool:
@@ -188,6 +191,11 @@ class Scanner:
                 bad.append((f, f"{SKIP_MISSING_COLUMN}: {', '.join(missing)}"))
                 log.warning("skipping telemetry file %s (%s): %s", f, SKIP_MISSING_COLUMN,
                             ", ".join(missing))
+                continue
+            wrong = _bad_types(pq.read_schema(f))
+            if wrong:
+                bad.append((f, f"{SKIP_BAD_TYPE}: {', '.join(wrong)}"))
+                log.warning("skipping telemetry file %s (%s): %s", f, SKIP_BAD_TYPE, ", ".join(wrong))
                 continue
             seen.update(names)
             good.append(f)
@@ -346,6 +354,30 @@ class Scanner:
         for rb in reader:
             if rb.num_rows:
                 yield pa.Table.from_batches([rb])
+
+
+def _bad_types(schema: pa.Schema) -> list[str]:
+    """Columns of ``schema`` whose type cannot stand for the v1 column's (``ts_start`` of strings)."""
+    from wattclass.schema import TELEMETRY_V1
+
+    out: list[str] = []
+    for col in schema:
+        if col.name not in TELEMETRY_V1.names:
+            continue
+        want, got = TELEMETRY_V1.field(col.name).type, col.type
+        if pa.types.is_dictionary(got):
+            got = got.value_type
+        if pa.types.is_null(got):
+            continue
+        if pa.types.is_timestamp(want):
+            ok = pa.types.is_timestamp(got) or pa.types.is_date(got)
+        elif pa.types.is_string(want) or pa.types.is_large_string(want):
+            ok = pa.types.is_string(got) or pa.types.is_large_string(got)
+        else:
+            ok = pa.types.is_integer(got) or pa.types.is_floating(got) or pa.types.is_boolean(got)
+        if not ok:
+            out.append(f"{col.name} is {col.type}, expected {want}")
+    return out
 
 
 class _Differ(Exception):
