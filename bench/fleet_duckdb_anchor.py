@@ -52,8 +52,31 @@ VALUES: tuple[tuple[str, str], ...] = (
 )
 
 
-def build_query(glob: str) -> str:
-    """The per-job aggregate query over the Parquet files matching ``glob``."""
+#: The per-job aggregates the labels need (issue 15's "same per-job aggregates"): what the nightly's
+#: DuckDB scan computes, without its retraining sample and model pass.
+LABEL_AGGREGATES = (
+    "count(*) AS n_windows", "sum(energy_j) AS energy_j",
+    "sum(epoch_ms(ts_end) - epoch_ms(ts_start)) / 1000.0 AS duration_s", "min(ts_start) AS first_ts",
+    "max(ts_end) AS last_ts", 'min("user") AS "user"', "string_agg(DISTINCT host, ',') AS hosts",
+    "count(*) FILTER (WHERE c >= 0) AS n_gpm", "count(*) FILTER (WHERE c = 0) AS r_idle",
+    "count(*) FILTER (WHERE c = 1) AS r_compute", "count(*) FILTER (WHERE c = 2) AS r_memory",
+)
+_RULE = ("CASE WHEN sm_util_pct IS NULL OR dram_bw_util_pct IS NULL OR greatest(tensor_util_pct, "
+         "fp64_util_pct, fp32_util_pct, fp16_util_pct) IS NULL THEN -1 WHEN sm_util_pct < 10 THEN 0 "
+         "WHEN greatest(tensor_util_pct, fp64_util_pct, fp32_util_pct, fp16_util_pct) >= dram_bw_util_pct "
+         "THEN 1 ELSE 2 END")
+
+
+def build_query(glob: str, which: str = "classic") -> str:
+    """The per-job aggregate query over the Parquet files matching ``glob``.
+
+    ``classic``: mean/min/max/std of 23 telemetry values per job (the anchor of issue 6);
+    ``labels``: exactly the per-job aggregates the labels need (``LABEL_AGGREGATES``).
+    """
+    if which == "labels":
+        return (f"SELECT job_id, {', '.join(LABEL_AGGREGATES)} FROM (SELECT *, {_RULE} AS c FROM "
+                f"read_parquet('{glob}', hive_partitioning = false)) "
+                "WHERE job_id IS NOT NULL GROUP BY job_id")
     aggs = [
         "count(*) AS n_windows",
         "sum(energy_j) AS energy_j",
@@ -75,7 +98,7 @@ def build_query(glob: str) -> str:
     )
 
 
-def _child(glob: str, out: str, threads: int, memory_limit: str, tmp: str) -> None:
+def _child(glob: str, out: str, threads: int, memory_limit: str, tmp: str, which: str) -> None:
     import duckdb
 
     con = duckdb.connect()
@@ -84,7 +107,7 @@ def _child(glob: str, out: str, threads: int, memory_limit: str, tmp: str) -> No
     con.execute(f"SET temp_directory = '{tmp}'")
     con.execute("SET preserve_insertion_order = false")
     t0 = time.perf_counter()
-    con.execute(f"COPY ({build_query(glob)}) TO '{out}' (FORMAT parquet)")
+    con.execute(f"COPY ({build_query(glob, which)}) TO '{out}' (FORMAT parquet)")
     wall = time.perf_counter() - t0
     jobs, windows = con.execute(f"SELECT count(*), sum(n_windows) FROM read_parquet('{out}')").fetchone()
     json.dump(
@@ -104,11 +127,14 @@ def main() -> int:
     ap.add_argument("--date", required=True, help="YYYY-MM-DD")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--memory-limit", default="8GB")
-    ap.add_argument("--_child", nargs=4, metavar=("GLOB", "OUT", "THREADS", "MEM"), help=argparse.SUPPRESS)
+    ap.add_argument("--aggregates", choices=("classic", "labels"), default="classic",
+                    help="classic: 97 aggregates of 23 values; labels: what the labels need")
+    ap.add_argument("--_child", nargs=5, metavar=("GLOB", "OUT", "THREADS", "MEM", "SET"),
+                    help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args._child:
-        glob, out, threads, mem = args._child
-        _child(glob, out, int(threads), mem, str(Path(out).parent))
+        glob, out, threads, mem, which = args._child
+        _child(glob, out, int(threads), mem, str(Path(out).parent), which)
         return 0
     day = args.data_root / "telemetry" / f"date={args.date}"
     files = sorted(day.glob("host=*/*.parquet"))
@@ -121,7 +147,7 @@ def main() -> int:
         t0 = time.perf_counter()
         proc = subprocess.run(
             [sys.executable, __file__, "--data-root", str(args.data_root), "--date", args.date,
-             "--_child", glob, out, str(args.threads), args.memory_limit],
+             "--_child", glob, out, str(args.threads), args.memory_limit, args.aggregates],
             capture_output=True, text=True, check=False,
         )  # fmt: skip
         wall = time.perf_counter() - t0
@@ -136,7 +162,8 @@ def main() -> int:
         "date": args.date,
         "files": len(files),
         "bytes_on_disk": sum(f.stat().st_size for f in files),
-        "aggregates_per_job": 5 + 4 * len(VALUES),
+        "aggregates": args.aggregates,
+        "aggregates_per_job": 5 + 4 * len(VALUES) if args.aggregates == "classic" else len(LABEL_AGGREGATES),
         "threads": args.threads,
         "memory_limit": args.memory_limit,
         **child,

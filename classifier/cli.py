@@ -41,8 +41,8 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     n.add_argument("--table-out", type=Path, default=None,
                    help="label table path (default: DATA_ROOT/classifier/label_table.tsv)")
     n.add_argument("--no-retrain", action="store_true", help="label only; never train a new model")
-    n.add_argument("--workers", type=int, default=1,
-                   help="worker processes reading telemetry (default 1; helps on idle multi-core hosts)")
+    n.add_argument("--workers", type=int, default=0,
+                   help="threads of the DuckDB scan (default 0: every core)")
     n.add_argument("--engine", choices=("local", "dask"), default="local",
                    help="local: this machine (default); dask: feature stage and training on dask.distributed")
     n.add_argument("--scheduler", default=None, help="with --engine dask: a running scheduler's address")
@@ -177,7 +177,7 @@ def cmd_nightly(args: argparse.Namespace) -> int:
     table_out = args.table_out or args.data_root / "classifier" / "label_table.tsv"
     opts = NightlyOptions(data_root=args.data_root, date=date, table_out=table_out, policy=policy,
                           retrain=not args.no_retrain, base_training=tuple(bundled_training_sources()),
-                          workers=max(1, args.workers), engine=args.engine, scheduler=args.scheduler,
+                          workers=max(0, args.workers), engine=args.engine, scheduler=args.scheduler,
                           dask_config=args.dask_config, lock_timeout_s=max(0.0, args.lock_timeout))
     if args.engine != "dask" and (args.scheduler or args.dask_config):
         raise ConfigError("--scheduler and --dask-config need --engine dask")

@@ -1,167 +1,120 @@
-"""Execution engines of the nightly feature stage: batched local processes, or dask.distributed.
+"""Execution engines of the nightly feature stage: DuckDB on this machine, or Dask tasks of it.
 
-The feature stage folds every telemetry window into mergeable per-job partial aggregates
-(``features``). At fleet scale (10,000 GPUs: 30,000 hourly files of 2,880 rows a day) the cost is
-not the arithmetic but the per-call overhead of doing it one small file at a time, so both engines
-work on *file batches*: ``BATCH_FILES`` files are scanned together with ``pyarrow.dataset`` (only
-the columns labelling needs, no hive partitioning -- the ``host=`` folders would clash with the
-``host`` column), concatenated into one table of a few hundred thousand rows, and pushed through
-the same window features, rule codes and model predictions (``labeling``) and the numpy group-by
-of ``features.batch_partials``. ``batch_files=1`` scans file by file; the labels are identical
-whatever the batch size (tests/test_engine.py), only the per-call bookkeeping is amortised.
+The feature stage folds every telemetry window into per-(job, host) partial aggregates: window
+counts, duration, energy, time span, user, the GPM rule's window counts, and (for windows without
+GPM) the model's window classes. DuckDB does the scan and the group-by in one pass over all
+files with all cores (``scan.Scanner``); numpy runs only where per-window arrays are needed: the
+model on windows without GPM (read in a second, filtered pass over only the files that hold
+them) and the retraining sample. Partials merge by sums and min/max, so any split of the files
+gives the same labels; ``decide`` turns the merged per-job rows into labels (``labeling``).
 ``wattclass classify`` and ``wattclass nightly`` both label through this module.
 
-Why pyarrow and not DuckDB or polars as the engine: the stage is more than a group-by. Windows
-without GPM need the LightGBM model's prediction per window, and retraining needs a random sample
-of labelled windows; both want the window features as numpy arrays, which Arrow gives without a
-copy. The group-by runs in numpy on integer-coded job/host keys. See bench/fleet_nightly.py for the figures
-against DuckDB's own group-by of the same aggregates.
-
 Engines:
-- ``local``: file chunks go to ``workers`` spawned processes (or run in this one); their merged
-  partials and samples are merged here.
+- ``local``: one DuckDB connection over all files, ``workers`` threads (0: every core).
 - ``dask``: the same chunk function runs as tasks on a dask.distributed cluster (see
-  ``wattclass.classifier.scaleout``), whose results are merged here in the same order, so the labels
-  equal the local engine's.
+  ``wattclass.classifier.scaleout``), each over a chunk of files with one thread; the partials
+  are merged here, so the labels equal the local engine's.
 
-A batch that cannot be scanned as a whole (an unreadable file, a file lacking a required column)
-is re-read file by file through ``reader.iter_tables``, which skips such a file with a warning.
-Every scanned table then goes through the input rules of ``validity`` (impossible rows rejected,
-duplicate windows dropped) before any feature is computed; what they drop is counted in the
-``InputReport`` each unit of work returns, merged in chunk order like the partials.
+Input rules (``validity``, issue 9): a file DuckDB cannot read or one lacking a required column is
+skipped with a warning naming it; impossible rows are rejected and duplicate windows dropped in
+the DuckDB pass itself; all of it is counted in the result's ``report`` (the night's summary).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from wattclass.classifier.features import batch_partials, feature_matrix, merge_partials, window_features
-from wattclass.classifier.labeling import (
-    READ_COLUMNS,
-    LabelResult,
-    Source,
-    _batch_counts,
-    _empty_labels,
-    decide,
-)
+from wattclass.classifier.features import feature_matrix, window_features
+from wattclass.classifier.labeling import LabelResult, Source, _empty_labels, decide
 from wattclass.classifier.model import TrainingSet, WindowModel
-from wattclass.classifier.reader import iter_tables
-from wattclass.classifier.training import window_rule_codes
-from wattclass.classifier.validity import RULE_INPUT_COLUMNS, InputReport, RowRules
+from wattclass.classifier.scan import Scanner
+from wattclass.classifier.validity import InputReport
 from wattclass.errors import DataError
-from wattclass.schema import REQUIRED_COLUMNS, TELEMETRY_V1
 
 if TYPE_CHECKING:
     from distributed import Client
 
 log = logging.getLogger("wattclass.classifier")
 
-#: Files scanned together (about 290 k rows of 10 s windows at 2,880 rows a file).
-BATCH_FILES = 100
-#: Files per unit of work (a worker process's or a Dask task's share).
+#: Files per Dask task.
 CHUNK_FILES = 1000
-#: Merge the partials of this many batches into one (bounds memory on long chunks).
-MERGE_EVERY = 16
+#: Kept for callers of the former pyarrow engine; DuckDB reads all files of a chunk at once.
+BATCH_FILES = 100
 
-#: Columns the feature stage reads: keys, time, energy, model inputs, GPM rule inputs.
-SCAN_COLUMNS: tuple[str, ...] = tuple(
-    dict.fromkeys(("ts_start", "ts_end", "host", "job_id", "energy_j", *RULE_INPUT_COLUMNS, *READ_COLUMNS))
-)
-_SCAN_SCHEMA = pa.schema([TELEMETRY_V1.field(c) for c in SCAN_COLUMNS])
-#: Columns every telemetry row has (non-null in v1); a null here means a file lacked the column.
-_NON_NULL = ("ts_start", "ts_end", "host")
-_REQUIRED = frozenset(REQUIRED_COLUMNS)
+_SUMS = ("n_windows", "dur_ms", "energy_j", "n_gpm", "r_idle", "r_compute", "r_memory", "n_shared",
+         "x_idle", "x_compute", "x_memory", "x_pmax")
 
 
 @dataclass
 class ChunkResult:
-    """What one chunk of files contributes: merged partials, sample, windows, readable files."""
+    """What one chunk of files contributes: merged partials, sample, windows, files read."""
 
     partials: pa.Table | None
     sample: TrainingSet
     n_windows: int
     n_files: int
-    report: InputReport
+    #: The sample's hash keys (one per sampled window): merging chunks keeps the smallest per job.
+    sample_h: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.uint64))
+    #: Files skipped, impossible rows rejected and duplicate windows dropped (``validity``).
+    report: InputReport = field(default_factory=InputReport)
 
 
-def _scan(files: Sequence[Path]) -> tuple[pa.Table, np.ndarray] | None:
-    """One table of ``files`` (scan columns only) and each row's file index; None if it fails."""
-    import pyarrow.dataset as ds
-
-    try:
-        dataset = ds.dataset([str(f) for f in files], schema=_SCAN_SCHEMA, format="parquet",
-                             partitioning=None)
-        # The scan fills a column a file lacks with nulls, and energy_j may be null in valid data,
-        # so a missing required column is only visible in the files' own schemas.
-        for fragment in dataset.get_fragments():
-            if not _REQUIRED.issubset(fragment.physical_schema.names):
-                return None  # let the per-file path name the file and the column
-        index = {str(f): i for i, f in enumerate(files)}
-        batches: list[pa.RecordBatch] = []
-        file_idx: list[np.ndarray] = []
-        for tagged in dataset.scanner(columns=list(SCAN_COLUMNS), use_threads=False).scan_batches():
-            rb = tagged.record_batch
-            if rb.num_rows:
-                batches.append(rb)
-                file_idx.append(np.full(rb.num_rows, index[tagged.fragment.path], dtype=np.int32))
-    except (OSError, pa.ArrowException, KeyError):
+def _model_counts(scanner: Scanner, files: Sequence[Path], model: WindowModel, forced: bool,
+                  drop_columns: Sequence[str]) -> pa.Table | None:
+    """Per (job, host): the model's window classes and summed top probability (x_*)."""
+    parts = []
+    for batch in scanner.model_batches(files, forced, drop_columns):
+        proba = model.predict_proba(feature_matrix(window_features(batch)))
+        cls = proba.argmax(axis=1)
+        t = pa.table({"job_id": batch.column("job_id"), "host": batch.column("host"),
+                      "x_idle": (cls == 0).astype(np.int64), "x_compute": (cls == 1).astype(np.int64),
+                      "x_memory": (cls == 2).astype(np.int64),
+                      "x_pmax": proba.max(axis=1).astype(np.float64)})
+        parts.append(_sum_by_key(t, ["x_idle", "x_compute", "x_memory", "x_pmax"]))
+    if not parts:
         return None
-    table = pa.Table.from_batches(batches, schema=_SCAN_SCHEMA)
-    if any(table.column(c).null_count for c in _NON_NULL):
-        return None  # some file lacks a required column: let the per-file path name it
-    fidx = np.concatenate(file_idx) if file_idx else np.zeros(0, dtype=np.int32)
-    return table, fidx
+    return _sum_by_key(pa.concat_tables(parts), ["x_idle", "x_compute", "x_memory", "x_pmax"])
 
 
-def _tables(files: Sequence[Path], drop_columns: Sequence[str], on_file: Callable[[int, Path], None] | None,
-            batch_files: int, report: InputReport) -> Iterator[tuple[pa.Table, np.ndarray, int]]:
-    """Yield (table, per-row file index, files read) per batch of files."""
-    for start in range(0, len(files), max(1, batch_files)):
-        batch = files[start:start + max(1, batch_files)]
-        if on_file is not None:
-            on_file(start + len(batch) - 1, batch[-1])
-        scanned = None if drop_columns else _scan(batch)
-        if scanned is not None:
-            yield scanned[0], scanned[1], len(batch)
-            continue
-        seen: dict[Path, int] = {}
-        for path, table in iter_tables(batch, drop_columns=drop_columns, columns=READ_COLUMNS,
-                                       report=report):
-            k = seen.setdefault(path, len(seen))
-            yield table, np.full(table.num_rows, k, dtype=np.int32), 0
-        yield pa.table({}), np.zeros(0, dtype=np.int32), len(seen)
+def _sum_by_key(t: pa.Table, cols: Sequence[str]) -> pa.Table:
+    out = t.group_by(["job_id", "host"], use_threads=False).aggregate([(c, "sum") for c in cols])
+    return out.rename_columns([n.removesuffix("_sum") for n in out.column_names])
 
 
-def _sample(table: pa.Table, feats: dict[str, np.ndarray], codes: np.ndarray, file_idx: np.ndarray,
-            per_job: int, rng: np.random.Generator, prefix: str) -> TrainingSet:
-    """Up to ``per_job`` random GPM-labelled windows of each job in each file (row group)."""
-    job = table.column("job_id")
-    cand = np.flatnonzero((codes >= 0) & pc.is_valid(job).to_numpy(zero_copy_only=False))
-    if len(cand) == 0:
-        return TrainingSet.concat([])
-    cand = cand[rng.permutation(len(cand))]
-    enc = pc.dictionary_encode(job.combine_chunks())
-    n_codes = len(enc.dictionary)
-    job_code = np.asarray(enc.indices.to_numpy(zero_copy_only=False))[cand]
-    key = file_idx[cand].astype(np.int64) * n_codes + job_code
-    order = np.argsort(key, kind="stable")
-    sorted_key = key[order]
-    first = np.searchsorted(sorted_key, sorted_key, side="left")
-    rank = np.empty(len(cand), dtype=np.int64)
-    rank[order] = np.arange(len(cand)) - first
-    keep = np.zeros(len(codes), dtype=bool)
-    keep[cand[rank < per_job]] = True
-    jobs = np.asarray(job.filter(pa.array(keep)).to_numpy(zero_copy_only=False), dtype=object)
-    return TrainingSet(feature_matrix(feats)[keep], codes[keep],
-                       np.asarray([f"{prefix}:{j}" for j in jobs], dtype=object), [prefix])
+def _sample(rows: pa.Table | None, per_job: int, prefix: str) -> tuple[TrainingSet, np.ndarray]:
+    """The sampled GPM windows (``Scanner.sample``) as a TrainingSet, at most ``per_job`` a job."""
+    if rows is None or rows.num_rows == 0:
+        return TrainingSet.concat([]), np.zeros(0, dtype=np.uint64)
+    jobs = np.asarray(rows.column("job_id").to_pylist(), dtype=object)
+    h = rows.column("h").to_numpy().astype(np.uint64)
+    keep = _smallest_per_group(jobs, h, per_job)
+    rows, jobs, h = rows.take(pa.array(np.flatnonzero(keep))), jobs[keep], h[keep]
+    X = feature_matrix(window_features(rows))
+    y = rows.column("code").to_numpy().astype(np.int8)
+    group = np.asarray([f"{prefix}:{j}" for j in jobs], dtype=object)
+    return TrainingSet(X, y, group, [prefix]), h
+
+
+def _smallest_per_group(groups: np.ndarray, h: np.ndarray, n: int) -> np.ndarray:
+    """Mask of the ``n`` smallest ``h`` of each group."""
+    if len(h) == 0:
+        return np.zeros(0, dtype=bool)
+    order = np.lexsort((h, groups.astype(str)))
+    g = groups[order]
+    first = np.r_[True, g[1:] != g[:-1]]
+    start = np.maximum.accumulate(np.where(first, np.arange(len(g)), 0))
+    keep = np.zeros(len(h), dtype=bool)
+    keep[order[(np.arange(len(g)) - start) < n]] = True
+    return keep
 
 
 def label_chunk(
@@ -174,53 +127,104 @@ def label_chunk(
     seed: int = 0,
     on_file: Callable[[int, Path], None] | None = None,
     batch_files: int = BATCH_FILES,
+    threads: int = 1,
 ) -> ChunkResult:
-    """Merged partials (and sample) of a run of files, batch by batch; also a worker's task."""
-    rng = np.random.default_rng(seed)
-    partials: list[pa.Table] = []
-    samples: list[TrainingSet] = []
-    n_windows = n_files = 0
-    report = InputReport()
-    rules_ = RowRules(report)
-    for table, file_idx, n_read in _tables(list(files), drop_columns, on_file, batch_files, report):
-        n_files += n_read
-        if not table.num_rows:
-            continue
-        keep = rules_.keep_mask(table)
-        if not keep.all():
-            table, file_idx = table.filter(pa.array(keep)), file_idx[keep]
-            if not table.num_rows:
-                continue
-        n_windows += table.num_rows
-        feats = window_features(table)
-        counts = _batch_counts(table, feats, model, source)
-        partials.append(batch_partials(table, feats, counts))
-        if sample_per_job > 0:
-            codes = window_rule_codes(table)
-            samples.append(_sample(table, feats, codes, file_idx, sample_per_job, rng, sample_prefix))
-        if len(partials) >= MERGE_EVERY:
-            merged = merge_partials(partials)
-            partials = [merged] if merged is not None else []
-    return ChunkResult(merge_partials(partials), TrainingSet.concat(samples), n_windows, n_files, report)
-
-
-def chunks_of(files: Sequence[Path], chunk_files: int = CHUNK_FILES) -> list[list[Path]]:
-    """Split ``files`` (in order) into units of work of at most ``chunk_files`` files."""
+    """Partials (and sample) of a run of files; also a Dask task. ``batch_files`` is ignored."""
     files = list(files)
-    return [files[i:i + chunk_files] for i in range(0, len(files), max(1, chunk_files))]
+    scanner = Scanner(threads)
+    try:
+        res = scanner.partials(files, drop_columns)
+        part = res.partials
+        sampled = scanner.sample(res.files, sample_per_job, seed, drop_columns)
+        x = None
+        if model is not None and source != "rule" and part.num_rows:
+            forced = source == "model"
+            mfiles = res.files if forced else res.nogpm_files
+            if mfiles:
+                x = _model_counts(scanner, [Path(f) for f in mfiles], model, forced, drop_columns)
+    finally:
+        scanner.close()
+    if on_file is not None and files:
+        on_file(len(files) - 1, files[-1])
+    sample, sample_h = _sample(sampled, sample_per_job, sample_prefix)
+    part = _with_model_counts(part, x, model is not None and source != "rule", source == "model")
+    report = InputReport()
+    for f, why in res.skipped:
+        reason, _, detail = why.partition(": ")
+        report.skipped_files[str(f)] = f"{reason}: {detail[:200]}"
+    report.duplicate_windows = res.duplicates
+    report.rejected_rows = dict(res.rejected)
+    return ChunkResult(part if part.num_rows else None, sample, res.n_windows, len(res.files), sample_h,
+                       report)
 
 
-def _combine(results: Sequence[ChunkResult], model: WindowModel | None, source: Source) -> LabelResult:
-    """Merge chunk results (in chunk order) and decide every job's label."""
-    from wattclass.classifier.features import finalize
+def _with_model_counts(part: pa.Table, x: pa.Table | None, use_model: bool, forced: bool) -> pa.Table:
+    """Add x_* (the model's counts over the windows it labelled) and ``forced`` per row."""
+    n = part.num_rows
+    zeros_i, zeros_f = pa.array(np.zeros(n, dtype=np.int64)), pa.array(np.zeros(n, dtype=np.float64))
+    if x is not None and x.num_rows:
+        joined = part.join(x, ["job_id", "host"], join_type="left outer", use_threads=False)
+        part = joined.select([*part.column_names, "x_idle", "x_compute", "x_memory", "x_pmax"])
+        part = pa.table({c: (pc.fill_null(part.column(c), 0) if c.startswith("x_") else part.column(c))
+                         for c in part.column_names})
+    else:
+        for c in ("x_idle", "x_compute", "x_memory"):
+            part = part.append_column(c, zeros_i)
+        part = part.append_column("x_pmax", zeros_f)
+    flag = pa.array(np.full(n, 2 if forced else 1 if use_model else 0, dtype=np.int8))
+    return part.append_column("model_mode", flag)
 
+
+def merge_partials(parts: Sequence[pa.Table]) -> pa.Table | None:
+    """Merge per-(job, host) partials from any split of the files into one."""
+    parts = [p for p in parts if p is not None and p.num_rows]
+    if not parts:
+        return None
+    t = pa.concat_tables(parts, promote_options="default")
+    aggs = [(c, "sum") for c in _SUMS] + [("user", "min"), ("ts_start_ms", "min"), ("ts_end_ms", "max"),
+                                           ("model_mode", "max")]
+    out = t.group_by(["job_id", "host"], use_threads=False).aggregate(aggs)
+    back = {f"{c}_{a}": c for c, a in aggs}
+    return out.rename_columns([back.get(n, n) for n in out.column_names])
+
+
+def finalize(partials: pa.Table) -> pd.DataFrame:
+    """One row per job (sorted by job_id) with what ``labeling.decide`` reads."""
+    df = partials.to_pandas()
+    g = df.groupby("job_id", sort=True)
+    jobs = g[list(_SUMS)].sum()
+    jobs["user"] = g["user"].min()
+    jobs["hosts"] = g["host"].agg(lambda s: ",".join(sorted(set(s))))
+    for col, src, how in (("ts_start", "ts_start_ms", "min"), ("ts_end", "ts_end_ms", "max")):
+        ms = g[src].min() if how == "min" else g[src].max()
+        jobs[col] = pd.to_datetime(ms.astype(np.int64), unit="ms", utc=True).astype("datetime64[ms, UTC]")
+    jobs["gpu_hours"] = jobs["dur_ms"] / 3.6e6
+    mode = g["model_mode"].max()
+    rule_m = {"m_idle": "r_idle", "m_compute": "r_compute", "m_memory": "r_memory"}
+    for m, r in rule_m.items():
+        x = jobs["x" + m[1:]]
+        # auto: the rule's class on GPM windows, the model's elsewhere; model: the model's only
+        jobs[m] = np.where(mode == 2, x, jobs[r] + x).astype(np.float64)
+    jobs["m_pmax"] = np.where(mode == 2, jobs["x_pmax"], jobs["n_gpm"] + jobs["x_pmax"])
+    out: pd.DataFrame = jobs.reset_index()
+    return out
+
+
+def _combine(results: Sequence[ChunkResult], model: WindowModel | None, source: Source,
+             sample_per_job: int = 0) -> LabelResult:
+    """Merge chunk results and decide every job's label."""
     merged = merge_partials([r.partials for r in results if r.partials is not None])
     labels = decide(finalize(merged), model, source) if merged is not None else _empty_labels()
+    samples = [r.sample for r in results]
+    sample = TrainingSet.concat(samples)
+    if len(results) > 1 and len(sample) and sample_per_job > 0:
+        h = np.concatenate([r.sample_h for r in results if len(r.sample)])
+        sample = sample.subset(_smallest_per_group(sample.group, h, sample_per_job))
     report = InputReport()
     for r in results:
         report.merge(r.report)
-    return LabelResult(labels, sum(r.n_files for r in results), sum(r.n_windows for r in results),
-                       TrainingSet.concat([r.sample for r in results]), report)
+    return LabelResult(labels, sum(r.n_files for r in results), sum(r.n_windows for r in results), sample,
+                       report)
 
 
 def _require_model(model: WindowModel | None, source: Source) -> None:
@@ -228,17 +232,10 @@ def _require_model(model: WindowModel | None, source: Source) -> None:
         raise DataError("--source model needs a model, and none could be loaded")
 
 
-def _collect(futures: Sequence[Any], chunks: Sequence[Sequence[Path]],
-             on_file: Callable[[int, Path], None] | None) -> list[ChunkResult]:
-    """Chunk results in chunk order (local or Dask futures), reporting progress per chunk."""
-    results: list[ChunkResult] = []
-    done = 0
-    for fut, chunk in zip(futures, chunks, strict=True):
-        results.append(fut.result())
-        done += len(chunk)
-        if on_file is not None:
-            on_file(done - 1, chunk[-1])
-    return results
+def chunks_of(files: Sequence[Path], chunk_files: int = CHUNK_FILES) -> list[list[Path]]:
+    """Split ``files`` (in order) into units of work of at most ``chunk_files`` files."""
+    files = list(files)
+    return [files[i:i + chunk_files] for i in range(0, len(files), max(1, chunk_files))]
 
 
 def label_files_local(
@@ -250,26 +247,20 @@ def label_files_local(
     sample_per_job: int = 0,
     sample_prefix: str = "",
     seed: int = 0,
-    workers: int = 1,
-    chunk_files: int = CHUNK_FILES,
+    workers: int = 0,
+    chunk_files: int = 0,
     batch_files: int = BATCH_FILES,
 ) -> LabelResult:
-    """The local engine: chunks in ``workers`` spawned processes (or here), merged here."""
-    _require_model(model, source)
-    chunks = chunks_of(files, chunk_files)
-    if workers <= 1 or len(chunks) < 2:
-        results = [label_chunk(list(files), model, source, drop_columns, sample_per_job, sample_prefix, seed,
-                               on_file, batch_files)]
-        return _combine(results, model, source)
-    import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor
+    """The local engine: DuckDB over ``files`` with ``workers`` threads (0: every core).
 
-    ctx = mp.get_context("spawn")  # no forked OpenMP (LightGBM) state
-    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-        futures = [pool.submit(label_chunk, c, model, source, tuple(drop_columns), sample_per_job,
-                               sample_prefix, seed + i, None, batch_files) for i, c in enumerate(chunks)]
-        results = _collect(futures, chunks, on_file)
-    return _combine(results, model, source)
+    ``chunk_files`` > 0 splits the files into separately scanned chunks merged afterwards (what
+    the Dask engine does; the labels are the same); 0 scans them all at once.
+    """
+    _require_model(model, source)
+    chunks = chunks_of(files, chunk_files) if chunk_files > 0 else [list(files)]
+    results = [label_chunk(c, model, source, drop_columns, sample_per_job, sample_prefix, seed, on_file,
+                           batch_files, threads=workers) for c in chunks if c]
+    return _combine(results, model, source, sample_per_job)
 
 
 def label_files_dask(
@@ -293,8 +284,15 @@ def label_files_dask(
     chunks = chunks_of(files, chunk_files)
     model_f: Any = client.scatter(model, broadcast=True) if model is not None else None
     futures = [client.submit(label_chunk, c, model_f, source, tuple(drop_columns), sample_per_job,
-                             sample_prefix, seed + i, pure=False) for i, c in enumerate(chunks)]
-    return _combine(_collect(futures, chunks, on_file), model, source)
+                             sample_prefix, seed, pure=False) for c in chunks]
+    results: list[ChunkResult] = []
+    done = 0
+    for fut, chunk in zip(futures, chunks, strict=True):
+        results.append(fut.result())
+        done += len(chunk)
+        if on_file is not None:
+            on_file(done - 1, chunk[-1])
+    return _combine(results, model, source, sample_per_job)
 
 
 def train_model_dask(client: Client, ts: TrainingSet, version: str) -> WindowModel:
@@ -328,9 +326,12 @@ def train_model_dask(client: Client, ts: TrainingSet, version: str) -> WindowMod
         return train_model(ts, version, evaluate=False)
     n_workers = max(1, len(client.scheduler_info().get("workers", {})))
     rows = max(1, -(-len(y) // n_workers))
-    X = da.from_array(np.asarray(ts.X, dtype=np.float32), chunks=(rows, ts.X.shape[1]))
-    dy = da.from_array(y, chunks=(rows,))
-    dw = da.from_array(_job_weights(ts.group), chunks=(rows,))
+    # Rows in a seeded random order: each worker's part must hold every class (LightGBM's Dask
+    # training takes the class count from each part), whatever order the sample came in.
+    perm = np.random.default_rng(0).permutation(len(y))
+    X = da.from_array(np.asarray(ts.X, dtype=np.float32)[perm], chunks=(rows, ts.X.shape[1]))
+    dy = da.from_array(y[perm], chunks=(rows,))
+    dw = da.from_array(_job_weights(ts.group)[perm], chunks=(rows,))
     params = {k: v for k, v in DEFAULT_PARAMS.items() if k not in ("objective", "num_class")}
     est = lgb.DaskLGBMClassifier(client=client, objective="multiclass", n_estimators=NUM_ROUNDS, **params)
     est.fit(X, dy, sample_weight=dw, feature_name=list(FEATURES))

@@ -67,7 +67,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("wattclass.classifier")
 
 #: Bound the retraining cost whatever the cluster size.
-SAMPLE_PER_JOB_PER_BATCH = 4
+#: GPM windows sampled per job for retraining (a seeded random draw; see classifier/scan.py).
+SAMPLE_PER_JOB = 16
 MAX_WINDOWS_PER_JOB = 16
 MAX_TRAIN_JOBS = 1500
 #: The canary comparison looks back this far: long enough for repeats, short enough for drift.
@@ -83,7 +84,7 @@ class NightlyOptions:
     retrain: bool = True
     base_training: tuple[Path, ...] = ()
     seed: int = 0
-    workers: int = 1
+    workers: int = 0  # threads of the DuckDB scan; 0: every core
     engine: str = "local"  # "local" (processes on this machine) or "dask" (see classifier.engine)
     scheduler: str | None = None  # dask: address of a running scheduler
     dask_config: Path | None = None  # dask: cluster TOML (classifier/scaleout.py); neither: a LocalCluster
@@ -239,7 +240,7 @@ def _run(
     summary["model"] = model.version
     result: LabelResult | None = None
     if files:
-        kw: dict[str, Any] = {"on_file": on_file, "sample_per_job": SAMPLE_PER_JOB_PER_BATCH,
+        kw: dict[str, Any] = {"on_file": on_file, "sample_per_job": SAMPLE_PER_JOB,
                               "sample_prefix": opts.date, "seed": opts.seed}
         result = (label_files_local(files, model, "auto", workers=opts.workers, **kw) if client is None
                   else label_files_dask(client, files, model, "auto", **kw))

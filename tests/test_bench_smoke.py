@@ -40,12 +40,28 @@ def tiny_fleet(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def test_fleet_nightly_runs_all_three_stages(tiny_fleet: Path) -> None:
+def test_fleet_nightly_runs_every_stage(tiny_fleet: Path) -> None:
     out = json.loads(_run(str(BENCH / "fleet_nightly.py"), "--data-root", str(tiny_fleet),
                           "--date", "2026-03-01", "--workers", "1"))
     assert out["features"]["windows"] == out["nightly"]["windows"] >= out["duckdb"]["job_windows"] > 0
-    assert out["features"]["jobs"] == out["duckdb"]["jobs"] == out["nightly"]["jobs"]
-    assert out["nightly"]["status"] == "ok" and out["features_vs_duckdb_wall_ratio"] > 0
+    jobs = out["features"]["jobs"]
+    assert jobs == out["duckdb"]["jobs"] == out["nightly"]["jobs"] == out["classify"]["jobs"]
+    assert out["duckdb-labels"]["jobs"] == out["duckdb"]["jobs"]
+    assert out["nightly"]["status"] == "ok" and out["features"]["cpu_s"] > 0
+    assert set(out["wall_ratios"]) == {f"{s}_vs_{a}" for s in ("features", "classify", "nightly")
+                                       for a in ("duckdb", "duckdb-labels")}
+
+
+def test_report_scale_tiny(tiny_fleet: Path) -> None:
+    out = json.loads(_run(str(BENCH / "report_scale.py"), "--data-root", str(tiny_fleet),
+                          "--date", "2026-03-01", "--days", "1", "2"))
+    assert [r["days"] for r in out["runs"]] == [1, 2] and all(r["html_kib"] > 10 for r in out["runs"])
+
+
+def test_daemon_lifecycle_sim_tiny() -> None:
+    out = json.loads(_run(str(BENCH / "daemon_lifecycle.py"), "sim", "--gpus", "2", "--hours", "0.05"))
+    assert out["rows"] > 0 and out["jobs"] > 0 and out["parquet_files"] > 1 and out["imported_heavy"] == []
+    assert out["process_queries"] > 0  # gaps and jobs without a job file asked for the process list
 
 
 def test_duckdb_anchor_alone(tiny_fleet: Path) -> None:

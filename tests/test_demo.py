@@ -77,6 +77,20 @@ def test_labels_agree_with_the_cluster_truth(demo: tuple[Path, dict[str, tuple[s
     assert (model["label"] == model["truth"]).mean() >= MODEL_FLOOR
 
 
+def test_labels_equal_the_former_engine(demo: tuple[Path, dict[str, tuple[str, str]], str]) -> None:
+    """The nightly of the DuckDB engine labels the demo as the former pyarrow engine did
+    (tests/data/former-engine-labels/, written by main before issue 15 on this same spec)."""
+    out = demo[0]
+    labels = pd.read_parquet(out / "data" / "classifier" / "labels" / f"date={DATE}" / "labels.parquet")
+    ref = pd.read_parquet(Path(__file__).resolve().parent / "data" / "former-engine-labels"
+                          / f"demo-small-{DATE}.parquet")
+    cols = ["job_id", "user", "label", "confidence", "source", "n_windows", "energy_j", "gpu_hours", "hosts",
+            "start", "end", "gpm_share"]
+    assert len(ref) == 28 and set(ref["source"]) > {"rule"}  # rule and model labels both
+    pd.testing.assert_frame_equal(labels[cols].reset_index(drop=True), ref[cols].reset_index(drop=True),
+                                  check_exact=False, rtol=1e-9, check_dtype=False)
+
+
 def test_label_table_loads_in_lua(demo: tuple[Path, dict[str, tuple[str, str]], str], tmp_path: Path) -> None:
     if LUA is None:
         pytest.skip("lua5.1 missing")

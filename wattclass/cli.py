@@ -27,7 +27,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "wattclass.telemetry.cli",
     "wattclass.classifier.cli",
     "wattclass.plugin.cli",
-    "wattclass.report.build",
+    "wattclass.report.cli",
     "wattclass.savings.cli",
     "wattclass.fleet.generate",
 )

@@ -7,7 +7,7 @@ with no network. Structure:
 
 - ``render_report(...)``: a pure function of DataFrames/dicts -> HTML (what tests and the demo call);
 - ``load_inputs(...)``: finds telemetry, labels, model metrics and policy decisions under a data root;
-- ``register(sub)``: the CLI.
+- the CLI is in ``wattclass.report.cli`` (registering it must not import pandas).
 
 Every estimate (useful work, energy saved) is labelled as an estimate with its assumptions; a
 missing input (no model yet, no decisions) renders as a short "not available: why" note.
@@ -15,7 +15,6 @@ missing input (no model yet, no decisions) renders as a short "not available: wh
 
 from __future__ import annotations
 
-import argparse
 import base64
 import datetime as dt
 import html
@@ -23,11 +22,14 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from wattclass.errors import ConfigError, DataError
+
+if TYPE_CHECKING:
+    from wattclass.report.data import ReportData
 
 LABEL_COLUMNS = ("job_id", "user", "label", "confidence", "source", "n_windows", "energy_j", "gpu_hours")
 
@@ -40,7 +42,7 @@ LABEL_COLUMNS = ("job_id", "user", "label", "confidence", "source", "n_windows",
 class ReportInputs:
     """Everything the report is made of, plus where each piece came from (printed in the report)."""
 
-    windows: pd.DataFrame
+    files: list[Path]  # telemetry Parquet files (aggregated by report.data, never loaded whole)
     labels: pd.DataFrame | None = None
     metrics: dict[str, Any] | None = None
     decisions: pd.DataFrame | None = None
@@ -55,33 +57,12 @@ def telemetry_dates(root: Path) -> list[str]:
     return sorted(p.name.removeprefix("date=") for p in base.glob("date=*") if p.is_dir())
 
 
-def read_telemetry_files(files: list[Path]) -> pd.DataFrame:
-    """Read v1 telemetry Parquet files into one DataFrame (each conformed to the v1 schema)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from wattclass.schema import conform
-
-    tables = []
-    for f in files:
-        try:
-            t = pq.read_table(f)
-        except (OSError, pa.ArrowException) as exc:
-            raise DataError(f"{f}: cannot read telemetry Parquet: {exc}") from exc
-        tables.append(conform(t, f))
-    if not tables:
-        raise DataError("no telemetry files to read")
-    df = pa.concat_tables(tables).to_pandas()
-    df["job_id"] = df["job_id"].astype(object).where(df["job_id"].notna(), None)
-    out: pd.DataFrame = df
-    return out
-
-
-def load_telemetry(root: Path, date: str | None = None) -> tuple[pd.DataFrame, str]:
-    """Telemetry of one day under ``<root>/telemetry/date=YYYY-MM-DD/host=*/*.parquet``.
-
-    Without ``date``, the most recent day present.
-    """
+def telemetry_day_files(root: Path, date: str | None = None, days: int = 1
+                        ) -> tuple[list[Path], str, list[str]]:
+    """Telemetry files of ``days`` days ending at ``date`` (default: the most recent day present)
+    under ``<root>/telemetry/date=YYYY-MM-DD/host=*/*.parquet``; returns (files, date, days read)."""
+    if days < 1:
+        raise ConfigError(f"--days must be at least 1, got {days}")
     root = Path(root)
     dates = telemetry_dates(root)
     if not dates:
@@ -95,10 +76,14 @@ def load_telemetry(root: Path, date: str | None = None) -> tuple[pd.DataFrame, s
             raise ConfigError(f"--date {date!r}: expected YYYY-MM-DD") from exc
         if date not in dates:
             raise DataError(f"{root / 'telemetry'}: no telemetry for {date} (have {', '.join(dates)})")
-    files = sorted((root / "telemetry" / f"date={date}").glob("host=*/*.parquet"))
+    end = dt.date.fromisoformat(date)
+    wanted = [(end - dt.timedelta(days=k)).isoformat() for k in range(days - 1, -1, -1)]
+    read = [d for d in wanted if d in dates]
+    files = [f for d in read for f in sorted((root / "telemetry" / f"date={d}").glob("host=*/*.parquet"))
+             if not f.name.startswith(".")]
     if not files:
         raise DataError(f"{root / 'telemetry' / f'date={date}'}: no host=*/*.parquet files")
-    return read_telemetry_files(files), date
+    return files, date, read
 
 
 def read_table_file(path: Path, what: str) -> pd.DataFrame:
@@ -168,22 +153,34 @@ def load_inputs(
     label_column: str = "label",
     metrics_file: Path | None = None,
     decisions_file: Path | None = None,
+    days: int = 1,
 ) -> ReportInputs:
-    """Gather the report's inputs from a data root; explicit files win over the root's layout."""
-    root = Path(root)
-    windows, day = load_telemetry(root, date)
-    prov = {"telemetry": f"{root / 'telemetry' / f'date={day}'} ({len(windows)} windows)"}
+    """Gather the report's inputs from a data root; explicit files win over the root's layout.
 
+    Telemetry is not read here (only listed): ``report.data`` aggregates it in DuckDB. Labels
+    come from the nightly label store of every day read (the latest label of a job wins).
+    """
+    root = Path(root)
+    files, day, read = telemetry_day_files(root, date, days)
+    span = read[0] if len(read) == 1 else f"{read[0]}..{read[-1]}"
+    prov = {"telemetry": f"{root / 'telemetry'} date={span} ({len(files)} files)"}
     labels = None
     if labels_file is not None:
         labels = normalise_labels(read_table_file(labels_file, "labels"), str(labels_file), label_column)
         prov["labels"] = str(labels_file)
     else:
-        # The classifier's label store: <root>/classifier/labels/date=D/labels.parquet (nightly).
-        lpath = root / "classifier" / "labels" / f"date={day}" / "labels.parquet"
-        if lpath.is_file():
-            labels = normalise_labels(read_table_file(lpath, "labels"), str(lpath), "label")
-            prov["labels"] = f"{lpath} (nightly label store)"
+        found = [root / "classifier" / "labels" / f"date={d}" / "labels.parquet" for d in read]
+        found = [p for p in found if p.is_file()]
+        if found:
+            parts = [normalise_labels(read_table_file(p, "labels"), str(p), "label") for p in found]
+            labels = pd.concat(parts, ignore_index=True).drop_duplicates("job_id", keep="last")
+            prov["labels"] = f"{found[0] if len(found) == 1 else f'{len(found)} days'} (nightly label store)"
+    return _with_metrics_and_decisions(root, files, labels, prov, day, metrics_file, decisions_file)
+
+
+def _with_metrics_and_decisions(root: Path, files: list[Path], labels: pd.DataFrame | None,
+                                prov: dict[str, str], day: str, metrics_file: Path | None,
+                                decisions_file: Path | None) -> ReportInputs:
     if metrics_file is not None and not Path(metrics_file).is_file():
         raise DataError(f"{metrics_file}: model metrics file not found")
     mfile = metrics_file or root / "classifier" / "models" / "registry.json"
@@ -203,7 +200,7 @@ def load_inputs(
     if dfile is not None:
         decisions = read_table_file(dfile, "decisions")
         prov["policy decisions"] = str(dfile)
-    return ReportInputs(windows, labels, metrics, decisions, prov, day)
+    return ReportInputs(files, labels, metrics, decisions, prov, day)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -258,7 +255,7 @@ def _card(value: str, what: str) -> str:
 
 # long: the whole page in one f-string flow; to be split into one function per section
 def render_report(
-    windows: pd.DataFrame,
+    windows: pd.DataFrame | ReportData,
     labels: pd.DataFrame | None = None,
     metrics: Mapping[str, Any] | None = None,
     decisions: pd.DataFrame | None = None,
@@ -268,32 +265,33 @@ def render_report(
     max_gpus: int = 16,
     whatif_effects_html: str | None = None,
 ) -> str:
-    """The report as one HTML document. ``windows`` are telemetry v1 rows; see module docstring.
+    """The report as one HTML document, from the aggregates of ``report.data`` (or telemetry v1
+    rows, aggregated the same way first); see module docstring.
 
     Without ``labels`` the job labels are computed with the classifier's GPM rule
     (``wattclass.classifier.rules``) on the telemetry (windows without GPM do not count).
     """
+    from wattclass.report import data as report_data
     from wattclass.report import estimates as est
     from wattclass.report import plots
 
-    if windows.empty:
-        raise DataError("report: the telemetry has no windows")
-    w = windows.copy()
-    w["job_id"] = w["job_id"].astype(object).where(w["job_id"].notna(), None)
-    w.loc[w["job_id"].notna(), "job_id"] = w.loc[w["job_id"].notna(), "job_id"].astype(str)
+    caps = est.caps_from_decisions(decisions)
+    if isinstance(windows, pd.DataFrame):
+        if windows.empty:
+            raise DataError("report: the telemetry has no windows")
+        agg = report_data.load(windows=windows, labels=labels, caps=caps, max_gpus=max_gpus)
+    else:
+        agg = windows
     prov = dict(provenance or {})
-    if labels is None:
-        labels = est.rule_job_labels(w)
+    if agg.labels_computed:
         prov["labels"] = (
             "computed here with the GPM rule of wattclass.classifier.rules (no label store found)"
         )
-    w = est.attach_labels(w, labels)
-    jobs = est.job_table(w, labels)
-    bl = est.by_label(w)
-    t0, t1 = w["ts_start"].min(), w["ts_end"].max()
-    n_gpus = len(w[["host", "gpu_uuid"]].drop_duplicates())
-    caps = est.caps_from_decisions(decisions)
-    sav = est.estimate_savings(w, caps)
+    jobs = agg.jobs
+    bl = agg.by_label
+    t0, t1 = agg.t0, agg.t1
+    n_gpus = agg.n_gpus
+    sav = agg.savings
     total_kwh = float(bl["energy_kwh"].sum())
     mem_share = float(bl["energy_kwh"].get("memory", 0.0)) / total_kwh if total_kwh > 0 else 0.0
 
@@ -303,7 +301,7 @@ def render_report(
         f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>",
         f"<h1>{html.escape(title)}</h1>",
         f'<p class="sub">{html.escape(f"{t0:%Y-%m-%d %H:%M} – {t1:%Y-%m-%d %H:%M} UTC")}, '
-        f"{len(w['host'].unique())} node(s), {n_gpus} GPU(s), {len(jobs)} job(s). "
+        f"{agg.n_hosts} node(s), {n_gpus} GPU(s), {len(jobs)} job(s). "
         f"Generated {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC.</p>",
         '<div class="cards">',
         _card(_kwh(bl["energy_kwh"].sum()), "GPU energy (measured)"),
@@ -335,17 +333,18 @@ def render_report(
     ]
 
     # -- timeline
-    n_all = len(w[["host", "gpu_index"]].drop_duplicates())
+    n_all = agg.n_gpus_timeline_of
     more = f" (first {max_gpus} of {n_all} GPUs)" if n_all > max_gpus else ""
     out += [
         f"<h2>Power per GPU over time{more}</h2>",
-        "<p>Mean power of each window, coloured by the label of the job on the GPU.</p>",
-        _img(plots.power_timeline(w, max_gpus), "Power timeline per GPU coloured by job label"),
+        "<p>Mean power per window (per time bucket over long spans: energy over time of the bucket's "
+        "windows), coloured by the label of the job that held the GPU longest in it.</p>",
+        _img(plots.power_timeline(agg.timeline, max_gpus), "Power timeline per GPU coloured by job label"),
     ]
 
     # -- useful work per energy
     out.append("<h2>Estimated useful work per energy</h2>")
-    wpe = est.work_per_energy(w)
+    wpe = agg.work_per_energy
     if wpe.empty:
         out.append(
             _na("Useful work per energy", "the telemetry has no GPM metrics (GPM needs Hopper or later).")
@@ -523,9 +522,13 @@ def _model_section(metrics: Mapping[str, Any] | None, plots: Any) -> list[str]:
 def write_report(inputs: ReportInputs, out: Path, title: str | None = None) -> Path:
     """Render ``inputs`` and write the HTML atomically to ``out``."""
     from wattclass.fsutil import atomic_write_text
+    from wattclass.report import data as report_data
+    from wattclass.report import estimates as est
 
+    agg = report_data.load(files=inputs.files, labels=inputs.labels,
+                           caps=est.caps_from_decisions(inputs.decisions))
     page = render_report(
-        inputs.windows,
+        agg,
         inputs.labels,
         inputs.metrics,
         inputs.decisions,
@@ -535,47 +538,6 @@ def write_report(inputs: ReportInputs, out: Path, title: str | None = None) -> P
     )
     atomic_write_text(Path(out), page)
     return Path(out)
-
-
-# ---------------------------------------------------------------------------------------------
-# CLI
-
-
-def register(sub: argparse._SubParsersAction[Any]) -> None:
-    """Add ``wattclass report``."""
-    p = sub.add_parser(
-        "report",
-        help="write the daily report (one self-contained HTML file)",
-        description="Plots of energy, labels, power, estimated useful work, model accuracy, policy "
-        "decisions and estimated savings, from a data root, as one HTML file with inline images.",
-    )
-    p.add_argument("--data-root", type=Path, required=True, help="root holding telemetry/date=.../host=.../")
-    p.add_argument("--date", help="day to report (YYYY-MM-DD; default: the most recent day)")
-    p.add_argument("--out", type=Path, default=Path("report.html"), help="HTML file to write")
-    p.add_argument(
-        "--labels",
-        type=Path,
-        help="job labels CSV/Parquet (default: the nightly label store "
-        "<root>/classifier/labels/date=D/, else the GPM rule on the telemetry)",
-    )
-    p.add_argument("--label-column", default="label", help="column of --labels holding the label")
-    p.add_argument(
-        "--metrics",
-        type=Path,
-        help="model registry.json, model.json or metrics JSON "
-        "(default: <root>/classifier/models/registry.json, the model in use)",
-    )
-    p.add_argument(
-        "--decisions", type=Path, help="policy decisions CSV/Parquet (default: <root>/decisions.csv)"
-    )
-    p.add_argument("--title", help="page title")
-    p.add_argument("--policy", type=Path,
-                   help="policy TOML: adds the what-if section (wattclass simulate over the reported day)")
-    p.add_argument("--response", type=Path, help="with --policy: a site calibration (wattclass calibrate)")
-    p.add_argument("--effects-truth", type=Path,
-                   help="JSON {\"label/cap\": [runtime, energy]} of injected effects, shown next to the "
-                   "measured ones (generated histories, the demo)")
-    p.set_defaults(func=_cmd_report)
 
 
 def load_whatif_effects(root: Path, date: str | None, policy: Path | None, response: Path | None,
@@ -612,14 +574,3 @@ def load_whatif_effects(root: Path, date: str | None, policy: Path | None, respo
         except (OSError, ValueError) as exc:
             raise DataError(f"{truth}: cannot read the injected effects: {exc}") from exc
     return whatif_effects_section(whatif, effects, truth_doc)
-
-
-def _cmd_report(args: argparse.Namespace) -> int:
-    inputs = load_inputs(
-        args.data_root, args.date, args.labels, args.label_column, args.metrics, args.decisions
-    )
-    inputs.whatif_effects_html = load_whatif_effects(args.data_root, inputs.date, args.policy, args.response,
-                                                     args.effects_truth, inputs.provenance)
-    path = write_report(inputs, args.out, args.title)
-    print(f"wrote {path} ({path.stat().st_size / 1024:.0f} KiB)")
-    return 0

@@ -1,0 +1,404 @@
+"""The node daemon's whole-process CPU and memory over a realistic job lifecycle.
+
+The per-poll figure of bench/telemetry_overhead.py is the poll loop's own thread time with no job
+changes. A real node also has jobs starting and ending (a Prolog job file written at the start,
+removed at the end), gaps between jobs where no job file exists and the daemon falls back to the
+GPU's process list and ``/proc/<pid>/environ``, jobs that never got a job file, and a WAL roll
+into Parquet every ``--roll-seconds``. This script drives exactly that, and measures the daemon
+*process* (all threads, user + system CPU from ``/proc/<pid>/stat``, peak RSS from ``VmHWM``),
+start-up excluded (counted from the first poll).
+
+Two modes:
+
+``sim``: in this process, the real ``Daemon`` on a simulated backend whose clock is virtual, so
+an hour of node time runs in seconds; the job driver lives in the backend's clock (job files in a
+real spool folder, ``environ`` files in a fake ``/proc`` root, rolls every 60 s of virtual time).
+It measures the daemon's own Python cost (NVML calls cost nothing here) and, with ``--profile``,
+writes a cProfile of the run.
+
+  python bench/daemon_lifecycle.py sim --gpus 8 --hours 1 --profile /tmp/daemon.pstats
+
+``live``: real daemons as separate processes (``--daemon CMD``, repeatable, e.g. the new and
+the old code side by side on the same GPUs) and a real job driver: per GPU, jobs of varied length
+run a GPU load (``--load-cmd``, started with SLURM_JOB_ID/SLURM_JOB_USER in its environment),
+each with a job file in the spool (every fourth job without one, so the daemon has to find it
+through the process list), 2 s gaps with no job and no file between jobs.
+
+  python bench/daemon_lifecycle.py live --seconds 180 --gpus 2 \
+      --daemon "python -m wattclass.cli telemetry run --backend nvml --roll-seconds 60" \
+      --load-cmd "python gemm.py"
+
+Prints one JSON document. Target (issue 15): <= 1 ms CPU per GPU per second, peak RSS <= 150 MB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+#: Job lengths (s) drawn uniformly: short test jobs up to a few minutes (an hour-long job only
+#: lowers the per-second cost: fewer changes).
+JOB_LENGTHS_S = (8, 12, 20, 20, 30, 45, 60, 90, 150)
+GAP_S = 2.0
+NO_FILE_EVERY = 4
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class Job:
+    job_id: str
+    user: str
+    gpu: int
+    start: float
+    end: float
+    with_file: bool
+    pid: int = 0
+
+
+def schedule(n_gpus: int, t0: float, seconds: float, seed: int) -> list[Job]:
+    """Per GPU, back-to-back jobs of random length with GAP_S between them."""
+    rng = random.Random(seed)
+    jobs: list[Job] = []
+    n = 0
+    for g in range(n_gpus):
+        t = t0 + rng.uniform(0, 5)
+        while t < t0 + seconds:
+            length = rng.choice(JOB_LENGTHS_S)
+            n += 1
+            # The job's user owns its processes; the daemon trusts a process's SLURM_JOB_ID only
+            # then (issue 9). This driver's processes run as the bench's own user.
+            jobs.append(Job(str(900000 + n), _me(), g, t, min(t + length, t0 + seconds),
+                            with_file=n % NO_FILE_EVERY != 0))
+            t += length + GAP_S
+    return jobs
+
+
+def _me() -> str:
+    import pwd
+
+    return pwd.getpwuid(os.getuid()).pw_name
+
+
+# ---------------------------------------------------------------- sim mode
+
+
+def run_sim(args: argparse.Namespace) -> dict[str, Any]:
+    from wattclass.gpu.base import GpmMetrics, GpuBackend, GpuInfo, GpuProcess, GpuSample
+    from wattclass.jobmap import JobAssignment, remove_job_file, write_job_file
+    from wattclass.telemetry.daemon import Daemon, DaemonConfig
+
+    tmp = Path(tempfile.mkdtemp(prefix="daemon-sim-"))
+    spool, proc_root, data_root = tmp / "spool", tmp / "proc", tmp / "data"
+    for d in (spool, proc_root, data_root):
+        d.mkdir(mode=0o755)
+    t0 = 1_800_000_000.0
+    seconds = args.hours * 3600.0
+    jobs = schedule(args.gpus, t0, seconds, args.seed)
+    events: list[tuple[float, int, Job]] = sorted(
+        [(j.start, 1, j) for j in jobs] + [(j.end, 0, j) for j in jobs], key=lambda e: (e[0], e[1]))
+    cpu_at_first_poll: list[float] = []
+
+    class SimBackend(GpuBackend):
+        """GPUs in virtual time; the job driver runs inside the clock (see module docstring)."""
+
+        name = "sim"
+
+        def __init__(self) -> None:
+            self.t = t0 - 1.0
+            self.next_event = 0
+            self.running: dict[int, Job] = {}
+            self.energy = [0.0] * args.gpus
+            self.last_t = [self.t] * args.gpus
+            self.next_pid = 4000
+
+        def gpus(self) -> list[GpuInfo]:
+            return [GpuInfo(i, f"GPU-5151{i:04d}-0000-4000-8000-000000000000", "NVIDIA H200",
+                            f"00000000:{0x19 + i:02X}:00.0", 143771.0, 1980.0, 700.0, 200.0, 700.0, True)
+                    for i in range(args.gpus)]
+
+        def _power(self, i: int) -> float:
+            return 650.0 if i in self.running else 75.0
+
+        def _advance_energy(self, i: int) -> None:
+            self.energy[i] += self._power(i) * (self.t - self.last_t[i]) * 1e3
+            self.last_t[i] = self.t
+
+        def sample(self, index: int) -> GpuSample:
+            busy = index in self.running
+            return GpuSample(self.t, None, self._power(index), 700.0, 97.0 if busy else 0.0,
+                             40.0 if busy else 0.0, 1755.0 if busy else 345.0, 2619.0, 4 if busy else 0,
+                             61.0 if busy else 30.0, 70000.0 if busy else 0.5)
+
+        def energy_mj(self, index: int) -> int | None:
+            self._advance_energy(index)
+            return int(self.energy[index])
+
+        def gpm_snapshot(self, index: int) -> object | None:
+            return (index, self.t)
+
+        def gpm_metrics(self, index: int, first: object, second: object) -> GpmMetrics:
+            return GpmMetrics(95.0, 60.0, 80.0, 20.0, 0.0, 5.0, 0.0, 1.0, 10.0, 10.0)
+
+        def processes(self, index: int) -> list[GpuProcess]:
+            j = self.running.get(index)
+            return [GpuProcess(pid=j.pid)] if j is not None else []
+
+        def now(self) -> float:
+            return self.t
+
+        def sleep_until(self, t: float, stop: threading.Event) -> None:
+            if not cpu_at_first_poll:
+                cpu_at_first_poll.append(_self_cpu_s())
+            while self.next_event < len(events) and events[self.next_event][0] <= t:
+                et, starting, job = events[self.next_event]
+                self.next_event += 1
+                self.t = max(self.t, et)
+                self._advance_energy(job.gpu)
+                if starting:
+                    self.next_pid += 1
+                    job.pid = self.next_pid
+                    d = proc_root / str(job.pid)
+                    d.mkdir()
+                    (d / "environ").write_bytes(
+                        f"PATH=/usr/bin\0SLURM_JOB_ID={job.job_id}\0SLURM_JOB_USER={job.user}\0".encode())
+                    if job.with_file:
+                        write_job_file(spool, self.gpus()[job.gpu].uuid,
+                                       JobAssignment(job.job_id, job.user, None))
+                    self.running[job.gpu] = job
+                else:
+                    self.running.pop(job.gpu, None)
+                    shutil.rmtree(proc_root / str(job.pid), ignore_errors=True)
+                    if job.with_file:
+                        remove_job_file(spool, self.gpus()[job.gpu].uuid, job.job_id)
+            self.t = max(self.t, t)
+
+        def exhausted(self) -> bool:
+            return self.t >= t0 + seconds
+
+    backend = SimBackend()
+    cfg = DaemonConfig(data_root=data_root, host="simnode", roll_s=args.roll_seconds, job_spool=spool,
+                       proc_root=proc_root)
+    daemon = Daemon(backend, cfg)
+    prof = None
+    if args.profile:
+        import cProfile
+
+        prof = cProfile.Profile()
+        prof.enable()
+    w0 = time.perf_counter()
+    daemon.run()
+    wall = time.perf_counter() - w0
+    cpu_end = _self_cpu_s()
+    if prof is not None:
+        prof.disable()
+        prof.dump_stats(args.profile)
+    cpu = cpu_end - cpu_at_first_poll[0]
+    files = sorted((data_root / "telemetry").rglob("*.parquet"))
+    shutil.rmtree(tmp, ignore_errors=True)
+    return {
+        "mode": "sim (virtual clock; NVML calls free)",
+        "gpus": args.gpus, "node_seconds": seconds, "jobs": len(jobs),
+        "jobs_without_file": sum(not j.with_file for j in jobs),
+        "roll_seconds": args.roll_seconds, "parquet_files": len(files), "rows": daemon.stats.rows,
+        "energy_reads": daemon.stats.energy_reads, "process_queries": daemon.attributor.process_queries,
+        "cpu_s": round(cpu, 3), "wall_s": round(wall, 2), "profiled": bool(args.profile),
+        "cpu_ms_per_gpu_s": round(cpu * 1e3 / (seconds * args.gpus), 4),
+        "peak_rss_mb": round(_self_hwm_mb(), 1),
+        "imported_heavy": sorted(m for m in ("pandas", "matplotlib", "lightgbm", "scipy", "duckdb")
+                                 if m in sys.modules),
+    }
+
+
+def _self_cpu_s() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
+def _self_hwm_mb() -> float:
+    return _status_kb(os.getpid(), "VmHWM") / 1024
+
+
+def _status_kb(pid: int, key: str) -> float:
+    with open(f"/proc/{pid}/status") as fh:
+        for line in fh:
+            if line.startswith(key + ":"):
+                return float(line.split()[1])
+    return 0.0
+
+
+def _proc_cpu_s(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime (fields 14, 15)
+
+
+# ---------------------------------------------------------------- live mode
+
+
+@dataclass
+class DaemonRun:
+    name: str
+    cmd: list[str]
+    data_root: Path
+    proc: subprocess.Popen[bytes] | None = None
+    log_path: Path | None = None
+    cpu_start: float | None = None
+    t_start: float | None = None
+    rss_samples_mb: list[float] = field(default_factory=list)
+
+
+def _started(run: DaemonRun) -> bool:
+    assert run.log_path is not None
+    return b"polling" in run.log_path.read_bytes()
+
+
+def run_live(args: argparse.Namespace) -> dict[str, Any]:
+    from wattclass.jobmap import JobAssignment, remove_job_file, write_job_file
+
+    tmp = Path(tempfile.mkdtemp(prefix="daemon-live-"))
+    spool = tmp / "spool"
+    spool.mkdir(mode=0o755)
+    uuids = args.uuids.split(",") if args.uuids else _nvml_uuids(args.gpus)
+    runs: list[DaemonRun] = []
+    for k, spec in enumerate(args.daemon):
+        name, _, cmd = spec.partition("=")
+        root = tmp / f"data{k}"
+        root.mkdir()
+        runs.append(DaemonRun(name, [*shlex.split(cmd), "--data-root", str(root), "--spool", str(spool),
+                                     "--host", f"node{k}"], root))
+    for r in runs:
+        r.log_path = tmp / f"{r.name}.log"
+        with open(r.log_path, "wb") as fh:
+            r.proc = subprocess.Popen(r.cmd, stdout=fh, stderr=subprocess.STDOUT)
+    deadline = time.time() + args.startup_timeout
+    while not all(_started(r) for r in runs):
+        if time.time() > deadline or any(r.proc and r.proc.poll() is not None for r in runs):
+            raise SystemExit("a daemon did not start:\n" + "\n".join(
+                r.log_path.read_text(errors="replace")[-2000:] for r in runs if r.log_path))
+        time.sleep(0.05)
+    for r in runs:
+        assert r.proc is not None
+        r.cpu_start, r.t_start = _proc_cpu_s(r.proc.pid), time.time()
+    t0 = time.time()
+    jobs = schedule(args.gpus, t0, args.seconds, args.seed)
+    events = sorted([(j.start, 1, j) for j in jobs] + [(j.end, 0, j) for j in jobs],
+                    key=lambda e: (e[0], e[1]))
+    loads: dict[str, subprocess.Popen[bytes]] = {}
+    next_sample = t0
+    for et, starting, job in events:
+        while time.time() < et:
+            if time.time() >= next_sample:
+                for r in runs:
+                    assert r.proc is not None
+                    r.rss_samples_mb.append(_status_kb(r.proc.pid, "VmRSS") / 1024)
+                next_sample += 1.0
+            time.sleep(min(0.05, max(0.0, et - time.time())))
+        if starting:
+            if job.with_file:  # the Prolog writes the file before the job's processes start
+                write_job_file(spool, uuids[job.gpu], JobAssignment(job.job_id, job.user, None))
+            env = {**os.environ, "SLURM_JOB_ID": job.job_id, "SLURM_JOB_USER": job.user,
+                   "CUDA_VISIBLE_DEVICES": str(job.gpu)}
+            loads[job.job_id] = subprocess.Popen(shlex.split(args.load_cmd), env=env,
+                                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        else:
+            p = loads.pop(job.job_id)
+            p.send_signal(signal.SIGTERM)
+            try:
+                p.wait(5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+            if job.with_file:  # the Epilog removes it after the processes are gone
+                remove_job_file(spool, uuids[job.gpu], job.job_id)
+    elapsed = time.time() - t0
+    out_runs = []
+    for r in runs:
+        assert r.proc is not None and r.cpu_start is not None and r.t_start is not None
+        cpu = _proc_cpu_s(r.proc.pid) - r.cpu_start
+        span = time.time() - r.t_start
+        hwm = _status_kb(r.proc.pid, "VmHWM") / 1024
+        r.proc.send_signal(signal.SIGTERM)
+        rc = r.proc.wait(60)
+        files = sorted((r.data_root / "telemetry").rglob("*.parquet"))
+        log_text = r.log_path.read_text(errors="replace") if r.log_path else ""
+        out_runs.append({
+            "name": r.name, "cmd": " ".join(r.cmd), "exit_code": rc, "measured_s": round(span, 1),
+            "cpu_s": round(cpu, 3), "cpu_ms_per_gpu_s": round(cpu * 1e3 / (span * args.gpus), 3),
+            "peak_rss_mb": round(hwm, 1), "rss_end_mb": r.rss_samples_mb[-1] if r.rss_samples_mb else None,
+            "parquet_files": len(files), "rows": _rows(files), "jobs_seen": _jobs(files),
+            "log_tail": log_text[-1500:],
+        })
+    shutil.rmtree(tmp, ignore_errors=True)
+    return {"mode": "live", "gpus": args.gpus, "seconds": round(elapsed, 1), "jobs": len(jobs),
+            "jobs_without_file": sum(not j.with_file for j in jobs), "daemons": out_runs}
+
+
+def _nvml_uuids(n: int) -> list[str]:
+    import pynvml
+
+    pynvml.nvmlInit()
+    try:
+        return [str(pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i))) for i in range(n)]
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def _rows(files: list[Path]) -> int:
+    import pyarrow.parquet as pq
+
+    return sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+
+
+def _jobs(files: list[Path]) -> int:
+    import pyarrow.parquet as pq
+
+    ids: set[str] = set()
+    for f in files:
+        ids.update(x for x in pq.read_table(f, columns=["job_id"]).column("job_id").to_pylist() if x)
+    return len(ids)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="mode", required=True)
+    s = sub.add_parser("sim")
+    s.add_argument("--gpus", type=int, default=8)
+    s.add_argument("--hours", type=float, default=1.0)
+    s.add_argument("--roll-seconds", type=float, default=60.0)
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--profile", default=None, help="write a cProfile here (adds profiler overhead)")
+    lv = sub.add_parser("live")
+    lv.add_argument("--gpus", type=int, default=2)
+    lv.add_argument("--seconds", type=float, default=180.0)
+    lv.add_argument("--daemon", action="append", required=True, metavar="NAME=CMD")
+    lv.add_argument("--load-cmd", required=True)
+    lv.add_argument("--seed", type=int, default=0)
+    lv.add_argument("--startup-timeout", type=float, default=90.0)
+    lv.add_argument("--uuids", default=None, help="GPU UUIDs by index, comma-separated (default: from NVML)")
+    a = ap.parse_args()
+    out = run_sim(a) if a.mode == "sim" else run_live(a)
+    out["machine"] = {"cpus": len(os.sched_getaffinity(0)),
+                      "load_avg_1m_at_end": round(os.getloadavg()[0], 2),
+                      "python": platform.python_version(), "platform": platform.platform()}
+    out["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    json.dump(out, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

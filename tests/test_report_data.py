@@ -1,0 +1,65 @@
+"""report.data (DuckDB aggregates) gives the numbers of report.estimates (window-level pandas,
+the reference that states the assumptions), on the real H200 windows, and reads several days."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from wattclass.report import data as report_data
+from wattclass.report import estimates as est
+from wattclass.report.build import load_inputs, telemetry_day_files
+
+
+@pytest.fixture
+def windows(h200_telemetry: Path) -> pd.DataFrame:
+    return pd.read_parquet(h200_telemetry)
+
+
+def test_aggregates_equal_the_window_level_reference(windows: pd.DataFrame) -> None:
+    labels = est.rule_job_labels(windows)
+    labels.loc[labels.index[:3], "label"] = "memory"  # some capped jobs whatever the recording holds
+    caps = {"memory": "60%", "idle": "300W", "compute": "100%", "mixed": "85%"}
+    agg = report_data.load(windows=windows, labels=labels, caps=caps)
+    w = est.attach_labels(windows.assign(job_id=windows["job_id"].astype(object)), labels)
+    pd.testing.assert_frame_equal(agg.by_label, est.by_label(w), check_names=False, rtol=1e-9)
+    pd.testing.assert_frame_equal(agg.work_per_energy, est.work_per_energy(w), check_names=False, rtol=1e-9)
+    ref = est.estimate_savings(w, caps)
+    pd.testing.assert_frame_equal(agg.savings.table, ref.table, check_names=False, rtol=1e-9)
+    assert agg.savings.saved_kwh == pytest.approx(ref.saved_kwh) and ref.saved_kwh > 0
+    jobs = est.job_table(w, labels)
+    cols = ["job_id", "n_windows", "energy_j", "gpu_hours", "label"]
+    pd.testing.assert_frame_equal(agg.jobs[cols].reset_index(drop=True), jobs[cols], check_dtype=False)
+    assert agg.n_windows == len(windows) and agg.n_gpus == windows["gpu_uuid"].nunique()
+
+
+def test_rule_labels_without_a_store_match_the_reference(windows: pd.DataFrame) -> None:
+    agg = report_data.load(windows=windows)
+    ref = est.rule_job_labels(windows).set_index("job_id")["label"]
+    got = agg.jobs.set_index("job_id")["label"]
+    assert agg.labels_computed and (got.loc[ref.index] == ref).all()
+
+
+def test_timeline_buckets_stay_bounded_over_a_long_span(windows: pd.DataFrame) -> None:
+    # The same windows spread over 30 days: at most TIMELINE_POINTS buckets per GPU.
+    spread = windows.copy()
+    step = pd.to_timedelta(range(len(spread)), unit="h") * 6
+    spread["ts_start"] = spread["ts_start"] + step
+    spread["ts_end"] = spread["ts_end"] + step
+    agg = report_data.load(windows=spread)
+    assert agg.timeline.groupby(["host", "gpu_index"]).size().max() <= report_data.TIMELINE_POINTS
+    assert set(agg.timeline["label"]) <= set(est.LABEL_ORDER)
+
+
+def test_days_read_several_date_partitions(tmp_path: Path, h200_telemetry: Path) -> None:
+    t = pd.read_parquet(h200_telemetry)
+    for d in ("2026-11-01", "2026-11-02", "2026-11-03"):
+        folder = tmp_path / "telemetry" / f"date={d}" / "host=n1"
+        folder.mkdir(parents=True)
+        t.to_parquet(folder / "00.parquet")
+    files, day, read = telemetry_day_files(tmp_path, "2026-11-03", days=2)
+    assert day == "2026-11-03" and read == ["2026-11-02", "2026-11-03"] and len(files) == 2
+    inputs = load_inputs(tmp_path, "2026-11-03", days=30)
+    assert len(inputs.files) == 3 and "2026-11-01..2026-11-03" in inputs.provenance["telemetry"]

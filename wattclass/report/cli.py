@@ -1,0 +1,65 @@
+"""``wattclass report`` on the command line; the work is in ``wattclass.report.build``.
+
+Kept apart from the report code so that registering the subcommand imports neither pandas nor
+matplotlib: every ``wattclass`` command builds the whole parser, the node daemon included, and
+the daemon must stay light (issue 15).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+
+def register(sub: argparse._SubParsersAction[Any]) -> None:
+    """Add ``wattclass report``."""
+    p = sub.add_parser(
+        "report",
+        help="write the daily report (one self-contained HTML file)",
+        description="Plots of energy, labels, power, estimated useful work, model accuracy, policy "
+        "decisions and estimated savings, from a data root, as one HTML file with inline images.",
+    )
+    p.add_argument("--data-root", type=Path, required=True, help="root holding telemetry/date=.../host=.../")
+    p.add_argument("--date", help="day to report (YYYY-MM-DD; default: the most recent day)")
+    p.add_argument("--days", type=int, default=1,
+                   help="report this many days ending at --date (default 1; e.g. 30 for a month)")
+    p.add_argument("--out", type=Path, default=Path("report.html"), help="HTML file to write")
+    p.add_argument(
+        "--labels",
+        type=Path,
+        help="job labels CSV/Parquet (default: the nightly label store "
+        "<root>/classifier/labels/date=D/, else the GPM rule on the telemetry)",
+    )
+    p.add_argument("--label-column", default="label", help="column of --labels holding the label")
+    p.add_argument(
+        "--metrics",
+        type=Path,
+        help="model registry.json, model.json or metrics JSON "
+        "(default: <root>/classifier/models/registry.json, the model in use)",
+    )
+    p.add_argument(
+        "--decisions", type=Path, help="policy decisions CSV/Parquet (default: <root>/decisions.csv)"
+    )
+    p.add_argument("--title", help="page title")
+    p.add_argument("--policy", type=Path,
+                   help="policy TOML: adds the what-if section (wattclass simulate over the reported day)")
+    p.add_argument("--response", type=Path, help="with --policy: a site calibration (wattclass calibrate)")
+    p.add_argument("--effects-truth", type=Path,
+                   help="JSON {\"label/cap\": [runtime, energy]} of injected effects, shown next to the "
+                   "measured ones (generated histories, the demo)")
+    p.set_defaults(func=_cmd_report)
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from wattclass.report.build import load_inputs, load_whatif_effects, write_report
+
+    inputs = load_inputs(
+        args.data_root, args.date, args.labels, args.label_column, args.metrics, args.decisions,
+        days=args.days,
+    )
+    inputs.whatif_effects_html = load_whatif_effects(args.data_root, inputs.date, args.policy, args.response,
+                                                     args.effects_truth, inputs.provenance)
+    path = write_report(inputs, args.out, args.title)
+    print(f"wrote {path} ({path.stat().st_size / 1024:.0f} KiB)")
+    return 0

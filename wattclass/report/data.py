@@ -1,0 +1,321 @@
+"""The report's data layer: every number the report shows, aggregated in DuckDB.
+
+Why: the report used to load every window into pandas (one day of 1,000 GPUs: 8.64 M rows, 96 s
+and 10.8 GB); a month of 1,000 GPUs is 259 M windows (issue 15). Here DuckDB scans only the
+columns each aggregate needs, straight from the Parquet files (or from a DataFrame of windows,
+for tests and the demo), and hands the report small tables: per job, per label, per GPU and
+time bucket (the power timeline), plus the span, node and GPU counts. Memory is bounded by the
+number of jobs, not windows.
+
+The numbers are those of ``wattclass.report.estimates`` (the window-level reference, kept for
+its tests and assumptions): energy and GPU-hours per label, estimated TFLOP per kJ over windows
+with GPM, the cap savings model (memory-bound and idle jobs draw min(power, cap) for the same
+time, or ``slowdown`` longer), per-job totals; tests/test_report_data.py checks they agree.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from wattclass.errors import DataError
+from wattclass.report import estimates as est
+
+#: At most this many time buckets per GPU in the power timeline (a month of 10 s windows is
+#: 259,200 points per GPU; the plot is 1,100 pixels wide).
+TIMELINE_POINTS = 1500
+
+
+def _lit(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+@dataclass
+class ReportData:
+    """What the report's sections read; all small (per job, per label, per GPU-bucket)."""
+
+    jobs: pd.DataFrame  # job_id, user, n_windows, energy_j, gpu_hours, label, confidence, source, saved_j
+    by_label: pd.DataFrame  # index label: energy_kwh, gpu_hours, kwh_per_gpu_hour
+    work_per_energy: pd.DataFrame  # index label: tflop, energy_kj, tflops_per_kw
+    savings: est.SavingsResult
+    timeline: pd.DataFrame  # host, gpu_index, ts_start, power_avg_w, label (first GPUs, bucketed)
+    t0: pd.Timestamp
+    t1: pd.Timestamp
+    n_hosts: int
+    n_gpus: int
+    n_gpus_timeline_of: int
+    n_windows: int
+    labels_computed: bool  # labels came from the GPM rule here (no label store)
+
+
+class _Source:
+    """A DuckDB connection with a ``w`` view over the windows (Parquet files or a DataFrame)."""
+
+    def __init__(self, files: Sequence[Path] | None = None, windows: pd.DataFrame | None = None,
+                 threads: int = 0, by_name: bool = False) -> None:
+        import duckdb
+
+        self.con = duckdb.connect(config={"threads": threads or len(os.sched_getaffinity(0))})
+        self.files = list(files or []) if windows is None else []
+        self.n_gpus_hint = 0
+        if windows is not None:
+            w = windows.copy()
+            w["job_id"] = w["job_id"].astype(object).where(w["job_id"].notna(), None)
+            w.loc[w["job_id"].notna(), "job_id"] = w.loc[w["job_id"].notna(), "job_id"].astype(str)
+            self.con.register("w_df", w)
+            self.con.execute("CREATE VIEW w AS SELECT * FROM w_df")
+        else:
+            if not files:
+                raise DataError("report: no telemetry files to read")
+            lst = "[" + ", ".join(_lit(str(f)) for f in files) + "]"
+            # By position with the first file's schema unless files differ (``by_name``): matching
+            # columns by name means reading every file's footer first (6.6 s for 3,000 files).
+            self.con.execute(f"CREATE VIEW w AS SELECT * FROM read_parquet({lst}, hive_partitioning = false, "
+                             f"union_by_name = {str(by_name).lower()})")
+        self.by_name = by_name
+        self.columns = {r[0] for r in self.con.execute("DESCRIBE w").fetchall()}
+
+    def col(self, name: str, sql_type: str = "DOUBLE") -> str:
+        """``name`` (optionally ``alias.name``) cast to ``sql_type``; NULL where no file has it."""
+        bare = name.rpartition(".")[2]
+        return f"CAST({name} AS {sql_type})" if bare in self.columns else f"CAST(NULL AS {sql_type})"
+
+    def df(self, sql: str) -> pd.DataFrame:
+        return self.con.execute(sql).df()
+
+    def close(self) -> None:
+        self.con.close()
+
+
+def _secs(src: _Source) -> str:
+    return "greatest(epoch_ms(ts_end) - epoch_ms(ts_start), 0) / 1000.0"
+
+
+def load(
+    files: Sequence[Path] | None = None,
+    windows: pd.DataFrame | None = None,
+    labels: pd.DataFrame | None = None,
+    caps: Mapping[str, str] | None = None,
+    slowdown: float = est.ANCHOR_SLOWDOWN,
+    max_gpus: int = 16,
+) -> ReportData:
+    """Aggregate the windows (``files`` or a ``windows`` DataFrame) for the report."""
+    import duckdb
+
+    src = _Source(files, windows)
+    try:
+        return _load(src, labels, caps, slowdown, max_gpus)
+    except (duckdb.InvalidInputException, duckdb.BinderException, duckdb.ConversionException):
+        if windows is not None:
+            raise
+        src.close()
+        src = _Source(files, windows, by_name=True)  # files differ (e.g. GPUs without GPM columns)
+        return _load(src, labels, caps, slowdown, max_gpus)
+    except duckdb.IOException as exc:
+        raise DataError(f"report: cannot read the telemetry: {str(exc).splitlines()[0][:500]}") from exc
+    finally:
+        src.close()
+
+
+def _rule_code(src: _Source) -> str:
+    from wattclass.classifier import rules
+
+    def v(c: str) -> str:
+        x = src.col(c)
+        return f"(CASE WHEN isnan({x}) THEN NULL ELSE {x} END)"
+
+    comp = "greatest(" + ", ".join(v(u) for u in rules.COMPUTE_UNITS) + ")"
+    sm, dram = v("sm_util_pct"), v("dram_bw_util_pct")
+    return (f"(CASE WHEN {sm} IS NULL OR {dram} IS NULL OR {comp} IS NULL THEN {rules.NO_GPM} "
+            f"WHEN {sm} < {rules.SM_ACTIVE_PCT} THEN {rules.IDLE} WHEN {comp} >= {dram} THEN {rules.COMPUTE} "
+            f"ELSE {rules.MEMORY} END)")
+
+
+def _cap_sql(cap: str | None, limit: str) -> str | None:
+    """A policy cap as SQL watts (``60%`` of the window's limit, or watts); None if unparsable."""
+    if cap is None:
+        return None
+    t = str(cap).strip()
+    try:
+        if t.endswith("%"):
+            return f"({float(t[:-1]) / 100.0!r} * {limit})"
+        return repr(float(t.removesuffix("W").removesuffix("w")))
+    except ValueError:
+        return None
+
+
+def _load(src: _Source, labels: pd.DataFrame | None, caps: Mapping[str, str] | None, slowdown: float,
+          max_gpus: int) -> ReportData:
+    """One scan: per job (the no-job windows as one group) and per GPU, with GROUPING SETS.
+
+    Everything per label is a sum over jobs, so the labels (from the store, or from the rule
+    counts of this very scan) are applied afterwards; the savings model's capped energy is summed
+    per job for each capped label's cap, and picked by the job's label.
+    """
+    from wattclass.classifier import rules
+
+    caps = dict(est.DEFAULT_CAPS if caps is None else caps)
+    secs, energy, code = _secs(src), src.col("energy_j"), _rule_code(src)
+    limit = f"coalesce({src.col('power_limit_w')}, 700.0)"
+    power = f"coalesce({src.col('power_avg_w')}, {energy} / nullif({secs}, 0))"
+    tflops = " + ".join(f"{src.col(c)} / 100.0 * {rate}" for c, rate in est.H200_PEAK_TFLOPS.items())
+    gpm = f"{src.col('sm_util_pct')} IS NOT NULL AND ({tflops}) IS NOT NULL AND {energy} > 0"
+    cap_aggs = []
+    for lab in est.CAPPED_LABELS:
+        cw = _cap_sql(caps.get(lab), limit)
+        if cw is None:
+            continue
+        new_j = f"coalesce(least({power}, {cw}) * {secs}, {energy})"
+        cap_aggs += [f"sum({new_j}) AS new_j_{lab}", f"sum(greatest({energy} - {new_j}, 0)) AS saved_j_{lab}"]
+    uuid = src.col("gpu_uuid", "VARCHAR")
+    g = src.df(
+        f"SELECT GROUPING(job_id) AS by_gpu, CAST(job_id AS VARCHAR) AS job_id, host, {uuid} AS gpu_uuid, "
+        f"first({src.col('user', 'VARCHAR')}) AS user, count(*) AS n_windows, sum({energy}) AS energy_j, "
+        f"sum({secs}) AS secs, min(ts_start) AS t0, max(ts_end) AS t1, "
+        f"count(*) FILTER (WHERE {code} = {rules.IDLE}) AS r_idle, "
+        f"count(*) FILTER (WHERE {code} = {rules.COMPUTE}) AS r_compute, "
+        f"count(*) FILTER (WHERE {code} = {rules.MEMORY}) AS r_memory, "
+        f"sum(({tflops}) * {secs}) FILTER (WHERE {gpm}) AS tflop, "
+        f"sum({energy}) FILTER (WHERE {gpm}) AS gpm_energy_j"
+        + "".join(", " + c for c in cap_aggs)
+        + f" FROM w GROUP BY GROUPING SETS ((job_id), (host, {uuid}))")
+    per_gpu = g[g["by_gpu"] == 1]
+    if per_gpu.empty or int(per_gpu["n_windows"].sum()) == 0:
+        raise DataError("report: the telemetry has no windows")
+    per_job = g[g["by_gpu"] == 0]
+    idle = per_job[per_job["job_id"].isna()]
+    jobs = per_job[per_job["job_id"].notna()].sort_values("job_id").reset_index(drop=True)
+    computed = labels is None
+    jobs = _with_labels(jobs, labels)
+    rows = pd.concat([jobs.assign(_l=jobs["label"]), idle.assign(_l="no job")], ignore_index=True)
+    lg = rows.groupby("_l")
+    t = pd.DataFrame({"energy_kwh": lg["energy_j"].sum() / 3.6e6, "gpu_hours": lg["secs"].sum() / 3600.0})
+    t["kwh_per_gpu_hour"] = t["energy_kwh"] / t["gpu_hours"].replace(0, np.nan)
+    order = [x for x in est.LABEL_ORDER if x in t.index] + sorted(set(t.index) - set(est.LABEL_ORDER))
+    t = t.loc[order]
+    t.index.name = None
+    wpe = _work_per_energy(lg[["tflop", "gpm_energy_j"]].sum(min_count=1))
+    sav_rows = []
+    for lab in est.CAPPED_LABELS:
+        if f"new_j_{lab}" in jobs.columns:
+            sel = jobs[jobs["label"] == lab]
+            if len(sel):
+                sav_rows.append({"label": lab, "saved_kwh": float(sel[f"saved_j_{lab}"].sum()) / 3.6e6,
+                                 "new_j": float(sel[f"new_j_{lab}"].sum())})
+    sav = pd.DataFrame(sav_rows, columns=["label", "saved_kwh", "new_j"]).set_index("label")
+    savings = _savings(t, sav, caps, slowdown)
+    gpus = per_gpu[["host"]].drop_duplicates()
+    t0, t1 = pd.Timestamp(per_gpu["t0"].min()), pd.Timestamp(per_gpu["t1"].max())
+    src.n_gpus_hint = len(per_gpu)
+    timeline, n_all = _timeline(src, jobs, max_gpus, t0, t1)
+    # Per job, the savings model's estimate under its own label's cap: per-user/per-account tables
+    # are sums of these rows (no window needed).
+    jobs["saved_j"] = 0.0
+    for lab in est.CAPPED_LABELS:
+        if f"saved_j_{lab}" in jobs.columns:
+            m = jobs["label"] == lab
+            jobs.loc[m, "saved_j"] = jobs.loc[m, f"saved_j_{lab}"].fillna(0.0)
+    out_jobs = jobs[["job_id", "user", "n_windows", "energy_j", "gpu_hours", "label", "confidence", "source",
+                     "saved_j"]]
+    return ReportData(
+        jobs=out_jobs, by_label=t, work_per_energy=wpe, savings=savings, timeline=timeline, t0=t0, t1=t1,
+        n_hosts=len(gpus), n_gpus=len(per_gpu), n_gpus_timeline_of=n_all,
+        n_windows=int(per_gpu["n_windows"].sum()), labels_computed=computed,
+    )
+
+
+def _work_per_energy(tf: pd.DataFrame) -> pd.DataFrame:
+    """Per label: estimated TFLOP, energy (kJ) and TFLOP/s per kW over the windows with GPM."""
+    tf = tf[tf["tflop"].notna() & (tf["gpm_energy_j"] > 0)]
+    wpe = pd.DataFrame({"tflop": tf["tflop"], "energy_kj": tf["gpm_energy_j"] / 1e3})
+    wpe["tflops_per_kw"] = wpe["tflop"] / wpe["energy_kj"]
+    wpe = wpe.loc[[x for x in est.LABEL_ORDER if x in wpe.index]]
+    wpe.index.name = None
+    return wpe
+
+
+def _with_labels(jobs: pd.DataFrame, labels: pd.DataFrame | None) -> pd.DataFrame:
+    """Jobs with label/confidence/source: the store's, else the GPM rule on this scan's counts."""
+    from wattclass.classifier import rules
+
+    if labels is None:
+        has = (jobs["r_idle"] + jobs["r_compute"] + jobs["r_memory"]) > 0
+        j = jobs[has]
+        lab = rules.job_labels(j["r_idle"], j["r_compute"], j["r_memory"])
+        conf = rules.job_confidence(j["r_idle"], j["r_compute"], j["r_memory"], lab)
+        labels = pd.DataFrame({"job_id": j["job_id"].astype(str).to_numpy(), "label": rules.label_names(lab),
+                               "confidence": np.round(conf, 3), "source": "rule"})
+    keep = [c for c in ("job_id", "label", "confidence", "source") if c in labels.columns]
+    jobs = jobs.merge(labels[keep], on="job_id", how="left")
+    for c in ("label", "confidence", "source"):
+        if c not in jobs.columns:
+            jobs[c] = None
+    jobs["label"] = jobs["label"].fillna("unlabelled")
+    jobs["gpu_hours"] = jobs["secs"] / 3600.0
+    return jobs
+
+
+def _savings(by_label: pd.DataFrame, sav: pd.DataFrame, caps: Mapping[str, str], slowdown: float
+             ) -> est.SavingsResult:
+    rows: list[dict[str, Any]] = []
+    for label in by_label.index:
+        if label == "no job":
+            continue
+        e_kwh = float(by_label.loc[label, "energy_kwh"])
+        saved = saved_slow = 0.0
+        cap = caps.get(str(label))
+        if label in sav.index:
+            saved = float(sav.loc[label, "saved_kwh"])
+            saved_slow = max(0.0, e_kwh - float(sav.loc[label, "new_j"]) * (1.0 + slowdown) / 3.6e6)
+        rows.append({"label": label, "energy_kwh": e_kwh, "cap": cap if cap is not None else "-",
+                     "saved_kwh": saved, "saved_kwh_slow": saved_slow})
+    t = pd.DataFrame(rows, columns=["label", "energy_kwh", "cap", "saved_kwh", "saved_kwh_slow"])
+    t = t.set_index("label")
+    t = t.loc[[x for x in est.LABEL_ORDER if x in t.index]]
+    return est.SavingsResult(table=t, total_kwh=float(t["energy_kwh"].sum()),
+                             saved_kwh=float(t["saved_kwh"].sum()),
+                             saved_kwh_slow=float(t["saved_kwh_slow"].sum()), caps=dict(caps),
+                             slowdown=slowdown)
+
+
+def _timeline(src: _Source, jobs: pd.DataFrame, max_gpus: int, t0: pd.Timestamp, t1: pd.Timestamp
+              ) -> tuple[pd.DataFrame, int]:
+    """Mean power per GPU and time bucket (the first ``max_gpus`` GPUs), with the label that held
+    the bucket longest; buckets are one window long unless that would exceed TIMELINE_POINTS.
+
+    Over files, only the files of the first hosts (``host=`` folders, sorted) are read."""
+    view = "w"
+    if src.files:
+        hosts = sorted({f.parent.name.removeprefix("host=") for f in src.files})
+        first_files = [f for f in src.files if f.parent.name.removeprefix("host=") in set(hosts[:max_gpus])]
+        lst = "[" + ", ".join(_lit(str(f)) for f in first_files) + "]"
+        src.con.execute(f"CREATE OR REPLACE VIEW w_first AS SELECT * FROM read_parquet({lst}, "
+                        f"hive_partitioning = false, union_by_name = {str(src.by_name).lower()})")
+        view = "w_first"
+    gi = src.col(f"{view}.gpu_index", "INTEGER")
+    gpus = src.df(f"SELECT DISTINCT host, {gi} AS gpu_index FROM {view} ORDER BY 1, 2")
+    first = gpus.head(max_gpus)
+    n_all = len(gpus) if not src.files else src.n_gpus_hint
+    bucket_s = max(1, int(np.ceil((t1 - t0).total_seconds() / TIMELINE_POINTS)))
+    src.con.register("tl_gpus", first)
+    src.con.register("job_labels", jobs[["job_id", "label"]])
+    secs = _secs(src)
+    energy = src.col("energy_j")
+    power = f"coalesce({src.col('power_avg_w')}, {energy} / nullif({secs}, 0))"
+    df = src.df(
+        f"WITH lw AS (SELECT v.*, CASE WHEN v.job_id IS NULL THEN 'no job' "
+        f"ELSE coalesce(l.label, 'unlabelled') END AS label FROM {view} v LEFT JOIN job_labels l "
+        "ON CAST(v.job_id AS VARCHAR) = l.job_id "
+        f"JOIN tl_gpus g ON v.host = g.host AND {src.col('v.gpu_index', 'INTEGER')} = g.gpu_index) "
+        f"SELECT host, {src.col('gpu_index', 'INTEGER')} AS gpu_index, "
+        f"to_timestamp(floor(epoch(ts_start) / {bucket_s}) * {bucket_s}) AS ts_start, "
+        f"sum({power} * {secs}) / nullif(sum({secs}), 0) AS power_avg_w, arg_max(label, {secs}) AS label "
+        "FROM lw GROUP BY ALL ORDER BY host, gpu_index, ts_start")
+    df["ts_start"] = pd.to_datetime(df["ts_start"], utc=True)
+    return df, n_all
