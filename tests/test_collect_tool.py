@@ -1,4 +1,4 @@
-"""tools/h200_collect.py: the workload table, its selection and its output format.
+"""tools/h200_collect: the workload table, its selection and its output format.
 
 The tool runs on a GPU machine; here we check what can fail without one: the table (>= 64
 distinct labelled workloads, listable without torch), refusal of unknown names, that the samples it
@@ -9,19 +9,19 @@ CPU smoke run writes the three files the replay backend reads.
 from __future__ import annotations
 
 import csv
-import importlib.util
+import importlib
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
-from types import ModuleType
+from types import SimpleNamespace
 
 import pyarrow.parquet as pq
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-TOOL = REPO / "tools" / "h200_collect.py"
+TOOL = REPO / "tools" / "h200_collect"
 VALID = {"compute", "memory", "mixed", "low", "idle"}
 # Run the tool with torch, pynvml and cupy made unimportable: listing must not need them.
 NO_GPU_STACK = ("import runpy, sys; sys.modules.update(torch=None, pynvml=None, cupy=None); "
@@ -41,13 +41,13 @@ def table(stdout: str) -> list[list[str]]:
     return [ln.split(None, 5) for ln in stdout.splitlines() if ln.strip() and not ln.startswith("#")]
 
 
-def load_tool() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("h200_collect", TOOL)
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["h200_collect"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+def load_tool() -> SimpleNamespace:
+    """The tool's public pieces, imported from its package the way its __main__ does."""
+    if str(TOOL.parent) not in sys.path:
+        sys.path.insert(0, str(TOOL.parent))
+    mods = [importlib.import_module(f"h200_collect.{m}")
+            for m in ("config", "context", "catalog", "output", "runner")]
+    return SimpleNamespace(**{k: v for m in mods for k, v in vars(m).items() if not k.startswith("__")})
 
 
 def test_list_has_64_distinct_labelled_workloads_without_torch() -> None:
