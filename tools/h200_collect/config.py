@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 LABELS = ("compute", "memory", "mixed", "low", "idle")
 RUN_FIELDS = ["job", "label", "start", "end", "steps", "rate", "unit", "energy_j", "avg_power_w",
-              "job_id", "user"]
+              "job_id", "user", "family", "params"]
 USERS = ("ayaka", "bruno", "chen", "dana", "emeka", "farah")
 GPM_IDS = {
     "gpm_sm_util": 2, "gpm_sm_occupancy": 3, "gpm_int_util": 4, "gpm_any_tensor_util": 5,
@@ -42,6 +42,12 @@ class Config:
     tag: str
     job_base: int
     spool: str | None
+    #: SWEEP=N: N randomised runs from workloads/sweep.py instead of the fixed table (0 = table).
+    sweep: int = 0
+    seed: int = 0
+    families: tuple[str, ...] = ()
+    #: NVML index of the GPU to sample when CUDA does not report a UUID (GPU=i; default 0).
+    gpu: int = 0
 
     @staticmethod
     def from_env(env: dict[str, str]) -> Config:
@@ -53,12 +59,16 @@ class Config:
         dur = 0.3 if smoke else float(env.get("DUR", "13"))
         gap = float(env.get("GAP", "0.2" if smoke else "2"))
         deadline = float(env.get("DEADLINE", "110" if smoke else "530"))
-        tag = env.get("TAG") or ("smoke" if smoke else f"collect_part{part}" if part is not None
-                                 else "collect_all")
+        sweep = int(env.get("SWEEP", "0"))
+        seed = int(env.get("SEED", "0"))
+        tag = env.get("TAG") or ("smoke" if smoke else f"sweep_s{seed}" if sweep
+                                 else f"collect_part{part}" if part is not None else "collect_all")
         only = tuple(x.strip() for x in env.get("ONLY", "").split(",") if x.strip())
         return Config(out=env.get("OUT", "/tmp/out"), dur=dur, gap=gap, part=part, parts=parts,
                       only=only, list_only=env.get("LIST", "") not in ("", "0"), smoke=smoke,
                       device=env.get("DEVICE", "cuda"), deadline=deadline, tag=tag,
                       job_base=int(env.get("JOB_BASE", str(6000 + 100 * (part or 0)))),
-                      spool=env.get("SPOOL") or None)
+                      spool=env.get("SPOOL") or None, sweep=sweep, seed=seed,
+                      families=tuple(x.strip() for x in env.get("FAMILIES", "").split(",") if x.strip()),
+                      gpu=int(env.get("GPU", "0")))
 

@@ -25,6 +25,10 @@ class Workload:
     family: str
     desc: str
     build: Callable[[Ctx], Job]
+    #: Randomised runs (workloads/sweep.py): their parameters, written to runs.csv ``params``.
+    params: dict[str, Any] = field(default_factory=dict)
+    #: Seconds this run lasts (None: the configured DUR).
+    dur: float | None = None
 
 
 class Ctx:

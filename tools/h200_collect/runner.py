@@ -21,13 +21,14 @@ from h200_collect.sampler import Sampler, read_caps
 
 class Runner:
     def __init__(self, cfg: Config, torch: Any, nvml: Any, handle: Any, sampler: Sampler | None,
-                 t_start: float) -> None:
+                 t_start: float, index: dict[str, int] | None = None) -> None:
         self.cfg, self.torch, self.N, self.h, self.sampler = cfg, torch, nvml, handle, sampler
         self.t_start = t_start  # process start: the deadline counts torch import and CUDA init too
         self.ctx = Ctx(torch, cfg.device, cfg.smoke or cfg.device == "cpu", cfg.dur)
         self.runs: list[dict[str, Any]] = []
         self.prefix = os.path.join(cfg.out, cfg.tag)
-        self.index = {w.name: i for i, w in enumerate(workloads())}
+        # job id = JOB_BASE + position in the table (or in the sweep plan): stable across PARTs
+        self.index = index if index is not None else {w.name: i for i, w in enumerate(workloads())}
         uuid = nvml.nvmlDeviceGetUUID(handle) if nvml is not None else None
         self.uuid = uuid.decode() if isinstance(uuid, bytes) else uuid
         self._lock = threading.Lock()
@@ -87,7 +88,8 @@ class Runner:
         _atomic_bytes(path, (json.dumps(doc, sort_keys=True) + "\n").encode())
 
     def timed(self, w: Workload, job: Job) -> dict[str, Any]:
-        c, dur = self.ctx, self.cfg.dur
+        c, dur = self.ctx, self.cfg.dur if self.cfg.smoke else (w.dur or self.cfg.dur)
+        c.dur = dur
         c.sync()
         job_id, user = self.job_identity(w)
         self.write_spool(job_id, user)
@@ -107,7 +109,8 @@ class Runner:
         return {"job": w.name, "label": w.label, "start": t0, "end": t1, "steps": n,
                 "rate": n * job.work / (t1 - t0) if job.work else None, "unit": job.unit,
                 "energy_j": energy, "avg_power_w": energy / (t1 - t0) if energy is not None else None,
-                "job_id": job_id, "user": user}
+                "job_id": job_id, "user": user, "family": w.family,
+                "params": json.dumps(w.params, sort_keys=True) if w.params else ""}
 
     def run_one(self, w: Workload) -> bool:
         t_gap = time.time()
@@ -148,7 +151,8 @@ class Runner:
         ok, failed, skipped = 0, [], []
         for w in ws:
             elapsed = time.time() - start
-            if self.cfg.deadline and elapsed + self.cfg.dur + self.cfg.gap + 3 > self.cfg.deadline:
+            dur = (w.dur or self.cfg.dur) if not self.cfg.smoke else self.cfg.dur
+            if self.cfg.deadline and elapsed + dur + self.cfg.gap + 3 > self.cfg.deadline:
                 skipped.append(w.name)
                 continue
             if self.run_one(w):
@@ -179,10 +183,21 @@ def main(env: dict[str, str]) -> int:
     t_start = time.time()
     cfg = Config.from_env(env)
     all_w = workloads()
-    if cfg.list_only:
+    index: dict[str, int] | None = None
+    if cfg.sweep:
+        from h200_collect.workloads.sweep import plan
+
+        ws = plan(cfg.seed, cfg.sweep, cfg.families)
+        index = {w.name: i for i, w in enumerate(ws)}
+        if cfg.list_only:
+            for i, w in enumerate(ws):
+                print(f"{i:5d} {w.label:8s} {w.family:12s} {w.name:28s} {w.dur:5.1f}s {w.desc}")
+            return 0
+    elif cfg.list_only:
         print_table(all_w, cfg)
         return 0
-    ws = select(all_w, cfg)
+    else:
+        ws = select(all_w, cfg)
     warnings.filterwarnings("ignore")
     os.makedirs(cfg.out, exist_ok=True)
     import torch
@@ -195,7 +210,7 @@ def main(env: dict[str, str]) -> int:
         import pynvml as nvml
 
         nvml.nvmlInit()
-        handle = nvml.nvmlDeviceGetHandleByIndex(0)
+        handle = nvml_handle(nvml, torch, cfg.gpu)
         caps = read_caps(nvml, handle)
         _atomic_bytes(f"{cfg.out}/{cfg.tag}_caps.json", json.dumps(caps, indent=1, default=str).encode())
         print(json.dumps(caps, default=str), flush=True)
@@ -205,5 +220,24 @@ def main(env: dict[str, str]) -> int:
         time.sleep(3)
     print(f"{len(ws)} workloads, DUR={cfg.dur:g} GAP={cfg.gap:g} device={cfg.device} tag={cfg.tag}",
           flush=True)
-    return Runner(cfg, torch, nvml, handle, sampler, t_start).run(ws)
+    return Runner(cfg, torch, nvml, handle, sampler, t_start, index).run(ws)
+
+
+def nvml_handle(nvml: Any, torch: Any, gpu: int) -> Any:
+    """The NVML handle of the GPU torch computes on (CUDA_VISIBLE_DEVICES renumbers CUDA, not NVML).
+
+    Matched by UUID (CUDA reports it without NVML's ``GPU-`` prefix); NVML index ``gpu`` if not found.
+    """
+    try:
+        want = str(torch.cuda.get_device_properties(0).uuid).lower().removeprefix("gpu-")
+        for i in range(nvml.nvmlDeviceGetCount()):
+            h = nvml.nvmlDeviceGetHandleByIndex(i)
+            u = nvml.nvmlDeviceGetUUID(h)
+            u = (u.decode() if isinstance(u, bytes) else u).lower().removeprefix("gpu-")
+            if u == want:
+                return h
+        print(f"no NVML device has CUDA device 0's UUID {want}; using NVML index {gpu}", flush=True)
+    except Exception as e:
+        print(f"UUID match failed ({e}); using NVML index {gpu}", flush=True)
+    return nvml.nvmlDeviceGetHandleByIndex(gpu)
 
