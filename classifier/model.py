@@ -150,11 +150,46 @@ def fit_calibration(conf: npt.ArrayLike, correct: npt.ArrayLike) -> dict[str, fl
     return {"a": float(res.x[0]), "b": float(res.x[1])}
 
 
-def apply_calibration(conf: npt.ArrayLike, cal: Mapping[str, float] | None) -> F64:
+#: A predicted label gets its own calibration map once the out-of-fold data has this many jobs of it.
+MIN_JOBS_PER_LABEL_MAP = 8
+
+
+def fit_calibration_by_label(conf: npt.ArrayLike, correct: npt.ArrayLike,
+                             labels: npt.ArrayLike) -> dict[str, Any]:
+    """One Platt map over all jobs plus one per predicted label (``by_label``, label name keys).
+
+    Why per label (issue 13): the two errors cost differently. A job called ``memory`` gets capped,
+    so if memory calls are wrong more often than compute calls their confidence must say so, and
+    the policy's single ``min_confidence`` then asks more evidence of the costly direction.
+    """
+    c = np.asarray(conf, dtype=np.float64)
+    t = np.asarray(correct, dtype=bool)
+    lab = np.asarray(labels, dtype=np.int64)
+    cal: dict[str, Any] = dict(fit_calibration(c, t))
+    by_label = {}
+    for code, name in enumerate(rules.JOB_LABELS):
+        m = lab == code
+        if m.sum() >= MIN_JOBS_PER_LABEL_MAP:
+            by_label[name] = fit_calibration(c[m], t[m])
+    if by_label:
+        cal["by_label"] = by_label
+    return cal
+
+
+def apply_calibration(conf: npt.ArrayLike, cal: Mapping[str, Any] | None,
+                      labels: npt.ArrayLike | None = None) -> F64:
+    """Calibrated confidence; with ``labels`` (job label codes) each label's own map where fitted."""
     c = np.asarray(conf, dtype=np.float64)
     if not cal:
         return c
-    s = cal["a"] * _logit(c) + cal["b"]
+    a = np.full(c.shape, float(cal["a"]))
+    b = np.full(c.shape, float(cal["b"]))
+    if labels is not None and cal.get("by_label"):
+        lab = np.asarray(labels, dtype=np.int64)
+        for name, ab in cal["by_label"].items():
+            m = lab == rules.JOB_LABELS.index(name)
+            a[m], b[m] = ab["a"], ab["b"]
+    s = a * _logit(c) + b
     return np.asarray(1.0 / (1.0 + np.exp(-s)), dtype=np.float64)
 
 
@@ -240,14 +275,42 @@ def job_folds(keys: npt.NDArray[np.object_], labels: npt.ArrayLike, n_folds: int
     return fold
 
 
+def family_folds(keys: npt.NDArray[np.object_], families: Mapping[str, str], n_folds: int,
+                 seed: int = 0) -> I64:
+    """Fold number per job such that every job of one family lands in the same fold.
+
+    Families are shuffled, then dealt largest first to the fold with the fewest jobs so far.
+    A job without a family is its own family.
+    """
+    fam = np.asarray([families.get(str(k), str(k)) for k in keys], dtype=object)
+    names, inv, cnt = np.unique(fam, return_inverse=True, return_counts=True)
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(names))
+    order = order[np.argsort(-cnt[order], kind="stable")]
+    load = np.zeros(n_folds, dtype=np.int64)
+    fold_of_family = np.zeros(len(names), dtype=np.int64)
+    for i in order:
+        f = int(np.argmin(load))
+        fold_of_family[i] = f
+        load[f] += cnt[i]
+    return np.asarray(fold_of_family[inv], dtype=np.int64)
+
+
 def cross_validate(
     ts: TrainingSet, n_folds: int = 5, seed: int = 0, params: Mapping[str, Any] | None = None,
     rounds: int = NUM_ROUNDS, min_window_s: float = MIN_TRAIN_WINDOW_S,
+    families: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """Grouped, stratified k-fold CV at job level; returns metrics and the out-of-fold predictions."""
+    """Grouped k-fold CV at job level; returns metrics and the out-of-fold predictions.
+
+    Without ``families`` folds are stratified by the job's rule label; with a job key -> family
+    map, whole families are held out together (the out-of-fold predictions then say how the
+    model does on kinds of work it never saw, which is what calibration should reflect).
+    """
     keys, truth = ts.job_truth()
     n_folds = max(2, min(n_folds, len(keys)))
-    fold_of_job = job_folds(keys, truth, n_folds, seed)
+    fold_of_job = (family_folds(keys, families, n_folds, seed) if families is not None
+                   else job_folds(keys, truth, n_folds, seed))
     job_index = {k: i for i, k in enumerate(keys)}
     window_job = np.fromiter((job_index[g] for g in ts.group), dtype=np.int64, count=len(ts.group))
     window_fold = fold_of_job[window_job]
@@ -270,7 +333,8 @@ def cross_validate(
     cal_conf = np.zeros(len(keys))
     for f in range(n_folds):
         m = fold_of_job == f
-        cal_conf[m] = apply_calibration(raw_conf[m], fit_calibration(raw_conf[~m], correct[~m]))
+        cal = fit_calibration_by_label(raw_conf[~m], correct[~m], pred[~m])
+        cal_conf[m] = apply_calibration(raw_conf[m], cal, pred[m])
     confusion = np.zeros((4, 4), dtype=np.int64)
     np.add.at(confusion, (truth.astype(np.int64), pred.astype(np.int64)), 1)
     window_acc = float((oof.argmax(axis=1) == ts.y).mean()) if len(ts) else float("nan")
@@ -284,12 +348,13 @@ def cross_validate(
         "ece": ece(cal_conf, correct),
         "confusion": confusion.tolist(),
         "labels": list(rules.JOB_LABELS),
-        "calibration": fit_calibration(raw_conf, correct),
+        "calibration": fit_calibration_by_label(raw_conf, correct, pred),
         "jobs": {
             "key": keys.tolist(),
             "truth": rules.label_names(truth).tolist(),
             "pred": rules.label_names(pred).tolist(),
             "confidence": [round(float(c), 4) for c in cal_conf],
+            "raw_confidence": [round(float(c), 6) for c in raw_conf],
             "fold": fold_of_job.tolist(),
         },
     }
@@ -327,8 +392,9 @@ class WindowModel:
             return np.zeros((0, 3))
         return np.asarray(self.booster.predict(X, num_threads=1), dtype=np.float64)
 
-    def calibrate(self, conf: npt.ArrayLike) -> F64:
-        return apply_calibration(conf, self.meta.get("calibration"))
+    def calibrate(self, conf: npt.ArrayLike, labels: npt.ArrayLike | None = None) -> F64:
+        """Calibrated job confidence; ``labels`` (job label codes) select per-label maps."""
+        return apply_calibration(conf, self.meta.get("calibration"), labels)
 
     def save(self, directory: Path) -> None:
         """Write model.txt then model.json (atomically each); model.json last marks it complete."""
@@ -341,13 +407,15 @@ class WindowModel:
 def train_model(
     ts: TrainingSet, version: str, n_folds: int = 5, seed: int = 0, evaluate: bool = True,
     created: str | None = None, min_window_s: float = MIN_TRAIN_WINDOW_S,
+    families: Mapping[str, str] | None = None,
 ) -> WindowModel:
     """Cross-validate (for metrics and calibration), then fit on every trainable window.
 
     ``created`` goes into the metadata as given (None: omitted), never the wall clock, so that
     rebuilding from the same data gives byte-identical model files.
     """
-    cv = cross_validate(ts, n_folds, seed, min_window_s=min_window_s) if evaluate else None
+    cv = (cross_validate(ts, n_folds, seed, min_window_s=min_window_s, families=families)
+          if evaluate else None)
     booster = fit_booster(ts.subset(ts.trainable(min_window_s)))
     meta: dict[str, Any] = {
         "format_version": FORMAT_VERSION,
@@ -363,6 +431,7 @@ def train_model(
         "params": {k: v for k, v in DEFAULT_PARAMS.items()},
         "num_rounds": NUM_ROUNDS,
         "calibration": cv["calibration"] if cv else None,
+        "cv_grouping": ("family" if families is not None else "job") if cv else None,
         "metrics": {k: v for k, v in cv.items() if k not in ("jobs", "calibration")} if cv else None,
         "training_data": training_summary(ts),
     }

@@ -59,6 +59,10 @@ TELEMETRY_V1 = pa.schema(
         pa.field("fb_used_mib", pa.float32()),
         pa.field("fb_total_mib", pa.float32()),
         *[pa.field(c, pa.float32()) for c in GPM_COLUMNS],
+        # Within-window spread of the 1 s polls (added for issue 13; nullable: older files lack them).
+        pa.field("power_std_w", pa.float32()),
+        pa.field("sm_clock_std_mhz", pa.float32()),
+        pa.field("util_mem_std_pct", pa.float32()),
     ],
     metadata={METADATA_KEY: f"{SCHEMA_NAME}/{SCHEMA_VERSION}".encode()},
 )
