@@ -80,3 +80,30 @@ def test_default_model_is_shipped_and_loads() -> None:
     assert m.meta["format_version"] == M.FORMAT_VERSION
     assert m.meta["training_data"]["n_jobs"] >= 21
     assert m.meta["metrics"]["n_jobs"] == m.meta["training_data"]["n_jobs"]
+
+
+def test_family_folds_keep_each_family_in_one_fold() -> None:
+    keys = np.array([f"s:{i}" for i in range(40)], dtype=object)
+    fams = {f"s:{i}": f"f{i % 7}" for i in range(36)}  # s:36..39 have no family: their own
+    fold = M.family_folds(keys, fams, 5, seed=1)
+    for f in set(fams.values()):
+        assert len({fold[i] for i in range(36) if fams[f"s:{i}"] == f}) == 1
+    assert set(fold) == set(range(5))
+    assert max(np.bincount(fold)) - min(np.bincount(fold)) <= 6
+
+
+def test_per_label_calibration_lowers_the_confidence_of_the_label_that_errs() -> None:
+    rng = np.random.default_rng(0)
+    n = 200
+    raw = rng.uniform(0.7, 0.99, n)
+    lab = np.where(np.arange(n) % 2 == 0, 1, 2)  # compute / memory calls
+    correct = np.where(lab == 1, rng.random(n) < 0.95, rng.random(n) < 0.6)
+    cal = M.fit_calibration_by_label(raw, correct, lab)
+    assert set(cal["by_label"]) == {"compute", "memory"}
+    out = M.apply_calibration(raw, cal, lab)
+    assert out[lab == 2].mean() < out[lab == 1].mean() - 0.15
+    assert abs(out[lab == 2].mean() - 0.6) < 0.08 and abs(out[lab == 1].mean() - 0.95) < 0.05
+    # without labels the pooled map applies; a label with too few jobs falls back to it
+    assert np.allclose(M.apply_calibration(raw, cal), M.apply_calibration(raw, {"a": cal["a"], "b": cal["b"]}))
+    few = M.fit_calibration_by_label(raw[:10], correct[:10], lab[:10])
+    assert "by_label" not in few
