@@ -104,6 +104,7 @@ def test_per_label_calibration_lowers_the_confidence_of_the_label_that_errs() ->
     assert out[lab == 2].mean() < out[lab == 1].mean() - 0.15
     assert abs(out[lab == 2].mean() - 0.6) < 0.08 and abs(out[lab == 1].mean() - 0.95) < 0.05
     # without labels the pooled map applies; a label with too few jobs falls back to it
-    assert np.allclose(M.apply_calibration(raw, cal), M.apply_calibration(raw, {"a": cal["a"], "b": cal["b"]}))
+    pooled = {"a": cal["a"], "b": cal["b"]}
+    assert np.allclose(M.apply_calibration(raw, cal), M.apply_calibration(raw, pooled))
     few = M.fit_calibration_by_label(raw[:10], correct[:10], lab[:10])
     assert "by_label" not in few

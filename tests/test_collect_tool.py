@@ -9,8 +9,8 @@ CPU smoke run writes the three files the replay backend reads.
 from __future__ import annotations
 
 import csv
-import json
 import importlib
+import json
 import os
 import subprocess
 import sys
