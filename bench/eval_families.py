@@ -36,7 +36,7 @@ import numpy as np
 CODE = {"idle": 0, "compute": 1, "memory": 2, "mixed": 3}
 
 
-def lofo(ts: Any, families: dict[str, str], inner_folds: int = 5) -> dict[str, Any]:
+def lofo(ts: Any, families: dict[str, str], inner_folds: int = 5, cost_aware: bool = False) -> dict[str, Any]:
     """Out-of-family predictions for every job: label, raw and calibrated confidence."""
     from wattclass.classifier.model import (
         MIN_TRAIN_WINDOW_S,
@@ -44,6 +44,7 @@ def lofo(ts: Any, families: dict[str, str], inner_folds: int = 5) -> dict[str, A
         cross_validate,
         fit_booster,
         job_predictions,
+        weigh,
     )
 
     keys, truth = ts.job_truth()
@@ -52,18 +53,21 @@ def lofo(ts: Any, families: dict[str, str], inner_folds: int = 5) -> dict[str, A
     raw = np.zeros(len(keys))
     conf = np.zeros(len(keys))
     index = {k: i for i, k in enumerate(keys)}
+    weights: dict[str, float] = {}
     for fam in sorted(set(fam_of_window)):
         test_w = fam_of_window == fam
         train = ts.subset(~test_w)
-        inner = cross_validate(train, inner_folds, seed=0, families=families)
+        inner = cross_validate(train, inner_folds, seed=0, families=families, cost_aware=cost_aware)
         booster = fit_booster(train.subset(train.trainable(MIN_TRAIN_WINDOW_S)))
         test = ts.subset(test_w)
-        k, p, r = job_predictions(np.asarray(booster.predict(test.X)), test.group)
+        proba = weigh(np.asarray(booster.predict(test.X)), inner["compute_weight"])
+        weights[fam] = inner["compute_weight"]
+        k, p, r = job_predictions(proba, test.group)
         c = apply_calibration(r, inner["calibration"], p)
         for key, pi, ri, ci in zip(k, p, r, c, strict=True):
             i = index[key]
             pred[i], raw[i], conf[i] = pi, ri, ci
-    return {"keys": keys, "truth": truth, "pred": pred, "raw": raw, "conf": conf}
+    return {"keys": keys, "truth": truth, "pred": pred, "raw": raw, "conf": conf, "compute_weights": weights}
 
 
 def summarize(res: dict[str, Any], families: dict[str, str], min_conf: float) -> dict[str, Any]:
@@ -105,6 +109,7 @@ def summarize(res: dict[str, Any], families: dict[str, str], min_conf: float) ->
     wrong = [f"{k} [{families.get(k, k)}] {rules.JOB_LABELS[t]}->{rules.JOB_LABELS[p]} conf {c:.2f}"
              for k, t, p, c in zip(keys, truth, pred, conf, strict=True) if t != p]
     out["wrong"] = wrong
+    out["compute_weight_per_test_family"] = res.get("compute_weights", {})
     out["truth_counts"] = {lab: int((truth == i).sum()) for i, lab in enumerate(rules.JOB_LABELS)}
     return out
 
@@ -115,6 +120,8 @@ def main() -> int:
                     help="raw probe recordings (default: the bundled raw, collected, sweep)")
     ap.add_argument("--min-confidence", type=float, default=0.8,
                     help="the policy's min_confidence: below it a job is 'unsure' (default 0.8)")
+    ap.add_argument("--cost-aware", action="store_true",
+                    help="also weigh compute windows by a cost-chosen factor (nested; not the shipped model)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
 
@@ -134,9 +141,10 @@ def main() -> int:
                 assert np.array_equal(F.feature_matrix(F.window_features(t)),
                                       F.feature_matrix(F.window_features(nogpm)), equal_nan=True)
         ts = training_set(roots, max_windows_per_job=0)
-    res = lofo(ts, families)
+    res = lofo(ts, families, cost_aware=a.cost_aware)
     out = summarize(res, families, a.min_confidence)
     out["sources"] = [str(s) for s in sources]
+    out["cost_aware"] = a.cost_aware
     if a.json:
         print(json.dumps(out, indent=2))
         return 0

@@ -261,6 +261,40 @@ def job_predictions(
     return keys, lab, conf
 
 
+#: Candidate weights on the compute-window probability (see ``choose_compute_weight``).
+COMPUTE_WEIGHTS: tuple[float, ...] = (1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0)
+#: How many ordinary errors one compute-bound job called memory-bound costs (fixed in advance,
+#: not fitted): such a job gets capped and slows down, while a memory job called compute only
+#: misses a saving (issue 13).
+COST_COMPUTE_AS_MEMORY = 5.0
+
+
+def weigh(proba: F64, compute_weight: float) -> F64:
+    """Window probabilities with the compute class scaled by ``compute_weight``, renormalised."""
+    if compute_weight == 1.0 or len(proba) == 0:
+        return proba
+    p = np.array(proba, dtype=np.float64)
+    p[:, rules.COMPUTE] *= compute_weight
+    return np.asarray(p / p.sum(axis=1, keepdims=True), dtype=np.float64)
+
+
+def choose_compute_weight(oof: F64, group: npt.NDArray[np.object_], truth: npt.NDArray[np.int8]) -> float:
+    """The compute weight that minimises the expected cost of the out-of-fold job decisions.
+
+    Cost: 1 per wrong job, ``COST_COMPUTE_AS_MEMORY`` per compute-bound job called memory-bound;
+    ties go to the smaller weight. ``truth`` is per job in ``np.unique(group)`` order.
+    """
+    best_w, best_cost = 1.0, math.inf
+    for w in COMPUTE_WEIGHTS:
+        _, pred, _ = job_predictions(weigh(oof, w), group)
+        wrong = pred != truth
+        c_to_m = (truth == rules.J_COMPUTE) & (pred == rules.J_MEMORY)
+        cost = float(wrong.sum() + (COST_COMPUTE_AS_MEMORY - 1.0) * c_to_m.sum())
+        if cost < best_cost - 1e-9:
+            best_w, best_cost = w, cost
+    return best_w
+
+
 def job_folds(keys: npt.NDArray[np.object_], labels: npt.ArrayLike, n_folds: int, seed: int = 0) -> I64:
     """Fold number per job: shuffled, then dealt round-robin within each label (stratified)."""
     rng = np.random.default_rng(seed)
@@ -299,9 +333,14 @@ def family_folds(keys: npt.NDArray[np.object_], families: Mapping[str, str], n_f
 def cross_validate(
     ts: TrainingSet, n_folds: int = 5, seed: int = 0, params: Mapping[str, Any] | None = None,
     rounds: int = NUM_ROUNDS, min_window_s: float = MIN_TRAIN_WINDOW_S,
-    families: Mapping[str, str] | None = None,
+    families: Mapping[str, str] | None = None, cost_aware: bool = False,
 ) -> dict[str, Any]:
     """Grouped k-fold CV at job level; returns metrics and the out-of-fold predictions.
+
+    With ``cost_aware`` the compute weight (``choose_compute_weight``) is chosen on the
+    out-of-fold predictions before the job decisions and calibration are made from them. Off by
+    default: in the leave-family-out evaluation (docs/benchmarks.md) it removed one costly error
+    but cost four points of accuracy, because the costly errors left are confident ones.
 
     Without ``families`` folds are stratified by the job's rule label; with a job key -> family
     map, whole families are held out together (the out-of-fold predictions then say how the
@@ -326,6 +365,8 @@ def cross_validate(
             continue
         booster = fit_booster(ts.subset(train), params, rounds)
         oof[test] = booster.predict(ts.X[test])
+    compute_weight = choose_compute_weight(oof, ts.group, truth) if cost_aware else 1.0
+    oof = weigh(oof, compute_weight)
     pkeys, pred, raw_conf = job_predictions(oof, ts.group)
     assert (pkeys == keys).all()
     correct = pred == truth
@@ -349,6 +390,7 @@ def cross_validate(
         "confusion": confusion.tolist(),
         "labels": list(rules.JOB_LABELS),
         "calibration": fit_calibration_by_label(raw_conf, correct, pred),
+        "compute_weight": compute_weight,
         "jobs": {
             "key": keys.tolist(),
             "truth": rules.label_names(truth).tolist(),
@@ -388,9 +430,11 @@ class WindowModel:
         return f"model:{self.version}"
 
     def predict_proba(self, X: F32) -> F64:
+        """Window class probabilities, compute weighted by the model's cost-aware ``compute_weight``."""
         if len(X) == 0:
             return np.zeros((0, 3))
-        return np.asarray(self.booster.predict(X, num_threads=1), dtype=np.float64)
+        proba = np.asarray(self.booster.predict(X, num_threads=1), dtype=np.float64)
+        return weigh(proba, float(self.meta.get("compute_weight") or 1.0))
 
     def calibrate(self, conf: npt.ArrayLike, labels: npt.ArrayLike | None = None) -> F64:
         """Calibrated job confidence; ``labels`` (job label codes) select per-label maps."""
@@ -432,7 +476,9 @@ def train_model(
         "num_rounds": NUM_ROUNDS,
         "calibration": cv["calibration"] if cv else None,
         "cv_grouping": ("family" if families is not None else "job") if cv else None,
-        "metrics": {k: v for k, v in cv.items() if k not in ("jobs", "calibration")} if cv else None,
+        "compute_weight": cv["compute_weight"] if cv else 1.0,
+        "metrics": ({k: v for k, v in cv.items() if k not in ("jobs", "calibration", "compute_weight")}
+                    if cv else None),
         "training_data": training_summary(ts),
     }
     return WindowModel(booster, meta)
