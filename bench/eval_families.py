@@ -10,7 +10,7 @@ influences its own confidence. Features and hyper-parameters are fixed in advanc
 (classifier/features.py FEATURES, classifier/model.py DEFAULT_PARAMS); nothing here is tuned on
 the test families.
 
-Truth: the DESIGN.md job rule over all of a job's windows, from GPM (what ``classify`` does).
+Truth: the docs/design.md job rule over all of a job's windows, from GPM (what ``classify`` does).
 Inputs: basic NVML columns only (checked: features do not change when GPM columns are dropped).
 
 Reported: job accuracy per family and overall; the two error kinds apart (compute-bound called

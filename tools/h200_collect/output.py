@@ -11,7 +11,7 @@ from h200_collect.config import FLOAT_COLS, INT_COLS, RUN_FIELDS
 
 
 def samples_table(rows: list[dict[str, Any]]) -> Any:
-    """Rows -> Arrow table with the raw-sample schema of shared/data/h200-dev (sorted columns)."""
+    """Rows -> Arrow table with the raw-sample schema of wattclass/data/h200/raw (sorted columns)."""
     import pyarrow as pa
 
     types = {**{c: pa.int64() for c in INT_COLS}, **{c: pa.float64() for c in FLOAT_COLS},

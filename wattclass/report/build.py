@@ -1,3 +1,4 @@
+# long: data loading, sections and the CLI of the report in one module; to be split
 """``wattclass report``: the page a site looks at every morning, as ONE self-contained HTML file.
 
 Self-contained (PNG images inline as base64 data URIs, inline CSS, no scripts, no external
@@ -71,7 +72,8 @@ def read_telemetry_files(files: list[Path]) -> pd.DataFrame:
         raise DataError("no telemetry files to read")
     df = pa.concat_tables(tables).to_pandas()
     df["job_id"] = df["job_id"].astype(object).where(df["job_id"].notna(), None)
-    return df
+    out: pd.DataFrame = df
+    return out
 
 
 def load_telemetry(root: Path, date: str | None = None) -> tuple[pd.DataFrame, str]:
@@ -253,6 +255,7 @@ def _card(value: str, what: str) -> str:
     return f'<div class="card"><b>{html.escape(value)}</b><span>{html.escape(what)}</span></div>'
 
 
+# long: the whole page in one f-string flow; to be split into one function per section
 def render_report(
     windows: pd.DataFrame,
     labels: pd.DataFrame | None = None,
@@ -404,7 +407,7 @@ def render_report(
         "<h2>Estimated energy saved</h2>",
         _img(plots.savings(sav.table, sav.slowdown), "Measured energy per label and estimated saving"),
         f'<p class="est"><b>Estimate, not a measurement.</b> Caps applied: {html.escape(caps_txt)} '
-        f"({'from the policy decisions' if caps is not None else 'the example policy in DESIGN.md'}; "
+        f"({'from the policy decisions' if caps is not None else 'the example policy in docs/design.md'}; "
         "% of each window's enforced power limit). "
         "<b>Measured</b>: every window's energy and mean power, and the job labels. "
         "<b>Assumed</b>: (1) a memory-bound or idle job under a cap draws min(measured power, cap) "
