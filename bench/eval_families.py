@@ -38,9 +38,9 @@ CODE = {"idle": 0, "compute": 1, "memory": 2, "mixed": 3}
 
 def lofo(ts: Any, families: dict[str, str], inner_folds: int = 5, cost_aware: bool = False) -> dict[str, Any]:
     """Out-of-family predictions for every job: label, raw and calibrated confidence."""
+    from wattclass.classifier.calibration import apply_calibration
     from wattclass.classifier.model import (
         MIN_TRAIN_WINDOW_S,
-        apply_calibration,
         cross_validate,
         fit_booster,
         job_predictions,
@@ -72,7 +72,7 @@ def lofo(ts: Any, families: dict[str, str], inner_folds: int = 5, cost_aware: bo
 
 def summarize(res: dict[str, Any], families: dict[str, str], min_conf: float) -> dict[str, Any]:
     from wattclass.classifier import rules
-    from wattclass.classifier.model import ece
+    from wattclass.classifier.calibration import ece
 
     keys, truth, pred, conf = res["keys"], res["truth"], res["pred"], res["conf"]
     fam = np.asarray([families.get(k, k) for k in keys], dtype=object)

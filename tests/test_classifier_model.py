@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from wattclass.classifier import calibration as C
 from wattclass.classifier import model as M
 from wattclass.classifier.training import training_set
 from wattclass.errors import DataError
@@ -98,13 +99,13 @@ def test_per_label_calibration_lowers_the_confidence_of_the_label_that_errs() ->
     raw = rng.uniform(0.7, 0.99, n)
     lab = np.where(np.arange(n) % 2 == 0, 1, 2)  # compute / memory calls
     correct = np.where(lab == 1, rng.random(n) < 0.95, rng.random(n) < 0.6)
-    cal = M.fit_calibration_by_label(raw, correct, lab)
+    cal = C.fit_calibration_by_label(raw, correct, lab)
     assert set(cal["by_label"]) == {"compute", "memory"}
-    out = M.apply_calibration(raw, cal, lab)
+    out = C.apply_calibration(raw, cal, lab)
     assert out[lab == 2].mean() < out[lab == 1].mean() - 0.15
     assert abs(out[lab == 2].mean() - 0.6) < 0.08 and abs(out[lab == 1].mean() - 0.95) < 0.05
     # without labels the pooled map applies; a label with too few jobs falls back to it
     pooled = {"a": cal["a"], "b": cal["b"]}
-    assert np.allclose(M.apply_calibration(raw, cal), M.apply_calibration(raw, pooled))
-    few = M.fit_calibration_by_label(raw[:10], correct[:10], lab[:10])
+    assert np.allclose(C.apply_calibration(raw, cal), C.apply_calibration(raw, pooled))
+    few = C.fit_calibration_by_label(raw[:10], correct[:10], lab[:10])
     assert "by_label" not in few
