@@ -70,6 +70,20 @@ def lofo(ts: Any, families: dict[str, str], inner_folds: int = 5, cost_aware: bo
     return {"keys": keys, "truth": truth, "pred": pred, "raw": raw, "conf": conf, "compute_weights": weights}
 
 
+def drop_features(ts: Any, names: list[str]) -> Any:
+    """The training set without some feature columns, and the model module told so (ablation only:
+    fit_booster names its columns from model.FEATURES; this process never saves a model)."""
+    from wattclass.classifier import features as F
+    from wattclass.classifier import model as M
+
+    unknown = [n for n in names if n not in F.FEATURES]
+    if unknown:
+        raise SystemExit(f"--drop-features: unknown feature(s) {', '.join(unknown)}")
+    keep = [i for i, f in enumerate(F.FEATURES) if f not in names]
+    M.FEATURES = tuple(F.FEATURES[i] for i in keep)  # type: ignore[misc]
+    return M.TrainingSet(ts.X[:, keep], ts.y, ts.group, ts.sources, ts.dur)
+
+
 def summarize(res: dict[str, Any], families: dict[str, str], min_conf: float) -> dict[str, Any]:
     from wattclass.classifier import rules
     from wattclass.classifier.calibration import ece
@@ -122,6 +136,8 @@ def main() -> int:
                     help="the policy's min_confidence: below it a job is 'unsure' (default 0.8)")
     ap.add_argument("--cost-aware", action="store_true",
                     help="also weigh compute windows by a cost-chosen factor (nested; not the shipped model)")
+    ap.add_argument("--drop-features", default="",
+                    help="comma-separated FEATURES left out (ablation), e.g. power_std_frac,clock_std_frac")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
 
@@ -141,10 +157,13 @@ def main() -> int:
                 assert np.array_equal(F.feature_matrix(F.window_features(t)),
                                       F.feature_matrix(F.window_features(nogpm)), equal_nan=True)
         ts = training_set(roots, max_windows_per_job=0)
+    if a.drop_features:
+        ts = drop_features(ts, [f.strip() for f in a.drop_features.split(",") if f.strip()])
     res = lofo(ts, families, cost_aware=a.cost_aware)
     out = summarize(res, families, a.min_confidence)
     out["sources"] = [str(s) for s in sources]
     out["cost_aware"] = a.cost_aware
+    out["dropped_features"] = a.drop_features
     if a.json:
         print(json.dumps(out, indent=2))
         return 0
