@@ -16,7 +16,8 @@ stored in wattclass/data/h200/raw (what the replay backend reads):
 
   $OUT/<tag>_caps.json           static device facts
   $OUT/<tag>_samples_1hz.parquet every poll; `job` = workload name, `startup`/`gap` when none runs
-  $OUT/<tag>_runs.csv            job,label,start,end,steps,rate,unit,energy_j,avg_power_w
+  $OUT/<tag>_runs.csv            job,label,start,end,steps,rate,unit,energy_j,avg_power_w,
+                                 job_id,user,family,params
 
 Setup (allocation, model build, one warm-up step) happens in the gap before a job's timed window,
 so a job's recorded interval is its steady work. Partial outputs are rewritten atomically every
@@ -35,4 +36,10 @@ Env:
   DEADLINE=s    stop starting workloads that would end after s seconds (default 530; smoke 110;
                 0 = none); skipped names are printed as an ONLY= line to run later
   OUT=dir       output directory (default /tmp/out)
+  SWEEP=N       N randomised mechanism-sweep runs (workloads/sweep.py) instead of the table; each run
+                lasts 8-12 s (its own duration) and runs.csv gets its `family` and `params`
+  SEED=s        the sweep plan's seed (same seed = same plan)   FAMILIES=a,b  only these sweep families
+  GPU=i         NVML index to sample if CUDA's UUID matches no NVML device (normally the GPU that
+                CUDA_VISIBLE_DEVICES selects is found by UUID); one process per GPU, own TAG/JOB_BASE
+  LIST=1 with SWEEP=N prints the plan
 """
