@@ -68,7 +68,10 @@ class ClassifierStore:
                 t = pq.read_table(p)
             except (OSError, pa.ArrowException):
                 continue
-            X = np.column_stack([t.column(f).to_numpy() for f in FEATURES]).astype(np.float32)
+            # A feature added after the sample was written is unknown there: NaN (LightGBM's missing).
+            nan = np.full(t.num_rows, np.nan)
+            X = np.column_stack([t.column(f).to_numpy() if f in t.column_names else nan
+                                 for f in FEATURES]).astype(np.float32)
             y = t.column("window_class").to_numpy().astype(np.int8)
             group = np.asarray(t.column("group").to_pylist(), dtype=object)
             parts.append(TrainingSet(X, y, group, [p.parent.name]))

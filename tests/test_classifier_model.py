@@ -109,3 +109,22 @@ def test_per_label_calibration_lowers_the_confidence_of_the_label_that_errs() ->
     assert np.allclose(C.apply_calibration(raw, cal), C.apply_calibration(raw, pooled))
     few = C.fit_calibration_by_label(raw[:10], correct[:10], lab[:10])
     assert "by_label" not in few
+
+
+def test_training_samples_written_before_a_feature_existed_load_with_it_missing(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from wattclass.classifier.features import FEATURES
+    from wattclass.classifier.store import ClassifierStore
+
+    old = [f for f in FEATURES if f != "power_std_frac"] + ["temp_c"]  # an older feature list
+    d = tmp_path / "classifier" / "training" / "date=2026-11-01"
+    d.mkdir(parents=True)
+    pq.write_table(pa.table({**{f: np.full(3, 0.5, np.float32) for f in old},
+                             "window_class": np.array([0, 1, 2], np.int8), "group": ["a:1"] * 3}),
+                   d / "windows.parquet")
+    ts = ClassifierStore(tmp_path).samples()
+    assert ts.X.shape == (3, len(FEATURES))
+    i = FEATURES.index("power_std_frac")
+    assert np.isnan(ts.X[:, i]).all() and (np.delete(ts.X, i, axis=1) == 0.5).all()
