@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import shutil
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,8 @@ from wattclass.classifier.features import FEATURES
 from wattclass.classifier.model import TrainingSet, WindowModel, default_model_dir, load_model
 from wattclass.errors import DataError
 from wattclass.fsutil import atomic_write_text, atomic_writer
+
+log = logging.getLogger(__name__)
 
 
 class ClassifierStore:
@@ -124,7 +127,29 @@ class ModelRegistry:
         atomic_write_text(self.index_path, json.dumps(index, indent=2, sort_keys=True) + "\n")
 
     def current(self) -> WindowModel:
-        return load_model(self.root / self.index()["current"])
+        """The promoted model; after an upgrade that changed the feature list, the packaged default.
+
+        A model trained on other features cannot label this version's windows, and failing every
+        night until someone intervenes is worse than the shipped model: it is registered, made
+        current (gate ``{"reason": "features changed"}``) and a warning names the old version.
+        """
+        index = self.index()
+        path = self.root / index["current"]
+        try:
+            features = json.loads((path / "model.json").read_text()).get("features")
+        except (OSError, json.JSONDecodeError):
+            features = None  # load_model below reports it
+        if features is not None and list(features) != list(FEATURES):
+            default = load_model(self.default_dir)
+            log.warning("model %s was trained on another feature list (an older wattclass); using the "
+                        "packaged model %s instead", index["current"], default.version)
+            shutil.copytree(self.default_dir, self.root / default.version, dirs_exist_ok=True,
+                            ignore=shutil.ignore_patterns("__pycache__", "*.py"))
+            index["versions"] = [v for v in index["versions"] if v["version"] != default.version]
+            index["versions"].append(self._entry(default, promoted=True, gate={"reason": "features changed"}))
+            index["current"] = default.version
+            self._save(index)
+        return load_model(self.root / index["current"])
 
     def new_version(self, stem: str) -> str:
         taken = {v["version"] for v in self.index()["versions"]}

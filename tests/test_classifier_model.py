@@ -128,3 +128,28 @@ def test_training_samples_written_before_a_feature_existed_load_with_it_missing(
     assert ts.X.shape == (3, len(FEATURES))
     i = FEATURES.index("power_std_frac")
     assert np.isnan(ts.X[:, i]).all() and (np.delete(ts.X, i, axis=1) == 0.5).all()
+
+
+def test_registry_after_an_upgrade_that_changed_features_uses_the_packaged_model(tmp_path: Path) -> None:
+    from wattclass.classifier.store import ModelRegistry
+
+    reg = ModelRegistry(tmp_path)
+    first = reg.current()
+    old = tmp_path / "classifier" / "models" / "old-v1"
+    import shutil
+
+    shutil.copytree(reg.root / first.version, old)
+    meta = json.loads((old / "model.json").read_text())
+    meta["features"] = [*meta["features"][:-1], "temp_c"]
+    meta["model_version"] = "old-v1"
+    (old / "model.json").write_text(json.dumps(meta))
+    index = reg.index()
+    index["current"] = "old-v1"
+    index["versions"].append({"version": "old-v1", "promoted": True})
+    reg._save(index)
+    got = reg.current()
+    assert got.version == first.version and got.meta["features"] != meta["features"]
+    index = reg.index()
+    assert index["current"] == first.version
+    assert index["versions"][-1]["gate"] == {"reason": "features changed"}
+    assert [v["version"] for v in index["versions"]].count(first.version) == 1
