@@ -41,6 +41,12 @@ class LatestWindows(Collector):
         self._lock = threading.Lock()
         self._latest: dict[int, list[dict[str, Any]]] = {}
         self._windows_total: dict[tuple[str, str, str], int] = {}
+        self._wal = (0, 0, 0)  # write errors so far, rows held in memory, segments not yet in Parquet
+
+    def set_wal_state(self, write_errors: int, backlog_rows: int, unconverted_segments: int) -> None:
+        """The daemon's durability state, so an alert fires while the disk is full (not only in logs)."""
+        with self._lock:
+            self._wal = (write_errors, backlog_rows, unconverted_segments)
 
     def update(self, rows: list[dict[str, Any]]) -> None:
         by_gpu: dict[int, list[dict[str, Any]]] = {}
@@ -57,6 +63,7 @@ class LatestWindows(Collector):
         with self._lock:
             latest = [r for rs in self._latest.values() for r in rs]
             totals = dict(self._windows_total)
+            wal_errors, backlog_rows, unconverted = self._wal
         for col, name, help_ in GAUGES:
             g = GaugeMetricFamily(name, help_, labels=LABELS)
             for r in latest:
@@ -69,6 +76,13 @@ class LatestWindows(Collector):
         for key, n in totals.items():
             c.add_metric(list(key), n)
         yield c
+        yield CounterMetricFamily("wattclass_wal_write_errors",
+                                  "Failed WAL appends (disk full...) since start", value=wal_errors)
+        yield GaugeMetricFamily("wattclass_wal_backlog_rows",
+                                "Closed window rows not yet durable: held in memory after a failed "
+                                "WAL append", value=backlog_rows)
+        yield GaugeMetricFamily("wattclass_wal_unconverted_segments",
+                                "WAL segments waiting for a Parquet write that failed", value=unconverted)
 
 
 def _labels(r: dict[str, Any]) -> list[str]:
