@@ -102,7 +102,12 @@ def _join_slurm(labels: pd.DataFrame, slurm: SlurmClient | None, date: str) -> p
         return out
     if recs.empty:
         return out
-    recs = recs.drop_duplicates("job_id", keep="last").set_index("job_id")
+    recs = recs.drop_duplicates("job_id", keep="last")
+    # Telemetry names an array task by Slurm's own id ("5"; the Prolog sees no SLURM_ARRAY_*),
+    # the records by "3_1": index each record under both, the array name winning a clash.
+    alias = recs[recs["slurm_job_id"].notna() & (recs["slurm_job_id"] != recs["job_id"])]
+    alias = alias[~alias["slurm_job_id"].isin(recs["job_id"])].assign(job_id=alias["slurm_job_id"])
+    recs = pd.concat([recs, alias]).drop_duplicates("job_id", keep="first").set_index("job_id")
     idx = out["job_id"]
     for c in ("user", "name", "account", "partition"):
         out[c] = _nullable(idx.map(recs[c]))
@@ -214,7 +219,9 @@ def _run(
     files = telemetry_files([opts.data_root], date=opts.date)
     if files_total is not None:
         files_total(len(files))
-    summary: dict[str, Any] = {"date": opts.date, "files": len(files), "engine": opts.engine}
+    summary: dict[str, Any] = {"date": opts.date, "files": len(files), "engine": opts.engine,
+                               "slurm_backend": slurm.name if slurm is not None else None}
+    log.info("job records from %s", slurm.describe() if slurm is not None else "telemetry only (no Slurm)")
     registry = ModelRegistry(opts.data_root)
     model = registry.current()
     summary["model"] = model.version
@@ -257,8 +264,9 @@ def _run(
     since = (day_end - dt.timedelta(days=HISTORY_DAYS)).strftime("%Y-%m-%d")
     history = store.label_history(since)
     entries = build_entries(history, now=day_end)
-    write_label_table(opts.table_out, entries, opts.policy, generated_at=dt.datetime.now(dt.UTC))
-    summary["table"] = {"path": str(opts.table_out), "entries": len(entries),
+    # Past labeltable.MAX_ENTRIES the least confident keys are dropped (logged; counted here).
+    dropped = write_label_table(opts.table_out, entries, opts.policy, generated_at=dt.datetime.now(dt.UTC))
+    summary["table"] = {"path": str(opts.table_out), "entries": len(entries) - dropped, "dropped": dropped,
                         "by_level": pd.Series([e.level for e in entries]).value_counts().to_dict()}
     summary["seconds"] = round(time.monotonic() - t0, 2)
     store.write_summary(opts.date, summary)

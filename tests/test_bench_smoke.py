@@ -12,6 +12,7 @@ fleet_nightly.py; over 2 min even at --gpus 8).
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -77,3 +78,11 @@ def test_eval_families_leaves_whole_families_out_and_counts_unsure_as_wrong() ->
     assert a["jobs"] == 21 == sum(b["jobs"] for b in out["families"].values())
     assert a["accuracy_unsure_wrong"] <= a["accuracy"] and 0 <= a["coverage"] <= 1
     assert a["compute_called_memory_acted"] <= a["compute_called_memory"] <= a["compute_jobs"]
+
+
+@pytest.mark.skipif(shutil.which("lua5.1") is None, reason="lua5.1 missing")
+def test_sbatch_throughput_lua_table_costs() -> None:
+    out = json.loads(_run("bench/sbatch_throughput.py", "--lua-sizes", "2000", "--json"))
+    (row,) = out["sizes"]
+    assert row["keys"] == 2000 and row["load_s"] >= 0 and row["per_submission_us"] > 0
+    assert "load_avg_1m" in out

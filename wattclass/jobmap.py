@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from wattclass.errors import ConfigError, DataError
-from wattclass.fsutil import atomic_write_text, refuse_if_others_can_write
+from wattclass.fsutil import atomic_write_text, read_trusted_bytes
 
 DEFAULT_SPOOL = Path("/run/wattclass/jobs")
 FORMAT_VERSION = 1
@@ -115,8 +115,7 @@ def parse_job_file(path: Path, raw: bytes) -> JobAssignment:
 def read_job_file(path: Path) -> JobAssignment | None:
     """Parse one job file; None if it does not exist. Bad content raises DataError naming the file."""
     try:
-        refuse_if_others_can_write(path)
-        raw = Path(path).read_bytes()
+        raw = read_trusted_bytes(path)  # owner root, no symlink, not writable by others
     except FileNotFoundError:
         return None
     return parse_job_file(Path(path), raw)
