@@ -253,7 +253,7 @@ def _run(
                     "by_source": labels["source"].value_counts().to_dict(),
                     "job_records": {"jobs_without_record": int(labels["user"].isna().sum()),
                                     "record_problems": len(problems), "examples": problems[:10]}})
-    n_rule = int((labels["source"] == "rule").sum())
+    n_rule = int(labels["source"].astype(str).str.startswith("rule").sum())  # "rule+shared" too
     if opts.retrain and n_rule and len(result.sample):
         store.write_sample(opts.date, result.sample)
         summary["retrain"] = _retrain(store, registry, model, opts, result.sample, client)

@@ -251,11 +251,13 @@ class SlurmCluster:
         epilog: Path | None = None,
         features: Sequence[str] = ("hbm",),
         cpus: int = 16,
+        shards: int = 0,
         default_partition: str = "main",
         accounting: bool = False,
         install: SlurmInstall | None = None,
         extra_conf: Sequence[str] = (),
     ) -> None:
+        """``shards``: that many gres/shard per GPU (GresTypes=gpu,shard), so shard jobs share GPUs."""
         self.root = Path(root)
         self.conf_dir = self.root / "etc"
         self.conf = self.conf_dir / "slurm.conf"
@@ -264,6 +266,7 @@ class SlurmCluster:
         self.epilog = epilog
         self.features = list(features)
         self.cpus = cpus
+        self.shards = shards
         self.default_partition = default_partition
         self.extra_conf = list(extra_conf)  # more slurm.conf lines (benchmarks: MaxArraySize=...)
         self.procs: list[subprocess.Popen[bytes]] = []
@@ -313,7 +316,7 @@ class SlurmCluster:
               else ["AccountingStorageType=accounting_storage/none"]),
             "SelectType=select/cons_tres",
             "SelectTypeParameters=CR_CPU",
-            "GresTypes=gpu",
+            "GresTypes=gpu,shard" if self.shards else "GresTypes=gpu",
             "SlurmdParameters=config_overrides",
             "MailProg=/bin/true",
             "ReturnToService=2",
@@ -331,15 +334,22 @@ class SlurmCluster:
             lines.append(f"Epilog={self.epilog}")
         lines += self.extra_conf
         feat = f" Feature={','.join(self.features)}" if self.features else ""
+        shard = f",shard:{4 * self.shards}" if self.shards else ""
         lines += [
-            f"NodeName={NODE} CPUs={self.cpus} RealMemory=8000 Gres=gpu:4{feat} State=UNKNOWN",
+            f"NodeName={NODE} CPUs={self.cpus} RealMemory=8000 Gres=gpu:4{shard}{feat} State=UNKNOWN",
             *(f"PartitionName={p} Nodes={NODE} Default={'YES' if p == self.default_partition else 'NO'}"
               " MaxTime=INFINITE State=UP" for p in ("main", "debug")),
         ]
         self.conf.write_text("\n".join(lines) + "\n")
-        (self.conf_dir / "gres.conf").write_text(
-            "AutoDetect=off\n" + f"NodeName={NODE} Name=gpu File={dev}/gpu[0-3]\n"
-        )
+        gres = f"AutoDetect=off\nNodeName={NODE} Name=gpu File={dev}/gpu[0-3]\n"
+        if self.shards:
+            # One gpu and one shard line per GPU. With a single ``Name=shard Count=4 File=gpu0``
+            # line, 22.05 put the second shard job's SLURM_JOB_GPUS at "1" (the shard's slot,
+            # not its GPU); per-GPU lines give the GPU's index.
+            gres = "AutoDetect=off\n" + "".join(
+                f"NodeName={NODE} Name=gpu File={dev}/gpu{i}\n"
+                f"NodeName={NODE} Name=shard Count={self.shards} File={dev}/gpu{i}\n" for i in range(4))
+        (self.conf_dir / "gres.conf").write_text(gres)
         if self.install.major_minor >= (24, 5):
             # No cgroup use at all: this build has no cgroup/v2 plugin and v1 is deprecated. Jobs,
             # GRES variables and the Prolog work the same. 22.05 has no "disabled" value.
@@ -504,7 +514,7 @@ class WattclassRig:
     ORDER = (2, 0, 3, 1)  # backend GPU i carries PCI bus ORDER[i]; Slurm index j maps to bus j
 
     def __init__(self, root: Path, python: str, run_root: Path | None = None, *,
-                 default_partition: str = "main", accounting: bool = False) -> None:
+                 default_partition: str = "main", accounting: bool = False, shards: int = 0) -> None:
         """``run_root``: where GPU state, job files and cap records live (default ``root``); the
         benchmark puts them on tmpfs, as /run/wattclass is on a real node."""
         install = slurm_install()
@@ -538,7 +548,7 @@ class WattclassRig:
             (hooks / f"{kind}.sh").chmod(0o755)
         self.cluster = SlurmCluster(self.root, job_submit_lua=render_job_submit(self.table),
                                     prolog=hooks / "prolog.sh", epilog=hooks / "epilog.sh",
-                                    default_partition=default_partition,
+                                    default_partition=default_partition, shards=shards,
                                     accounting=accounting, install=install)
 
     def limits(self) -> dict[int, float]:

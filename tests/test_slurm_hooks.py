@@ -119,7 +119,7 @@ def test_memory_job_capped_on_its_gpus_only_and_restored(fresh: WattclassRig) ->
     jobs_seen = (rig.out / f"jobs-{job_id}.txt").read_text().split()
     assert len(jobs_seen) == 2  # one GPU->job file per GPU while it ran
     wait_restored(rig)
-    assert not any(rig.jobs_dir.glob("*.json"))
+    assert not any(rig.jobs_dir.rglob("*.json"))
     assert f"job {job_id}: capped GPU" in rig.log.read_text()
 
 
