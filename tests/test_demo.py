@@ -44,9 +44,9 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, tupl
 def test_every_step_succeeds_with_progress(demo: tuple[Path, dict[str, tuple[str, str]], str]) -> None:
     _, results, text = demo
     assert {k: st for k, (st, _) in results.items()} == dict.fromkeys(
-        ("cluster", "telemetry", "nightly", "decide", "report"), "ok"), text
-    steps = [ln for ln in text.splitlines() if re.match(r"\[\d/5\]", ln)]
-    assert [ln[:5] for ln in steps] == [f"[{i}/5]" for i in range(1, 6)]
+        ("cluster", "telemetry", "nightly", "decide", "whatif", "canary", "report"), "ok"), text
+    steps = [ln for ln in text.splitlines() if re.match(r"\[\d/7\]", ln)]
+    assert [ln[:5] for ln in steps] == [f"[{i}/7]" for i in range(1, 8)]
     assert all(" done in " in ln for ln in steps), text
     assert "gpu-node-01 gpu-node-02" in steps[1]  # per-node progress of the replay
 
@@ -156,3 +156,23 @@ def test_progress_reports_each_outcome_with_its_time() -> None:
         "[2/3] two ... FAILED: f.parquet: missing column energy_j",
         "[3/3] three ... skipped (needs two)",
     ]
+
+
+def test_calibrate_simulate_and_effects_run_in_the_demo(
+    demo: tuple[Path, dict[str, tuple[str, str]], str],
+) -> None:
+    """Issue 12: the three commands end to end; the report shows the recovered effect next to the truth."""
+    import json
+
+    out = demo[0]
+    resp = json.loads((out / "response.json").read_text())
+    assert not resp["dry_run"] and set(resp["workloads"]) == {"compute", "memory", "mix"}
+    assert json.loads((out / "gpus.json").read_text())["gpus"][0]["limit_w"] == 700.0  # restored
+    truth = json.loads((out / "canary_truth.json").read_text())
+    eff = pd.read_parquet(next((out / "data" / "classifier" / "effects").glob("date=*/effects.parquet")))
+    for r in eff.itertuples():
+        rt, en = truth[f"{r.label}/{r.cap}"]
+        assert abs(r.runtime_ratio - rt) < 0.05 and abs(r.energy_ratio - en) < 0.05
+    page = (out / "report.html").read_text()
+    assert "What a cap costs and saves" in page and "injected energy" in page
+    assert "kWh saved" in page and "not available" not in page

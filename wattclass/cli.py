@@ -28,6 +28,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "wattclass.classifier.cli",
     "wattclass.plugin.cli",
     "wattclass.report.build",
+    "wattclass.savings.cli",
     "wattclass.fleet.generate",
 )
 

@@ -46,6 +46,7 @@ class ReportInputs:
     decisions: pd.DataFrame | None = None
     provenance: dict[str, str] = field(default_factory=dict)
     date: str | None = None
+    whatif_effects_html: str | None = None  # wattclass.report.whatif (issue 12)
 
 
 def telemetry_dates(root: Path) -> list[str]:
@@ -265,6 +266,7 @@ def render_report(
     title: str = "wattclass report",
     provenance: Mapping[str, str] | None = None,
     max_gpus: int = 16,
+    whatif_effects_html: str | None = None,
 ) -> str:
     """The report as one HTML document. ``windows`` are telemetry v1 rows; see module docstring.
 
@@ -430,6 +432,9 @@ def render_report(
         ),
     ]
 
+    if whatif_effects_html:
+        out.append(whatif_effects_html)
+
     # -- top jobs
     top = jobs.sort_values("energy_j", ascending=False).head(15).copy()
     top["energy (kWh)"] = top["energy_j"] / 3.6e6
@@ -526,6 +531,7 @@ def write_report(inputs: ReportInputs, out: Path, title: str | None = None) -> P
         inputs.decisions,
         title=title or f"wattclass report {inputs.date or ''}".strip(),
         provenance=inputs.provenance,
+        whatif_effects_html=inputs.whatif_effects_html,
     )
     atomic_write_text(Path(out), page)
     return Path(out)
@@ -563,13 +569,57 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         "--decisions", type=Path, help="policy decisions CSV/Parquet (default: <root>/decisions.csv)"
     )
     p.add_argument("--title", help="page title")
+    p.add_argument("--policy", type=Path,
+                   help="policy TOML: adds the what-if section (wattclass simulate over the reported day)")
+    p.add_argument("--response", type=Path, help="with --policy: a site calibration (wattclass calibrate)")
+    p.add_argument("--effects-truth", type=Path,
+                   help="JSON {\"label/cap\": [runtime, energy]} of injected effects, shown next to the "
+                   "measured ones (generated histories, the demo)")
     p.set_defaults(func=_cmd_report)
+
+
+def load_whatif_effects(root: Path, date: str | None, policy: Path | None, response: Path | None,
+                        truth: Path | None, prov: dict[str, str]) -> str:
+    """The what-if (if a policy is given) and the stored canary effects, as the section's HTML."""
+    import json
+    import math
+
+    from wattclass.classifier.cli import load_effects
+    from wattclass.report.whatif import whatif_effects_section
+
+    whatif = None
+    if policy is not None:
+        from wattclass.policy import load_policy
+        from wattclass.savings.response import load_response
+        from wattclass.savings.simulate import simulate
+
+        res = simulate(root, load_policy(policy), date, date, load_response(response) if response else None)
+        whatif = {"span": f"{date}", "policy": str(policy), "model": res.model, "totals": res.totals,
+                  "by_label": res.by["label"].to_dict("records")}
+        prov["what-if"] = f"wattclass simulate --policy {policy}" + (
+            f" --response {response}" if response else "")
+    effects = None
+    if (Path(root) / "classifier").is_dir():
+        eff, origin = load_effects(root)
+        if len(eff):
+            effects = [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
+                       for r in eff.to_dict("records")]
+            prov["canary effects"] = origin
+    truth_doc = None
+    if truth is not None:
+        try:
+            truth_doc = json.loads(Path(truth).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise DataError(f"{truth}: cannot read the injected effects: {exc}") from exc
+    return whatif_effects_section(whatif, effects, truth_doc)
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
     inputs = load_inputs(
         args.data_root, args.date, args.labels, args.label_column, args.metrics, args.decisions
     )
+    inputs.whatif_effects_html = load_whatif_effects(args.data_root, inputs.date, args.policy, args.response,
+                                                     args.effects_truth, inputs.provenance)
     path = write_report(inputs, args.out, args.title)
     print(f"wrote {path} ({path.stat().st_size / 1024:.0f} KiB)")
     return 0
