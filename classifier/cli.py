@@ -227,7 +227,7 @@ def _human_summary(s: dict[str, Any]) -> str:
 def cmd_model_train(args: argparse.Namespace) -> int:
     from wattclass.classifier.model import train_model
     from wattclass.classifier.replay import is_recording
-    from wattclass.classifier.training import bundled_training_sources, training_set
+    from wattclass.classifier.training import bundled_training_sources, job_families, training_set
     from wattclass.errors import DataError
     from wattclass.output import emit
 
@@ -238,7 +238,10 @@ def cmd_model_train(args: argparse.Namespace) -> int:
     sources = given or bundled_training_sources()
     ts = training_set(sources)
     version = args.version or f"h200-{dt.datetime.now(dt.UTC):%Y%m%d}"
-    model = train_model(ts, version, n_folds=args.folds, created=args.created)
+    # Recordings name each job's workload family: CV (metrics, calibration) then holds out whole
+    # families, so confidences reflect work the model never saw. Other sources: grouped by job.
+    families = job_families(sources) or None
+    model = train_model(ts, version, n_folds=args.folds, created=args.created, families=families)
     model.save(args.out)
     data = {"out": str(args.out), "version": version, "sources": [str(s) for s in sources],
             "metrics": model.meta["metrics"], "training_data": model.meta["training_data"]}

@@ -343,7 +343,7 @@ def train_model_dask(client: Client, ts: TrainingSet, version: str) -> WindowMod
         "created": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "kind": "lightgbm-window-multiclass",
         "trained_with": f"lightgbm.DaskLGBMClassifier on {n_workers} worker(s)",
-        "aggregation": "argmax window counts + DESIGN.md job rule",
+        "aggregation": "argmax window counts + docs/design.md job rule",
         "features": list(FEATURES),
         "window_classes": list(rules.WINDOW_CLASSES),
         "job_labels": list(rules.JOB_LABELS),

@@ -36,9 +36,14 @@ FEATURES: tuple[str, ...] = (
     "mem_per_gpu_util",  # util_mem / util_gpu
     "power_per_util",  # power_frac per unit of util_gpu: busy but cool vs busy and hot
     "clock_drop_power",  # (1 - clock_frac) x power-throttle share
-    "temp_c",
-    "fb_used_frac",
+    # Within-window dynamics from the 1 s polls (null in telemetry written before they existed):
+    "power_std_frac",  # std of 1 s power / limit: a capped GEMM's power hunts, streaming is steady
+    "clock_std_frac",  # std of the SM clock / max clock
+    "util_mem_std_pct",  # std of the memory-controller busy share
+    "mem_util_per_power",  # util_mem share per power_frac: memory-controller work per watt drawn
 )
+# Not features, on purpose (issue 13): temp_c (absolute, differs between GPU models and cooling)
+# and fb_used_frac (memory *capacity* says nothing about bandwidth- vs compute-boundness).
 
 #: Columns of the telemetry that window_features reads.
 INPUT_COLUMNS: tuple[str, ...] = (
@@ -52,8 +57,9 @@ INPUT_COLUMNS: tuple[str, ...] = (
     "util_gpu_pct",
     "util_mem_pct",
     "temp_c",
-    "fb_used_mib",
-    "fb_total_mib",
+    "power_std_w",
+    "sm_clock_std_mhz",
+    "util_mem_std_pct",
 )
 
 KEYS: tuple[str, ...] = ("job_id", "host")
@@ -93,8 +99,10 @@ def window_features(table: pa.Table) -> dict[str, FloatArray]:
         "mem_per_gpu_util": _div(c["util_mem_pct"], np.maximum(util_gpu, 1.0)),
         "power_per_util": _div(power_frac, np.maximum(util_gpu, 1.0) / 100.0),
         "clock_drop_power": (1.0 - clock_frac) * c["throttle_power_frac"],
-        "temp_c": c["temp_c"],
-        "fb_used_frac": _div(c["fb_used_mib"], c["fb_total_mib"]),
+        "power_std_frac": _div(c["power_std_w"], c["power_limit_w"]),
+        "clock_std_frac": _div(c["sm_clock_std_mhz"], c["sm_clock_max_mhz"]),
+        "util_mem_std_pct": c["util_mem_std_pct"],
+        "mem_util_per_power": _div(c["util_mem_pct"] / 100.0, np.maximum(power_frac, 0.05)),
     }
 
 

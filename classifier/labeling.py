@@ -124,7 +124,7 @@ def decide(jobs: pd.DataFrame, model: WindowModel | None, source: Source = "auto
     src = np.asarray(np.where(use_rule, "rule", "none"), dtype=object)
     if model is not None and source != "rule":
         m_lab, m_raw = job_from_counts(jobs["m_idle"], jobs["m_compute"], jobs["m_memory"], jobs["m_pmax"])
-        m_conf = model.calibrate(m_raw)
+        m_conf = model.calibrate(m_raw, m_lab)
         use_model = ~use_rule
         label[use_model] = rules.label_names(m_lab)[use_model]
         conf[use_model] = m_conf[use_model]

@@ -31,10 +31,10 @@ from typing import Any
 import lightgbm as lgb
 import numpy as np
 import numpy.typing as npt
-from scipy.optimize import minimize
 
 from wattclass import __version__
 from wattclass.classifier import rules
+from wattclass.classifier.calibration import apply_calibration, ece, fit_calibration_by_label
 from wattclass.classifier.features import FEATURES
 from wattclass.errors import DataError
 from wattclass.fsutil import atomic_write_text
@@ -66,8 +66,6 @@ DEFAULT_PARAMS: dict[str, Any] = {
 NUM_ROUNDS = 150
 #: Training uses only windows at least this long (see TrainingSet.trainable); jobs' truth uses all.
 MIN_TRAIN_WINDOW_S = 5.0
-#: Weight of the pull of the calibration map towards the identity (guards against tiny data sets).
-CAL_PRIOR = 0.1
 
 F32 = npt.NDArray[np.float32]
 F64 = npt.NDArray[np.float64]
@@ -126,53 +124,6 @@ class TrainingSet:
         )
 
 
-# --------------------------------------------------------------------------- calibration
-
-
-def _logit(p: F64) -> F64:
-    p = np.clip(p, 1e-6, 1 - 1e-6)
-    return np.asarray(np.log(p / (1 - p)), dtype=np.float64)
-
-
-def fit_calibration(conf: npt.ArrayLike, correct: npt.ArrayLike) -> dict[str, float]:
-    """Platt map p' = sigmoid(a * logit(p) + b), with a weak pull (CAL_PRIOR) to the identity (a=1, b=0)."""
-    z = _logit(np.asarray(conf, dtype=np.float64))
-    t = np.asarray(correct, dtype=np.float64)
-    if len(z) == 0:
-        return {"a": 1.0, "b": 0.0}
-
-    def loss(ab: F64) -> float:
-        s = ab[0] * z + ab[1]
-        nll = np.sum(np.logaddexp(0, s) - t * s)
-        return float(nll + CAL_PRIOR * ((ab[0] - 1.0) ** 2 + ab[1] ** 2))
-
-    res = minimize(loss, np.array([1.0, 0.0]), method="L-BFGS-B", bounds=[(0.05, 20.0), (-10.0, 10.0)])
-    return {"a": float(res.x[0]), "b": float(res.x[1])}
-
-
-def apply_calibration(conf: npt.ArrayLike, cal: Mapping[str, float] | None) -> F64:
-    c = np.asarray(conf, dtype=np.float64)
-    if not cal:
-        return c
-    s = cal["a"] * _logit(c) + cal["b"]
-    return np.asarray(1.0 / (1.0 + np.exp(-s)), dtype=np.float64)
-
-
-def ece(conf: npt.ArrayLike, correct: npt.ArrayLike, n_bins: int = 10) -> float:
-    """Expected calibration error: bin-size-weighted |accuracy - mean confidence| over 10 bins."""
-    c = np.asarray(conf, dtype=np.float64)
-    t = np.asarray(correct, dtype=np.float64)
-    if len(c) == 0:
-        return float("nan")
-    bins = np.minimum((c * n_bins).astype(int), n_bins - 1)
-    total = 0.0
-    for b in range(n_bins):
-        m = bins == b
-        if m.any():
-            total += m.sum() / len(c) * abs(t[m].mean() - c[m].mean())
-    return float(total)
-
-
 # --------------------------------------------------------------------------- model
 
 
@@ -226,6 +177,40 @@ def job_predictions(
     return keys, lab, conf
 
 
+#: Candidate weights on the compute-window probability (see ``choose_compute_weight``).
+COMPUTE_WEIGHTS: tuple[float, ...] = (1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0)
+#: How many ordinary errors one compute-bound job called memory-bound costs (fixed in advance,
+#: not fitted): such a job gets capped and slows down, while a memory job called compute only
+#: misses a saving (issue 13).
+COST_COMPUTE_AS_MEMORY = 5.0
+
+
+def weigh(proba: F64, compute_weight: float) -> F64:
+    """Window probabilities with the compute class scaled by ``compute_weight``, renormalised."""
+    if compute_weight == 1.0 or len(proba) == 0:
+        return proba
+    p = np.array(proba, dtype=np.float64)
+    p[:, rules.COMPUTE] *= compute_weight
+    return np.asarray(p / p.sum(axis=1, keepdims=True), dtype=np.float64)
+
+
+def choose_compute_weight(oof: F64, group: npt.NDArray[np.object_], truth: npt.NDArray[np.int8]) -> float:
+    """The compute weight that minimises the expected cost of the out-of-fold job decisions.
+
+    Cost: 1 per wrong job, ``COST_COMPUTE_AS_MEMORY`` per compute-bound job called memory-bound;
+    ties go to the smaller weight. ``truth`` is per job in ``np.unique(group)`` order.
+    """
+    best_w, best_cost = 1.0, math.inf
+    for w in COMPUTE_WEIGHTS:
+        _, pred, _ = job_predictions(weigh(oof, w), group)
+        wrong = pred != truth
+        c_to_m = (truth == rules.J_COMPUTE) & (pred == rules.J_MEMORY)
+        cost = float(wrong.sum() + (COST_COMPUTE_AS_MEMORY - 1.0) * c_to_m.sum())
+        if cost < best_cost - 1e-9:
+            best_w, best_cost = w, cost
+    return best_w
+
+
 def job_folds(keys: npt.NDArray[np.object_], labels: npt.ArrayLike, n_folds: int, seed: int = 0) -> I64:
     """Fold number per job: shuffled, then dealt round-robin within each label (stratified)."""
     rng = np.random.default_rng(seed)
@@ -240,14 +225,47 @@ def job_folds(keys: npt.NDArray[np.object_], labels: npt.ArrayLike, n_folds: int
     return fold
 
 
+def family_folds(keys: npt.NDArray[np.object_], families: Mapping[str, str], n_folds: int,
+                 seed: int = 0) -> I64:
+    """Fold number per job such that every job of one family lands in the same fold.
+
+    Families are shuffled, then dealt largest first to the fold with the fewest jobs so far.
+    A job without a family is its own family.
+    """
+    fam = np.asarray([families.get(str(k), str(k)) for k in keys], dtype=object)
+    names, inv, cnt = np.unique(fam, return_inverse=True, return_counts=True)
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(names))
+    order = order[np.argsort(-cnt[order], kind="stable")]
+    load = np.zeros(n_folds, dtype=np.int64)
+    fold_of_family = np.zeros(len(names), dtype=np.int64)
+    for i in order:
+        f = int(np.argmin(load))
+        fold_of_family[i] = f
+        load[f] += cnt[i]
+    return np.asarray(fold_of_family[inv], dtype=np.int64)
+
+
 def cross_validate(
     ts: TrainingSet, n_folds: int = 5, seed: int = 0, params: Mapping[str, Any] | None = None,
     rounds: int = NUM_ROUNDS, min_window_s: float = MIN_TRAIN_WINDOW_S,
+    families: Mapping[str, str] | None = None, cost_aware: bool = False,
 ) -> dict[str, Any]:
-    """Grouped, stratified k-fold CV at job level; returns metrics and the out-of-fold predictions."""
+    """Grouped k-fold CV at job level; returns metrics and the out-of-fold predictions.
+
+    With ``cost_aware`` the compute weight (``choose_compute_weight``) is chosen on the
+    out-of-fold predictions before the job decisions and calibration are made from them. Off by
+    default: in the leave-family-out evaluation (docs/benchmarks.md) it removed one costly error
+    but cost four points of accuracy, because the costly errors left are confident ones.
+
+    Without ``families`` folds are stratified by the job's rule label; with a job key -> family
+    map, whole families are held out together (the out-of-fold predictions then say how the
+    model does on kinds of work it never saw, which is what calibration should reflect).
+    """
     keys, truth = ts.job_truth()
     n_folds = max(2, min(n_folds, len(keys)))
-    fold_of_job = job_folds(keys, truth, n_folds, seed)
+    fold_of_job = (family_folds(keys, families, n_folds, seed) if families is not None
+                   else job_folds(keys, truth, n_folds, seed))
     job_index = {k: i for i, k in enumerate(keys)}
     window_job = np.fromiter((job_index[g] for g in ts.group), dtype=np.int64, count=len(ts.group))
     window_fold = fold_of_job[window_job]
@@ -263,6 +281,8 @@ def cross_validate(
             continue
         booster = fit_booster(ts.subset(train), params, rounds)
         oof[test] = booster.predict(ts.X[test])
+    compute_weight = choose_compute_weight(oof, ts.group, truth) if cost_aware else 1.0
+    oof = weigh(oof, compute_weight)
     pkeys, pred, raw_conf = job_predictions(oof, ts.group)
     assert (pkeys == keys).all()
     correct = pred == truth
@@ -270,7 +290,8 @@ def cross_validate(
     cal_conf = np.zeros(len(keys))
     for f in range(n_folds):
         m = fold_of_job == f
-        cal_conf[m] = apply_calibration(raw_conf[m], fit_calibration(raw_conf[~m], correct[~m]))
+        cal = fit_calibration_by_label(raw_conf[~m], correct[~m], pred[~m])
+        cal_conf[m] = apply_calibration(raw_conf[m], cal, pred[m])
     confusion = np.zeros((4, 4), dtype=np.int64)
     np.add.at(confusion, (truth.astype(np.int64), pred.astype(np.int64)), 1)
     window_acc = float((oof.argmax(axis=1) == ts.y).mean()) if len(ts) else float("nan")
@@ -284,12 +305,14 @@ def cross_validate(
         "ece": ece(cal_conf, correct),
         "confusion": confusion.tolist(),
         "labels": list(rules.JOB_LABELS),
-        "calibration": fit_calibration(raw_conf, correct),
+        "calibration": fit_calibration_by_label(raw_conf, correct, pred),
+        "compute_weight": compute_weight,
         "jobs": {
             "key": keys.tolist(),
             "truth": rules.label_names(truth).tolist(),
             "pred": rules.label_names(pred).tolist(),
             "confidence": [round(float(c), 4) for c in cal_conf],
+            "raw_confidence": [round(float(c), 6) for c in raw_conf],
             "fold": fold_of_job.tolist(),
         },
     }
@@ -323,12 +346,15 @@ class WindowModel:
         return f"model:{self.version}"
 
     def predict_proba(self, X: F32) -> F64:
+        """Window class probabilities, compute weighted by the model's cost-aware ``compute_weight``."""
         if len(X) == 0:
             return np.zeros((0, 3))
-        return np.asarray(self.booster.predict(X, num_threads=1), dtype=np.float64)
+        proba = np.asarray(self.booster.predict(X, num_threads=1), dtype=np.float64)
+        return weigh(proba, float(self.meta.get("compute_weight") or 1.0))
 
-    def calibrate(self, conf: npt.ArrayLike) -> F64:
-        return apply_calibration(conf, self.meta.get("calibration"))
+    def calibrate(self, conf: npt.ArrayLike, labels: npt.ArrayLike | None = None) -> F64:
+        """Calibrated job confidence; ``labels`` (job label codes) select per-label maps."""
+        return apply_calibration(conf, self.meta.get("calibration"), labels)
 
     def save(self, directory: Path) -> None:
         """Write model.txt then model.json (atomically each); model.json last marks it complete."""
@@ -341,13 +367,15 @@ class WindowModel:
 def train_model(
     ts: TrainingSet, version: str, n_folds: int = 5, seed: int = 0, evaluate: bool = True,
     created: str | None = None, min_window_s: float = MIN_TRAIN_WINDOW_S,
+    families: Mapping[str, str] | None = None,
 ) -> WindowModel:
     """Cross-validate (for metrics and calibration), then fit on every trainable window.
 
     ``created`` goes into the metadata as given (None: omitted), never the wall clock, so that
     rebuilding from the same data gives byte-identical model files.
     """
-    cv = cross_validate(ts, n_folds, seed, min_window_s=min_window_s) if evaluate else None
+    cv = (cross_validate(ts, n_folds, seed, min_window_s=min_window_s, families=families)
+          if evaluate else None)
     booster = fit_booster(ts.subset(ts.trainable(min_window_s)))
     meta: dict[str, Any] = {
         "format_version": FORMAT_VERSION,
@@ -356,14 +384,17 @@ def train_model(
         "created": created,
         "min_train_window_s": min_window_s,
         "kind": "lightgbm-window-multiclass",
-        "aggregation": "argmax window counts + DESIGN.md job rule",
+        "aggregation": "argmax window counts + docs/design.md job rule",
         "features": list(FEATURES),
         "window_classes": list(rules.WINDOW_CLASSES),
         "job_labels": list(rules.JOB_LABELS),
         "params": {k: v for k, v in DEFAULT_PARAMS.items()},
         "num_rounds": NUM_ROUNDS,
         "calibration": cv["calibration"] if cv else None,
-        "metrics": {k: v for k, v in cv.items() if k not in ("jobs", "calibration")} if cv else None,
+        "cv_grouping": ("family" if families is not None else "job") if cv else None,
+        "compute_weight": cv["compute_weight"] if cv else 1.0,
+        "metrics": ({k: v for k, v in cv.items() if k not in ("jobs", "calibration", "compute_weight")}
+                    if cv else None),
         "training_data": training_summary(ts),
     }
     return WindowModel(booster, meta)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import shutil
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,8 @@ from wattclass.classifier.features import FEATURES
 from wattclass.classifier.model import TrainingSet, WindowModel, default_model_dir, load_model
 from wattclass.errors import DataError
 from wattclass.fsutil import atomic_write_text, atomic_writer
+
+log = logging.getLogger(__name__)
 
 
 class ClassifierStore:
@@ -69,7 +72,10 @@ class ClassifierStore:
                 t = pq.read_table(p)
             except (OSError, pa.ArrowException):
                 continue
-            X = np.column_stack([t.column(f).to_numpy() for f in FEATURES]).astype(np.float32)
+            # A feature added after the sample was written is unknown there: NaN (LightGBM's missing).
+            nan = np.full(t.num_rows, np.nan)
+            X = np.column_stack([t.column(f).to_numpy() if f in t.column_names else nan
+                                 for f in FEATURES]).astype(np.float32)
             y = t.column("window_class").to_numpy().astype(np.int8)
             group = np.asarray(t.column("group").to_pylist(), dtype=object)
             parts.append(TrainingSet(X, y, group, [p.parent.name]))
@@ -137,7 +143,29 @@ class ModelRegistry:
         atomic_write_text(self.index_path, json.dumps(index, indent=2, sort_keys=True) + "\n")
 
     def current(self) -> WindowModel:
-        return load_model(self.root / self.index()["current"])
+        """The promoted model; after an upgrade that changed the feature list, the packaged default.
+
+        A model trained on other features cannot label this version's windows, and failing every
+        night until someone intervenes is worse than the shipped model: it is registered, made
+        current (gate ``{"reason": "features changed"}``) and a warning names the old version.
+        """
+        index = self.index()
+        path = self.root / index["current"]
+        try:
+            features = json.loads((path / "model.json").read_text()).get("features")
+        except (OSError, json.JSONDecodeError):
+            features = None  # load_model below reports it
+        if features is not None and list(features) != list(FEATURES):
+            default = load_model(self.default_dir)
+            log.warning("model %s was trained on another feature list (an older wattclass); using the "
+                        "packaged model %s instead", index["current"], default.version)
+            shutil.copytree(self.default_dir, self.root / default.version, dirs_exist_ok=True,
+                            ignore=shutil.ignore_patterns("__pycache__", "*.py"))
+            index["versions"] = [v for v in index["versions"] if v["version"] != default.version]
+            index["versions"].append(self._entry(default, promoted=True, gate={"reason": "features changed"}))
+            index["current"] = default.version
+            self._save(index)
+        return load_model(self.root / index["current"])
 
     def new_version(self, stem: str) -> str:
         taken = {v["version"] for v in self.index()["versions"]}

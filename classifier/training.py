@@ -9,6 +9,8 @@ small and balanced.
 
 from __future__ import annotations
 
+import csv
+import re
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -87,7 +89,7 @@ def h200_data_dir() -> Path:
 
 
 #: Raw recordings the default model is trained on (folders under wattclass/data/h200).
-BUNDLED_RECORDINGS: tuple[str, ...] = ("raw", "collected")
+BUNDLED_RECORDINGS: tuple[str, ...] = ("raw", "collected", "sweep")
 
 
 def bundled_training_sources() -> list[Path]:
@@ -102,3 +104,57 @@ def bundled_training_sources() -> list[Path]:
     """
     data = h200_data_dir()
     return [data / name for name in BUNDLED_RECORDINGS if (data / name).is_dir()]
+
+
+#: Workload name -> family, first match wins, for recordings whose runs.csv has no per-run
+#: ``params`` (the 87 named jobs). Families group the variants of one kind of work (sizes,
+#: dtypes, batch sizes), so a leave-family-out test never sees a sibling of its test jobs.
+FAMILY_RULES: tuple[tuple[str, str], ...] = (
+    (r"phase", "phase"),
+    (r"^bursty", "bursty"),
+    (r"starved|dataloader|pcie_h2d", "host_bound"),
+    (r"^idle", "idle"),
+    (r"launch_tiny|mlp_infer_b1", "tiny"),
+    (r"decode", "llm_decode"),
+    (r"^gpt", "gpt_train"),
+    (r"^gem[mv]_", "gemm"),
+    (r"^resnet", "resnet"),
+    (r"^vit", "vit"),
+    (r"^mlp", "mlp"),
+    (r"^(lstm|gru)", "rnn"),
+    (r"^dlrm", "dlrm"),
+    (r"^stencil", "stencil"),
+    (r"^fft", "fft"),
+    (r"^(spmv|spmm|cg_)", "sparse"),
+    (r"^(lu_|cholesky)", "dense_solve"),
+    (r"^(nbody|mc_option)", "nbody_mc"),
+    (r".", "memops"),
+)
+FIRST_JOB_ID = 5001
+
+
+def family_of(name: str, family: str = "", params: str = "") -> str:
+    """A run's family: the runs.csv ``family`` of randomised sweep runs, else by FAMILY_RULES."""
+    if family and params:
+        return family
+    return next(fam for pattern, fam in FAMILY_RULES if re.search(pattern, name))
+
+
+def job_families(sources: Sequence[Path]) -> dict[str, str]:
+    """Job key (``<recording folder>:<job_id>``, as ``training_set`` names jobs) -> family.
+
+    Job ids follow the replay backend: the runs.csv ``job_id`` column, else counting up from 5001
+    over the rows of all parts sorted by part name.
+    """
+    out: dict[str, str] = {}
+    for src in sources:
+        runs_files = sorted(Path(src).glob("*_runs.csv")) if Path(src).is_dir() else []
+        index = 0
+        for runs in runs_files:
+            with runs.open(newline="") as fh:
+                for row in csv.DictReader(fh):
+                    job_id = row.get("job_id") or str(FIRST_JOB_ID + index)
+                    index += 1
+                    out[f"{Path(src).name}:{job_id}"] = family_of(
+                        row["job"], row.get("family") or "", row.get("params") or "")
+    return out

@@ -63,6 +63,10 @@ GpmFn = Callable[[object, object], GpmMetrics]
 
 _WRAP = 2**64
 _MEANS = ("util_gpu_pct", "util_mem_pct", "sm_clock_mhz", "mem_clock_mhz")
+#: Per-poll readings whose spread inside a window is written as ``<column>`` (population std).
+#: Why: within-window dynamics (a power-capped GEMM's clock hunts; a streaming kernel's power is
+#: steady) separate compute- from memory-bound work where means do not (issue 13).
+_SPREADS = {"power_std_w": "power_w", "sm_clock_std_mhz": "sm_clock_mhz", "util_mem_std_pct": "util_mem_pct"}
 
 
 @dataclass
@@ -76,6 +80,8 @@ class _Segment:
     energy_known: bool = True
     n_polls: int = 0
     sums: dict[str, list[float]] = field(default_factory=lambda: {k: [0.0, 0] for k in _MEANS})
+    #: per spread column: [sum, sum of squares, count] of the polls' readings
+    moments: dict[str, list[float]] = field(default_factory=lambda: {k: [0.0, 0.0, 0] for k in _SPREADS})
     power_max_w: float | None = None
     power_limit_w: float | None = None
     temp_c: float | None = None
@@ -95,6 +101,13 @@ class _Segment:
                 acc = self.sums[k]
                 acc[0] += v
                 acc[1] += 1
+        for col, attr in _SPREADS.items():
+            v = getattr(s, attr)
+            if v is not None:
+                m = self.moments[col]
+                m[0] += v
+                m[1] += v * v
+                m[2] += 1
         self.power_max_w = _max(self.power_max_w, s.power_w)
         self.temp_c = _max(self.temp_c, s.temp_c)
         self.fb_used_mib = _max(self.fb_used_mib, s.fb_used_mib)
@@ -397,6 +410,8 @@ class WindowBuilder:
         for k in _MEANS:
             s, n = seg.sums[k]
             row[k] = s / n if n else None
+        for col, (s1, s2, n) in ((c, seg.moments[c]) for c in _SPREADS):
+            row[col] = math.sqrt(max(s2 / n - (s1 / n) ** 2, 0.0)) if n >= 2 else None
         for c in GPM_COLUMNS:
             row[c] = getattr(gpm, c)
         return row

@@ -84,6 +84,18 @@ def test_telemetry_overhead_on_replay(tmp_path: Path) -> None:
     assert "targets_met" in json.loads((tmp_path / "o.json").read_text())
 
 
+def test_eval_families_leaves_whole_families_out_and_counts_unsure_as_wrong() -> None:
+    out = json.loads(_run(str(BENCH / "eval_families.py"), "--raw", str(H200_RAW), "--json", timeout=300))
+    from wattclass.classifier.training import job_families
+
+    fams = set(job_families([H200_RAW]).values())
+    assert set(out["families"]) == fams and len(fams) >= 8
+    a = out["all"]
+    assert a["jobs"] == 21 == sum(b["jobs"] for b in out["families"].values())
+    assert a["accuracy_unsure_wrong"] <= a["accuracy"] and 0 <= a["coverage"] <= 1
+    assert a["compute_called_memory_acted"] <= a["compute_called_memory"] <= a["compute_jobs"]
+
+
 def test_colocation_collect_fake_and_analyse(tmp_path: Path) -> None:
     """The co-location recorder on a fake NVML with tiny CPU workloads, then the analysis (on the
     stored H200 recording: the fake's pairs have no meaningful solo references)."""

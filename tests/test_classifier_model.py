@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from wattclass.classifier import calibration as C
 from wattclass.classifier import model as M
 from wattclass.classifier.training import training_set
 from wattclass.errors import DataError
@@ -80,3 +81,75 @@ def test_default_model_is_shipped_and_loads() -> None:
     assert m.meta["format_version"] == M.FORMAT_VERSION
     assert m.meta["training_data"]["n_jobs"] >= 21
     assert m.meta["metrics"]["n_jobs"] == m.meta["training_data"]["n_jobs"]
+
+
+def test_family_folds_keep_each_family_in_one_fold() -> None:
+    keys = np.array([f"s:{i}" for i in range(40)], dtype=object)
+    fams = {f"s:{i}": f"f{i % 7}" for i in range(36)}  # s:36..39 have no family: their own
+    fold = M.family_folds(keys, fams, 5, seed=1)
+    for f in set(fams.values()):
+        assert len({fold[i] for i in range(36) if fams[f"s:{i}"] == f}) == 1
+    assert set(fold) == set(range(5))
+    assert max(np.bincount(fold)) - min(np.bincount(fold)) <= 6
+
+
+def test_per_label_calibration_lowers_the_confidence_of_the_label_that_errs() -> None:
+    rng = np.random.default_rng(0)
+    n = 200
+    raw = rng.uniform(0.7, 0.99, n)
+    lab = np.where(np.arange(n) % 2 == 0, 1, 2)  # compute / memory calls
+    correct = np.where(lab == 1, rng.random(n) < 0.95, rng.random(n) < 0.6)
+    cal = C.fit_calibration_by_label(raw, correct, lab)
+    assert set(cal["by_label"]) == {"compute", "memory"}
+    out = C.apply_calibration(raw, cal, lab)
+    assert out[lab == 2].mean() < out[lab == 1].mean() - 0.15
+    assert abs(out[lab == 2].mean() - 0.6) < 0.08 and abs(out[lab == 1].mean() - 0.95) < 0.05
+    # without labels the pooled map applies; a label with too few jobs falls back to it
+    pooled = {"a": cal["a"], "b": cal["b"]}
+    assert np.allclose(C.apply_calibration(raw, cal), C.apply_calibration(raw, pooled))
+    few = C.fit_calibration_by_label(raw[:10], correct[:10], lab[:10])
+    assert "by_label" not in few
+
+
+def test_training_samples_written_before_a_feature_existed_load_with_it_missing(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from wattclass.classifier.features import FEATURES
+    from wattclass.classifier.store import ClassifierStore
+
+    old = [f for f in FEATURES if f != "power_std_frac"] + ["temp_c"]  # an older feature list
+    d = tmp_path / "classifier" / "training" / "date=2026-11-01"
+    d.mkdir(parents=True)
+    pq.write_table(pa.table({**{f: np.full(3, 0.5, np.float32) for f in old},
+                             "window_class": np.array([0, 1, 2], np.int8), "group": ["a:1"] * 3}),
+                   d / "windows.parquet")
+    ts = ClassifierStore(tmp_path).samples()
+    assert ts.X.shape == (3, len(FEATURES))
+    i = FEATURES.index("power_std_frac")
+    assert np.isnan(ts.X[:, i]).all() and (np.delete(ts.X, i, axis=1) == 0.5).all()
+
+
+def test_registry_after_an_upgrade_that_changed_features_uses_the_packaged_model(tmp_path: Path) -> None:
+    from wattclass.classifier.store import ModelRegistry
+
+    reg = ModelRegistry(tmp_path)
+    first = reg.current()
+    old = tmp_path / "classifier" / "models" / "old-v1"
+    import shutil
+
+    shutil.copytree(reg.root / first.version, old)
+    meta = json.loads((old / "model.json").read_text())
+    meta["features"] = [*meta["features"][:-1], "temp_c"]
+    meta["model_version"] = "old-v1"
+    (old / "model.json").write_text(json.dumps(meta))
+    index = reg.index()
+    index["current"] = "old-v1"
+    index["versions"].append({"version": "old-v1", "promoted": True})
+    reg._save(index)
+    got = reg.current()
+    assert got.version == first.version and got.meta["features"] != meta["features"]
+    index = reg.index()
+    assert index["current"] == first.version
+    assert index["versions"][-1]["gate"] == {"reason": "features changed"}
+    assert [v["version"] for v in index["versions"]].count(first.version) == 1

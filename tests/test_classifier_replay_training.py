@@ -45,7 +45,7 @@ def test_short_boundary_windows_are_not_trained_on(dev_set: M.TrainingSet) -> No
 
 def test_bundled_sources_are_the_raw_recordings_not_live() -> None:
     srcs = bundled_training_sources()
-    assert [s.name for s in srcs] == ["raw", "collected"]
+    assert [s.name for s in srcs] == ["raw", "collected", "sweep"]
     assert all(is_recording(s) for s in srcs)
 
 
@@ -75,4 +75,32 @@ def test_shipped_model_labels_unseen_style_windows_without_gpm(dev_set: M.Traini
     m = M.load_model(M.default_model_dir())
     p = m.predict_proba(dev_set.X)
     assert p.shape == (len(dev_set), 3) and np.allclose(p.sum(axis=1), 1.0)
-    assert m.meta["training_data"]["n_jobs"] == 87
+    assert m.meta["training_data"]["n_jobs"] == 134
+    assert m.meta["cv_grouping"] == "family"
+
+
+def test_shipped_model_is_rebuilt_byte_for_byte_from_the_bundled_recordings(tmp_path: Path) -> None:
+    shipped = M.default_model_dir()
+    meta = M.load_model(shipped).meta
+    args = ["model", "train", "--out", str(tmp_path / "m"), "--version", meta["model_version"]]
+    if meta.get("created"):
+        args += ["--created", meta["created"]]
+    assert main(args) == 0
+    for f in ("model.txt", "model.json"):
+        assert (tmp_path / "m" / f).read_bytes() == (shipped / f).read_bytes(), f
+
+
+def test_every_bundled_job_has_a_family_and_sweep_runs_keep_their_own() -> None:
+    from wattclass.classifier.training import family_of, job_families
+
+    fams = job_families(bundled_training_sources())
+    ts_keys = set(fams)
+    assert {"raw:5001", "raw:5021", "collected:6000", "sweep:7000"} <= ts_keys
+    assert fams["raw:5001"] == "gemm" and fams["raw:5006"] == "gpt_train"  # gemm_bf16_2048, gpt2 train
+    assert fams["raw:5021"] == "phase"
+    assert family_of("gpt2_medium_decode_b1") == "llm_decode"
+    assert family_of("phase_train_then_decode") == "phase"
+    assert family_of("gemm_sweep_s11_004", "gemm_sweep", '{"m": 3}') == "gemm_sweep"
+    assert family_of("gemm_bf16_4096", "gemm", "") == "gemm"  # table workloads: by name
+    sweep = {v for k, v in fams.items() if k.startswith("sweep:")}
+    assert {"fma_sweep", "gemm_sweep", "attn_decode", "dwconv", "cholesky"} <= sweep

@@ -1,4 +1,4 @@
-"""tools/h200_collect.py: the workload table, its selection and its output format.
+"""tools/h200_collect: the workload table, its selection and its output format.
 
 The tool runs on a GPU machine; here we check what can fail without one: the table (>= 64
 distinct labelled workloads, listable without torch), refusal of unknown names, that the samples it
@@ -9,19 +9,20 @@ CPU smoke run writes the three files the replay backend reads.
 from __future__ import annotations
 
 import csv
-import importlib.util
+import importlib
+import json
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 
 import pyarrow.parquet as pq
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-TOOL = REPO / "tools" / "h200_collect.py"
+TOOL = REPO / "tools" / "h200_collect"
 VALID = {"compute", "memory", "mixed", "low", "idle"}
 # Run the tool with torch, pynvml and cupy made unimportable: listing must not need them.
 NO_GPU_STACK = ("import runpy, sys; sys.modules.update(torch=None, pynvml=None, cupy=None); "
@@ -41,13 +42,18 @@ def table(stdout: str) -> list[list[str]]:
     return [ln.split(None, 5) for ln in stdout.splitlines() if ln.strip() and not ln.startswith("#")]
 
 
-def load_tool() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("h200_collect", TOOL)
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["h200_collect"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+def load_tool() -> SimpleNamespace:
+    """The tool's public pieces, imported from its package the way its __main__ does."""
+    if str(TOOL.parent) not in sys.path:
+        sys.path.insert(0, str(TOOL.parent))
+    mods = [importlib.import_module(f"h200_collect.{m}")
+            for m in ("config", "context", "catalog", "output", "runner")]
+    return SimpleNamespace(**{k: v for m in mods for k, v in vars(m).items() if not k.startswith("__")})
+
+
+def load_sweep() -> ModuleType:
+    load_tool()
+    return importlib.import_module("h200_collect.workloads.sweep")
 
 
 def test_list_has_64_distinct_labelled_workloads_without_torch() -> None:
@@ -113,8 +119,9 @@ def test_runs_csv_header_matches_stored_recordings(h200_raw: Path, tmp_path: Pat
         stored_header = next(csv.reader(f))
     with open(out) as f:
         rows = list(csv.reader(f))
-    # the stored header, plus the job identity columns the replay backend honours
-    assert rows[0] == [*stored_header, "job_id", "user"]
+    # the stored header, plus the job identity columns the replay backend honours, plus the
+    # family and parameters of randomised sweep runs (empty for table workloads)
+    assert rows[0] == [*stored_header, "job_id", "user", "family", "params"]
     assert rows[1][:3] == ["a", "compute", "1.0"]
 
 
@@ -154,3 +161,44 @@ def test_failing_workload_is_reported_and_the_rest_still_recorded(
     assert "OK   stream_copy_4GB" in out.out
     with open(tmp_path / "f_runs.csv") as f:
         assert [r["job"] for r in csv.DictReader(f)] == ["stream_copy_4GB"]
+
+
+def test_sweep_plan_is_reproducible_randomised_and_covers_every_family() -> None:
+    sweep = load_sweep()
+    a, b = sweep.plan(11, 120), sweep.plan(11, 120)
+    assert [(w.name, w.params, w.dur) for w in a] == [(w.name, w.params, w.dur) for w in b]
+    assert [w.params for w in sweep.plan(12, 120)] != [w.params for w in a]
+    assert {w.family for w in a} == set(sweep.FAMILIES)
+    assert all(8.0 <= (w.dur or 0) <= 12.0 for w in a)
+    fma = [w.params for w in a if w.family == "fma_sweep"]
+    assert {p["pattern"] for p in fma} == {"stream", "strided", "gather"}
+    assert {p["dtype"] for p in fma} == {"fp32", "fp64", "fp16"}
+    iters = sorted(p["iters"] for p in fma)
+    assert iters[0] < 8 and iters[-1] > 100, "intensity must sweep across the ridge point"
+    gemm_m = sorted(w.params["m"] for w in a if w.family == "gemm_sweep")
+    assert gemm_m[0] < 32 and gemm_m[-1] > 1024
+    with pytest.raises(SystemExit, match="no_such_family"):
+        sweep.plan(1, 3, ("fma_sweep", "no_such_family"))
+
+
+def test_sweep_list_needs_no_torch() -> None:
+    p = run_tool({"LIST": "1", "SWEEP": "20", "SEED": "4"}, block_gpu_stack=True)
+    assert p.returncode == 0, p.stderr
+    rows = [ln.split() for ln in p.stdout.splitlines() if ln.strip()]
+    assert len(rows) == 20
+    assert all(r[1] in VALID for r in rows)
+
+
+def test_cpu_sweep_smoke_records_family_and_params(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    p = run_tool({"SWEEP": "6", "SEED": "5", "SMOKE": "1", "DEVICE": "cpu", "OUT": str(tmp_path),
+                  "TAG": "s", "FAMILIES": "fma_sweep,gemm_sweep,attn_decode,dwconv,cholesky,duty_mix"})
+    assert p.returncode == 0, p.stdout + p.stderr
+    with open(tmp_path / "s_runs.csv") as f:
+        runs = list(csv.DictReader(f))
+    assert len(runs) == 6
+    for r in runs:
+        assert r["job"].startswith(r["family"] + "_s5_")
+        params = json.loads(r["params"])
+        assert params and r["label"] in VALID
+    assert [int(r["job_id"]) for r in runs] == list(range(6000, 6006))

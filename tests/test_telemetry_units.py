@@ -303,6 +303,26 @@ def test_metrics_latest_window_with_job_labels() -> None:
     assert 'wattclass_gpu_power_avg_watts{gpu="1",host="n1",job_id="",user="",uuid="GPU-b"} 500.0' in text
 
 
+def test_window_spread_columns_are_the_population_std_of_the_polls() -> None:
+    b = WindowBuilder("h", 10, 1)
+    rows: list[dict] = []
+    powers = [400.0, 600.0] * 10
+    for i, p in enumerate(powers):
+        s = GpuSample(100.5 + i, 1000 * i * 500, p, 700.0, 90.0, 40.0 + 10 * (i % 2), 1800.0, 3200.0,
+                      0x4, 60.0, 1000.0)
+        rows += b.add(INFO, s, ("1", "a"), None, gpm_fn)
+    assert rows and rows[0]["job_id"] == "1"
+    # alternating 400/600 W and 40/50 % over the window's polls (std 100 W and 5 %, +-2% for odd counts)
+    assert rows[0]["power_std_w"] == pytest.approx(100.0, rel=0.02)
+    assert rows[0]["util_mem_std_pct"] == pytest.approx(5.0, rel=0.02)
+    assert rows[0]["sm_clock_std_mhz"] == pytest.approx(0.0)
+    # one poll has no spread: null, not 0
+    one = WindowBuilder("h", 10, 1)
+    one.add(INFO, smp(100.5, 0), ("1", "a"), None, gpm_fn)
+    last = one.flush(INFO, 100.9, gpm_fn)
+    assert all(r["power_std_w"] is None for r in last)
+
+
 # -- issue 9 item 4: a process's Slurm environment is trusted only from the job's user ----------------
 class FakeNvmlWithProcesses(FakeNvml):
     """NVML's compute-process list (real pids) at the hardware boundary."""

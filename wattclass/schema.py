@@ -67,6 +67,10 @@ TELEMETRY_V1 = pa.schema(
         pa.field("shared_jobs", pa.int16()),
         pa.field("share_basis", pa.string()),
         pa.field("parent_gpu_uuid", pa.string()),
+        # Within-window spread of the 1 s polls (added for issue 13; nullable: older files lack them).
+        pa.field("power_std_w", pa.float32()),
+        pa.field("sm_clock_std_mhz", pa.float32()),
+        pa.field("util_mem_std_pct", pa.float32()),
     ],
     metadata={METADATA_KEY: f"{SCHEMA_NAME}/{SCHEMA_VERSION}".encode()},
 )

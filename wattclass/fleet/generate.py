@@ -232,6 +232,10 @@ def _jittered_values(
         out[name] = np.clip(c[name][s] * z(0.02), 0.0, 100.0)
     for name in ("pcie_tx_mibs", "pcie_rx_mibs"):
         out[name] = np.clip(c[name][s] * z(0.05), 0.0, None)
+    # Within-window spreads (null in sources written before they existed): power's scales with it.
+    out["power_std_w"] = c["power_std_w"][s] * scale
+    for name in ("sm_clock_std_mhz", "util_mem_std_pct"):
+        out[name] = c[name][s]
     return out
 
 

@@ -1,0 +1,204 @@
+"""Leave-one-family-out evaluation of the GPM-less classifier on real H200 jobs (issue 13).
+
+Why this protocol: grouped CV by job still trains on siblings of each test job (the same workload
+at another size or dtype), which flatters the model. Here every job of one workload *family*
+(tools/h200_collect families for the randomised sweep runs, ``FAMILY_RULES`` in
+classifier/training.py for the 87 named jobs) is on the test side at once, and the model is
+trained on all other families. Calibration is nested: the per-label Platt maps are fitted on
+family-grouped out-of-fold predictions of the *training* families only, so no test job
+influences its own confidence. Features and hyper-parameters are fixed in advance
+(classifier/features.py FEATURES, classifier/model.py DEFAULT_PARAMS); nothing here is tuned on
+the test families.
+
+Truth: the docs/design.md job rule over all of a job's windows, from GPM (what ``classify`` does).
+Inputs: basic NVML columns only (checked: features do not change when GPM columns are dropped).
+
+Reported: job accuracy per family and overall; the two error kinds apart (compute-bound called
+memory-bound = costly: the job gets capped; memory called compute = a missed saving); the
+decision with the policy's ``min_confidence``: below it the job is ``unsure`` (the policy does
+nothing), counted as *not correct* in the accuracy, with the coverage beside it; ECE of the
+calibrated confidence.
+
+    python bench/eval_families.py [--min-confidence 0.8] [--json]     # ~2-4 min on 2 cores
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+CODE = {"idle": 0, "compute": 1, "memory": 2, "mixed": 3}
+
+
+def lofo(ts: Any, families: dict[str, str], inner_folds: int = 5, cost_aware: bool = False) -> dict[str, Any]:
+    """Out-of-family predictions for every job: label, raw and calibrated confidence."""
+    from wattclass.classifier.calibration import apply_calibration
+    from wattclass.classifier.model import (
+        MIN_TRAIN_WINDOW_S,
+        cross_validate,
+        fit_booster,
+        job_predictions,
+        weigh,
+    )
+
+    keys, truth = ts.job_truth()
+    fam_of_window = np.asarray([families.get(g, g) for g in ts.group], dtype=object)
+    pred = np.zeros(len(keys), dtype=np.int8)
+    raw = np.zeros(len(keys))
+    conf = np.zeros(len(keys))
+    index = {k: i for i, k in enumerate(keys)}
+    weights: dict[str, float] = {}
+    for fam in sorted(set(fam_of_window)):
+        test_w = fam_of_window == fam
+        train = ts.subset(~test_w)
+        inner = cross_validate(train, inner_folds, seed=0, families=families, cost_aware=cost_aware)
+        booster = fit_booster(train.subset(train.trainable(MIN_TRAIN_WINDOW_S)))
+        test = ts.subset(test_w)
+        proba = weigh(np.asarray(booster.predict(test.X)), inner["compute_weight"])
+        weights[fam] = inner["compute_weight"]
+        k, p, r = job_predictions(proba, test.group)
+        c = apply_calibration(r, inner["calibration"], p)
+        for key, pi, ri, ci in zip(k, p, r, c, strict=True):
+            i = index[key]
+            pred[i], raw[i], conf[i] = pi, ri, ci
+    return {"keys": keys, "truth": truth, "pred": pred, "raw": raw, "conf": conf, "compute_weights": weights}
+
+
+def drop_features(ts: Any, names: list[str]) -> Any:
+    """The training set without some feature columns, and the model module told so (ablation only:
+    fit_booster names its columns from model.FEATURES; this process never saves a model)."""
+    from wattclass.classifier import features as F
+    from wattclass.classifier import model as M
+
+    unknown = [n for n in names if n not in F.FEATURES]
+    if unknown:
+        raise SystemExit(f"--drop-features: unknown feature(s) {', '.join(unknown)}")
+    keep = [i for i, f in enumerate(F.FEATURES) if f not in names]
+    M.FEATURES = tuple(F.FEATURES[i] for i in keep)  # type: ignore[misc]
+    return M.TrainingSet(ts.X[:, keep], ts.y, ts.group, ts.sources, ts.dur)
+
+
+def summarize(res: dict[str, Any], families: dict[str, str], min_conf: float) -> dict[str, Any]:
+    from wattclass.classifier import rules
+    from wattclass.classifier.calibration import ece
+
+    keys, truth, pred, conf = res["keys"], res["truth"], res["pred"], res["conf"]
+    fam = np.asarray([families.get(k, k) for k in keys], dtype=object)
+    correct = pred == truth
+    acted = conf >= min_conf
+    c_truth = truth == CODE["compute"]
+    m_truth = truth == CODE["memory"]
+    c_to_m = c_truth & (pred == CODE["memory"])
+    m_to_c = m_truth & (pred == CODE["compute"])
+
+    def block(m: np.ndarray) -> dict[str, Any]:
+        n = int(m.sum())
+        nc, nm = int((c_truth & m).sum()), int((m_truth & m).sum())
+        return {
+            "jobs": n,
+            "accuracy": float(correct[m].mean()) if n else float("nan"),
+            "accuracy_unsure_wrong": float((correct & acted)[m].mean()) if n else float("nan"),
+            "coverage": float(acted[m].mean()) if n else float("nan"),
+            "selective_accuracy": float(correct[m & acted].mean()) if (m & acted).any() else float("nan"),
+            "compute_jobs": nc, "memory_jobs": nm,
+            "compute_called_memory": int((c_to_m & m).sum()),
+            "compute_called_memory_acted": int((c_to_m & acted & m).sum()),
+            "memory_called_compute": int((m_to_c & m).sum()),
+            "memory_called_compute_acted": int((m_to_c & acted & m).sum()),
+            "ece": ece(conf[m], correct[m]) if n else float("nan"),
+            "ece_raw": ece(res["raw"][m], correct[m]) if n else float("nan"),
+        }
+
+    sweep = np.asarray([k.startswith("sweep:") for k in keys])
+    out = {"min_confidence": min_conf, "all": block(np.ones(len(keys), bool)),
+           "named_87": block(~sweep), "sweep": block(sweep), "families": {}}
+    for f in sorted(set(fam)):
+        out["families"][f] = block(fam == f)
+    wrong = [f"{k} [{families.get(k, k)}] {rules.JOB_LABELS[t]}->{rules.JOB_LABELS[p]} conf {c:.2f}"
+             for k, t, p, c in zip(keys, truth, pred, conf, strict=True) if t != p]
+    out["wrong"] = wrong
+    out["compute_weight_per_test_family"] = res.get("compute_weights", {})
+    out["truth_counts"] = {lab: int((truth == i).sum()) for i, lab in enumerate(rules.JOB_LABELS)}
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--raw", type=Path, nargs="*", default=None,
+                    help="raw probe recordings (default: the bundled raw, collected, sweep)")
+    ap.add_argument("--min-confidence", type=float, default=0.8,
+                    help="the policy's min_confidence: below it a job is 'unsure' (default 0.8)")
+    ap.add_argument("--cost-aware", action="store_true",
+                    help="also weigh compute windows by a cost-chosen factor (nested; not the shipped model)")
+    ap.add_argument("--drop-features", default="",
+                    help="comma-separated FEATURES left out (ablation), e.g. power_std_frac,clock_std_frac")
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+
+    from wattclass.classifier import features as F
+    from wattclass.classifier.reader import iter_tables, telemetry_files
+    from wattclass.classifier.replay import materialize
+    from wattclass.classifier.training import bundled_training_sources, job_families, training_set
+    from wattclass.schema import GPM_COLUMNS, conform
+
+    sources = a.raw or bundled_training_sources()
+    families = job_families(sources)
+    with tempfile.TemporaryDirectory(prefix="wattclass-lofo-") as tmp:
+        roots = materialize(sources, Path(tmp))
+        for f in telemetry_files(roots)[:10]:  # the model never reads GPM
+            for _, t in iter_tables([f]):
+                nogpm = conform(t.drop_columns([c for c in GPM_COLUMNS if c in t.column_names]))
+                assert np.array_equal(F.feature_matrix(F.window_features(t)),
+                                      F.feature_matrix(F.window_features(nogpm)), equal_nan=True)
+        ts = training_set(roots, max_windows_per_job=0)
+    if a.drop_features:
+        ts = drop_features(ts, [f.strip() for f in a.drop_features.split(",") if f.strip()])
+    res = lofo(ts, families, cost_aware=a.cost_aware)
+    out = summarize(res, families, a.min_confidence)
+    out["sources"] = [str(s) for s in sources]
+    out["cost_aware"] = a.cost_aware
+    out["dropped_features"] = a.drop_features
+    if a.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    print_report(out)
+    return 0
+
+
+def _line(name: str, b: dict[str, Any]) -> str:
+    return (f"{name:<14} {b['jobs']:>4} {b['accuracy']:>6.3f} {b['accuracy_unsure_wrong']:>7.3f} "
+            f"{b['coverage']:>6.3f} {b['selective_accuracy']:>6.3f} "
+            f"{b['compute_called_memory']:>2}/{b['compute_jobs']:<3} ({b['compute_called_memory_acted']}) "
+            f"{b['memory_called_compute']:>2}/{b['memory_jobs']:<3} ({b['memory_called_compute_acted']}) "
+            f"{b['ece']:>6.3f}")
+
+
+def print_report(out: dict[str, Any]) -> None:
+    print(f"leave-one-family-out, {out['all']['jobs']} real H200 jobs, "
+          f"{len(out['families'])} families; truth = GPM job rule {out['truth_counts']}; "
+          f"model inputs: basic NVML only")
+    print(f"unsure = calibrated confidence < min_confidence {out['min_confidence']:g} (policy does nothing)")
+    print(f"{'family':<14} {'jobs':>4} {'acc':>6} {'acc(u=x)':>7} {'cover':>6} {'selacc':>6} "
+          f"{'C->M (acted)':<13} {'M->C (acted)':<13} {'ECE':>6}")
+    for f, b in out["families"].items():
+        print(_line(f, b))
+    print("-" * 96)
+    for name in ("named_87", "sweep", "all"):
+        print(_line(name, out[name]))
+    a = out["all"]
+    print(f"\nall: accuracy {a['accuracy']:.3f} (unsure counted wrong: {a['accuracy_unsure_wrong']:.3f}, "
+          f"coverage {a['coverage']:.3f}); compute called memory {a['compute_called_memory']}/"
+          f"{a['compute_jobs']} = {a['compute_called_memory'] / max(a['compute_jobs'], 1):.3f} "
+          f"(acted on: {a['compute_called_memory_acted']}); ECE {a['ece']:.3f} (uncalibrated "
+          f"{a['ece_raw']:.3f})")
+    print("wrong: " + "; ".join(out["wrong"]))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

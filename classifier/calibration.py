@@ -1,0 +1,101 @@
+"""Calibration of job confidences and its measure (ECE): Platt maps, pooled and per predicted label.
+
+Why a module of its own: the maps are fitted on out-of-fold predictions by the model's
+cross-validation, applied by the model at labelling time, and measured by the evaluations in
+bench/; none of that needs LightGBM.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from scipy.optimize import minimize
+
+from wattclass.classifier import rules
+
+F64 = npt.NDArray[np.float64]
+
+#: Weight of the pull of the calibration map towards the identity (guards against tiny data sets).
+CAL_PRIOR = 0.1
+
+
+def _logit(p: F64) -> F64:
+    p = np.clip(p, 1e-6, 1 - 1e-6)
+    return np.asarray(np.log(p / (1 - p)), dtype=np.float64)
+
+
+def fit_calibration(conf: npt.ArrayLike, correct: npt.ArrayLike) -> dict[str, float]:
+    """Platt map p' = sigmoid(a * logit(p) + b), with a weak pull (CAL_PRIOR) to the identity (a=1, b=0)."""
+    z = _logit(np.asarray(conf, dtype=np.float64))
+    t = np.asarray(correct, dtype=np.float64)
+    if len(z) == 0:
+        return {"a": 1.0, "b": 0.0}
+
+    def loss(ab: F64) -> float:
+        s = ab[0] * z + ab[1]
+        nll = np.sum(np.logaddexp(0, s) - t * s)
+        return float(nll + CAL_PRIOR * ((ab[0] - 1.0) ** 2 + ab[1] ** 2))
+
+    res = minimize(loss, np.array([1.0, 0.0]), method="L-BFGS-B", bounds=[(0.05, 20.0), (-10.0, 10.0)])
+    return {"a": float(res.x[0]), "b": float(res.x[1])}
+
+
+#: A predicted label gets its own calibration map once the out-of-fold data has this many jobs of it.
+MIN_JOBS_PER_LABEL_MAP = 8
+
+
+def fit_calibration_by_label(conf: npt.ArrayLike, correct: npt.ArrayLike,
+                             labels: npt.ArrayLike) -> dict[str, Any]:
+    """One Platt map over all jobs plus one per predicted label (``by_label``, label name keys).
+
+    Why per label (issue 13): the two errors cost differently. A job called ``memory`` gets capped,
+    so if memory calls are wrong more often than compute calls their confidence must say so, and
+    the policy's single ``min_confidence`` then asks more evidence of the costly direction.
+    """
+    c = np.asarray(conf, dtype=np.float64)
+    t = np.asarray(correct, dtype=bool)
+    lab = np.asarray(labels, dtype=np.int64)
+    cal: dict[str, Any] = dict(fit_calibration(c, t))
+    by_label = {}
+    for code, name in enumerate(rules.JOB_LABELS):
+        m = lab == code
+        if m.sum() >= MIN_JOBS_PER_LABEL_MAP:
+            by_label[name] = fit_calibration(c[m], t[m])
+    if by_label:
+        cal["by_label"] = by_label
+    return cal
+
+
+def apply_calibration(conf: npt.ArrayLike, cal: Mapping[str, Any] | None,
+                      labels: npt.ArrayLike | None = None) -> F64:
+    """Calibrated confidence; with ``labels`` (job label codes) each label's own map where fitted."""
+    c = np.asarray(conf, dtype=np.float64)
+    if not cal:
+        return c
+    a = np.full(c.shape, float(cal["a"]))
+    b = np.full(c.shape, float(cal["b"]))
+    if labels is not None and cal.get("by_label"):
+        lab = np.asarray(labels, dtype=np.int64)
+        for name, ab in cal["by_label"].items():
+            m = lab == rules.JOB_LABELS.index(name)
+            a[m], b[m] = ab["a"], ab["b"]
+    s = a * _logit(c) + b
+    return np.asarray(1.0 / (1.0 + np.exp(-s)), dtype=np.float64)
+
+
+def ece(conf: npt.ArrayLike, correct: npt.ArrayLike, n_bins: int = 10) -> float:
+    """Expected calibration error: bin-size-weighted |accuracy - mean confidence| over 10 bins."""
+    c = np.asarray(conf, dtype=np.float64)
+    t = np.asarray(correct, dtype=np.float64)
+    if len(c) == 0:
+        return float("nan")
+    bins = np.minimum((c * n_bins).astype(int), n_bins - 1)
+    total = 0.0
+    for b in range(n_bins):
+        m = bins == b
+        if m.any():
+            total += m.sum() / len(c) * abs(t[m].mean() - c[m].mean())
+    return float(total)

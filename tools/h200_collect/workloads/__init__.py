@@ -1,0 +1,1 @@
+"""Workload builders, one module per family."""
