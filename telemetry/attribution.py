@@ -73,6 +73,18 @@ class Attributor:
         self.process_queries += 1
         return self._from_processes(info.gpu_index, procs)
 
+    def label_for(self, info: GpuInfo) -> tuple[str, str] | None:
+        """(label, source) the Prolog recorded in the GPU's job file, if any (cached like job_for)."""
+        if self.jobmap is None:
+            return None
+        try:
+            a = self.jobmap.lookup(info.uuid)
+        except OSError:
+            return None
+        if a is None or not a.label:
+            return None
+        return a.label, a.label_source or "unknown"
+
     def _from_processes(self, gpu: int, procs: list[GpuProcess]) -> Job | None:
         jobs: list[Job] = []
         live = set()

@@ -44,7 +44,11 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
                      help="replay: play the whole recording as fast as possible, flush, exit")
     run.add_argument("--speed", type=float, default=1.0, help="replay speed in real-time mode (default 1)")
     run.add_argument("--metrics-port", type=int, default=None,
-                     help="serve Prometheus metrics of the latest window per GPU on this port")
+                     help="serve Prometheus metrics (energy, power, labels, daemon health) on this port")
+    run.add_argument("--metrics-bind", default=None, metavar="ADDR",
+                     help="address the metrics endpoint listens on (default 127.0.0.1: it names each "
+                     "GPU's job and user, which Slurm's PrivateData hides; give 0.0.0.0 or the node's "
+                     "address only where Prometheus scrapes over a trusted network, docs/admin.md)")
     run.add_argument("--proc-root", type=Path, default=Path("/proc"), help=argparse.SUPPRESS)
     run.set_defaults(func=cmd_run)
 
@@ -60,10 +64,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     from wattclass.gpu import open_backend
     from wattclass.jobmap import DEFAULT_SPOOL
     from wattclass.telemetry.daemon import Daemon, DaemonConfig
-    from wattclass.telemetry.metrics import LatestWindows, serve
+    from wattclass.telemetry.metrics import DEFAULT_BIND, LatestWindows, serve
 
     spec = str(args.backend)
     options: dict[str, object] = {}
+    if args.metrics_bind is not None and args.metrics_port is None:
+        raise ConfigError("--metrics-bind needs --metrics-port")
     if spec.startswith("replay:"):
         options = {"realtime": not args.once, "speed": args.speed}
     elif args.once:
@@ -99,8 +105,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
         if collector is not None:
-            serve(int(args.metrics_port), collector)
-            log.info("metrics on :%d/metrics", args.metrics_port)
+            bind = args.metrics_bind or DEFAULT_BIND
+            serve(int(args.metrics_port), collector, bind)
+            log.info("metrics on http://%s:%d/metrics", bind, args.metrics_port)
         rc = daemon.run()
     s = daemon.stats
     log.info("done: %d rows, %.1f J, %d GPU error(s)", s.rows, s.energy_j, s.gpu_errors)

@@ -28,7 +28,7 @@ from wattclass.telemetry.sink import ParquetSink
 from wattclass.telemetry.windows import Row, WindowBuilder
 
 if TYPE_CHECKING:  # prometheus_client is only needed with --metrics-port
-    from wattclass.telemetry.metrics import LatestWindows
+    from wattclass.telemetry.metrics import Health, LatestWindows
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +117,10 @@ class Daemon:
         self.pending_segments.extend(old)
         self._convert_pending()
         self.gpus = self.backend.gpus()
+        if self.collector is not None:
+            self.collector.health = self.health
+            self.collector.set_default_caps(
+                {g.uuid: g.power_limit_default_w for g in self.gpus if g.power_limit_default_w is not None})
         if not self.gpus:
             log.warning("backend %s reports no GPUs", self.backend.name)
         log.info("polling %d GPU(s) every %g s, %g s windows, host %s, data root %s",
@@ -202,7 +206,21 @@ class Daemon:
         self.stats.rows += len(rows)
         self.stats.energy_j += sum(r["energy_j"] or 0.0 for r in rows)
         if self.collector is not None and rows:
-            self.collector.update(rows)
+            by_uuid = {g.uuid: g for g in self.gpus}
+            labels = {}
+            for r in rows:
+                info = by_uuid.get(r["gpu_uuid"])
+                lab = self.attributor.label_for(info) if info is not None and r.get("job_id") else None
+                if lab is not None:
+                    labels[str(r["job_id"])] = lab
+            self.collector.update(rows, labels)
+
+    def health(self) -> Health:
+        """What the exporter reports about the daemon itself."""
+        from wattclass.telemetry.metrics import Health
+
+        return Health(gpu_errors=self.stats.gpu_errors, wal_backlog_segments=len(self.pending_segments),
+                      wal_pending_rows=len(self.writer.pending))
 
     def maybe_roll(self, now: float) -> None:
         epoch = math.floor(now / self.cfg.roll_s)

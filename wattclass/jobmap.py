@@ -3,7 +3,11 @@
 One small JSON file per GPU, named ``<gpu_uuid>.json``, in a spool folder (default
 ``/run/wattclass/jobs``)::
 
-    {"version": 1, "job_id": "1234_5", "user": "alice", "uid": 1000, "written_at": 1795967767.8}
+    {"version": 1, "job_id": "1234_5", "user": "alice", "uid": 1000, "written_at": 1795967767.8,
+     "label": "memory", "label_source": "submit"}
+
+``label``/``label_source`` are optional (the label the job was submitted with, when the Prolog knows
+it); the telemetry daemon's exporter publishes them as ``wattclass_job_label_info``.
 
 The Prolog writes it atomically (temp file + rename, mode 0644) for each GPU of the job; the
 Epilog removes it. The daemon reads it every poll (a ``stat`` per GPU, a read only when the
@@ -38,6 +42,8 @@ class JobAssignment(NamedTuple):
     job_id: str
     user: str | None
     uid: int | None = None
+    label: str | None = None
+    label_source: str | None = None
 
 
 def _path(spool: Path, gpu_uuid: str) -> Path:
@@ -49,8 +55,11 @@ def _path(spool: Path, gpu_uuid: str) -> Path:
 def write_job_file(spool: Path, gpu_uuid: str, job: JobAssignment) -> Path:
     """Record that ``job`` holds ``gpu_uuid`` (atomic, durable, mode 0644)."""
     path = _path(spool, gpu_uuid)
-    doc = {"version": FORMAT_VERSION, "job_id": job.job_id, "user": job.user, "uid": job.uid,
-           "written_at": time.time()}
+    doc: dict[str, object] = {"version": FORMAT_VERSION, "job_id": job.job_id, "user": job.user,
+                              "uid": job.uid, "written_at": time.time()}
+    if job.label is not None:
+        doc["label"] = job.label
+        doc["label_source"] = job.label_source
     atomic_write_text(path, json.dumps(doc, sort_keys=True) + "\n", mode=0o644)
     return path
 
@@ -84,12 +93,14 @@ def read_job_file(path: Path) -> JobAssignment | None:
         job_id = str(doc["job_id"])
         user = doc.get("user")
         uid = doc.get("uid")
+        label, source = doc.get("label"), doc.get("label_source")
     except (ValueError, KeyError, TypeError) as exc:
         raise DataError(f"{path}: not a wattclass job file: {exc}") from exc
     if not job_id:
         raise DataError(f"{path}: empty job_id")
     return JobAssignment(
-        job_id, str(user) if user is not None else None, int(uid) if uid is not None else None
+        job_id, str(user) if user is not None else None, int(uid) if uid is not None else None,
+        str(label) if label is not None else None, str(source) if source is not None else None,
     )
 
 
