@@ -50,8 +50,8 @@ GAUGES: tuple[tuple[str, str, float, str], ...] = (
     ("mem_clock_mhz", "wattclass_gpu_memory_clock_hertz", 1e6, "Mean memory clock"),
     ("temp_c", "wattclass_gpu_temperature_celsius", 1.0, "Max GPU temperature"),
     ("fb_used_mib", "wattclass_gpu_memory_used_bytes", 2.0**20, "Max framebuffer memory used"),
-    ("throttle_power_frac", "wattclass_gpu_throttle_power_ratio", 1.0, "Share of polls with power clock events"),
-    ("throttle_thermal_frac", "wattclass_gpu_throttle_thermal_ratio", 1.0, "Share of polls with thermal events"),
+    ("throttle_power_frac", "wattclass_gpu_throttle_power_ratio", 1.0, "Polls with power clock events"),
+    ("throttle_thermal_frac", "wattclass_gpu_throttle_thermal_ratio", 1.0, "Polls with thermal clock events"),
     ("sm_util_pct", "wattclass_gpu_sm_active_ratio", 0.01, "GPM SM activity (DCGM PROF_SM_ACTIVE)"),
     ("sm_occupancy_pct", "wattclass_gpu_sm_occupancy_ratio", 0.01, "GPM SM occupancy"),
     ("tensor_util_pct", "wattclass_gpu_tensor_active_ratio", 0.01, "GPM tensor pipe activity"),
@@ -146,7 +146,8 @@ class LatestWindows(Collector):
                     g.add_metric(_labels(r), float(v) * scale)
             yield g
         g = GaugeMetricFamily("wattclass_gpu_power_default_cap_watts",
-                              "Default power limit; a cap is in force where the cap is below it", labels=GPU_LABELS)
+                              "Default power limit; a cap is in force where the cap is below it",
+                              labels=GPU_LABELS)
         for r in {str(r["gpu_uuid"]): r for r in latest}.values():
             d = defaults.get(str(r["gpu_uuid"]))
             if d is not None:
@@ -166,7 +167,8 @@ class LatestWindows(Collector):
         for job, (label, source) in labels.items():
             info.add_metric([job], {"label": label, "source": source})
         yield info
-        c = CounterMetricFamily("wattclass_telemetry_windows", "Window rows written per GPU", labels=GPU_LABELS)
+        c = CounterMetricFamily("wattclass_telemetry_windows", "Window rows written per GPU",
+                                labels=GPU_LABELS)
         for key, n in windows.items():
             c.add_metric(list(key), n)
         yield c
