@@ -58,7 +58,7 @@ def rule_job_labels(w: pd.DataFrame) -> pd.DataFrame:
     )
     counts = (
         pd.DataFrame({"job_id": jw["job_id"].astype(str).to_numpy(), "c": codes})
-        .query("c != @rules.NO_GPM")
+        .query("c >= 0")
         .pivot_table(index="job_id", columns="c", aggfunc="size", fill_value=0)
         .reindex(columns=[rules.IDLE, rules.COMPUTE, rules.MEMORY], fill_value=0)
     )
