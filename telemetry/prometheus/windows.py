@@ -129,7 +129,7 @@ def _gauge(tl: GpuTimeline, t: float, name: str) -> float | None:
         if col == name:
             v = tl.fields.get(dcgm, {}).get(t)
             if v is not None:
-                return float(v) * scale
+                return float(v * scale)
     return None
 
 
