@@ -35,7 +35,14 @@ from wattclass.caps import Cap, cap_watts, parse_cap
 from wattclass.errors import ConfigError, DataError, GpuError, WattclassError
 from wattclass.fsutil import atomic_write_text, refuse_if_others_can_write
 from wattclass.gpu.base import GpuBackend, GpuInfo
-from wattclass.jobmap import DEFAULT_SPOOL, JobAssignment, read_job_file, write_job_file
+from wattclass.jobmap import (
+    DEFAULT_SPOOL,
+    JobAssignment,
+    read_job_file,
+    remove_hpc_job_file,
+    write_hpc_job_file,
+    write_job_file,
+)
 from wattclass.labeltable import LABELS, MODES
 from wattclass.plugin.decide import COMMENT_PREFIX
 
@@ -174,8 +181,12 @@ def prolog(
     jobs_dir: Path = DEFAULT_SPOOL,
     state_dir: Path = DEFAULT_STATE,
     dry_run: bool = False,
+    hpc_job_dir: Path | None = None,
 ) -> list[dict[str, Any]]:
-    """Apply the job's cap (see module docstring); returns one plan entry per GPU."""
+    """Apply the job's cap (see module docstring); returns one plan entry per GPU.
+
+    ``hpc_job_dir``: also write dcgm-exporter's job mapping there (``--hpc-job-mapping-dir``).
+    """
     job = job_env(env)
     gpus = resolve_gpus(backend, job.gpus, gpu_map)
     if not gpus:
@@ -184,7 +195,13 @@ def prolog(
     if not dry_run:
         for g in gpus:
             write_job_file(jobs_dir, g.uuid, JobAssignment(job.display_id, job.user, job.uid))
+            if hpc_job_dir is not None:
+                write_hpc_job_file(hpc_job_dir, g.gpu_index, job.display_id)
     comment = parse_admin_comment(admin_comment(job.job_id))
+    if comment is not None and not dry_run:  # the label, for the exporter's wattclass_job_label_info
+        for g in gpus:
+            write_job_file(jobs_dir, g.uuid, JobAssignment(job.display_id, job.user, job.uid,
+                                                           comment.label, comment.source))
     plan = []
     for g in gpus:
         current = backend.power_limit_w(g.gpu_index)
@@ -238,9 +255,13 @@ def _restore(backend: GpuBackend, uuid: str, rec_path: Path, rec: Mapping[str, A
 
 
 def epilog(env: Mapping[str, str], backend: GpuBackend, jobs_dir: Path = DEFAULT_SPOOL,
-           state_dir: Path = DEFAULT_STATE) -> list[str]:
+           state_dir: Path = DEFAULT_STATE, hpc_job_dir: Path | None = None) -> list[str]:
     """Restore the limits this job's Prolog recorded and remove its job files. Idempotent."""
     job = job_env(env)
+    if hpc_job_dir is not None:
+        for g in backend.gpus():
+            with contextlib.suppress(WattclassError, OSError):
+                remove_hpc_job_file(hpc_job_dir, g.gpu_index, job.display_id)
     restored = []
     errors = []
     for rec_path in sorted(Path(state_dir).glob("*.json")):
@@ -299,6 +320,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="JSON {slurm_index: uuid|pci_bus_id}; default: from /proc/driver/nvidia")
     p.add_argument("--jobs-dir", type=Path, default=DEFAULT_SPOOL, help="GPU->job files folder")
     p.add_argument("--state-dir", type=Path, default=DEFAULT_STATE, help="recorded previous limits")
+    p.add_argument("--hpc-job-mapping-dir", type=Path, default=None, metavar="DIR",
+                   help="also write dcgm-exporter's job mapping (one file per GPU index holding the "
+                   "job id) into DIR, the folder given to dcgm-exporter --hpc-job-mapping-dir")
     p.add_argument("--log", type=Path, default=DEFAULT_LOG, help="log file (appended)")
     p.add_argument("--slurm-timeout", type=float, default=5.0, help="seconds for squeue")
     p.add_argument("--dry-run", action="store_true",
@@ -346,7 +370,7 @@ def run_hook(hook: str, args: argparse.Namespace, env: Mapping[str, str] | None 
                 print(json.dumps(done, indent=2))
                 return 0
             if hook == "epilog":
-                epilog(env, backend, args.jobs_dir, args.state_dir)
+                epilog(env, backend, args.jobs_dir, args.state_dir, args.hpc_job_mapping_dir)
                 return 0
             from wattclass.slurm.commands import CommandSlurmClient
 
@@ -358,7 +382,7 @@ def run_hook(hook: str, args: argparse.Namespace, env: Mapping[str, str] | None 
                 get_comment = lambda _job_id: fixed  # noqa: E731
             gpu_map = load_gpu_map(args.gpu_map) if args.gpu_map else discover_gpu_map()
             plan = prolog(env, backend, get_comment, gpu_map, args.jobs_dir, args.state_dir,
-                          dry_run=args.dry_run)
+                          dry_run=args.dry_run, hpc_job_dir=args.hpc_job_mapping_dir)
             if args.dry_run:
                 print(json.dumps(plan, indent=2))
             return 0

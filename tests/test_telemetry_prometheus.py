@@ -215,3 +215,15 @@ def test_empty_range_and_bad_times_name_the_problem(prom: str, tmp_path: Path,
     assert main(["telemetry", "import", "--prometheus", prom, "--start", "yesterday",
                  "--end", "2020-01-01T01:00Z", "--data-root", str(tmp_path)]) == 2
     assert "--start 'yesterday'" in capsys.readouterr().err
+
+
+def test_shipped_counters_file_lists_every_field_the_import_reads() -> None:
+    from wattclass.telemetry.prometheus import mapping
+
+    csv = Path(__file__).resolve().parent.parent / "deploy" / "dcgm-exporter-counters.csv"
+    rows = [ln.split(",") for ln in csv.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+    fields = {r[0].strip(): r[1].strip() for r in rows}
+    assert all(len(r) >= 3 and r[1].strip() in ("gauge", "counter") for r in rows)
+    # every field but the older duplicate name of the clock-event reasons
+    assert set(mapping.ALL_FIELDS) - {"DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"} <= set(fields)
+    assert fields[ENERGY] == "counter"

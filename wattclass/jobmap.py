@@ -129,3 +129,38 @@ class JobMapReader:
                 log.warning("ignoring job file: %s", exc)
         self._cache[gpu_uuid] = (mtime, job)
         return job
+
+
+# -- dcgm-exporter's job mapping (``dcgm-exporter --hpc-job-mapping-dir DIR``) -------------------
+# One file per GPU, named by the GPU's index, holding the ids of the jobs on it, one per line;
+# dcgm-exporter adds them as the ``hpc_job`` label of that GPU's series. Written by the Prolog when
+# the site runs dcgm-exporter instead of (or next to) the wattclass daemon.
+
+
+def _hpc_path(directory: Path, gpu_index: int) -> Path:
+    if gpu_index < 0:
+        raise ConfigError(f"invalid GPU index for dcgm-exporter's job mapping: {gpu_index}")
+    return Path(directory) / str(int(gpu_index))
+
+
+def write_hpc_job_file(directory: Path, gpu_index: int, job_id: str) -> Path:
+    """Name ``job_id`` as the job on GPU ``gpu_index`` for dcgm-exporter (atomic, mode 0644)."""
+    if not job_id or "\n" in job_id:
+        raise ConfigError(f"invalid job id for dcgm-exporter's job mapping: {job_id!r}")
+    path = _hpc_path(directory, gpu_index)
+    atomic_write_text(path, job_id + "\n", mode=0o644)
+    return path
+
+
+def remove_hpc_job_file(directory: Path, gpu_index: int, job_id: str) -> bool:
+    """Remove GPU ``gpu_index``'s mapping if it still names ``job_id``; True if removed."""
+    path = _hpc_path(directory, gpu_index)
+    try:
+        refuse_if_others_can_write(path)
+        if path.read_text(encoding="utf-8").split() != [job_id]:
+            return False
+        os.unlink(path)
+    except FileNotFoundError:
+        return False
+    return True
+
