@@ -26,6 +26,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "wattclass.classifier.cli",
     "wattclass.plugin.cli",
     "wattclass.report.build",
+    "wattclass.report.job",
     "wattclass.fleet.generate",
 )
 
