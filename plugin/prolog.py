@@ -159,6 +159,7 @@ class JobEnv(NamedTuple):
     user: str | None
     uid: int | None
     gpus: str
+    account: str | None = None
 
 
 def job_env(env: Mapping[str, str]) -> JobEnv:
@@ -169,7 +170,8 @@ def job_env(env: Mapping[str, str]) -> JobEnv:
     display = f"{arr}_{task}" if arr and task else job_id
     uid = env.get("SLURM_JOB_UID")
     return JobEnv(job_id, display, env.get("SLURM_JOB_USER") or None,
-                  int(uid) if uid and uid.isdigit() else None, env.get("SLURM_JOB_GPUS", ""))
+                  int(uid) if uid and uid.isdigit() else None, env.get("SLURM_JOB_GPUS", ""),
+                  env.get("SLURM_JOB_ACCOUNT") or None)
 
 
 # -- the hooks ---------------------------------------------------------------------------------
@@ -194,14 +196,15 @@ def prolog(
         return []
     if not dry_run:
         for g in gpus:
-            write_job_file(jobs_dir, g.uuid, JobAssignment(job.display_id, job.user, job.uid))
+            write_job_file(jobs_dir, g.uuid, JobAssignment(job.display_id, job.user, job.uid,
+                                                           account=job.account))
             if hpc_job_dir is not None:
                 write_hpc_job_file(hpc_job_dir, g.gpu_index, job.display_id)
     comment = parse_admin_comment(admin_comment(job.job_id))
     if comment is not None and not dry_run:  # the label, for the exporter's wattclass_job_label_info
         for g in gpus:
             write_job_file(jobs_dir, g.uuid, JobAssignment(job.display_id, job.user, job.uid,
-                                                           comment.label, comment.source))
+                                                           comment.label, comment.source, job.account))
     plan = []
     for g in gpus:
         current = backend.power_limit_w(g.gpu_index)

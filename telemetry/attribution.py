@@ -16,7 +16,7 @@ from pathlib import Path
 
 from wattclass.errors import GpuError
 from wattclass.gpu.base import GpuBackend, GpuInfo, GpuProcess
-from wattclass.jobmap import JobMapReader
+from wattclass.jobmap import JobAssignment, JobMapReader
 
 log = logging.getLogger(__name__)
 
@@ -73,17 +73,14 @@ class Attributor:
         self.process_queries += 1
         return self._from_processes(info.gpu_index, procs)
 
-    def label_for(self, info: GpuInfo) -> tuple[str, str] | None:
-        """(label, source) the Prolog recorded in the GPU's job file, if any (cached like job_for)."""
+    def assignment_for(self, info: GpuInfo) -> JobAssignment | None:
+        """The GPU's job file as the Prolog wrote it (label, account...), if any (cached)."""
         if self.jobmap is None:
             return None
         try:
-            a = self.jobmap.lookup(info.uuid)
+            return self.jobmap.lookup(info.uuid)
         except OSError:
             return None
-        if a is None or not a.label:
-            return None
-        return a.label, a.label_source or "unknown"
 
     def _from_processes(self, gpu: int, procs: list[GpuProcess]) -> Job | None:
         jobs: list[Job] = []

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from wattclass.errors import GpuError, WattclassError
 from wattclass.fsutil import ensure_writable_dir
 from wattclass.gpu.base import GpmMetrics, GpuBackend, GpuInfo
-from wattclass.jobmap import JobMapReader
+from wattclass.jobmap import JobAssignment, JobMapReader
 from wattclass.telemetry import wal
 from wattclass.telemetry.attribution import Attributor
 from wattclass.telemetry.sink import ParquetSink
@@ -207,13 +207,17 @@ class Daemon:
         self.stats.energy_j += sum(r["energy_j"] or 0.0 for r in rows)
         if self.collector is not None and rows:
             by_uuid = {g.uuid: g for g in self.gpus}
-            labels = {}
+            jobs: dict[str, JobAssignment] = {}
             for r in rows:
                 info = by_uuid.get(r["gpu_uuid"])
-                lab = self.attributor.label_for(info) if info is not None and r.get("job_id") else None
-                if lab is not None:
-                    labels[str(r["job_id"])] = lab
-            self.collector.update(rows, labels)
+                a = self.attributor.assignment_for(info) if info is not None and r.get("job_id") else None
+                if a is not None and a.job_id == r["job_id"]:
+                    jobs[a.job_id] = a
+            self.collector.update(
+                rows,
+                labels={j: (a.label, a.label_source or "unknown") for j, a in jobs.items() if a.label},
+                accounts={j: a.account for j, a in jobs.items() if a.account},
+            )
 
     def health(self) -> Health:
         """What the exporter reports about the daemon itself."""

@@ -12,7 +12,8 @@ site's existing PromQL habits work. What is served:
 * ``wattclass_job_gpu_energy_joules_total``: the same per job and GPU (kept for ``job_ttl_s`` after
   the job's last window, so finished jobs do not pile up series);
 * ``wattclass_job_label_info{job_id,label,source}``: the label the job was submitted with, where
-  the Prolog recorded it in the GPU's job file;
+  the Prolog recorded it in the GPU's job file; ``wattclass_job_info{job_id,user,account}`` so
+  dashboards can sum by account (``* on(job_id) group_left(account)``);
 * daemon health: last window time, GPU errors, WAL backlog (segments and rows not yet in Parquet).
 
 Privacy: ``job_id`` and ``user`` per GPU are what Slurm's ``PrivateData=jobs,users`` hides from
@@ -84,6 +85,7 @@ class LatestWindows(Collector):
         self._job_energy: dict[tuple[str, str, str, str, str], float] = {}
         self._job_seen: dict[str, float] = {}  # job_id -> ts_end of its latest window
         self._job_labels: dict[str, tuple[str, str]] = {}
+        self._job_info: dict[str, tuple[str, str]] = {}  # job_id -> (user, account)
         self._default_cap_w: dict[str, float] = {}  # uuid -> default power limit
         self._last_window_ts: float | None = None
 
@@ -92,8 +94,10 @@ class LatestWindows(Collector):
         with self._lock:
             self._default_cap_w = dict(caps_w)
 
-    def update(self, rows: list[dict[str, Any]], labels: dict[str, tuple[str, str]] | None = None) -> None:
-        """Publish closed window rows; ``labels``: job_id -> (label, source) known for their jobs."""
+    def update(self, rows: list[dict[str, Any]], labels: dict[str, tuple[str, str]] | None = None,
+               accounts: dict[str, str] | None = None) -> None:
+        """Publish closed window rows; ``labels``: job_id -> (label, source), ``accounts``: job_id ->
+        Slurm account, where the Prolog's job file said so."""
         by_gpu: dict[str, list[dict[str, Any]]] = {}
         for r in rows:
             by_gpu.setdefault(str(r["gpu_uuid"]), []).append(r)
@@ -114,6 +118,11 @@ class LatestWindows(Collector):
                 if self._last_window_ts is None or end > self._last_window_ts:
                     self._last_window_ts = float(end)
             self._job_labels.update(labels or {})
+            for r in rows:
+                if r.get("job_id"):
+                    j = str(r["job_id"])
+                    acct = (accounts or {}).get(j) or self._job_info.get(j, ("", ""))[1]
+                    self._job_info[j] = (str(r.get("user") or ""), acct)
             self._expire_jobs()
 
     def _expire_jobs(self) -> None:
@@ -127,6 +136,7 @@ class LatestWindows(Collector):
         for j in old:
             del self._job_seen[j]
             self._job_labels.pop(j, None)
+            self._job_info.pop(j, None)
         self._job_energy = {k: v for k, v in self._job_energy.items() if k[3] not in old}
 
     def collect(self) -> Iterator[Metric]:
@@ -136,6 +146,7 @@ class LatestWindows(Collector):
             energy = dict(self._energy_total)
             job_energy = dict(self._job_energy)
             labels = dict(self._job_labels)
+            job_info = dict(self._job_info)
             defaults = dict(self._default_cap_w)
             last_ts = self._last_window_ts
         for col, name, scale, help_ in GAUGES:
@@ -166,6 +177,11 @@ class LatestWindows(Collector):
                                 labels=("job_id",))
         for job, (label, source) in labels.items():
             info.add_metric([job], {"label": label, "source": source})
+        yield info
+        info = InfoMetricFamily("wattclass_job", "The job's user and Slurm account (empty if unknown)",
+                                labels=("job_id",))
+        for job, (user, acct) in job_info.items():
+            info.add_metric([job], {"user": user, "account": acct})
         yield info
         c = CounterMetricFamily("wattclass_telemetry_windows", "Window rows written per GPU",
                                 labels=GPU_LABELS)

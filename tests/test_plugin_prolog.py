@@ -133,13 +133,14 @@ def test_prolog_writes_dcgm_exporter_job_mapping_and_the_label(tmp_path: Path) -
     """--hpc-job-mapping-dir: one file per GPU index holding the job id (dcgm-exporter's format);
     the Epilog removes only its own job's files. The job file also carries the submitted label."""
     be = FileStateBackend.create(tmp_path / "g.json", 4, order=[3, 2, 1, 0], default_w=700, min_w=300)
-    env = {"SLURM_JOB_ID": "42", "SLURM_JOB_GPUS": "0,3", "SLURM_JOB_USER": "alice", "SLURM_JOB_UID": "1000"}
+    env = {"SLURM_JOB_ID": "42", "SLURM_JOB_GPUS": "0,3", "SLURM_JOB_USER": "alice", "SLURM_JOB_UID": "1000",
+           "SLURM_JOB_ACCOUNT": "physics"}
     hpc = tmp_path / "hpc"
     prolog(env, be, lambda _j: MEM, MAP, tmp_path / "jobs", tmp_path / "caps", hpc_job_dir=hpc)
     assert sorted(p.name for p in hpc.iterdir()) == ["0", "3"]  # backend (NVML/DCGM) indices
     assert (hpc / "3").read_text() == "42\n" and oct((hpc / "3").stat().st_mode & 0o777) == "0o644"
     job = read_job_file(tmp_path / "jobs" / f"{be.gpus()[3].uuid}.json")
-    assert job is not None and (job.label, job.label_source) == ("memory", "rule")
+    assert job is not None and (job.label, job.label_source, job.account) == ("memory", "rule", "physics")
     (hpc / "1").write_text("77\n")  # another job's GPU
     epilog(env, be, tmp_path / "jobs", tmp_path / "caps", hpc_job_dir=hpc)
     assert sorted(p.name for p in hpc.iterdir()) == ["1"]

@@ -35,7 +35,8 @@ ROW = {"gpu_index": 0, "gpu_uuid": "GPU-a", "host": "n1", "power_avg_w": 500.0, 
 def test_units_ratios_counters_and_labels() -> None:
     col = LatestWindows(health=lambda: Health(gpu_errors=3, wal_backlog_segments=2, wal_pending_rows=5))
     col.set_default_caps({"GPU-a": 700.0})
-    col.update([dict(ROW, ts_end=10.0, energy_j=5000.0, job_id="1", user="a")], {"1": ("memory", "submit")})
+    col.update([dict(ROW, ts_end=10.0, energy_j=5000.0, job_id="1", user="a")], {"1": ("memory", "submit")},
+               {"1": "physics"})
     col.update([dict(ROW, ts_end=20.0, energy_j=3000.0, job_id="2", user="b")])
     s = _samples(col)
     assert _get(s, "wattclass_gpu_energy_joules_total", uuid="GPU-a") == 8000.0
@@ -48,6 +49,8 @@ def test_units_ratios_counters_and_labels() -> None:
     assert _get(s, "wattclass_gpu_power_cap_watts", job_id="2") == 420.0
     assert _get(s, "wattclass_gpu_power_default_cap_watts", uuid="GPU-a") == 700.0
     assert _get(s, "wattclass_job_label_info", job_id="1", label="memory", source="submit") == 1.0
+    assert _get(s, "wattclass_job_info", job_id="1", user="a", account="physics") == 1.0
+    assert _get(s, "wattclass_job_info", job_id="2", user="b", account="") == 1.0
     assert _get(s, "wattclass_daemon_gpu_errors_total") == 3
     assert _get(s, "wattclass_daemon_wal_backlog_segments") == 2
     assert _get(s, "wattclass_daemon_wal_pending_rows") == 5

@@ -6,8 +6,9 @@ One small JSON file per GPU, named ``<gpu_uuid>.json``, in a spool folder (defau
     {"version": 1, "job_id": "1234_5", "user": "alice", "uid": 1000, "written_at": 1795967767.8,
      "label": "memory", "label_source": "submit"}
 
-``label``/``label_source`` are optional (the label the job was submitted with, when the Prolog knows
-it); the telemetry daemon's exporter publishes them as ``wattclass_job_label_info``.
+``label``/``label_source``/``account`` are optional (the label the job was submitted with, when the
+Prolog knows it, and the Slurm account); the telemetry daemon's exporter publishes them as
+``wattclass_job_label_info`` and ``wattclass_job_info``.
 
 The Prolog writes it atomically (temp file + rename, mode 0644) for each GPU of the job; the
 Epilog removes it. The daemon reads it every poll (a ``stat`` per GPU, a read only when the
@@ -44,6 +45,7 @@ class JobAssignment(NamedTuple):
     uid: int | None = None
     label: str | None = None
     label_source: str | None = None
+    account: str | None = None
 
 
 def _path(spool: Path, gpu_uuid: str) -> Path:
@@ -60,6 +62,8 @@ def write_job_file(spool: Path, gpu_uuid: str, job: JobAssignment) -> Path:
     if job.label is not None:
         doc["label"] = job.label
         doc["label_source"] = job.label_source
+    if job.account is not None:
+        doc["account"] = job.account
     atomic_write_text(path, json.dumps(doc, sort_keys=True) + "\n", mode=0o644)
     return path
 
@@ -93,7 +97,7 @@ def read_job_file(path: Path) -> JobAssignment | None:
         job_id = str(doc["job_id"])
         user = doc.get("user")
         uid = doc.get("uid")
-        label, source = doc.get("label"), doc.get("label_source")
+        label, source, account = doc.get("label"), doc.get("label_source"), doc.get("account")
     except (ValueError, KeyError, TypeError) as exc:
         raise DataError(f"{path}: not a wattclass job file: {exc}") from exc
     if not job_id:
@@ -101,6 +105,7 @@ def read_job_file(path: Path) -> JobAssignment | None:
     return JobAssignment(
         job_id, str(user) if user is not None else None, int(uid) if uid is not None else None,
         str(label) if label is not None else None, str(source) if source is not None else None,
+        str(account) if account is not None else None,
     )
 
 
