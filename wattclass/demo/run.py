@@ -11,9 +11,10 @@ A sysadmin must see wattclass work in a minute on a laptop with no GPU and no Sl
 4. decides each NEW submission with ``wattclass.plugin.decide`` -- the Python mirror of
    job_submit.lua, kept identical by tests/test_plugin_decide.py -- reading the label table the
    nightly run wrote, exactly as the hook reads it;
-5. writes the report (``wattclass report``).
+5. writes the report (``wattclass report --policy``: per-user and per-account tables, caps);
+6. shows the day's largest job at a glance (``wattclass job JOBID``, seff/jobstats style).
 
-Steps 2, 3 and 5 go through the components' CLI entry points in-process, so the demo exercises
+Steps 2, 3, 5 and 6 go through the components' CLI entry points in-process, so the demo exercises
 the same option names a site types. A failed step stops the steps that need its output and the
 demo says which, instead of failing halfway.
 """
@@ -211,7 +212,7 @@ def run_demo(out: Path, stream: TextIO | None = None, spec: Any = None) -> dict[
     from wattclass.demo.cluster import ClusterManifest, ClusterSpec, build_cluster, bundled_raw_dir
 
     paths = DemoPaths(Path(out))
-    progress = Progress(total=5, stream=stream or sys.stdout)
+    progress = Progress(total=6, stream=stream or sys.stdout)
     results: dict[str, tuple[str, str]] = {}
     manifest: list[ClusterManifest] = []
     nightly_summary: dict[str, Any] = {}
@@ -227,7 +228,7 @@ def run_demo(out: Path, stream: TextIO | None = None, spec: Any = None) -> dict[
     results["cluster"] = progress.run("Building a demo cluster from the recorded H200 workloads", cluster)
     if results["cluster"][0] != "ok":
         for title, key in (("Telemetry", "telemetry"), ("Nightly", "nightly"), ("Decisions", "decide"),
-                           ("Report", "report")):
+                           ("Report", "report"), ("One job", "job")):
             progress.skip(title, "needs the cluster")
             results[key] = ("skipped", "needs the cluster")
         return results
@@ -282,11 +283,26 @@ def run_demo(out: Path, stream: TextIO | None = None, spec: Any = None) -> dict[
         results["report"] = progress.run(
             "Writing the report",
             lambda: run_cli(["report", "--data-root", str(paths.data_root), "--date", date,
-                             "--out", str(paths.report), "--title", "wattclass demo report"]),
+                             "--out", str(paths.report), "--title", "wattclass demo report",
+                             "--policy", str(_policy_path())]),
         )
     else:
         progress.skip("Writing the report", "needs telemetry")
         results["report"] = ("skipped", "needs telemetry")
+
+    def one_job() -> str:
+        import pandas as pd
+
+        labels = pd.read_parquet(paths.data_root / "classifier" / "labels" / f"date={date}")
+        job_id = str(labels.sort_values("energy_j", ascending=False)["job_id"].iloc[0])
+        text = run_cli(["job", job_id, "--data-root", str(paths.data_root)])
+        return "wattclass job " + job_id + "\n" + "\n".join("      " + ln for ln in text.strip().splitlines())
+
+    if results["nightly"][0] == "ok":
+        results["job"] = progress.run("The day's largest job at a glance", one_job)
+    else:
+        progress.skip("The day's largest job at a glance", "needs the label store")
+        results["job"] = ("skipped", "needs the label store")
     if nightly_summary:
         from wattclass.fsutil import atomic_write_text
 
@@ -317,6 +333,7 @@ def _summary(paths: DemoPaths, results: dict[str, tuple[str, str]]) -> str:
         if step in ok:
             lines.append(f"  {what + ':':<52}{where}")
     if "nightly" in ok:
+        lines.append(f"One job at a glance:  wattclass job JOBID --data-root {paths.data_root}")
         lines.append(f"Explain one decision: wattclass policy explain --policy {_policy_path()} "
                      f"--table {paths.label_table} --user alice --name train_llm.sh --account llm")
     missing = [k for k, (st, _) in results.items() if st != "ok"]
