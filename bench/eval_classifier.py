@@ -13,7 +13,7 @@ production daemon's windows. Three evaluations, all at job level (accuracy, conf
    GPM): the rule's job labels there vs the labels of models trained on replayed windows only
    (the all-data model, and the hold-out model that never saw that session's jobs).
 
-Two truths are reported. ``rule``: the DESIGN.md job rule over all of a job's windows, exactly as
+Two truths are reported. ``rule``: the docs/design.md job rule over all of a job's windows, exactly as
 ``classify`` applies it. ``clean``: the same rule over the job's windows of at least 5 s (all of
 them if it has none). The daemon takes one GPM snapshot per 10 s period, so a short segment at a
 job boundary carries GPM that is mostly the neighbouring job's; the collected jobs are only 13 s

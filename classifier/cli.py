@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import logging
-import sys
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from wattclass.errors import ConfigError
+from wattclass.progress import FileProgress
 
 log = logging.getLogger("wattclass.classifier")
 
@@ -73,30 +73,6 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     m.set_defaults(func=lambda a: (m.print_help(), 2)[1])
 
 
-class Progress:
-    """A one-line progress bar on stderr, only when stderr is a terminal."""
-
-    def __init__(self, stream: IO[str] | None = None) -> None:
-        # sys.stderr looked up now, not at import: it may have been replaced since (pytest, daemons)
-        self.stream = stream if stream is not None else sys.stderr
-        self.enabled = self.stream.isatty()
-        self.total = 0
-
-    def set_total(self, n: int) -> None:
-        self.total = n
-
-    def __call__(self, i: int, path: Path) -> None:
-        if not self.enabled or not self.total:
-            return
-        done = i + 1
-        width = 30
-        fill = int(width * done / self.total)
-        self.stream.write(f"\r[{'#' * fill}{' ' * (width - fill)}] {done}/{self.total} files")
-        if done == self.total:
-            self.stream.write("\n")
-        self.stream.flush()
-
-
 def _load(model_dir: Path | None, required: bool) -> Any:
     from wattclass.classifier.model import default_model_dir, load_model
     from wattclass.errors import DataError
@@ -124,7 +100,7 @@ def cmd_classify(args: argparse.Namespace) -> int:
         from wattclass.errors import DataError
 
         raise DataError(f"no telemetry Parquet files under {', '.join(map(str, args.telemetry))}")
-    progress = Progress()
+    progress = FileProgress()
     progress.set_total(len(files))
     drop = GPM_COLUMNS if args.drop_gpm else ()
     res = label_files_local(files, model, args.source, drop_columns=drop, on_file=progress)
@@ -189,7 +165,7 @@ def cmd_nightly(args: argparse.Namespace) -> int:
         log.info("using job records from %s", default_jobs)
         jobs_file = default_jobs
     slurm = _slurm_client(jobs_file)
-    progress = Progress()
+    progress = FileProgress()
     summary = run_nightly(opts, slurm, on_file=progress, files_total=progress.set_total)
     emit(summary, args.json, _human_summary)
     return 0

@@ -278,4 +278,5 @@ def finalize(partials: pa.Table) -> pd.DataFrame:
         jobs[f"{f}_min"] = jobs.pop(f"{f}__min")
         jobs[f"{f}_max"] = jobs.pop(f"{f}__max")
         jobs = jobs.drop(columns=[f"{f}__w", f"{f}__s", f"{f}__q"])
-    return jobs.reset_index()
+    out: pd.DataFrame = jobs.reset_index()
+    return out

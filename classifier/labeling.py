@@ -6,7 +6,7 @@ window class; all of it folded into mergeable per-job partial
 aggregates. Nothing per window outlives its row group except an optional small random sample of
 GPM-labelled windows for retraining (a few per job and row group).
 
-Per job (``decide``): source ``rule`` when every window of the job has GPM (DESIGN.md: "present
+Per job (``decide``): source ``rule`` when every window of the job has GPM (docs/design.md: "present
 and not null"); otherwise ``model:<version>``, whose window counts take the rule's class for the
 job's GPM windows (they are the truth) and the model's class for the rest.
 """
@@ -92,7 +92,8 @@ def decide(jobs: pd.DataFrame, model: WindowModel | None, source: Source = "auto
     use_rule = (n_gpm >= n) if source != "model" else np.zeros(len(jobs), dtype=bool)
     r_lab = rules.job_labels(jobs["r_idle"], jobs["r_compute"], jobs["r_memory"])
     r_conf = rules.job_confidence(jobs["r_idle"], jobs["r_compute"], jobs["r_memory"], r_lab)
-    label = np.asarray(np.where(use_rule, rules.label_names(r_lab), None), dtype=object)
+    no_label = np.full(len(jobs), None, dtype=object)
+    label = np.where(use_rule, rules.label_names(r_lab), no_label).astype(object)
     conf = np.asarray(np.where(use_rule, r_conf, np.nan), dtype=np.float64)
     src = np.asarray(np.where(use_rule, "rule", "none"), dtype=object)
     if model is not None and source != "rule":

@@ -3,7 +3,7 @@
 Why a *window-level* model aggregated to jobs (not one row per job): real training data is a few
 dozen jobs, far too few rows for a job-level model over four classes (the development set has one
 ``mixed`` job). Windows give hundreds of rows; the model predicts the GPM rule's *window* class
-(idle/compute/memory) from basic NVML columns, and the job label is the DESIGN.md job rule applied
+(idle/compute/memory) from basic NVML columns, and the job label is the docs/design.md job rule applied
 to the windows' predicted classes (``job_from_counts``). So ``mixed`` needs no training
 examples of its own: it emerges from a job's windows, as it does for the rule. Training weights
 every job equally (long jobs do not drown short ones).

@@ -1,6 +1,6 @@
 """Find telemetry files and stream them row group by row group, conformed to telemetry v1.
 
-A data root holds ``telemetry/date=YYYY-MM-DD/host=<host>/*.parquet`` (DESIGN.md). Readers never
+A data root holds ``telemetry/date=YYYY-MM-DD/host=<host>/*.parquet`` (docs/design.md). Readers never
 hold a whole day in memory: each row group is conformed and handed on, then dropped. A file that
 Parquet cannot read is skipped with a warning naming it (the rest of the night still counts); a file
 that lacks a required column is a DataError naming file and column, because that is a writer bug

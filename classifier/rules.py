@@ -1,4 +1,4 @@
-"""The GPM roofline rule: the ground truth wherever GPM metrics exist (DESIGN.md, "Labels").
+"""The GPM roofline rule: the ground truth wherever GPM metrics exist (docs/design.md, "Labels").
 
 Window: ``idle`` if sm_util < 10; else ``compute`` if max(tensor, fp64, fp32, fp16 util) >=
 dram_bw_util, else ``memory`` (the busiest unit is the bottleneck). ``memory`` needs every compute
@@ -7,7 +7,7 @@ pipes) the window is ``PIPE_GAP``, not memory, since an FP64 job looks memory-bo
 cannot see its pipe; such jobs go to the model like jobs without GPM, and their label says why.
 Job: ``idle`` if under half its windows are active; else ``compute`` if >= 70% of the active
 windows are compute, ``memory`` if <= 30%, else ``mixed``. Windows are *counted* (not weighted by
-duration), exactly as the reference converter (shared/tools/windows.py) that produced jobs.csv.
+duration), exactly as the reference converter that produced the bundled jobs.csv.
 
 Confidence (our choice, see ``job_confidence``): the probability that the job's label would stay
 the same if we saw more windows of the same job. Each job label is a statement about two shares

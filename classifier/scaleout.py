@@ -154,7 +154,7 @@ def slurm_cluster(cfg: SlurmConfig) -> Any:
     machine must be a Slurm submit host that the compute nodes can reach on the network.
     """
     try:
-        from dask_jobqueue import SLURMCluster
+        from dask_jobqueue.slurm import SLURMCluster
     except ImportError as exc:
         raise ConfigError(
             "kind = 'slurm' needs dask-jobqueue: pip install 'wattclass[dask]' (or dask-jobqueue)"

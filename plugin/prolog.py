@@ -50,7 +50,6 @@ log = logging.getLogger("wattclass.plugin.prolog")
 
 DEFAULT_STATE = Path("/run/wattclass/caps")
 DEFAULT_LOG = Path("/var/log/wattclass/plugin.log")
-PROC_GPUS = Path("/proc/driver/nvidia/gpus")
 _UUID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
@@ -104,20 +103,15 @@ def load_gpu_map(path: Path) -> dict[str, str]:
     return {str(k): v for k, v in doc.items()}
 
 
-def discover_gpu_map(proc_root: Path = PROC_GPUS) -> dict[str, str]:
-    """Slurm index -> PCI bus id from the NVIDIA driver's /proc: index i is /dev/nvidia<i>.
+def discover_gpu_map(backend: GpuBackend) -> dict[str, str]:
+    """Slurm index -> GPU UUID from each GPU's minor number (NVML): index i is /dev/nvidia<i>.
 
     This holds for gres.conf ``File=/dev/nvidia[0-N]`` (Slurm numbers GPUs in File order and the
     device minor is the N of /dev/nvidiaN); other layouts need an explicit ``--gpu-map``.
     """
-    out: dict[str, str] = {}
-    for info in sorted(Path(proc_root).glob("*/information")):
-        for line in info.read_text(errors="replace").splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "Device Minor":
-                out[value.strip()] = info.parent.name
+    out = {str(g.minor_number): g.uuid for g in backend.gpus() if g.minor_number is not None}
     if not out:
-        raise ConfigError(f"{proc_root}: no NVIDIA GPUs found; pass --gpu-map")
+        raise ConfigError("the GPU backend reports no device minor numbers; pass --gpu-map")
     return out
 
 
@@ -377,13 +371,18 @@ def run_hook(hook: str, args: argparse.Namespace, env: Mapping[str, str] | None 
                 return 0
             from wattclass.slurm.commands import CommandSlurmClient
 
-            get_comment = CommandSlurmClient(timeout=args.slurm_timeout).admin_comment
+            slurm = CommandSlurmClient(timeout=args.slurm_timeout)
+            get_comment: Callable[[str], str | None] = slurm.admin_comment
             if args.admin_comment is not None:
                 if not args.dry_run:  # the decision must come from Slurm when caps are applied
                     raise ConfigError("--admin-comment is only allowed with --dry-run")
                 fixed: str = args.admin_comment
-                get_comment = lambda _job_id: fixed  # noqa: E731
-            gpu_map = load_gpu_map(args.gpu_map) if args.gpu_map else discover_gpu_map()
+
+                def fixed_comment(_job_id: str) -> str | None:
+                    return fixed
+
+                get_comment = fixed_comment
+            gpu_map = load_gpu_map(args.gpu_map) if args.gpu_map else discover_gpu_map(backend)
             plan = prolog(env, backend, get_comment, gpu_map, args.jobs_dir, args.state_dir,
                           dry_run=args.dry_run, hpc_job_dir=args.hpc_job_mapping_dir)
             if args.dry_run:

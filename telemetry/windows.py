@@ -5,8 +5,9 @@ the poll's. An interval belongs to the window *and the job* seen at its *start* 
 (``floor(t_prev / period)``, the job seen at ``t_prev``), so the window ``[kP, (k+1)P)`` is closed
 by the first poll at or after ``(k+1)P`` -- at that very poll, with no waiting.
 
-Why sparse energy: reading the cumulative energy counter is the one expensive NVML call (about
-2.7 ms on an H200 VM against a few microseconds for every other field), so the daemon reads it
+Why sparse energy: reading the cumulative energy counter is the one expensive NVML call
+(milliseconds against microseconds for every other field: docs/benchmarks.md, "Per NVML call"),
+so the daemon reads it
 only at *energy points*: the first poll, every poll that closes a window, every poll that sees
 a different job than the poll before, and the poll after a gap or a GPU error
 (``needs_energy``). All other polls are cheap (no counter). Energy is the counter difference
@@ -186,6 +187,7 @@ class WindowBuilder:
             or sample.ts - prev.ts > self.split_gap
         )
 
+    # long: where a poll meets the window, job and energy-point state, whose invariants span it all
     def add(self, info: GpuInfo, sample: GpuSample, job: Job, gpm: object | None,
             gpm_fn: GpmFn) -> list[Row]:
         """Feed one poll; returns the rows of windows this poll closed.

@@ -1,4 +1,4 @@
-"""The GPM window and job rules (DESIGN.md "Labels") and the rule confidence."""
+"""The GPM window and job rules (docs/design.md "Labels") and the rule confidence."""
 
 from __future__ import annotations
 

@@ -217,7 +217,7 @@ def test_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def _rule_job_label(w: pd.DataFrame) -> str:
-    """DESIGN.md's GPM rule, restated here to check the replayed windows keep their class."""
+    """docs/design.md's GPM rule, restated here to check the replayed windows keep their class."""
     active = w["sm_util_pct"] >= 10
     if active.mean() < 0.5:
         return "idle"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import subprocess
@@ -97,3 +98,25 @@ def test_label_table_rejects_unknown_label(tmp_path: Path) -> None:
 
 def test_schema_is_pyarrow_schema() -> None:
     assert isinstance(schema.TELEMETRY_V1, pa.Schema)
+
+
+class _Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_file_progress_draws_on_a_terminal_only() -> None:
+    from wattclass.progress import FileProgress
+
+    tty = _Tty()
+    p = FileProgress(stream=tty)
+    p.set_total(3)
+    for i in range(3):
+        p(i, Path(f"f{i}.parquet"))
+    assert "3/3" in tty.getvalue()
+    pipe = io.StringIO()
+    q = FileProgress(stream=pipe)
+    q.set_total(2)
+    q(0, Path("a"))
+    q(1, Path("b"))
+    assert pipe.getvalue() == ""

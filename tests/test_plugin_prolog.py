@@ -15,7 +15,14 @@ from wattclass.gpu import open_backend
 from wattclass.gpu.filestate import FileStateBackend
 from wattclass.jobmap import read_job_file
 from wattclass.plugin.install import render_hook, render_job_submit
-from wattclass.plugin.prolog import epilog, parse_admin_comment, prolog, reconcile
+from wattclass.plugin.prolog import (
+    discover_gpu_map,
+    epilog,
+    parse_admin_comment,
+    prolog,
+    reconcile,
+    resolve_gpus,
+)
 from wattclass.slurm.commands import run_slurm
 
 MEM = "wattclass:label=memory;conf=0.93;cap=60%;src=rule;mode=enforce"
@@ -36,6 +43,14 @@ def test_filestate_rejects_limits_outside_min_max(tmp_path: Path) -> None:
         be.set_power_limit_w(0, 150.0)
     be.set_power_limit_w(1, 300.0)
     assert open_backend(f"filestate:{tmp_path / 'g.json'}").power_limit_w(1) == 300.0
+
+
+def test_default_gpu_map_comes_from_minor_numbers(tmp_path: Path) -> None:
+    """Slurm's index N is /dev/nvidiaN: the map follows the minor numbers, not NVML's order."""
+    be = FileStateBackend.create(tmp_path / "g.json", 4, order=[3, 2, 1, 0])
+    gpu_map = discover_gpu_map(be)
+    assert gpu_map == {str(3 - i): be.gpus()[i].uuid for i in range(4)}
+    assert [g.gpu_index for g in resolve_gpus(be, "0,1", gpu_map)] == [3, 2]
 
 
 def test_prolog_maps_by_bus_id_caps_and_epilog_restores(tmp_path: Path) -> None:

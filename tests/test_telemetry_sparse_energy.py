@@ -1,9 +1,10 @@
 """The energy counter is read only where exact accounting needs it, and stays exact.
 
-The counter read is the one expensive NVML call (2.7 ms on an H200 VM, against microseconds for
-every other field), so the daemon reads it at the first poll, window closes, job changes and
-after gaps only. These tests count the reads at the hardware boundary (a replay backend) and
-check that window and job energies are still counter differences.
+The counter read is the one expensive NVML call (docs/benchmarks.md, "Per NVML call":
+milliseconds against microseconds for every other field), so the daemon reads it at the first
+poll, window closes, job changes and after gaps only. These tests count the reads at the
+hardware boundary (a replay backend) and check that window and job energies are still counter
+differences.
 """
 
 from __future__ import annotations

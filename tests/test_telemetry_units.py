@@ -230,6 +230,9 @@ class FakeNvml:
     def nvmlDeviceGetUUID(self, h: str) -> str:
         return "GPU-fake"
 
+    def nvmlDeviceGetMinorNumber(self, h: str) -> int:
+        return 3
+
     def nvmlDeviceGetName(self, h: str) -> bytes:
         return b"Fake GPU"
 
@@ -249,7 +252,7 @@ def test_nvml_unsupported_fields_are_none_and_lost_gpu_is_typed() -> None:
     assert info.uuid == "GPU-fake" and info.model == "Fake GPU" and not info.gpm_supported
     assert info.power_limit_min_w is None
     s = b.sample(0)
-    # The cheap poll never touches the energy counter (2.7 ms per read on an H200 VM) ...
+    # The cheap poll never touches the energy counter (docs/benchmarks.md, "Per NVML call") ...
     assert s.energy_mj is None and s.power_w == 250.0
     assert nv.energy_calls == 0 and 83 not in nv.field_ids
     # ... which is read on its own, only when asked for.

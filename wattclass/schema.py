@@ -1,7 +1,7 @@
 """Telemetry v1: the one row per GPU per window that every component reads or writes.
 
 Declared once, as data, so the daemon, the classifier and the fleet generator cannot drift.
-See DESIGN.md ("Telemetry v1"). Readers must tolerate missing *nullable* columns; the
+See docs/design.md ("Telemetry v1"). Readers must tolerate missing *nullable* columns; the
 columns in REQUIRED_COLUMNS must be present.
 """
 
@@ -115,4 +115,4 @@ def schema_version_of(path: Path) -> str | None:
     raw = meta.get(METADATA_KEY)
     if raw is None:
         return None
-    return raw.decode().rpartition("/")[2]
+    return str(raw.decode()).rpartition("/")[2]

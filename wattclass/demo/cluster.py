@@ -339,6 +339,7 @@ def _submissions(
     return pd.DataFrame(rows)
 
 
+# long: one linear recipe (nodes, schedule, splice, write) that reads best top to bottom
 def build_cluster(
     raw_dir: Path,
     out: Path,
@@ -389,7 +390,10 @@ def build_cluster(
             )
             atomic_write_text(node_dir / f"{part}_runs.csv", runs_df.to_csv(index=False))
 
-    iso = lambda s: dt.datetime.fromtimestamp(t0 + s, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")  # noqa: E731
+
+    def iso(s: float) -> str:
+        return dt.datetime.fromtimestamp(t0 + s, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
     jobs_df = pd.DataFrame(
         [
             {

@@ -207,6 +207,7 @@ def write_decisions(table_path: Path, submissions: Path, out: Path) -> Any:
     return df
 
 
+# long: the five demo steps in order, each a short closure, so the flow reads as the README tells it
 def run_demo(out: Path, stream: TextIO | None = None, spec: Any = None) -> dict[str, tuple[str, str]]:
     """Run every step; returns {step: (status, detail)}. See the module docstring."""
     from wattclass.demo.cluster import ClusterManifest, ClusterSpec, build_cluster, bundled_raw_dir

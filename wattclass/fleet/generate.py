@@ -12,7 +12,7 @@ telemetry daemons write it:
   <root>/jobs/date=YYYY-MM-DD/truth.parquet                   (job_id -> real job replayed)
   <root>/jobs/date=YYYY-MM-DD/fleet.json                      (what was generated, how long)
 
-Every GPU has exactly one row per window; windows with no job have a null job_id (DESIGN.md).
+Every GPU has exactly one row per window; windows with no job have a null job_id (docs/design.md).
 Memory is bounded by one host-hour per worker, whatever the fleet size; hosts are rendered in
 parallel worker processes, each from its own seeded random stream, so the output is identical
 for a seed whatever ``workers`` is.

@@ -96,6 +96,7 @@ class Population:
     w_multi: np.ndarray  # pick probability among multi-node templates
 
 
+# long: one seeded random draw after another; splitting would spread the seed order over functions
 def make_population(spec: FleetSpec, n_profiles: int) -> Population:
     """Users (Zipf-like activity), their accounts and their recurring job names."""
     rng = np.random.default_rng([spec.seed, spec.gpus, 101])
@@ -221,6 +222,7 @@ def _duration(rng: np.random.Generator, median_w: int) -> int:
     return int(np.clip(round(rng.lognormal(np.log(median_w), 0.6)), 3, _MAX_DURATION_W))
 
 
+# long: one packing pass over hosts whose local state (reservations, cursors) the steps share
 def build_schedule(spec: FleetSpec, pop: Population) -> Schedule:
     """Place multi-node jobs first (they need whole hosts at once), then fill each host's GPUs."""
     rng = np.random.default_rng([spec.seed, (spec.date - _EPOCH).days, 202])

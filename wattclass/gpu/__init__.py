@@ -8,6 +8,7 @@ Backends are imported lazily so a host without pynvml can still replay.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from wattclass.errors import ConfigError
 from wattclass.gpu.base import GpuBackend
@@ -15,7 +16,7 @@ from wattclass.gpu.base import GpuBackend
 SPEC_HELP = "nvml | replay:DIR | filestate:PATH"
 
 
-def open_backend(spec: str, **options: object) -> GpuBackend:
+def open_backend(spec: str, **options: Any) -> GpuBackend:
     """Open the backend named by ``spec``; ``options`` go to its constructor (e.g. replay speed)."""
     kind, _, arg = spec.partition(":")
     if kind == "nvml" and not arg:

@@ -30,6 +30,9 @@ class GpuInfo(NamedTuple):
     power_limit_min_w: float | None
     power_limit_max_w: float | None
     gpm_supported: bool
+    #: The N of /dev/nvidiaN (NVML's minor number): Slurm's GPU index where gres.conf lists
+    #: ``File=/dev/nvidia[0-N]``. None where the backend has no device files (replay).
+    minor_number: int | None = None
 
 
 class GpuSample(NamedTuple):
@@ -107,9 +110,9 @@ class GpuBackend(abc.ABC):
     def energy_mj(self, index: int) -> int | None:
         """The cumulative energy counter (mJ) now; None where unsupported.
 
-        Separate from ``sample`` because on an H200 VM this one read costs about 2.7 ms while
-        every other field costs microseconds; the window builder asks for it only at window
-        closes, job changes, gaps and the first poll.
+        Separate from ``sample`` because on an H200 VM this one read costs milliseconds while
+        every other field costs microseconds (docs/benchmarks.md, "Per NVML call"); the window
+        builder asks for it only at window closes, job changes, gaps and the first poll.
         """
         return self.sample(index).energy_mj
 

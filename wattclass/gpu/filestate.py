@@ -66,6 +66,7 @@ class FileStateBackend(GpuBackend):
                 "index": i,
                 "uuid": f"GPU-fa4e0000-0000-4000-8000-{order[i]:012d}",
                 "pci_bus_id": f"00000000:{0x19 + 0x10 * order[i]:02X}:00.0",
+                "minor": order[i],  # the driver numbers /dev/nvidiaN in PCI bus order
                 "model": model,
                 "default_w": float(default_w),
                 "min_w": float(min_w),
@@ -120,6 +121,7 @@ class FileStateBackend(GpuBackend):
                 power_limit_min_w=float(g["min_w"]),
                 power_limit_max_w=float(g["max_w"]),
                 gpm_supported=False,
+                minor_number=int(g.get("minor", g["index"])),
             )
             for g in self._gpus
         ]

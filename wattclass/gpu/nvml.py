@@ -1,12 +1,12 @@
 """Real GPUs through pynvml (the ``nvidia-ml-py`` distribution).
 
-Why this call set: NVML calls on an H200 cost about 0.1-1 ms each and the daemon polls every
-GPU every second, so each poll uses as few calls as possible:
+Why this call set: the daemon polls every GPU every second, so each poll uses as few NVML calls
+as possible:
 
 * the energy counter only in ``energy_mj`` (``nvmlDeviceGetTotalEnergyConsumption``), which
   the daemon calls only at window closes, job changes, gaps and the first poll: on the H200 VM
-  (driver 580) that one read costs 2.7 ms wall / 3.9 ms CPU, alone or inside FieldValues,
-  while every other call below costs 2-7 us;
+  (driver 580) that one read costs milliseconds, alone or inside FieldValues, while every
+  other call below costs microseconds (docs/benchmarks.md, "Per NVML call");
 * one batched ``nvmlDeviceGetFieldValues`` for the instantaneous power and the enforced power
   limit, *without* the energy field (per-GPU fallback to PowerUsage / EnforcedPowerLimit when a
   field id is rejected by an older driver, decided once per GPU);
@@ -40,7 +40,7 @@ from wattclass.gpu.base import GpmMetrics, GpuBackend, GpuInfo, GpuProcess, GpuS
 F = TypeVar("F", bound=Callable[..., Any])
 
 #: GPM metric ids (nvml.h NVML_GPM_METRIC_*) in GpmMetrics field order; the ones the H200
-#: probe (shared/tools/h200_probe.py) confirmed.
+#: probe that recorded wattclass/data/h200 confirmed.
 GPM_METRIC_IDS: tuple[tuple[str, int], ...] = (
     ("sm_util_pct", 2),
     ("sm_occupancy_pct", 3),
@@ -173,6 +173,7 @@ class NvmlBackend(GpuBackend):
                     power_limit_min_w=cons[0] / 1e3 if cons is not None else None,
                     power_limit_max_w=cons[1] / 1e3 if cons is not None else None,
                     gpm_supported=gpm,
+                    minor_number=self._opt(nv.nvmlDeviceGetMinorNumber, h),
                 )
             )
 
@@ -261,7 +262,8 @@ class NvmlBackend(GpuBackend):
         self._gpm_next[index] = (i + 1) % _GPM_RING
         buf = ring[i]
         self._nv.nvmlGpmSampleGet(self._handles[index], buf)
-        return buf
+        sample: object = buf
+        return sample
 
     @nvml_errors
     def gpm_metrics(self, index: int, first: object, second: object) -> GpmMetrics:

@@ -1,6 +1,6 @@
 """Replay: recorded 1 Hz GPU data played back as live GPUs.
 
-Input is a folder in the probe format (shared/tools/h200_probe.py, data/h200/raw): parts named
+Input is a folder in the probe format (wattclass/data/h200/README.md, data/h200/raw): parts named
 ``<part>_caps.json``, ``<part>_samples_1hz.parquet`` and ``<part>_runs.csv``.
 
 Conventions (other components rely on them):
@@ -14,9 +14,10 @@ Conventions (other components rely on them):
   ``job_id``, ``user``, and ``uuid`` (the GPU a row belongs to, when a runs file lists several).
   Otherwise job ids count up from ``first_job_id`` (5001) over the rows of all parts sorted by
   part name, and users cycle ayaka, bruno, chen, dana by the row's index within its part -- the
-  convention of shared/tools/windows.py, so the bundled recording reproduces job ids 5001-5021.
+  convention of the reference converter that built the bundled windows, so the bundled
+  recording reproduces job ids 5001-5021.
   A job holds its GPU from ``start`` to ``end + 0.5 s`` (the probe's poll after the end still
-  belongs to it, as in windows.py).
+  belongs to it, as in that converter).
 * The running job is exposed through ``processes()`` (a GpuProcess with job_id and user), so
   the daemon's no-Prolog-file attribution path is the one exercised.
 
@@ -102,6 +103,7 @@ class ReplayBackend(GpuBackend):
 
     name = "replay"
 
+    # long: reads and checks every part of a recording once, so playback needs no further checks
     def __init__(
         self,
         folder: Path,

@@ -25,8 +25,8 @@ H200_PEAK_TFLOPS: dict[str, float] = {
     "fp16_util_pct": 134.0,  # FP16 non-tensor (2 x FP32 on Hopper)
 }
 
-#: The example policy's caps (deploy/policy.example.toml): the savings estimate's caps when no
-#: policy or decisions are given.
+#: The example policy's caps (deploy/policy.example.toml, docs/design.md): the savings estimate's
+#: caps when no policy or decisions are given.
 DEFAULT_CAPS: dict[str, str] = {"compute": "100%", "memory": "60%", "mixed": "85%", "idle": "40%"}
 
 #: Published anchor for the slowdown of a memory-bound job under a cap (Samsi et al.: a 250->175 W

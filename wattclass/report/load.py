@@ -55,7 +55,8 @@ def read_telemetry_files(files: list[Path]) -> pd.DataFrame:
         raise DataError("no telemetry files to read")
     df = pa.concat_tables(tables).to_pandas()
     df["job_id"] = df["job_id"].astype(object).where(df["job_id"].notna(), None)
-    return df
+    out: pd.DataFrame = df
+    return out
 
 
 def load_telemetry(root: Path, date: str | None = None) -> tuple[pd.DataFrame, str]:

@@ -15,6 +15,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
@@ -39,7 +40,7 @@ def to_png(fig: Figure) -> bytes:
     return buf.getvalue()
 
 
-def _bars(ax: plt.Axes, labels: Sequence[str], values: Sequence[float], fmt: str, title: str) -> None:
+def _bars(ax: Axes, labels: Sequence[str], values: Sequence[float], fmt: str, title: str) -> None:
     x = np.arange(len(labels))
     bars = ax.bar(x, values, color=[color(lab) for lab in labels])
     ax.set_xticks(x, labels)

@@ -4,7 +4,7 @@ Every command goes through ``run_slurm``: an argv list (never a shell, since job
 comments are user-controlled), a timeout (a hung slurmctld must not hang a Prolog forever),
 ``SLURM_CONF`` passed through, and any failure turned into a SlurmError naming the command.
 
-Facts from Slurm 22.05 (shared/notes/slurm-22.05.md): ``squeue --json`` ignores ``-j``/``-t`` so
+Facts from Slurm 22.05 (docs/slurm.md): ``squeue --json`` ignores ``-j``/``-t`` so
 we filter by job id here; ``scontrol --json`` does not exist; ``sacct --json`` needs slurmdbd.
 admin_comment is read with ``squeue -j ID -O admin_comment`` (that one field only), never parsed
 out of ``scontrol show job`` text, where a job name holding "AdminComment=" could forge it.
