@@ -35,6 +35,7 @@ def test_number_formats_hide_float_noise_and_keep_confidence_to_two_digits() -> 
     assert num(1e-19) == "0" and kwh(1e-19) == "0 Wh" and kwh(-3e-17) == "0 Wh"
     assert num(2.2e-9) == "<0.001" and num(0.0123) == "0.0123"
     assert num(12345.6) == "12,346" and num(3.14159) == "3.14"
+    assert num(np.int64(58)) == "58" and num(7) == "7" and num(np.float32(2.5)) == "2.50"
     assert [conf(v) for v in (0.9, 0.923, 1, None, "x")] == ["0.90", "0.92", "1.00", "-", "-"]
 
 
@@ -48,6 +49,11 @@ def test_tables_have_no_pandas_artefacts(windows: pd.DataFrame) -> None:
                               "reason": ["shadow", "low_confidence"], "cap": ["60%", None]})
     page = render_report(windows, labels, None, decisions)
     assert "col_0" not in page and "Unnamed" not in page
+    # Counts print as integers (the decisions crosstab, the jobs columns).
+    dec = page.split("<h2>Policy decisions</h2>")[1].split("<h2>")[0]
+    assert "<td>1</td>" in dec and ".00</td>" not in dec
+    users = page.split("<h3>Per user</h3>")[1].split("</table>")[0]
+    assert not re.search(r"<tr><td>[^<]+</td><td>\d+\.\d+</td>", users)  # the jobs column
     for t in _tables(page):
         head = re.search(r"<thead>(.*?)</thead>", t, flags=re.S)
         assert head is not None and head.group(1).count("<tr>") == 1  # one header row, no index-name row
@@ -90,6 +96,8 @@ def test_policy_caps_drive_the_savings_and_are_named(windows: pd.DataFrame, tmp_
     assert main(["report", *root_arg, "--out", str(out), "--policy", str(pol)]) == 0
     page = out.read_text()
     assert f"from the policy {pol} (enforce mode)" in page
+    dec = page.split("<h2>Policy decisions</h2>")[1].split("<h2>")[0]
+    assert "not available" not in dec and "<td>memory</td><td>100%</td>" in dec
     assert "Result: <b>0 Wh</b>" in page  # 100% caps save nothing
     out2 = tmp_path / "r2.html"
     assert main(["report", "--data-root", str(tmp_path / "root"), "--out", str(out2)]) == 0

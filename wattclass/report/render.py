@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import math
+import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -34,8 +35,13 @@ def num(v: object) -> str:
     tiny values as <0.001."""
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "-"
-    if not isinstance(v, int | float):
+    if isinstance(v, numbers.Integral) and not isinstance(v, bool):  # counts: 58, never 58.00
+        return f"{int(v):,d}"
+    if not isinstance(v, numbers.Real):
         return str(v)
+    v = float(v)
+    if math.isnan(v):
+        return "-"
     a = abs(float(v))
     if a < _ZERO:
         return "0"

@@ -231,6 +231,9 @@ def decision_keys(decisions: pd.DataFrame) -> pd.Series:
 
 def decisions(d: ReportData) -> Vars:
     dec = d.decisions
+    if (dec is None or dec.empty) and d.caps_source.startswith("from the policy "):
+        caps = pd.DataFrame({"label": list(d.savings.caps), "cap": list(d.savings.caps.values())})
+        return {"state": "policy", "source": d.caps_source, "table": table(caps)}
     if dec is None or dec.empty:
         return {"state": "missing"}
     if not {"status", "reason"} <= set(dec.columns):
