@@ -102,6 +102,16 @@ def test_policy_caps_drive_the_savings_and_are_named(windows: pd.DataFrame, tmp_
     out2 = tmp_path / "r2.html"
     assert main(["report", "--data-root", str(tmp_path / "root"), "--out", str(out2)]) == 0
     assert "the example policy, deploy/policy.example.toml" in out2.read_text()
+    assert "<h3>Per account</h3>" not in out2.read_text()
+    # Slurm job records of the day (the fleet generator's layout) give the per-account table.
+    jobs = tmp_path / "root" / "jobs" / "date=2026-11-29"
+    jobs.mkdir(parents=True)
+    ids = sorted(pd.read_parquet(h200_telemetry)["job_id"].dropna().unique())
+    pd.DataFrame({"job_id": ids, "account": ["astro" if int(j) % 2 else "bio" for j in ids]}).to_parquet(
+        jobs / "jobs.parquet")
+    assert main(["report", *root_arg, "--out", str(out2)]) == 0
+    acct = out2.read_text().split("<h3>Per account</h3>")[1].split("</table>")[0]
+    assert "<td>astro</td>" in acct and "<td>bio</td>" in acct
     assert "Result: <b>0 Wh</b>" not in out2.read_text()
     assert main(["report", "--data-root", str(tmp_path / "root"), "--out", str(out2),
                  "--policy", str(tmp_path / "nope.toml")]) == 2

@@ -64,13 +64,15 @@ def render_report(
     max_gpus: int = 16,
     caps: Mapping[str, str] | None = None,
     caps_source: str | None = None,
+    job_records: pd.DataFrame | None = None,
 ) -> str:
     """The report as one HTML document. ``windows`` are telemetry v1 rows; see module docstring.
 
     Without ``labels`` the job labels are computed with the classifier's GPM rule
     (``wattclass.classifier.rules``) on the telemetry (windows without GPM do not count).
     ``caps`` (label -> "60%"/"350W", e.g. from ``--policy``) win over caps read from the decisions;
-    without either, the example policy's caps are used and the page says so.
+    without either, the example policy's caps are used and the page says so. ``job_records``
+    (Slurm records with ``account``) give the per-account table where the labels have no account.
     """
     from wattclass.report import estimates as est
     from wattclass.report import render
@@ -88,8 +90,10 @@ def render_report(
             "computed here with the GPM rule of wattclass.classifier.rules (no label store found)"
         )
     w = est.attach_labels(w, labels)
-    if "account" in labels.columns and "account" not in w.columns:
-        w["account"] = w["job_id"].map(labels.drop_duplicates("job_id").set_index("job_id")["account"])
+    acct_src = labels if "account" in labels.columns else job_records
+    if acct_src is not None and {"job_id", "account"} <= set(acct_src.columns) and "account" not in w.columns:
+        acct = acct_src.astype({"job_id": str}).drop_duplicates("job_id", keep="last").set_index("job_id")
+        w["account"] = w["job_id"].map(acct["account"])
     if caps is not None:
         used_caps: dict[str, str] | None = {**est.DEFAULT_CAPS, **dict(caps)}
         src = caps_source or "from the policy"
@@ -148,6 +152,7 @@ def write_report(
         provenance=inputs.provenance,
         caps=caps,
         caps_source=caps_source,
+        job_records=inputs.job_records,
     )
     atomic_write_text(Path(out), page)
     return Path(out)

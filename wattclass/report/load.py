@@ -29,6 +29,7 @@ class ReportInputs:
     decisions: pd.DataFrame | None = None
     provenance: dict[str, str] = field(default_factory=dict)
     date: str | None = None
+    job_records: pd.DataFrame | None = None  # Slurm records (job_id, user, account...) of the day
 
 
 def telemetry_dates(root: Path) -> list[str]:
@@ -185,4 +186,10 @@ def load_inputs(
     if dfile is not None:
         decisions = read_table_file(dfile, "decisions")
         prov["policy decisions"] = str(dfile)
-    return ReportInputs(windows, labels, metrics, decisions, prov, day)
+    records = None
+    for rfile in (root / "jobs" / f"date={day}" / "jobs.parquet", root / "jobs" / f"date={day}" / "jobs.csv"):
+        if rfile.is_file():
+            records = read_table_file(rfile, "job records")
+            prov["job records"] = f"{rfile} (accounts)"
+            break
+    return ReportInputs(windows, labels, metrics, decisions, prov, day, records)

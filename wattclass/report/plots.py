@@ -7,6 +7,7 @@ so a node or CI machine with no display renders the same pictures.
 from __future__ import annotations
 
 import io
+import math
 from collections.abc import Sequence
 
 import matplotlib
@@ -105,12 +106,16 @@ def power_timeline(w: pd.DataFrame, max_gpus: int = 16) -> bytes:
 def fleet_power(w: pd.DataFrame, bins: int = 288) -> bytes:
     """Total power of all GPUs over time, stacked by label: the view that stays readable at 1,000 GPUs.
 
-    Each window adds its mean power to the time bins it overlaps (bin = the span / ``bins``, 5 min
-    for a day); a bin's height is the energy in it over its length, so the area is the energy.
+    Each window's energy goes to the time bin of its midpoint (about ``bins`` bins over the span,
+    each a whole number of windows long: 5 min for a day of 10 s windows); a bin's height is its
+    energy over its length, so the area is the energy.
     """
     t0 = w["ts_start"].min()
     span = max((w["ts_end"].max() - t0).total_seconds(), 1.0)
-    width = span / bins
+    # Bins a whole number of windows wide, so each bin holds as many windows per GPU (else stripes).
+    wlen = float((w["ts_end"] - w["ts_start"]).dt.total_seconds().median() or 1.0)
+    width = max(math.ceil(span / bins / wlen), 1) * wlen
+    bins = max(math.ceil(span / width), 1)
     s0 = (w["ts_start"] - t0).dt.total_seconds().to_numpy()
     s1 = (w["ts_end"] - t0).dt.total_seconds().to_numpy()
     e = w["energy_j"].astype(float).fillna(0).to_numpy()
