@@ -70,3 +70,13 @@ def test_unknown_job_and_bad_date_name_the_problem(root: Path, capsys: pytest.Ca
     assert main(["job", "999999", "--data-root", str(root)]) == 3
     assert "job 999999: not found" in capsys.readouterr().err
     assert main(["job", "5003", "--data-root", str(root), "--date", "29/11"]) == 2
+
+
+def test_without_duckdb_the_same_answer(root: Path, capsys: pytest.CaptureFixture[str],
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    want = _json(capsys, "5003", "--data-root", str(root), "--date", DAY)
+    monkeypatch.setitem(sys.modules, "duckdb", None)  # DuckDB is only in the dev/bench extras
+    got = _json(capsys, "5003", "--data-root", str(root), "--date", DAY)
+    assert got == want

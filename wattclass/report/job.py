@@ -116,12 +116,24 @@ def telemetry_files(root: Path, start: pd.Timestamp | None, end: pd.Timestamp | 
     return out
 
 
+def _read_with_arrow(files: Sequence[Path], job_id: str) -> pd.DataFrame:
+    """The same read with pyarrow alone (DuckDB is optional: the dev and bench extras)."""
+    import pyarrow.dataset as ds
+
+    from wattclass.schema import TELEMETRY_V1
+
+    d = ds.dataset([str(f) for f in files], format="parquet", schema=TELEMETRY_V1)
+    return d.to_table(columns=list(READ_COLUMNS), filter=ds.field("job_id") == job_id).to_pandas()
+
+
 def read_job_windows(files: Sequence[Path], job_id: str) -> pd.DataFrame:
     """The job's windows, reading only READ_COLUMNS (DuckDB, job_id filter pushed down)."""
-    import duckdb
-
     if not files:
         return pd.DataFrame(columns=list(READ_COLUMNS))
+    try:
+        import duckdb
+    except ImportError:
+        return _read_with_arrow(files, job_id)
     con = duckdb.connect()
     con.execute("SET threads TO 2")
     cols = ", ".join(READ_COLUMNS)
@@ -136,11 +148,13 @@ def read_job_windows(files: Sequence[Path], job_id: str) -> pd.DataFrame:
 def discover_hosts(root: Path, start: pd.Timestamp, job_id: str) -> list[str] | None:
     """The job's hosts from the hour it started (a job keeps its nodes): one small read of two
     columns instead of every host for every hour it ran. None where files are not hourly."""
-    import duckdb
-
     files = telemetry_files(root, start, start, None)
     if not files or not all(f.stem.isdigit() for f in files):
         return None
+    try:
+        import duckdb
+    except ImportError:
+        return sorted(set(_read_with_arrow(files, job_id)["host"].astype(str))) or None
     con = duckdb.connect()
     con.execute("SET threads TO 2")
     rows = con.execute("SELECT DISTINCT host FROM read_parquet(?) WHERE job_id = ?",
