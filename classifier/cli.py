@@ -49,6 +49,12 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     n.add_argument("--dask-config", type=Path, default=None,
                    help="with --engine dask: cluster TOML (deploy/dask-slurm.example.toml); "
                    "neither this nor --scheduler: a LocalCluster")
+    n.add_argument("--lock-timeout", type=float, default=0.0, metavar="SECONDS",
+                   help="if another nightly run holds DATA_ROOT/classifier, wait this long for it "
+                   "(default 0: exit 6 at once)")
+    n.add_argument("--allow-empty", action="store_true",
+                   help="exit 0 on a day without usable telemetry (default: exit 7, so a broken "
+                   "pipeline fails the timer's unit)")
     n.add_argument("--json", action="store_true")
     n.set_defaults(func=cmd_nightly)
 
@@ -104,11 +110,16 @@ def cmd_classify(args: argparse.Namespace) -> int:
     progress.set_total(len(files))
     drop = GPM_COLUMNS if args.drop_gpm else ()
     res = label_files_local(files, model, args.source, drop_columns=drop, on_file=progress)
+    if res.n_files == 0 and res.report.skipped_files:
+        from wattclass.errors import DataError
+
+        reasons = "; ".join(f"{p}: {why}" for p, why in sorted(res.report.skipped_files.items())[:5])
+        raise DataError(f"no usable telemetry file ({reasons})")
     write_labels(res.labels, args.out)
     data = {
         "out": str(args.out), "files": res.n_files, "windows": res.n_windows, "jobs": len(res.labels),
         "by_label": res.labels["label"].value_counts(dropna=False).rename(index=str).to_dict(),
-        "by_source": res.labels["source"].value_counts().to_dict(),
+        "by_source": res.labels["source"].value_counts().to_dict(), **res.report.summary(),
         "labels": res.labels.drop(columns=["start", "end"]).to_dict("records") if args.json else None,
     }
 
@@ -156,7 +167,7 @@ def cmd_nightly(args: argparse.Namespace) -> int:
     opts = NightlyOptions(data_root=args.data_root, date=date, table_out=table_out, policy=policy,
                           retrain=not args.no_retrain, base_training=tuple(bundled_training_sources()),
                           workers=max(1, args.workers), engine=args.engine, scheduler=args.scheduler,
-                          dask_config=args.dask_config)
+                          dask_config=args.dask_config, lock_timeout_s=max(0.0, args.lock_timeout))
     if args.engine != "dask" and (args.scheduler or args.dask_config):
         raise ConfigError("--scheduler and --dask-config need --engine dask")
     jobs_file = args.jobs_file
@@ -168,6 +179,11 @@ def cmd_nightly(args: argparse.Namespace) -> int:
     progress = FileProgress()
     summary = run_nightly(opts, slurm, on_file=progress, files_total=progress.set_total)
     emit(summary, args.json, _human_summary)
+    if summary.get("status") == "no telemetry" and not args.allow_empty:
+        from wattclass.errors import NoDataError
+
+        log.error("%s (exit %d; --allow-empty accepts such a day)", summary["message"], NoDataError.exit_code)
+        return NoDataError.exit_code
     return 0
 
 
@@ -176,6 +192,12 @@ def _human_summary(s: dict[str, Any]) -> str:
         return f"{s['date']}: {s.get('message', 'no data')}"
     lines = [f"{s['date']}: {s['jobs']} jobs, {s['windows']} windows in {s['files_read']} file(s), "
              f"model {s['model']}, {s['seconds']} s"]
+    skipped = s.get("skipped_files", {})
+    if skipped.get("count") or s.get("duplicate_windows") or s.get("rejected_rows", {}).get("count"):
+        lines.append(f"  input: {skipped.get('count', 0)} file(s) skipped "
+                     f"({', '.join(f'{k} {v}' for k, v in skipped.get('by_reason', {}).items()) or '-'}), "
+                     f"{s.get('duplicate_windows', 0)} duplicate window(s), "
+                     f"{s.get('rejected_rows', {}).get('count', 0)} impossible row(s) rejected")
     lines.append(f"  {'label':<11}{'jobs':>7}{'GPU-hours':>12}{'energy kWh':>12}")
     for lab, v in s["by_label"].items():
         if v["jobs"]:

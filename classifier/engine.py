@@ -25,8 +25,10 @@ Engines:
   equal the local engine's.
 
 A batch that cannot be scanned as a whole (an unreadable file, a file lacking a required column)
-is re-read file by file through ``reader.iter_tables``, which skips unreadable files with a
-warning and raises a DataError naming a file that lacks a required column.
+is re-read file by file through ``reader.iter_tables``, which skips such a file with a warning.
+Every scanned table then goes through the input rules of ``validity`` (impossible rows rejected,
+duplicate windows dropped) before any feature is computed; what they drop is counted in the
+``InputReport`` each unit of work returns, merged in chunk order like the partials.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ from wattclass.classifier.labeling import (
 from wattclass.classifier.model import TrainingSet, WindowModel
 from wattclass.classifier.reader import iter_tables
 from wattclass.classifier.training import window_rule_codes
+from wattclass.classifier.validity import RULE_INPUT_COLUMNS, InputReport, RowRules
 from wattclass.errors import DataError
 from wattclass.schema import REQUIRED_COLUMNS, TELEMETRY_V1
 
@@ -70,7 +73,7 @@ MERGE_EVERY = 16
 
 #: Columns the feature stage reads: keys, time, energy, model inputs, GPM rule inputs.
 SCAN_COLUMNS: tuple[str, ...] = tuple(
-    dict.fromkeys(("ts_start", "ts_end", "host", "job_id", "energy_j", *READ_COLUMNS))
+    dict.fromkeys(("ts_start", "ts_end", "host", "job_id", "energy_j", *RULE_INPUT_COLUMNS, *READ_COLUMNS))
 )
 _SCAN_SCHEMA = pa.schema([TELEMETRY_V1.field(c) for c in SCAN_COLUMNS])
 #: Columns every telemetry row has (non-null in v1); a null here means a file lacked the column.
@@ -86,6 +89,7 @@ class ChunkResult:
     sample: TrainingSet
     n_windows: int
     n_files: int
+    report: InputReport
 
 
 def _scan(files: Sequence[Path]) -> tuple[pa.Table, np.ndarray] | None:
@@ -118,7 +122,7 @@ def _scan(files: Sequence[Path]) -> tuple[pa.Table, np.ndarray] | None:
 
 
 def _tables(files: Sequence[Path], drop_columns: Sequence[str], on_file: Callable[[int, Path], None] | None,
-            batch_files: int) -> Iterator[tuple[pa.Table, np.ndarray, int]]:
+            batch_files: int, report: InputReport) -> Iterator[tuple[pa.Table, np.ndarray, int]]:
     """Yield (table, per-row file index, files read) per batch of files."""
     for start in range(0, len(files), max(1, batch_files)):
         batch = files[start:start + max(1, batch_files)]
@@ -129,7 +133,8 @@ def _tables(files: Sequence[Path], drop_columns: Sequence[str], on_file: Callabl
             yield scanned[0], scanned[1], len(batch)
             continue
         seen: dict[Path, int] = {}
-        for path, table in iter_tables(batch, drop_columns=drop_columns, columns=READ_COLUMNS):
+        for path, table in iter_tables(batch, drop_columns=drop_columns, columns=READ_COLUMNS,
+                                       report=report):
             k = seen.setdefault(path, len(seen))
             yield table, np.full(table.num_rows, k, dtype=np.int32), 0
         yield pa.table({}), np.zeros(0, dtype=np.int32), len(seen)
@@ -175,10 +180,17 @@ def label_chunk(
     partials: list[pa.Table] = []
     samples: list[TrainingSet] = []
     n_windows = n_files = 0
-    for table, file_idx, n_read in _tables(list(files), drop_columns, on_file, batch_files):
+    report = InputReport()
+    rules_ = RowRules(report)
+    for table, file_idx, n_read in _tables(list(files), drop_columns, on_file, batch_files, report):
         n_files += n_read
         if not table.num_rows:
             continue
+        keep = rules_.keep_mask(table)
+        if not keep.all():
+            table, file_idx = table.filter(pa.array(keep)), file_idx[keep]
+            if not table.num_rows:
+                continue
         n_windows += table.num_rows
         feats = window_features(table)
         counts = _batch_counts(table, feats, model, source)
@@ -189,7 +201,7 @@ def label_chunk(
         if len(partials) >= MERGE_EVERY:
             merged = merge_partials(partials)
             partials = [merged] if merged is not None else []
-    return ChunkResult(merge_partials(partials), TrainingSet.concat(samples), n_windows, n_files)
+    return ChunkResult(merge_partials(partials), TrainingSet.concat(samples), n_windows, n_files, report)
 
 
 def chunks_of(files: Sequence[Path], chunk_files: int = CHUNK_FILES) -> list[list[Path]]:
@@ -204,8 +216,11 @@ def _combine(results: Sequence[ChunkResult], model: WindowModel | None, source: 
 
     merged = merge_partials([r.partials for r in results if r.partials is not None])
     labels = decide(finalize(merged), model, source) if merged is not None else _empty_labels()
+    report = InputReport()
+    for r in results:
+        report.merge(r.report)
     return LabelResult(labels, sum(r.n_files for r in results), sum(r.n_windows for r in results),
-                       TrainingSet.concat([r.sample for r in results]))
+                       TrainingSet.concat([r.sample for r in results]), report)
 
 
 def _require_model(model: WindowModel | None, source: Source) -> None:

@@ -14,7 +14,7 @@ job's GPM windows (they are the truth) and the model's class for the rest.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -30,6 +30,7 @@ from wattclass.classifier.features import (
 )
 from wattclass.classifier.model import TrainingSet, WindowModel, job_from_counts
 from wattclass.classifier.training import window_rule_codes
+from wattclass.classifier.validity import InputReport
 
 log = logging.getLogger("wattclass.classifier")
 
@@ -51,6 +52,7 @@ class LabelResult:
     n_files: int
     n_windows: int
     sample: TrainingSet  # GPM-labelled windows kept for retraining (may be empty)
+    report: InputReport = field(default_factory=InputReport)  # skipped files, dropped rows
 
 
 def _batch_counts(

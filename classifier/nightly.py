@@ -12,7 +12,16 @@ Steps (each output written atomically; a crash leaves every file either old or n
 5. rebuild the submission label table from the label history (``table.build_entries``);
 6. summarise jobs, GPU-hours and energy per label; store and return the summary.
 
-A day without telemetry (or without any job windows) changes nothing but the summary.
+A day without telemetry (or without any job windows) changes nothing but the summary; its status
+says which (``no telemetry`` / ``no jobs``), and ``wattclass nightly`` exits 7 on the first unless
+``--allow-empty``: a broken pipeline must not look like a quiet night.
+
+Robustness (issue 9): the run holds ``<data_root>/classifier/wattclass.lock`` from start to end, so two runs
+never interleave their writes (a second one waits up to ``lock_timeout_s``, then LockBusyError);
+bad telemetry files and rows are skipped and counted by the rules in ``validity``; the user of a
+job is the one in Slurm's job record, never the one in telemetry (a process's environment is not
+proof of who ran it): a job without a record keeps no user, so it adds no user-keyed table entry
+(its telemetry user stays in ``telemetry_user`` for audits).
 """
 
 from __future__ import annotations
@@ -45,6 +54,7 @@ from wattclass.classifier.table import HISTORY_DAYS, build_entries
 from wattclass.classifier.training import thin, training_set
 from wattclass.errors import ConfigError, SlurmError
 from wattclass.labeltable import write_label_table
+from wattclass.lockfile import FolderLock
 from wattclass.slurm.client import SlurmClient
 
 if TYPE_CHECKING:
@@ -71,10 +81,14 @@ class NightlyOptions:
     engine: str = "local"  # "local" (processes on this machine) or "dask" (see classifier.engine)
     scheduler: str | None = None  # dask: address of a running scheduler
     dask_config: Path | None = None  # dask: cluster TOML (classifier/scaleout.py); neither: a LocalCluster
+    lock_timeout_s: float = 0.0  # wait this long for another run's lock on the classifier folder
 
 
 def _join_slurm(labels: pd.DataFrame, slurm: SlurmClient | None, date: str) -> pd.DataFrame:
+    """Add the job records' fields; ``user`` comes from the record only (None without one)."""
     out = labels.copy()
+    out["telemetry_user"] = out["user"]
+    out["user"] = None
     for c in ("name", "account", "partition", "slurm_start", "slurm_end"):
         out[c] = None
     if slurm is None or out.empty:
@@ -83,19 +97,29 @@ def _join_slurm(labels: pd.DataFrame, slurm: SlurmClient | None, date: str) -> p
     try:
         recs = slurm.jobs_frame(start - dt.timedelta(days=7), end)
     except (SlurmError, OSError) as exc:
-        log.warning("Slurm job records unavailable (%s): using telemetry's own job ids and users", exc)
+        log.warning("Slurm job records unavailable (%s): jobs keep no user, account or name, so they "
+                    "add no user- or account-keyed table entry tonight", exc)
         return out
     if recs.empty:
         return out
     recs = recs.drop_duplicates("job_id", keep="last").set_index("job_id")
     idx = out["job_id"]
-    for c in ("name", "account", "partition"):
-        out[c] = idx.map(recs[c]).astype(object)
-    out["slurm_start"] = idx.map(recs["start"]).astype(object)
-    out["slurm_end"] = idx.map(recs["end"]).astype(object)
-    user = idx.map(recs["user"])
-    out["user"] = out["user"].where(out["user"].notna(), user)
+    for c in ("user", "name", "account", "partition"):
+        out[c] = _nullable(idx.map(recs[c]))
+    out["slurm_start"] = _nullable(idx.map(recs["start"]))
+    out["slurm_end"] = _nullable(idx.map(recs["end"]))
     return out
+
+
+def _nullable(s: pd.Series) -> pd.Series:
+    return s.astype(object).where(s.notna(), None)
+
+
+def _warn_dropped(summary: dict[str, Any]) -> None:
+    dup, rej = summary.get("duplicate_windows", 0), summary.get("rejected_rows", {}).get("count", 0)
+    if dup or rej:
+        log.warning("%d duplicate window(s) dropped, %d impossible row(s) rejected (see the summary)",
+                    dup, rej)
 
 
 def summarise(labels: pd.DataFrame) -> dict[str, Any]:
@@ -167,14 +191,15 @@ def run_nightly(
     and the candidate model is trained with LightGBM's Dask estimator on the same cluster; the
     rest (small, per-job data) runs here. Labels equal the local engine's.
     """
-    if opts.engine == "local":
-        return _run(opts, slurm, None, on_file, files_total)
-    if opts.engine != "dask":
+    if opts.engine not in ("local", "dask"):
         raise ConfigError(f"unknown engine {opts.engine!r} (local or dask)")
-    from wattclass.classifier.scaleout import open_client
+    with FolderLock(Path(opts.data_root) / "classifier", "nightly run", timeout_s=opts.lock_timeout_s):
+        if opts.engine == "local":
+            return _run(opts, slurm, None, on_file, files_total)
+        from wattclass.classifier.scaleout import open_client
 
-    with open_client(scheduler=opts.scheduler, config=opts.dask_config) as client:
-        return _run(opts, slurm, client, on_file, files_total)
+        with open_client(scheduler=opts.scheduler, config=opts.dask_config) as client:
+            return _run(opts, slurm, client, on_file, files_total)
 
 
 def _run(
@@ -200,17 +225,27 @@ def _run(
         result = (label_files_local(files, model, "auto", workers=opts.workers, **kw) if client is None
                   else label_files_dask(client, files, model, "auto", **kw))
     summary["feature_seconds"] = round(time.monotonic() - t0, 2)
+    if result is not None:
+        summary.update(result.report.summary())
+        summary.update({"files_read": result.n_files, "windows": result.n_windows})
     if result is None or result.labels.empty:
-        summary.update({"status": "no data", "message": f"no telemetry with jobs for {opts.date}; "
-                        "label store, model and label table left unchanged", "jobs": 0,
+        empty = result is None or result.n_windows == 0
+        what = "no usable telemetry" if empty else "telemetry but no job windows"
+        skipped = summary.get("skipped_files", {}).get("count", 0)
+        summary.update({"status": "no telemetry" if empty else "no jobs",
+                        "message": f"{what} for {opts.date} ({len(files)} file(s) found, {skipped} "
+                        "skipped); label store, model and label table left unchanged", "jobs": 0,
                         "seconds": round(time.monotonic() - t0, 2)})
         store.write_summary(opts.date, summary)
         return summary
+    _warn_dropped(summary)
     labels = _join_slurm(result.labels, slurm, opts.date)
     store.write_labels(opts.date, labels)
-    summary.update({"status": "ok", "files_read": result.n_files, "windows": result.n_windows,
-                    "jobs": len(labels), "by_label": summarise(labels),
-                    "by_source": labels["source"].value_counts().to_dict()})
+    problems = list(getattr(slurm, "problems", []))
+    summary.update({"status": "ok", "jobs": len(labels), "by_label": summarise(labels),
+                    "by_source": labels["source"].value_counts().to_dict(),
+                    "job_records": {"jobs_without_record": int(labels["user"].isna().sum()),
+                                    "record_problems": len(problems), "examples": problems[:10]}})
     n_rule = int((labels["source"] == "rule").sum())
     if opts.retrain and n_rule and len(result.sample):
         store.write_sample(opts.date, result.sample)

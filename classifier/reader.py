@@ -2,9 +2,10 @@
 
 A data root holds ``telemetry/date=YYYY-MM-DD/host=<host>/*.parquet`` (docs/design.md). Readers never
 hold a whole day in memory: each row group is conformed and handed on, then dropped. A file that
-Parquet cannot read is skipped with a warning naming it (the rest of the night still counts); a file
-that lacks a required column is a DataError naming file and column, because that is a writer bug
-that silently skipping would hide.
+Parquet cannot read is skipped with a warning naming it (the rest of the night still counts). A
+file that lacks a required column is skipped alike when the caller collects skips (``report``:
+the nightly counts them in its summary, see ``validity``); without a report it is a DataError
+naming file and column (training and the benchmarks want to know at once).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from wattclass.classifier.validity import SKIP_MISSING_COLUMN, SKIP_UNREADABLE, InputReport
 from wattclass.errors import DataError
 from wattclass.schema import REQUIRED_COLUMNS, TELEMETRY_V1, conform
 
@@ -64,12 +66,13 @@ def iter_tables(
     drop_columns: Sequence[str] = (),
     on_file: Callable[[int, Path], None] | None = None,
     columns: Sequence[str] | None = None,
+    report: InputReport | None = None,
 ) -> Iterator[tuple[Path, pa.Table]]:
     """Yield (file, conformed row group) for every readable row group of every file.
 
     ``drop_columns`` are treated as absent (the evaluation uses it to remove GPM); ``on_file`` is
     called before each file (progress display). With ``columns`` only those (plus the required
-    ones) are read; the others read as null.
+    ones) are read; the others read as null. With ``report`` skipped files are recorded there.
     """
     wanted = None if columns is None else set(columns) | set(REQUIRED_COLUMNS)
     for i, path in enumerate(files):
@@ -79,16 +82,29 @@ def iter_tables(
             pf = pq.ParquetFile(path)
             names = pf.schema_arrow.names
         except (OSError, pa.ArrowException) as exc:
-            log.warning("skipping unreadable telemetry file %s: %s", path, exc)
+            if report is not None:
+                report.skip(path, SKIP_UNREADABLE, str(exc))
+            else:
+                log.warning("skipping unreadable telemetry file %s: %s", path, exc)
             continue
-        _check_required(path, names)
+        try:
+            _check_required(path, names)
+        except DataError as exc:
+            if report is None:
+                raise
+            report.skip(path, SKIP_MISSING_COLUMN, str(exc))
+            continue
         cols = [n for n in names if n in _V1_NAMES and n not in drop_columns
                 and (wanted is None or n in wanted)]
         for rg in range(pf.num_row_groups):
             try:
                 raw = pf.read_row_group(rg, columns=cols)
             except (OSError, pa.ArrowException) as exc:
-                log.warning("skipping rest of unreadable telemetry file %s (row group %d): %s", path, rg, exc)
+                if report is not None:
+                    report.skip(path, SKIP_UNREADABLE, f"row group {rg} and after: {exc}")
+                else:
+                    log.warning("skipping rest of unreadable telemetry file %s (row group %d): %s",
+                                path, rg, exc)
                 break
             if raw.num_rows:
                 yield path, conform(raw, source=path)

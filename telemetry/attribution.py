@@ -6,11 +6,18 @@ processes are asked for (an NVML call, so only then) and each pid's environment 
 ``<proc_root>/<pid>/environ`` for SLURM_JOB_ID / SLURM_JOB_USER; array tasks become
 ``<array_job_id>_<task_id>`` (SLURM_ARRAY_JOB_ID / SLURM_ARRAY_TASK_ID), as sacct writes them.
 Backends that know the job directly (replay) fill ``GpuProcess.job_id`` and skip /proc.
+
+A process's environment is whatever its owner chose to put there: anyone can start a GPU
+program with ``SLURM_JOB_ID=<your job> SLURM_JOB_USER=<you>``. So the claim is trusted only
+when the process's owner (the uid owning ``/proc/<pid>``) is the claimed job user's uid (the
+name resolved with ``pwd``); a mismatch, a missing or unknown user is logged once per process
+and not booked to any job. The nightly run takes the user from Slurm's job record anyway.
 """
 
 from __future__ import annotations
 
 import logging
+import pwd
 from collections import Counter
 from pathlib import Path
 
@@ -21,6 +28,36 @@ from wattclass.jobmap import JobAssignment, JobMapReader
 log = logging.getLogger(__name__)
 
 Job = tuple[str, str | None]
+#: Longest user-controlled string quoted in a log line.
+LOG_CHARS = 64
+
+
+def _short(text: str) -> str:
+    return repr(text if len(text) <= LOG_CHARS else text[:LOG_CHARS] + "...")
+
+
+def uid_of_user(name: str) -> int | None:
+    """The uid of a user name (NSS: files, LDAP, sssd...), or None if there is no such user."""
+    try:
+        return pwd.getpwnam(name).pw_uid
+    except (KeyError, UnicodeEncodeError, ValueError):
+        return None
+
+
+def trusted_job(pid: int, owner_uid: int, job: Job) -> bool:
+    """True if a process of ``owner_uid`` may claim ``job`` (its owner is the job's user)."""
+    job_id, user = job
+    if user is None:
+        log.warning("pid %d (uid %d) claims job %s without SLURM_JOB_USER: not trusted",
+                    pid, owner_uid, _short(job_id))
+        return False
+    uid = uid_of_user(user)
+    if uid is None or uid != owner_uid:
+        why = "an unknown user" if uid is None else f"uid {uid}"
+        log.warning("pid %d (uid %d) claims job %s of user %s (%s): not its owner, not trusted",
+                    pid, owner_uid, _short(job_id), _short(user), why)
+        return False
+    return True
 
 
 def parse_environ(raw: bytes) -> dict[str, str]:
@@ -104,9 +141,16 @@ class Attributor:
         return Counter(jobs).most_common(1)[0][0]
 
     def _read_pid(self, pid: int) -> Job | None:
+        folder = self.proc_root / str(pid)
         try:
-            raw = (self.proc_root / str(pid) / "environ").read_bytes()
+            owner_uid = folder.stat().st_uid
+            raw = (folder / "environ").read_bytes()
+            if folder.stat().st_uid != owner_uid:  # the pid was reused (setuid exec) in between
+                return None
         except OSError as exc:  # gone already, or not root
             log.debug("pid %d: cannot read environ: %s", pid, exc)
             return None
-        return job_from_environ(parse_environ(raw))
+        job = job_from_environ(parse_environ(raw))
+        if job is None or not trusted_job(pid, owner_uid, job):
+            return None
+        return job

@@ -26,7 +26,8 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
             "Poll every GPU each --poll seconds, close a window per GPU and job every --period "
             "seconds (aligned to the clock), append each closed window to a write-ahead log "
             "(fsynced) and roll the log into Parquet under DATA_ROOT/telemetry/date=.../host=.../ "
-            "every --roll-seconds and at exit. SIGTERM/SIGINT flush and exit 0."
+            "every --roll-seconds and at exit. SIGTERM/SIGINT flush and exit 0 (1 if windows could "
+            "not be persisted, disk full). The WAL folder is locked: a second daemon on it exits 6."
         ),
     )
     run.add_argument("--backend", default="nvml", help="nvml (default) | replay:DIR | filestate:PATH")
@@ -134,6 +135,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
+        daemon.lock.acquire()  # a second daemon says "locked by pid N", not "port in use"
         if collector is not None:
             bind = args.metrics_bind or DEFAULT_BIND
             serve(int(args.metrics_port), collector, bind)

@@ -4,6 +4,11 @@ One thread does everything, on a grid of ``poll_s`` in the backend's clock (wall
 recording's on replay): poll each GPU, close the windows that poll completes, append them to
 the WAL (one fsync per poll that closed anything), roll the WAL into Parquet when the roll
 period turns over, and retry rolls that failed (disk full) without ever dropping the WAL.
+Windows whose WAL append failed stay in memory and go first into the next append; while any
+are held, or a segment waits for its Parquet file, the daemon says so (ERROR log, the
+``wattclass_wal_*`` metrics), and it exits non-zero if any remain unpersisted at stop.
+The WAL folder is locked (``wattclass.lockfile``) for the daemon's life: a second daemon on the
+same folder would convert and delete the first one's open segment, so it refuses to start.
 A GPU that errors is logged once (and again every few minutes while it stays down) and retried
 each poll; the other GPUs go on.
 """
@@ -22,6 +27,7 @@ from wattclass.errors import GpuError, WattclassError
 from wattclass.fsutil import ensure_writable_dir
 from wattclass.gpu.base import GpmMetrics, GpuBackend, GpuInfo
 from wattclass.jobmap import JobAssignment, JobMapReader
+from wattclass.lockfile import FolderLock
 from wattclass.telemetry import wal
 from wattclass.telemetry.attribution import Attributor
 from wattclass.telemetry.sink import ParquetSink
@@ -47,6 +53,8 @@ class DaemonConfig:
     once: bool = False
     job_spool: Path | None = None
     proc_root: Path = Path("/proc")
+    #: At stop, how long to keep retrying a WAL append that fails (disk full) before giving up.
+    stop_retry_s: float = 10.0
 
     def resolved_wal_dir(self) -> Path:
         return self.wal_dir if self.wal_dir is not None else Path(self.data_root) / "wal" / self.host
@@ -98,6 +106,7 @@ class Daemon:
         self.attributor = Attributor(backend, jobmap, cfg.proc_root)
         self.wal_dir = cfg.resolved_wal_dir()
         self.writer = wal.WalWriter(self.wal_dir)
+        self.lock = FolderLock(self.wal_dir, "telemetry daemon")
         self.pending_segments: list[Path] = []
         self.stats = Stats()
         self._gpu_down: dict[int, float] = {}
@@ -110,13 +119,18 @@ class Daemon:
         """Check folders, clean temp files, convert an unfinished WAL from a previous run."""
         ensure_writable_dir(Path(self.cfg.data_root) / "telemetry", "data root")
         ensure_writable_dir(self.wal_dir, "WAL folder")
-        self.sink.clean_stale_temps(self.cfg.host)
-        old = wal.list_segments(self.wal_dir)
-        if old:
-            log.info("replaying %d unfinished WAL segment(s) from %s", len(old), self.wal_dir)
-        self.pending_segments.extend(old)
-        self._convert_pending()
-        self.gpus = self.backend.gpus()
+        self.lock.acquire()  # before touching any segment: another daemon may be writing them
+        try:
+            self.sink.clean_stale_temps(self.cfg.host)
+            old = wal.list_segments(self.wal_dir)
+            if old:
+                log.info("replaying %d unfinished WAL segment(s) from %s", len(old), self.wal_dir)
+            self.pending_segments.extend(old)
+            self._convert_pending()
+            self.gpus = self.backend.gpus()
+        except BaseException:
+            self.lock.release()
+            raise
         if self.collector is not None:
             self.collector.health = self.health
             self.collector.set_default_caps(
@@ -201,6 +215,7 @@ class Daemon:
             return
         c0 = time.thread_time()
         self.writer.append(rows)
+        self.pending_segments.extend(self.writer.take_retired())
         self.stats.wal_appends += 1
         self.stats.wal_cpu_s += time.thread_time() - c0
         self.stats.rows += len(rows)
@@ -218,13 +233,22 @@ class Daemon:
                 labels={j: (a.label, a.label_source or "unknown") for j, a in jobs.items() if a.label},
                 accounts={j: a.account for j, a in jobs.items() if a.account},
             )
+        self._publish_wal_state()
+
+    def _publish_wal_state(self) -> None:
+        if self.collector is not None:
+            self.collector.set_wal_state(self.writer.write_errors, len(self.writer.pending),
+                                         len(self.pending_segments))
+
+    def unpersisted(self) -> tuple[int, int]:
+        """(rows only in memory, WAL segments not yet in Parquet)."""
+        return len(self.writer.pending), len(self.pending_segments)
 
     def health(self) -> Health:
         """What the exporter reports about the daemon itself."""
         from wattclass.telemetry.metrics import Health
 
-        return Health(gpu_errors=self.stats.gpu_errors, wal_backlog_segments=len(self.pending_segments),
-                      wal_pending_rows=len(self.writer.pending))
+        return Health(gpu_errors=self.stats.gpu_errors)
 
     def maybe_roll(self, now: float) -> None:
         epoch = math.floor(now / self.cfg.roll_s)
@@ -254,6 +278,7 @@ class Daemon:
                           seg, exc.strerror or exc, self.cfg.retry_s)
                 return
             self.pending_segments.pop(0)
+        self._publish_wal_state()
 
     # -- main loop --------------------------------------------------------------------------------
     def run(self) -> int:
@@ -277,7 +302,7 @@ class Daemon:
                     t = math.ceil(now / poll) * poll
         finally:
             self.shutdown()
-        return 0 if not self.pending_segments and not self.writer.pending else 1
+        return 0 if self.unpersisted() == (0, 0) else 1
 
     def shutdown(self) -> None:
         """Settle the energy of the last polls, close every open window, make it durable, roll
@@ -292,14 +317,19 @@ class Daemon:
                                 "is unknown", info.gpu_index, exc)
         rows += self.builder.flush_all(self._gpm_final, self._gpm_fn)
         self.record(rows)
-        self.roll()
+        deadline = time.monotonic() + self.cfg.stop_retry_s
+        while self.writer.pending and time.monotonic() < deadline:  # disk full: space may come back
+            time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+            self.record([])
+        self.roll()  # what is in the WAL is intact either way
         if self.writer.pending:
-            log.error("shutdown: %d row(s) could not be written to the WAL and are lost",
-                      len(self.writer.pending))
+            log.error("shutdown: %d window row(s) could not be written to the WAL (disk full?) and "
+                      "are LOST; exiting non-zero", len(self.writer.pending))
         if self.pending_segments:
             log.error("shutdown: %d WAL segment(s) not yet in Parquet, kept in %s; converted on "
                       "next start", len(self.pending_segments), self.wal_dir)
         log.info("stopped: %d window row(s), %.1f J", self.stats.rows, self.stats.energy_j)
+        self.lock.release()
 
     def _gpm_final(self, info: GpuInfo) -> object | None:
         if not info.gpm_supported:

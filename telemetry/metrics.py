@@ -14,7 +14,9 @@ site's existing PromQL habits work. What is served:
 * ``wattclass_job_label_info{job_id,label,source}``: the label the job was submitted with, where
   the Prolog recorded it in the GPU's job file; ``wattclass_job_info{job_id,user,account}`` so
   dashboards can sum by account (``* on(job_id) group_left(account)``);
-* daemon health: last window time, GPU errors, WAL backlog (segments and rows not yet in Parquet).
+* daemon health: last window time, GPU errors, and the WAL's state (``wattclass_wal_write_errors_total``,
+  ``wattclass_wal_backlog_rows`` held in memory, ``wattclass_wal_unconverted_segments`` waiting for
+  Parquet).
 
 Privacy: ``job_id`` and ``user`` per GPU are what Slurm's ``PrivateData=jobs,users`` hides from
 other users; the endpoint has no authentication, so it binds 127.0.0.1 unless the site opens it
@@ -68,8 +70,7 @@ class Health:
     """The daemon's state as the exporter reports it."""
 
     gpu_errors: int = 0
-    wal_backlog_segments: int = 0  # rolled WAL segments not yet converted to Parquet
-    wal_pending_rows: int = 0  # rows the WAL could not take yet (disk full?), kept in memory
+    # The WAL's state comes through ``set_wal_state`` (the daemon publishes it on every append).
 
 
 class LatestWindows(Collector):
@@ -88,6 +89,12 @@ class LatestWindows(Collector):
         self._job_info: dict[str, tuple[str, str]] = {}  # job_id -> (user, account)
         self._default_cap_w: dict[str, float] = {}  # uuid -> default power limit
         self._last_window_ts: float | None = None
+        self._wal = (0, 0, 0)  # write errors so far, rows held in memory, segments not yet in Parquet
+
+    def set_wal_state(self, write_errors: int, backlog_rows: int, unconverted_segments: int) -> None:
+        """The daemon's durability state, so an alert fires while the disk is full (not only in logs)."""
+        with self._lock:
+            self._wal = (write_errors, backlog_rows, unconverted_segments)
 
     def set_default_caps(self, caps_w: dict[str, float]) -> None:
         """Default power limit per GPU uuid (from the backend's GpuInfo)."""
@@ -149,6 +156,7 @@ class LatestWindows(Collector):
             job_info = dict(self._job_info)
             defaults = dict(self._default_cap_w)
             last_ts = self._last_window_ts
+            wal_errors, backlog_rows, unconverted = self._wal
         for col, name, scale, help_ in GAUGES:
             g = GaugeMetricFamily(name, help_, labels=LABELS)
             for r in latest:
@@ -189,6 +197,13 @@ class LatestWindows(Collector):
             c.add_metric(list(key), n)
         yield c
         yield from self._health(last_ts)
+        yield CounterMetricFamily("wattclass_wal_write_errors",
+                                  "Failed WAL appends (disk full...) since start", value=wal_errors)
+        yield GaugeMetricFamily("wattclass_wal_backlog_rows",
+                                "Closed window rows not yet durable: held in memory after a failed "
+                                "WAL append", value=backlog_rows)
+        yield GaugeMetricFamily("wattclass_wal_unconverted_segments",
+                                "WAL segments waiting for a Parquet write that failed", value=unconverted)
 
     def _health(self, last_ts: float | None) -> Iterator[Metric]:
         h = self.health() if self.health is not None else Health()
@@ -198,10 +213,6 @@ class LatestWindows(Collector):
             g.add_metric([], last_ts)
         yield g
         yield CounterMetricFamily("wattclass_daemon_gpu_errors", "GPU polls that failed", value=h.gpu_errors)
-        yield GaugeMetricFamily("wattclass_daemon_wal_backlog_segments",
-                                "WAL segments not yet converted to Parquet", value=h.wal_backlog_segments)
-        yield GaugeMetricFamily("wattclass_daemon_wal_pending_rows",
-                                "Window rows not yet durable in the WAL", value=h.wal_pending_rows)
 
 
 def _labels(r: dict[str, Any]) -> list[str]:

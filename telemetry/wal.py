@@ -2,10 +2,18 @@
 
 Format: a segment file ``wal-<id>.log`` is a sequence of records, each
 ``b"WCR1" | u32 length | u32 crc32(payload) | payload`` (little endian), payload = UTF-8 JSON
-list of rows. Length + CRC make a torn last record (power loss, ``kill -9`` mid-write)
-detectable: reading stops at the first bad frame, the tail is cut off and logged, every earlier
-record is kept. A failed append (ENOSPC) truncates back to the last whole record and keeps the
-rows in memory to retry, so the log never holds half a record that a later append would bury.
+list of rows. Length + CRC make a torn record (power loss, ``kill -9`` mid-write) detectable.
+
+Disk full is the case that matters most: ``write(2)`` may write part of a record and return a
+short count, or fail with ENOSPC after writing part of it. ``WalWriter.append`` writes a record
+whole or not at all: it loops over short writes, and on any failure cuts the file back to its
+last whole record (``ftruncate``, which needs no free space) and keeps the rows in memory to
+retry with the next append; if even the cut fails, the segment is closed and the next append
+starts a new one, so a torn record can only ever be a segment's *last* bytes.
+
+Reading is defensive as well: ``read_segment`` skips a bad record and resynchronises on the
+next valid frame (magic + length + CRC) instead of giving up, so one damaged record never costs
+the records after it; a bad tail (nothing valid after it) is cut off.
 
 Segment ids are ``<wall-clock ns>-<pid>``: unique across restarts, and the Parquet file made
 from a segment is named after it, so converting a segment twice (crash between the Parquet
@@ -15,6 +23,7 @@ rename and the WAL unlink) overwrites the same file instead of duplicating rows.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -31,6 +40,8 @@ log = logging.getLogger(__name__)
 MAGIC = b"WCR1"
 _HEADER = struct.Struct("<4sII")
 MAX_RECORD = 64 * 2**20
+#: While appends keep failing, repeat the ERROR line this often (the metrics say it continuously).
+ERROR_RELOG_S = 60.0
 PREFIX, SUFFIX = "wal-", ".log"
 
 
@@ -39,38 +50,54 @@ def encode(rows: list[dict[str, Any]]) -> bytes:
     return _HEADER.pack(MAGIC, len(payload), zlib.crc32(payload)) + payload
 
 
+def _frame_at(data: bytes, off: int) -> tuple[list[dict[str, Any]] | None, int, str]:
+    """Decode the record at ``off``: (rows, next offset, "") or (None, off, why it is bad)."""
+    if len(data) - off < _HEADER.size:
+        return None, off, "short header"
+    magic, n, crc = _HEADER.unpack_from(data, off)
+    if magic != MAGIC or n > MAX_RECORD:
+        return None, off, "bad record header"
+    body = data[off + _HEADER.size : off + _HEADER.size + n]
+    if len(body) < n:
+        return None, off, "short record"
+    if zlib.crc32(body) != crc:
+        return None, off, "CRC mismatch"
+    try:
+        rows = json.loads(body)
+    except ValueError:
+        return None, off, "undecodable record"
+    if not isinstance(rows, list):
+        return None, off, "undecodable record"
+    return rows, off + _HEADER.size + n, ""
+
+
 def read_segment(path: Path, repair: bool = True) -> list[dict[str, Any]]:
-    """All rows of a segment; a torn or corrupt tail is cut off (``repair``) and logged."""
+    """All rows of a segment. A bad record is skipped (logged) and reading resumes at the next
+    valid record; a bad tail is cut off (``repair``) and logged."""
     data = Path(path).read_bytes()
     rows: list[dict[str, Any]] = []
     off = 0
-    reason = ""
+    end_of_good = 0
     while off < len(data):
-        if len(data) - off < _HEADER.size:
-            reason = "short header"
+        got, nxt, reason = _frame_at(data, off)
+        if got is not None:
+            rows.extend(got)
+            off = end_of_good = nxt
+            continue
+        # Resynchronise: the next offset where a whole, CRC-valid record starts.
+        probe = data.find(MAGIC, off + 1)
+        while probe != -1 and _frame_at(data, probe)[0] is None:
+            probe = data.find(MAGIC, probe + 1)
+        if probe == -1:
             break
-        magic, n, crc = _HEADER.unpack_from(data, off)
-        if magic != MAGIC or n > MAX_RECORD:
-            reason = "bad record header"
-            break
-        body = data[off + _HEADER.size : off + _HEADER.size + n]
-        if len(body) < n:
-            reason = "short record"
-            break
-        if zlib.crc32(body) != crc:
-            reason = "CRC mismatch"
-            break
-        try:
-            rows.extend(json.loads(body))
-        except ValueError:
-            reason = "undecodable record"
-            break
-        off += _HEADER.size + n
-    if off < len(data):
-        log.warning("%s: torn WAL tail (%s): cutting %d byte(s) at offset %d; %d row(s) before it kept",
-                    path, reason, len(data) - off, off, len(rows))
+        log.error("%s: damaged WAL record (%s): skipped %d byte(s) at offset %d, reading on at %d",
+                  path, reason, probe - off, off, probe)
+        off = probe
+    if end_of_good < len(data):
+        log.warning("%s: torn WAL tail: cutting %d byte(s) at offset %d; %d row(s) before it kept",
+                    path, len(data) - end_of_good, end_of_good, len(rows))
         if repair:
-            os.truncate(path, off)
+            os.truncate(path, end_of_good)
     return rows
 
 
@@ -93,6 +120,10 @@ class WalWriter:
         self._size = 0
         self.pending: list[dict[str, Any]] = []  # rows whose append failed; retried first
         self.rows_in_segment = 0
+        self.write_errors = 0  # failed appends since start (a metric)
+        self._failing = 0  # failed appends in a row
+        self._last_error_log = 0.0
+        self._retired: list[Path] = []
 
     def _open(self) -> None:
         sid = f"{time.time_ns():020d}-{os.getpid()}"
@@ -105,8 +136,9 @@ class WalWriter:
     def append(self, rows: list[dict[str, Any]]) -> bool:
         """Append ``rows`` (plus any pending) as one record and fsync; False if it failed.
 
-        On failure (disk full...) the file is cut back to its last whole record and the rows
-        stay pending in memory for the next call.
+        The record is written whole or not at all (see the module docstring): on failure (disk
+        full...) the file is cut back to its last whole record and the rows stay pending in
+        memory for the next call.
         """
         batch = self.pending + rows
         if not batch:
@@ -116,20 +148,60 @@ class WalWriter:
             if self._fd is None:
                 self._open()
             assert self._fd is not None
-            os.write(self._fd, frame)
+            view = memoryview(frame)
+            while view:  # a short write is not an error yet: write the rest (ENOSPC raises then)
+                n = os.write(self._fd, view)
+                if n <= 0:
+                    raise OSError(errno.ENOSPC, "short write: no bytes written")
+                view = view[n:]
             os.fsync(self._fd)
         except OSError as exc:
             self.pending = batch
-            log.error("WAL append to %s failed (%s): %d row(s) held in memory, retrying next poll",
-                      self.path or self.dir, exc.strerror or exc, len(batch))
-            if self._fd is not None:
-                with contextlib.suppress(OSError):
-                    os.ftruncate(self._fd, self._size)
+            self.write_errors += 1
+            self._failing += 1
+            now = time.monotonic()
+            if self._failing == 1 or now - self._last_error_log >= ERROR_RELOG_S:  # no log flood
+                self._last_error_log = now
+                log.error("WAL append to %s failed (%s): %d row(s) held in memory, retrying every "
+                          "poll (%d failed append(s) in a row)", self.path or self.dir,
+                          exc.strerror or exc, len(batch), self._failing)
+            self._cut_back()
             return False
+        if self._failing:
+            log.warning("WAL append to %s works again after %d failed append(s): %d held row(s) "
+                        "written", self.path, self._failing, len(self.pending))
+            self._failing = 0
         self._size += len(frame)
         self.rows_in_segment += len(batch)
         self.pending = []
         return True
+
+    def _cut_back(self) -> None:
+        """Remove a partly written record; if that fails, retire the segment so that nothing is
+        ever appended after the torn bytes (they stay its tail, which readers cut off)."""
+        if self._fd is None:
+            return
+        try:
+            os.ftruncate(self._fd, self._size)
+        except OSError as exc:
+            log.error("WAL %s: cannot cut back a partial record (%s): closing the segment, the "
+                      "next append starts a new one", self.path, exc.strerror or exc)
+            self._retired.append(self.roll_keep())
+
+    def roll_keep(self) -> Path:
+        """Close the current segment even if it holds no whole record (its tail is torn)."""
+        path = self.path
+        assert path is not None and self._fd is not None
+        with contextlib.suppress(OSError):
+            os.close(self._fd)
+        self._fd = None
+        self.path = None
+        return path
+
+    def take_retired(self) -> list[Path]:
+        """Segments closed early by a failed cut-back; the daemon converts them like rolled ones."""
+        out, self._retired = self._retired, []
+        return out
 
     def roll(self) -> Path | None:
         """Close the current segment (if any) and return its path; the next append starts a new one."""

@@ -154,18 +154,25 @@ def test_nightly_end_to_end(data_root: tuple[Path, Path], tmp_path: Path,
     assert len(reg["versions"]) == 2 and reg["versions"][0]["promoted"]
     assert _lua(table, "t.by_user_name.dana.fft_c64.label") == "memory"
     assert _lua(table, "t.by_account.bio.n") == "4"  # dana's four jobs
-    # a day without data: summary says so, the table is left exactly as it was
+    # a day without data: summary says so, the table is left exactly as it was, and (issue 9
+    # item 17) the exit code is 7 unless --allow-empty
     before = table.read_bytes(), table.stat().st_mtime_ns
     rc = main(["nightly", "--data-root", str(root), "--date", "2026-11-30", "--jobs-file", str(jf),
                "--table-out", str(table), "--json"])
-    assert rc == 0
+    assert rc == 7
     s2 = json.loads(capsys.readouterr().out)
-    assert s2["status"] == "no data" and "2026-11-30" in s2["message"]
+    assert s2["status"] == "no telemetry" and "2026-11-30" in s2["message"]
     assert (table.read_bytes(), table.stat().st_mtime_ns) == before
+    rc = main(["nightly", "--data-root", str(root), "--date", "2026-11-30", "--jobs-file", str(jf),
+               "--table-out", str(table), "--json", "--allow-empty"])
+    assert rc == 0
+    assert json.loads(capsys.readouterr().out)["status"] == "no telemetry"
 
 
-def test_nightly_without_slurm_falls_back_to_telemetry(data_root: tuple[Path, Path], tmp_path: Path,
-                                                       capsys: pytest.CaptureFixture[str]) -> None:
+def test_nightly_without_slurm_never_takes_users_from_telemetry(
+        data_root: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Issue 9 item 4 changed this: telemetry's user (a process environment) is not proof of who ran
+    # a job, so without job records jobs are labelled but keyed to no user.
     root, _ = data_root
     table = tmp_path / "t.lua"
     rc = main(["nightly", "--data-root", str(root), "--date", DATE, "--no-retrain",
@@ -173,6 +180,8 @@ def test_nightly_without_slurm_falls_back_to_telemetry(data_root: tuple[Path, Pa
     assert rc == 0
     s = json.loads(capsys.readouterr().out)
     assert s["jobs"] == 21 and s["retrain"]["retrained"] is False
+    assert s["job_records"]["jobs_without_record"] == 21
     labels = pd.read_parquet(root / "classifier" / "labels" / f"date={DATE}" / "labels.parquet")
-    assert set(labels["user"]) == {"ayaka", "bruno", "chen", "dana"}  # from telemetry
-    assert _lua(table, "t.by_user.chen.n") == "5"
+    assert labels["user"].isna().all()
+    assert set(labels["telemetry_user"]) == {"ayaka", "bruno", "chen", "dana"}  # kept for audits only
+    assert _lua(table, "t.by_user.chen") == "nil"

@@ -119,5 +119,5 @@ def test_exporter_series_follow_conventions_and_carry_the_job(scraped: str) -> N
     assert float(clk[0]["value"][1]) > 1e8  # hertz, not MHz
     names = {r["metric"]["__name__"] for r in _query(scraped, '{__name__=~"wattclass_.*"}')}
     assert not {n for n in names if n.endswith(("_percent", "_mhz"))}
-    assert {"wattclass_gpu_power_cap_watts", "wattclass_daemon_wal_backlog_segments",
+    assert {"wattclass_gpu_power_cap_watts", "wattclass_wal_unconverted_segments",
             "wattclass_daemon_last_window_timestamp_seconds"} <= names

@@ -180,14 +180,16 @@ def test_torn_wal_tail_is_cut_and_earlier_rows_kept(
     assert not seg.exists()
 
 
-def test_corrupt_record_in_middle_keeps_rows_before(tmp_path: Path) -> None:
+def test_corrupt_record_in_middle_keeps_rows_before_and_after(tmp_path: Path) -> None:
+    # Issue 9 item 1: a damaged record must not cut the records after it (it used to).
     p = tmp_path / "wal-1-1.log"
     good = wal.encode([{"a": 1}])
     bad = bytearray(wal.encode([{"a": 2}]))
     bad[-2] ^= 0xFF
-    p.write_bytes(good + bytes(bad) + wal.encode([{"a": 3}]))
-    assert wal.read_segment(p) == [{"a": 1}]
-    assert p.stat().st_size == len(good)
+    last = wal.encode([{"a": 3}])
+    p.write_bytes(good + bytes(bad) + last)
+    assert wal.read_segment(p) == [{"a": 1}, {"a": 3}]
+    assert p.stat().st_size == len(good) + len(bad) + len(last)  # nothing valid after the damage is cut
 
 
 def test_disk_full_keeps_wal_and_retries(

@@ -33,7 +33,8 @@ ROW = {"gpu_index": 0, "gpu_uuid": "GPU-a", "host": "n1", "power_avg_w": 500.0, 
 
 
 def test_units_ratios_counters_and_labels() -> None:
-    col = LatestWindows(health=lambda: Health(gpu_errors=3, wal_backlog_segments=2, wal_pending_rows=5))
+    col = LatestWindows(health=lambda: Health(gpu_errors=3))
+    col.set_wal_state(write_errors=4, backlog_rows=5, unconverted_segments=2)
     col.set_default_caps({"GPU-a": 700.0})
     col.update([dict(ROW, ts_end=10.0, energy_j=5000.0, job_id="1", user="a")], {"1": ("memory", "submit")},
                {"1": "physics"})
@@ -52,8 +53,9 @@ def test_units_ratios_counters_and_labels() -> None:
     assert _get(s, "wattclass_job_info", job_id="1", user="a", account="physics") == 1.0
     assert _get(s, "wattclass_job_info", job_id="2", user="b", account="") == 1.0
     assert _get(s, "wattclass_daemon_gpu_errors_total") == 3
-    assert _get(s, "wattclass_daemon_wal_backlog_segments") == 2
-    assert _get(s, "wattclass_daemon_wal_pending_rows") == 5
+    assert _get(s, "wattclass_wal_unconverted_segments") == 2
+    assert _get(s, "wattclass_wal_backlog_rows") == 5
+    assert _get(s, "wattclass_wal_write_errors_total") == 4
     assert _get(s, "wattclass_daemon_last_window_timestamp_seconds") == 20.0
     names = {n for n, _ in s}
     assert not any(n.endswith(("_percent", "_mhz", "_pct")) for n in names)

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
+import pwd
+import shutil
+import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -125,8 +131,12 @@ class ProcBackend(GpuBackend):
 
 
 def test_attribution_job_file_first_then_proc_environ(tmp_path: Path) -> None:
+    import pwd
+
     proc = tmp_path / "proc"
-    for pid, env in ((10, b"SLURM_JOB_ID=42\0SLURM_JOB_USER=bob\0"), (11, b"HOME=/root\0")):
+    # the claim is trusted because the owner of proc/10 (this test's uid) is the job's user
+    me = pwd.getpwuid(os.geteuid()).pw_name.encode()
+    for pid, env in ((10, b"SLURM_JOB_ID=42\0SLURM_JOB_USER=" + me + b"\0"), (11, b"HOME=/root\0")):
         (proc / str(pid)).mkdir(parents=True)
         (proc / str(pid) / "environ").write_bytes(env)
     spool = tmp_path / "spool"
@@ -134,7 +144,7 @@ def test_attribution_job_file_first_then_proc_environ(tmp_path: Path) -> None:
     os.chmod(spool, 0o755)
     backend = ProcBackend([10, 11, 12])
     att = Attributor(backend, JobMapReader(spool), proc_root=proc)
-    assert att.job_for(INFO) == ("42", "bob")
+    assert att.job_for(INFO) == ("42", me.decode())
     assert backend.calls == 1
     write_job_file(spool, INFO.uuid, JobAssignment("7_3", "carol", 1001))
     assert att.job_for(INFO) == ("7_3", "carol")
@@ -291,3 +301,64 @@ def test_metrics_latest_window_with_job_labels() -> None:
     assert 'wattclass_gpu_power_watts{gpu="0",host="n1",job_id="2",user="b",uuid="GPU-a"} 300.0' in text
     assert 'wattclass_gpu_power_watts{gpu="0",host="n1",job_id="1"' not in text  # only the latest window
     assert 'wattclass_gpu_power_watts{gpu="1",host="n1",job_id="",user="",uuid="GPU-b"} 500.0' in text
+
+
+# -- issue 9 item 4: a process's Slurm environment is trusted only from the job's user ----------------
+class FakeNvmlWithProcesses(FakeNvml):
+    """NVML's compute-process list (real pids) at the hardware boundary."""
+
+    def __init__(self, pids: list[int]) -> None:
+        super().__init__()
+        self.pids = pids
+
+    def nvmlDeviceGetComputeRunningProcesses(self, h: str) -> list[Any]:
+        return [type("P", (), {"pid": pid, "usedGpuMemory": 2**30})() for pid in self.pids]
+
+
+def _spawn_as(user: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """``sleep`` running as ``user`` with exactly ``env`` (a forged Slurm environment)."""
+    return subprocess.Popen(["setpriv", f"--reuid={user}", f"--regid={pwd.getpwnam(user).pw_gid}",
+                             "--clear-groups", "env", "-i", *[f"{k}={v}" for k, v in env.items()],
+                             "sleep", "30"])
+
+
+def _wait_owner(pid: int, uid: int) -> None:
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        with contextlib.suppress(OSError):
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+            if os.stat(f"/proc/{pid}").st_uid == uid and b"SLURM" in environ:
+                return
+        time.sleep(0.02)
+    raise AssertionError(f"pid {pid} never ran as uid {uid}")
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
+                    reason="starting processes of another uid needs root and setpriv")
+def test_forged_slurm_environment_of_another_user_is_not_trusted(caplog: pytest.LogCaptureFixture) -> None:
+    from wattclass.gpu.nvml import NvmlBackend
+
+    nobody = pwd.getpwnam("nobody")
+    victim = pwd.getpwuid(0).pw_name  # a real user other than nobody
+    forged = [_spawn_as("nobody", {"SLURM_JOB_ID": "4242", "SLURM_JOB_USER": victim}) for _ in range(3)]
+    no_user = _spawn_as("nobody", {"SLURM_JOB_ID": "4243"})
+    ghost = _spawn_as("nobody", {"SLURM_JOB_ID": "4244", "SLURM_JOB_USER": "no-such-user-xyz"})
+    own = _spawn_as("nobody", {"SLURM_JOB_ID": "77", "SLURM_JOB_USER": "nobody"})
+    procs = [*forged, no_user, ghost, own]
+    try:
+        for p in procs:
+            _wait_owner(p.pid, nobody.pw_uid)
+        nv = FakeNvmlWithProcesses([p.pid for p in (*forged, no_user, ghost)])
+        backend = NvmlBackend(nvml_module=nv)
+        info = backend.gpus()[0]
+        att = Attributor(backend, None, Path("/proc"))
+        with caplog.at_level(logging.WARNING):
+            assert att.job_for(info) is None  # three claims of the victim's job: none booked
+        assert "not trusted" in caplog.text and "4242" in caplog.text
+        # nobody's own job, claimed by nobody's process, is trusted, even next to the forged ones
+        nv.pids = [p.pid for p in procs]
+        assert Attributor(backend, None, Path("/proc")).job_for(info) == ("77", "nobody")
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()

@@ -5,7 +5,9 @@ so this file stays a dispatcher. Handlers return an exit code; project errors be
 on stderr and the error's own exit code:
 
   0 success, 1 runtime failure, 2 invalid configuration or usage, 3 unusable input data,
-  4 GPU/NVML failure, 5 Slurm failure, 130 interrupted.
+  4 GPU/NVML failure, 5 Slurm failure, 6 another process holds the lock (second telemetry
+  daemon on a WAL folder, second nightly run on a classifier folder), 7 no data (nightly: a day
+  without telemetry, unless --allow-empty), 130 interrupted.
 """
 
 from __future__ import annotations
@@ -41,7 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
             "label jobs compute- or memory-bound, and cap GPU power where a cap costs little time."
         ),
         epilog="Exit codes: 0 ok, 1 failure, 2 bad configuration/usage, 3 bad input data, "
-        "4 GPU/NVML error, 5 Slurm error, 130 interrupted.",
+        "4 GPU/NVML error, 5 Slurm error, 6 lock held by another process (second daemon or "
+        "nightly run), 7 no data (nightly day without telemetry), 130 interrupted.",
     )
     parser.add_argument("--version", action="version", version=f"wattclass {__version__}")
     parser.add_argument(

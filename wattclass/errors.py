@@ -51,3 +51,15 @@ class SlurmError(WattclassError):
     """A Slurm command failed or returned output that could not be parsed."""
 
     exit_code = 5
+
+
+class LockBusyError(WattclassError):
+    """Another process holds the folder lock (a second daemon, a second nightly run)."""
+
+    exit_code = 6
+
+
+class NoDataError(WattclassError):
+    """A run found nothing to work on where data was expected (a day without telemetry)."""
+
+    exit_code = 7

@@ -85,28 +85,60 @@ def remove_job_file(spool: Path, gpu_uuid: str, job_id: str | None = None) -> bo
     return True
 
 
+#: Longest excerpt of a bad job file quoted in an error (the spool is written by root, but a log
+#: line must stay one short line whatever the file holds).
+EXCERPT_CHARS = 120
+_JOB_ID_RE = re.compile(r"^[0-9]+(_[0-9]+)?(\+[0-9]+)?$")
+
+
+def _excerpt(raw: str) -> str:
+    text = raw if len(raw) <= EXCERPT_CHARS else raw[:EXCERPT_CHARS] + "..."
+    return repr(text)
+
+
+def parse_job_file(path: Path, raw: bytes) -> JobAssignment:
+    """Validate a job file's bytes; any defect is a DataError naming the file and the field.
+
+    Every type is checked here (not left to ``int()``/``str()`` later) so that no content, however
+    wrong, escapes as anything but a DataError: callers (the daemon's poll, the Epilog's cleanup)
+    skip the file and go on.
+    """
+    try:
+        text = raw.decode("utf-8")
+        doc = json.loads(text)
+    except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise DataError(f"{path}: not a wattclass job file ({type(exc).__name__}): "
+                        f"{_excerpt(raw.decode('utf-8', 'replace'))}") from exc
+    if not isinstance(doc, dict):
+        raise DataError(f"{path}: not a wattclass job file (a JSON {type(doc).__name__}, not an object)")
+    job_id, user, uid = doc.get("job_id"), doc.get("user"), doc.get("uid")
+    if isinstance(job_id, int) and not isinstance(job_id, bool):
+        job_id = str(job_id)
+    if not isinstance(job_id, str) or not _JOB_ID_RE.match(job_id):
+        raise DataError(f"{path}: job_id must be a Slurm job id like 123 or 123_4, got "
+                        f"{_excerpt(json.dumps(job_id))}")
+    if user is not None and (not isinstance(user, str) or not user or len(user) > 256):
+        raise DataError(f"{path}: user must be a user name or null, got {_excerpt(json.dumps(user))}")
+    if uid is not None and (isinstance(uid, bool) or not isinstance(uid, int) or uid < 0):
+        raise DataError(f"{path}: uid must be a non-negative integer or null, got "
+                        f"{_excerpt(json.dumps(uid))}")
+    extra: dict[str, str | None] = {}
+    for key in ("label", "label_source", "account"):  # optional (exporter labels), short strings
+        v = doc.get(key)
+        if v is not None and (not isinstance(v, str) or not v or len(v) > 256):
+            raise DataError(f"{path}: {key} must be a short string or absent, got {_excerpt(json.dumps(v))}")
+        extra[key] = v
+    return JobAssignment(job_id, user, uid, extra["label"], extra["label_source"], extra["account"])
+
+
 def read_job_file(path: Path) -> JobAssignment | None:
     """Parse one job file; None if it does not exist. Bad content raises DataError naming the file."""
     try:
         refuse_if_others_can_write(path)
-        raw = Path(path).read_text(encoding="utf-8")
+        raw = Path(path).read_bytes()
     except FileNotFoundError:
         return None
-    try:
-        doc = json.loads(raw)
-        job_id = str(doc["job_id"])
-        user = doc.get("user")
-        uid = doc.get("uid")
-        label, source, account = doc.get("label"), doc.get("label_source"), doc.get("account")
-    except (ValueError, KeyError, TypeError) as exc:
-        raise DataError(f"{path}: not a wattclass job file: {exc}") from exc
-    if not job_id:
-        raise DataError(f"{path}: empty job_id")
-    return JobAssignment(
-        job_id, str(user) if user is not None else None, int(uid) if uid is not None else None,
-        str(label) if label is not None else None, str(source) if source is not None else None,
-        str(account) if account is not None else None,
-    )
+    return parse_job_file(Path(path), raw)
 
 
 class JobMapReader:
@@ -131,7 +163,10 @@ class JobMapReader:
             try:
                 job = read_job_file(path)
             except (DataError, ConfigError) as exc:
+                # Logged once per content (the cache holds the mtime): no log flood per poll.
                 log.warning("ignoring job file: %s", exc)
+            except OSError as exc:  # e.g. EACCES, EISDIR: a broken spool entry, not a dead daemon
+                log.warning("ignoring unreadable job file %s: %s", path, exc)
         self._cache[gpu_uuid] = (mtime, job)
         return job
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import abc
 import datetime as dt
+import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,6 +26,7 @@ if TYPE_CHECKING:  # pandas is imported inside functions: the Prolog imports thi
 
 
 _REQUIRED = ("job_id",)
+log = logging.getLogger(__name__)
 
 
 class SlurmClient(abc.ABC):
@@ -58,17 +60,26 @@ class JobsFileClient(SlurmClient):
 
     ``start``/``end`` may be ISO timestamps or epoch seconds. Missing optional columns read as
     null; a missing ``job_id`` column is an error naming the file.
+
+    Job names are whatever users typed, in any encoding: a CSV field that is not valid UTF-8
+    does not fail the file. A name that is not UTF-8 is dropped (the record keeps its user and
+    account); a record whose job id, user, account or partition is not UTF-8 is skipped. Both are
+    logged and listed in ``problems`` (job id and what was wrong) for the nightly summary.
     """
 
     def __init__(self, path: Path) -> None:
         import pandas as pd
 
         self.path = Path(path)
+        self.problems: list[str] = []
         try:
             if self.path.suffix == ".parquet":
                 df = pd.read_parquet(self.path)
             else:
-                df = pd.read_csv(self.path, dtype={"job_id": str})
+                import io
+
+                text = self.path.read_bytes().decode("utf-8", "surrogateescape").translate(_MARK_BAD)
+                df = pd.read_csv(io.StringIO(text), dtype={"job_id": str})
         except FileNotFoundError as exc:
             raise DataError(f"{self.path}: jobs file not found") from exc
         except Exception as exc:  # pandas raises many types for unreadable files
@@ -79,8 +90,9 @@ class JobsFileClient(SlurmClient):
         for col in ("start", "end"):
             if col in df.columns and pd.api.types.is_numeric_dtype(df[col]):
                 df[col] = pd.to_datetime(df[col], unit="s", utc=True)
-        self._records = [
-            JobRecord(
+        self._records = []
+        for row in df.to_dict("records"):
+            rec = JobRecord(
                 job_id=str(row["job_id"]),
                 name=_str(row.get("name")),
                 user=_str(row.get("user")),
@@ -90,8 +102,23 @@ class JobsFileClient(SlurmClient):
                 end=_ts(row.get("end")),
                 admin_comment=_str(row.get("admin_comment")),
             )
-            for row in df.to_dict("records")
-        ]
+            bad = [f for f in ("job_id", "user", "account", "partition", "name", "admin_comment")
+                   if not _utf8(getattr(rec, f))]
+            if not bad:
+                self._records.append(rec)
+                continue
+            shown = "".join("?" if not _utf8(c) else c for c in rec.job_id)[:32]
+            if set(bad) <= {"name", "admin_comment"}:
+                self.problems.append(f"job {shown}: {' and '.join(bad)} not UTF-8, dropped")
+                self._records.append(rec._replace(
+                    name=None if "name" in bad else rec.name,
+                    admin_comment=None if "admin_comment" in bad else rec.admin_comment))
+            else:
+                self.problems.append(f"job {shown}: {', '.join(bad)} not UTF-8, record skipped")
+        for msg in self.problems[:20]:
+            log.warning("%s: %s", self.path, msg)
+        if len(self.problems) > 20:
+            log.warning("%s: %d more record(s) with invalid UTF-8", self.path, len(self.problems) - 20)
 
     def jobs(self, start: dt.datetime, end: dt.datetime) -> list[JobRecord]:
         out = []
@@ -102,6 +129,17 @@ class JobsFileClient(SlurmClient):
                 continue
             out.append(r)
         return out
+
+
+#: Bytes that are not UTF-8 (decoded as lone surrogates U+DC80..U+DCFF) are moved to code points of
+#: Supplementary Private Use Area-A, which pandas can carry and which no real job name contains.
+_BAD_BASE = 0xF0000
+_MARK_BAD = {0xDC80 + b: _BAD_BASE + 0x80 + b for b in range(128)}
+
+
+def _utf8(value: str | None) -> bool:
+    """False if ``value`` held bytes that were not UTF-8 (see ``_MARK_BAD``)."""
+    return value is None or not any(_BAD_BASE + 0x80 <= ord(c) <= _BAD_BASE + 0xFF for c in value)
 
 
 def _str(value: object) -> str | None:

@@ -37,7 +37,9 @@ def run_slurm(argv: Sequence[str], *, timeout: float = DEFAULT_TIMEOUT_S,
     args = [str(a) for a in argv]
     what = " ".join(args[:2])
     try:
-        proc = subprocess.run(args, capture_output=True, text=True, timeout=timeout, check=False,
+        # errors="replace": job names are user input in any encoding; one must not fail the call
+        proc = subprocess.run(args, capture_output=True, text=True, errors="replace", timeout=timeout,
+                              check=False,
                               env=dict(env) if env is not None else None, stdin=subprocess.DEVNULL)
     except FileNotFoundError as exc:
         raise SlurmError(f"{args[0]}: command not found (is Slurm's client installed?)") from exc

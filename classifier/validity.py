@@ -1,0 +1,173 @@
+"""What the nightly run accepts as telemetry: the one place for the input rules.
+
+Whatever engine scans the files (pyarrow batches today, perhaps DuckDB later), these rules decide
+what counts, and their counts go into the night's summary so that nothing is dropped silently:
+
+- **Files** (``SkipReason``): a file Parquet cannot read, or one that lacks a required column
+  (``schema.REQUIRED_COLUMNS``), is skipped with a warning naming it and the reason; the rest of
+  the night counts. A bad file is one host's problem, not a reason to label nobody.
+- **Impossible rows** (``impossible_rows``): ``ts_end <= ts_start`` (a backwards or empty window
+  would shrink GPU-hours), ``energy_j`` negative, NaN or infinite (null is allowed: the counter
+  may be unsupported), or a power beyond ``MAX_GPU_POWER_W`` (``power_avg_w``, ``power_max_w``,
+  or ``energy_j`` over the window's duration). Rejected, counted per reason.
+- **Duplicate windows** (``Deduplicator``): one GPU's window for one job is one row; a second
+  row with the same ``(gpu_uuid, ts_start, job_id)`` (a segment converted twice under another
+  name, a file copied into two partitions) is dropped, the first one seen kept, and counted.
+  The engine applies it over every file one unit of work reads (all files of a night on the
+  default local engine with one worker; per chunk of ``engine.CHUNK_FILES`` files otherwise).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+log = logging.getLogger("wattclass.classifier")
+
+#: No GPU draws more (H200: 700 W, B200: 1,000 W, GB300: 1,400 W); a row above it is a bad reading.
+MAX_GPU_POWER_W = 3000.0
+
+#: Reasons a file is skipped (keys of the summary's ``skipped_files`` counts).
+SKIP_UNREADABLE = "unreadable"
+SKIP_MISSING_COLUMN = "missing required column"
+
+#: Reasons a row is rejected (keys of the summary's ``rejected_rows``).
+REJECT_TIME = "ts_end <= ts_start"
+REJECT_ENERGY = "energy_j negative, NaN or infinite"
+REJECT_POWER = f"power above {MAX_GPU_POWER_W:g} W"
+
+#: Columns the rules read (the engines must scan them).
+RULE_INPUT_COLUMNS: tuple[str, ...] = ("gpu_uuid", "ts_start", "ts_end", "job_id", "energy_j",
+                                       "power_avg_w", "power_max_w")
+
+_MAX_LISTED = 20  # files named in a summary; the counts stay exact
+
+
+@dataclass
+class InputReport:
+    """What the rules dropped; mergeable across units of work (chunk order)."""
+
+    skipped_files: dict[str, str] = field(default_factory=dict)  # path -> reason
+    duplicate_windows: int = 0
+    rejected_rows: dict[str, int] = field(default_factory=dict)  # reason -> rows
+
+    def skip(self, path: Path, reason: str, detail: str) -> None:
+        log.warning("skipping telemetry file %s (%s): %s", path, reason, detail[:300])
+        self.skipped_files[str(path)] = f"{reason}: {detail[:200]}"
+
+    def merge(self, other: InputReport) -> None:
+        self.skipped_files.update(other.skipped_files)
+        self.duplicate_windows += other.duplicate_windows
+        for k, v in other.rejected_rows.items():
+            self.rejected_rows[k] = self.rejected_rows.get(k, 0) + v
+
+    def summary(self) -> dict[str, Any]:
+        """The night-summary fields: counts always, the first files by name with their reasons."""
+        by_reason: dict[str, int] = {}
+        for why in self.skipped_files.values():
+            key = why.split(":", 1)[0]
+            by_reason[key] = by_reason.get(key, 0) + 1
+        listed = dict(sorted(self.skipped_files.items())[:_MAX_LISTED])
+        return {"skipped_files": {"count": len(self.skipped_files), "by_reason": by_reason,
+                                  "files": listed},
+                "duplicate_windows": self.duplicate_windows,
+                "rejected_rows": {"count": sum(self.rejected_rows.values()), **self.rejected_rows}}
+
+
+def _f64(table: pa.Table, name: str) -> np.ndarray:
+    if name not in table.column_names:
+        return np.full(table.num_rows, np.nan)
+    return np.asarray(pc.cast(table.column(name), pa.float64()).to_numpy(zero_copy_only=False),
+                      dtype=np.float64)
+
+
+def _ms(table: pa.Table, name: str) -> np.ndarray:
+    col = table.column(name)
+    if pa.types.is_timestamp(col.type):
+        col = pc.cast(pc.cast(col, pa.timestamp("ms", tz="UTC")), pa.int64())
+    return np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.int64)
+
+
+def impossible_rows(table: pa.Table) -> dict[str, np.ndarray]:
+    """Per reason, a boolean mask of the rows that break it (a row may break several)."""
+    start, end = _ms(table, "ts_start"), _ms(table, "ts_end")
+    energy = _f64(table, "energy_j")  # null -> NaN here; told apart below
+    valid_energy = (pc.is_valid(table.column("energy_j")).to_numpy(zero_copy_only=False)
+                    if "energy_j" in table.column_names else np.zeros(table.num_rows, dtype=bool))
+    bad_time = end <= start
+    with np.errstate(invalid="ignore"):
+        bad_energy = valid_energy & ~(np.isfinite(energy) & (energy >= 0))
+        dur_s = np.where(bad_time, np.nan, (end - start) / 1000.0)
+        mean_w = np.where(valid_energy & ~bad_energy, energy / dur_s, np.nan)
+        too_much = np.zeros(table.num_rows, dtype=bool)
+        for p in (_f64(table, "power_avg_w"), _f64(table, "power_max_w"), mean_w):
+            too_much |= np.nan_to_num(p, nan=0.0, posinf=np.inf) > MAX_GPU_POWER_W
+    return {REJECT_TIME: bad_time, REJECT_ENERGY: bad_energy, REJECT_POWER: too_much}
+
+
+class Deduplicator:
+    """Remembers the ``(gpu_uuid, job_id, ts_start)`` keys seen; ``first_seen`` masks repeats."""
+
+    _TS_BITS = 42  # ms since 1970 fit until 2109
+
+    def __init__(self) -> None:
+        self._codes: dict[tuple[str, str | None], int] = {}
+        self._seen = np.zeros(0, dtype=np.int64)
+
+    def first_seen(self, table: pa.Table) -> np.ndarray:
+        if table.num_rows == 0:
+            return np.zeros(0, dtype=bool)
+        g = pc.dictionary_encode(pc.cast(table.column("gpu_uuid").combine_chunks(), pa.string()))
+        j = pc.dictionary_encode(pc.cast(table.column("job_id").combine_chunks(), pa.string()))
+        g_idx = np.asarray(g.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
+        j_idx = np.asarray(pc.fill_null(j.indices, -1).to_numpy(zero_copy_only=False), dtype=np.int64)
+        local = g_idx * (len(j.dictionary) + 1) + (j_idx + 1)
+        uniq, inverse = np.unique(local, return_inverse=True)
+        g_names, j_names = g.dictionary.to_pylist(), j.dictionary.to_pylist()
+        codes = np.asarray([
+            self._codes.setdefault((g_names[u // (len(j_names) + 1)],
+                                    j_names[u % (len(j_names) + 1) - 1] if u % (len(j_names) + 1) else None),
+                                   len(self._codes))
+            for u in uniq.tolist()], dtype=np.int64)
+        pair_code = codes[inverse.reshape(-1)]
+        ts = _ms(table, "ts_start") & ((1 << self._TS_BITS) - 1)
+        key = (pair_code << self._TS_BITS) | ts
+        # first occurrence within the batch, and not seen in an earlier batch
+        _, first_idx = np.unique(key, return_index=True)
+        keep = np.zeros(len(key), dtype=bool)
+        keep[first_idx] = True
+        keep &= ~np.isin(key, self._seen)
+        self._seen = np.union1d(self._seen, key[keep])
+        return keep
+
+
+class RowRules:
+    """Applies the row rules to each scanned table of one unit of work and counts what it drops."""
+
+    def __init__(self, report: InputReport) -> None:
+        self.report = report
+        self.dedup = Deduplicator()
+
+    def keep_mask(self, table: pa.Table) -> np.ndarray:
+        bad = np.zeros(table.num_rows, dtype=bool)
+        for reason, mask in impossible_rows(table).items():
+            n = int((mask & ~bad).sum())  # each rejected row counted once, under its first reason
+            if n:
+                self.report.rejected_rows[reason] = self.report.rejected_rows.get(reason, 0) + n
+            bad |= mask
+        keep = ~bad
+        if keep.any():
+            first = np.zeros(table.num_rows, dtype=bool)
+            idx = np.flatnonzero(keep)
+            first[idx] = self.dedup.first_seen(table.take(pa.array(idx)))
+            self.report.duplicate_windows += int(keep.sum() - first.sum())
+            keep = first
+        return keep
+
+

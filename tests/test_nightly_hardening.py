@@ -1,0 +1,216 @@
+"""Hardening of the nightly run (issue 9, items 4, 15, 16, 17), through the real ``wattclass``
+command: a second run on the same folder, bad input files and rows, empty days, users from
+Slurm's job records only."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from wattclass.cli import main
+
+DATE = "2026-11-29"
+HOST = "gpu-h200-03"
+
+
+@pytest.fixture
+def root(h200_telemetry: Path, tmp_path: Path) -> Path:
+    r = tmp_path / "root"
+    d = r / "telemetry" / f"date={DATE}" / f"host={HOST}"
+    d.mkdir(parents=True)
+    shutil.copy(h200_telemetry, d / "part-0.parquet")
+    return r
+
+
+@pytest.fixture
+def jobs_csv(h200_telemetry: Path, tmp_path: Path) -> Path:
+    jobs = pd.read_csv(h200_telemetry.parent / "jobs.csv", dtype={"job_id": str})
+    jobs["name"] = jobs["workload"]
+    jobs["account"] = "ml"
+    jobs["partition"] = "gpu"
+    jf = tmp_path / "jobs.csv"
+    jobs[["job_id", "name", "user", "account", "partition", "start", "end"]].to_csv(jf, index=False)
+    return jf
+
+
+def nightly(root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, dict]:
+    rc = main(["nightly", "--data-root", str(root), "--date", DATE, "--no-retrain", "--table-out",
+               str(tmp_path / "table.lua"), "--json", *extra])
+    out = capsys.readouterr().out
+    return rc, json.loads(out) if out.strip() else {}
+
+
+def part(root: Path) -> Path:
+    return root / "telemetry" / f"date={DATE}" / f"host={HOST}"
+
+
+# -- 16. bad input: files --------------------------------------------------------------------------
+def test_file_missing_a_column_is_skipped_and_counted_not_fatal(
+    root: Path, tmp_path: Path, h200_telemetry: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pq.write_table(pq.read_table(h200_telemetry).drop_columns(["energy_j"]).slice(0, 10),
+                   part(root) / "no-energy.parquet")
+    (part(root) / "torn.parquet").write_bytes(b"PAR1 cut short")
+    rc, s = nightly(root, tmp_path, capsys)
+    assert rc == 0 and s["status"] == "ok" and s["jobs"] == 21
+    sk = s["skipped_files"]
+    assert sk["count"] == 2
+    assert sk["by_reason"] == {"missing required column": 1, "unreadable": 1}
+    assert "energy_j" in sk["files"][str(part(root) / "no-energy.parquet")]
+
+
+def test_duplicate_and_impossible_rows_are_dropped_and_counted(
+    root: Path, tmp_path: Path, h200_telemetry: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rc, clean = nightly(root, tmp_path, capsys)
+    assert rc == 0
+    t = pq.read_table(h200_telemetry)
+    # the same windows again under another file name (a segment converted twice, a copied file)
+    pq.write_table(t.slice(0, 40), part(root) / "copy.parquet")
+    # impossible rows: backwards window, infinite / negative energy, 50 kW
+    bad = t.slice(40, 4).to_pandas()
+    bad["job_id"] = "999"
+    bad.loc[bad.index[0], "ts_end"] = bad["ts_start"].iloc[0] - pd.Timedelta(seconds=10)
+    bad.loc[bad.index[1], "energy_j"] = np.inf
+    bad.loc[bad.index[2], "energy_j"] = -5.0
+    bad.loc[bad.index[3], "power_avg_w"] = 50_000.0
+    pq.write_table(pa.Table.from_pandas(bad, schema=t.schema, preserve_index=False),
+                   part(root) / "bad-rows.parquet")
+    rc, s = nightly(root, tmp_path, capsys)
+    assert rc == 0
+    # the night's figures are those of the clean night: nothing counted twice, no inf
+    assert s["windows"] == clean["windows"] and s["jobs"] == clean["jobs"]
+    assert s["by_label"] == clean["by_label"]
+    assert "inf" not in json.dumps(s["by_label"]).lower()
+    assert clean["duplicate_windows"] == 0 and clean["rejected_rows"]["count"] == 0
+    assert s["duplicate_windows"] == 40
+    assert s["rejected_rows"]["count"] == 4
+    assert s["rejected_rows"]["ts_end <= ts_start"] == 1
+    assert s["rejected_rows"]["energy_j negative, NaN or infinite"] == 2
+    assert s["rejected_rows"]["power above 3000 W"] == 1
+
+
+def test_jobs_file_with_a_name_that_is_not_utf8_does_not_fail_the_night(
+    root: Path, tmp_path: Path, jobs_csv: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lines = jobs_csv.read_bytes().splitlines(keepends=True)
+    first_job = lines[1].split(b",")[0].decode()
+    fields = lines[1].split(b",")
+    fields[1] = b"caf\xe9-\xff\xfe"  # Latin-1, not UTF-8
+    lines[1] = b",".join(fields)
+    jobs_csv.write_bytes(b"".join(lines))
+    rc, s = nightly(root, tmp_path, capsys, "--jobs-file", str(jobs_csv))
+    assert rc == 0 and s["status"] == "ok" and s["jobs"] == 21
+    assert s["job_records"]["record_problems"] == 1
+    assert first_job in s["job_records"]["examples"][0]
+    labels = pd.read_parquet(root / "classifier" / "labels" / f"date={DATE}" / "labels.parquet")
+    row = labels[labels.job_id == first_job].iloc[0]
+    assert pd.isna(row["name"]) and isinstance(row["user"], str)  # the record still gives the user
+
+
+# -- 17. a day without telemetry -------------------------------------------------------------------
+def test_day_without_telemetry_exits_7_unless_allow_empty(
+    root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shutil.rmtree(root / "telemetry" / f"date={DATE}")
+    rc, s = nightly(root, tmp_path, capsys)
+    assert rc == 7 and s["status"] == "no telemetry"
+    rc, s = nightly(root, tmp_path, capsys, "--allow-empty")
+    assert rc == 0 and s["status"] == "no telemetry"
+
+
+def test_day_whose_every_file_is_bad_is_no_telemetry(
+    root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (part(root) / "part-0.parquet").write_bytes(b"not parquet")
+    rc, s = nightly(root, tmp_path, capsys)
+    assert rc == 7 and s["skipped_files"]["count"] == 1
+
+
+# -- 4. the user comes from Slurm's job record ------------------------------------------------------
+def test_job_record_user_wins_over_telemetry_and_no_record_means_no_user(
+    root: Path, tmp_path: Path, jobs_csv: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    jobs = pd.read_csv(jobs_csv, dtype={"job_id": str})
+    ids = sorted(jobs.job_id)
+    jobs.loc[jobs.job_id == ids[0], "user"] = "mallory"  # Slurm says mallory ran it
+    jobs = jobs[jobs.job_id != ids[1]]  # no record at all
+    jobs.to_csv(jobs_csv, index=False)
+    rc, s = nightly(root, tmp_path, capsys, "--jobs-file", str(jobs_csv))
+    assert rc == 0
+    labels = pd.read_parquet(root / "classifier" / "labels" / f"date={DATE}" / "labels.parquet")
+    labels = labels.set_index("job_id")
+    assert labels.loc[ids[0], "user"] == "mallory"
+    assert pd.isna(labels.loc[ids[1], "user"])
+    assert labels.loc[ids[0], "telemetry_user"] != "mallory"
+    assert s["job_records"]["jobs_without_record"] == 1
+    no_record_user = labels.loc[ids[1], "telemetry_user"]
+    if no_record_user not in set(jobs.user):  # only that job could have given this user an entry
+        assert f'"{no_record_user}"' not in (tmp_path / "table.lua").read_text()
+
+
+# -- 15. two nightly runs at once --------------------------------------------------------------------
+def test_second_nightly_run_exits_6_or_waits(root: Path, tmp_path: Path) -> None:
+    cmd = [sys.executable, "-m", "wattclass.cli", "nightly", "--data-root", str(root), "--date", DATE,
+           "--no-retrain", "--table-out", str(tmp_path / "t.lua")]
+    # a first run, standing in as a real process that holds the lock until told to finish
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys; from pathlib import Path; from wattclass.lockfile import FolderLock\n"
+        f"l = FolderLock(Path({str(root / 'classifier')!r}), 'nightly run').acquire()\n"
+        "print('locked', flush=True); sys.stdin.readline()")],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 6, r.stderr
+        assert f"pid {holder.pid}" in r.stderr and "nightly run" in r.stderr
+        assert not (root / "classifier" / "labels").exists()  # it wrote nothing
+        # with --lock-timeout it waits for the first run, then runs
+        waiting = subprocess.Popen([*cmd, "--lock-timeout", "120"], stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.PIPE, text=True)
+        time.sleep(2.0)
+        assert waiting.poll() is None and not (root / "classifier" / "labels").exists()
+        assert holder.stdin is not None
+        holder.stdin.write("done\n")
+        holder.stdin.flush()
+        _, err = waiting.communicate(timeout=120)
+        assert waiting.returncode == 0, err
+        assert (root / "classifier" / "labels" / f"date={DATE}" / "labels.parquet").exists()
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+        holder.wait()
+
+
+def test_lock_file_names_holder(tmp_path: Path) -> None:
+    from wattclass.lockfile import FolderLock
+
+    with FolderLock(tmp_path / "c", "nightly run"):
+        doc = json.loads((tmp_path / "c" / "wattclass.lock").read_text())
+        assert {"pid", "host", "started", "what"} <= set(doc)
+
+
+@pytest.mark.parametrize("batch_files", [1, 100])
+def test_duplicates_across_scan_batches_are_dropped_by_the_engine(
+    root: Path, h200_telemetry: Path, batch_files: int
+) -> None:
+    """The rules hold whatever the engine's batching: a copy read in another batch is still a copy."""
+    from wattclass.classifier.engine import label_files_local
+    from wattclass.classifier.reader import telemetry_files
+
+    one = label_files_local(telemetry_files([root], date=DATE), None, "rule", batch_files=batch_files)
+    shutil.copy(part(root) / "part-0.parquet", part(root) / "part-1.parquet")
+    two = label_files_local(telemetry_files([root], date=DATE), None, "rule", batch_files=batch_files)
+    assert two.n_windows == one.n_windows > 0  # the copy is not counted a second time
+    pd.testing.assert_frame_equal(two.labels, one.labels)
+    assert two.report.duplicate_windows == one.n_windows

@@ -1,0 +1,329 @@
+"""Hardening of the telemetry daemon (issue 9, items 1-3): disk full, a second daemon, bad job
+files. Real processes and a real small file system where the behaviour depends on them. (Item 4,
+forged Slurm environments, is in test_telemetry_units.py next to the other attribution tests.)"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+
+from wattclass.errors import DataError
+from wattclass.gpu.replay import ReplayBackend
+from wattclass.jobmap import JobAssignment, read_job_file, write_job_file
+from wattclass.telemetry import wal
+from wattclass.telemetry.daemon import Daemon, DaemonConfig
+from wattclass.telemetry.metrics import LatestWindows
+
+KEY = ["gpu_uuid", "ts_start", "job_id"]
+IS_ROOT = os.geteuid() == 0
+
+
+def daemon_cmd(raw: Path, root: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "wattclass.cli", "telemetry", "run", "--backend", f"replay:{raw}",
+            "--data-root", str(root), "--host", "n1", *extra]
+
+
+def parquet_rows(root: Path) -> pd.DataFrame:
+    files = sorted(root.glob("telemetry/date=*/host=*/*.parquet"))
+    if not files:
+        return pd.DataFrame(columns=KEY)
+    return pd.concat([pq.read_table(f).to_pandas() for f in files], ignore_index=True)
+
+
+def keys(df: pd.DataFrame) -> set[tuple[str, int, str | None]]:
+    ts = df.ts_start.dt.as_unit("ms").astype("int64")
+    return {(u, int(t), j if isinstance(j, str) else None) for u, t, j in zip(df.gpu_uuid, ts, df.job_id,
+                                                                               strict=True)}
+
+
+def wal_record_count(wal_dir: Path) -> int:
+    n = 0
+    for seg in wal.list_segments(wal_dir):
+        data = seg.read_bytes()
+        n += data.count(wal.MAGIC)
+    return n
+
+
+# -- 1. disk full ---------------------------------------------------------------------------------
+@contextlib.contextmanager
+def small_tmpfs(size: str) -> Iterator[Path]:
+    d = Path(tempfile.mkdtemp(prefix="wattclass-full-"))
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(d)],
+                       capture_output=True, text=True)
+    if r.returncode:
+        d.rmdir()
+        pytest.skip(f"cannot mount a tmpfs: {r.stderr.strip()}")
+    try:
+        yield d
+    finally:
+        subprocess.run(["umount", "-l", str(d)], check=False)
+        d.rmdir()
+
+
+def fill(folder: Path) -> Path:
+    """Fill the file system of ``folder`` to the last byte; returns the filler file."""
+    filler = folder / "filler.bin"
+    with open(filler, "wb", buffering=0) as fh:
+        chunk = b"\0" * 65536
+        while chunk:
+            try:
+                fh.write(chunk)
+            except OSError as exc:
+                if exc.errno != errno.ENOSPC:
+                    raise
+                chunk = chunk[: len(chunk) // 2]
+    return filler
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="mounting a small tmpfs needs root")
+def test_disk_full_on_a_real_tmpfs_loses_no_window(tmp_path: Path, h200_raw: Path) -> None:
+    """A 2 MB tmpfs filled to the last byte for a few seconds while the daemon runs: every window
+    it closed (its own count, logged at exit) reaches Parquet once space is back, each once."""
+    with small_tmpfs("2m") as root:
+        proc = subprocess.Popen(daemon_cmd(h200_raw, root, "--speed", "60", "--roll-seconds", "60"),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.time() + 60
+            while time.time() < deadline and wal_record_count(root / "wal" / "n1") < 2:
+                time.sleep(0.05)
+            filler = fill(root)
+            time.sleep(3.0)  # about 18 windows close while the disk is full
+            filler.unlink()
+            _, err = proc.communicate(timeout=90)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert "WAL append" in err and "No space left on device" in err, err[-3000:]
+        assert proc.returncode == 0, err[-3000:]
+        closed = re.search(r"stopped: (\d+) window row", err)
+        assert closed is not None, err[-3000:]
+        got = parquet_rows(root)
+        assert len(got) == int(closed.group(1)) > 50, err[-3000:]
+        assert len(keys(got)) == len(got)  # each window once
+        assert not wal.list_segments(root / "wal" / "n1")
+        assert "damaged WAL record" not in err and "torn WAL tail" not in err
+
+
+def _row(i: int) -> dict[str, object]:
+    return {"ts_start": 1795967770.0 + 10 * i, "ts_end": 1795967780.0 + 10 * i, "host": "n1",
+            "gpu_index": 0, "gpu_uuid": "GPU-x", "gpu_model": "H200", "job_id": "1", "user": "u",
+            "energy_j": 100.0}
+
+
+def test_short_write_never_leaves_a_torn_record_before_later_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """write(2) returning a short count (no exception) is the disk-full case on a real file system:
+    the record is finished or cut back, never buried under later records."""
+    real_write = os.write
+    state = {"mode": "ok"}
+
+    def boundary(fd: int, data: bytes) -> int:  # the OS boundary: short write, then ENOSPC
+        if state["mode"] == "short":
+            state["mode"] = "full"
+            return real_write(fd, bytes(data[:7]))
+        if state["mode"] == "full":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", boundary)
+    w = wal.WalWriter(tmp_path)
+    assert w.append([_row(0)])
+    state["mode"] = "short"
+    assert not w.append([_row(1)])
+    assert w.pending == [_row(1)] and w.write_errors == 1
+    with caplog.at_level(logging.WARNING):
+        assert not w.append([_row(2)])  # still full: kept, in order
+        state["mode"] = "ok"
+        assert w.append([_row(3)])
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1  # one ERROR per outage (and per minute), not one per poll
+    assert "works again after 2 failed append(s)" in caplog.text
+    seg = w.close()
+    assert seg is not None
+    assert wal.read_segment(seg) == [_row(i) for i in range(4)]
+
+
+def test_a_damaged_record_does_not_cut_the_records_after_it(tmp_path: Path,
+                                                            caplog: pytest.LogCaptureFixture) -> None:
+    p = tmp_path / "wal-1-1.log"
+    good = wal.encode([{"a": 1}])
+    torn = wal.encode([{"a": 2}])[:9]
+    p.write_bytes(good + torn + wal.encode([{"a": 3}]) + wal.encode([{"a": 4}]))
+    with caplog.at_level(logging.ERROR):
+        assert wal.read_segment(p) == [{"a": 1}, {"a": 3}, {"a": 4}]
+    assert "damaged WAL record" in caplog.text
+
+
+class FullDisk:
+    """ENOSPC at the OS boundary for WAL appends while ``on``."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.on = False
+        self.real = os.write
+        monkeypatch.setattr(os, "write", self)
+
+    def __call__(self, fd: int, data: bytes) -> int:
+        if self.on:
+            return self.real(fd, bytes(data[: max(1, len(data) // 3)])) if len(data) > 64 else 0
+        return self.real(fd, data)
+
+
+def test_unpersisted_windows_are_loud_and_stop_exits_nonzero(
+    tmp_path: Path, h200_raw: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    disk = FullDisk(monkeypatch)
+    collector = LatestWindows()
+    cfg = DaemonConfig(data_root=tmp_path / "d", host="n1", roll_s=60, stop_retry_s=0.0)
+    backend = ReplayBackend(h200_raw, realtime=False)
+    d = Daemon(backend, cfg, collector=collector)
+    d.prepare()
+    rows = [_row(0), _row(1)]
+    disk.on = True
+    with caplog.at_level(logging.ERROR):
+        d.record(rows)
+    assert "WAL append" in caplog.text
+    text = _scrape(collector)
+    assert "wattclass_wal_write_errors_total 1.0" in text
+    assert f"wattclass_wal_backlog_rows {float(len(rows))}" in text
+    with caplog.at_level(logging.ERROR):
+        d.shutdown()
+    assert "LOST" in caplog.text
+    assert d.unpersisted()[0] >= len(rows)
+    # run() turns it into the exit status
+    disk.on = True
+    d2 = Daemon(ReplayBackend(h200_raw, realtime=False), DaemonConfig(
+        data_root=tmp_path / "d2", host="n1", roll_s=60, stop_retry_s=0.0))
+    assert d2.run() == 1
+
+
+def _scrape(collector: LatestWindows) -> str:
+    from prometheus_client import generate_latest
+    from prometheus_client.registry import CollectorRegistry
+
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(collector)
+    return generate_latest(reg).decode()
+
+
+def test_full_disk_at_stop_is_retried_until_space_comes_back(
+    tmp_path: Path, h200_raw: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    disk = FullDisk(monkeypatch)
+    cfg = DaemonConfig(data_root=tmp_path / "d", host="n1", roll_s=60, stop_retry_s=5.0)
+    d = Daemon(ReplayBackend(h200_raw, realtime=False), cfg)
+    d.prepare()
+    disk.on = True
+    d.record([_row(0)])
+    assert d.writer.pending
+    monkeypatch.setattr(time, "sleep", lambda s: setattr(disk, "on", False))  # space is back
+    d.shutdown()
+    assert d.unpersisted() == (0, 0)
+    assert len(parquet_rows(tmp_path / "d")) == 1
+
+
+# -- 2. two daemons, one WAL folder -----------------------------------------------------------------
+def test_second_daemon_on_the_same_wal_refuses_and_names_the_holder(tmp_path: Path, h200_raw: Path) -> None:
+    root = tmp_path / "d"
+    with socket.socket() as s:  # both ask for the same metrics port: the lock must answer first
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    first = subprocess.Popen(daemon_cmd(h200_raw, root, "--speed", "20", "--metrics-port", port),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline and not wal.list_segments(root / "wal" / "n1"):
+            time.sleep(0.05)
+        segs = wal.list_segments(root / "wal" / "n1")
+        assert segs, "first daemon never wrote its WAL"
+        second = subprocess.run(daemon_cmd(h200_raw, root, "--once", "--metrics-port", port),
+                                capture_output=True, text=True, timeout=60)
+        assert second.returncode == 6, second.stderr
+        assert f"pid {first.pid}" in second.stderr and "telemetry daemon" in second.stderr
+        assert all(s.exists() for s in segs)  # the open segment was not converted under the first
+        first.send_signal(signal.SIGTERM)
+        _, err = first.communicate(timeout=60)
+        assert first.returncode == 0, err
+    finally:
+        if first.poll() is None:
+            first.kill()
+    # once the first is gone, the lock is free again
+    third = subprocess.run(daemon_cmd(h200_raw, root, "--once"), capture_output=True, text=True, timeout=60)
+    assert third.returncode == 0, third.stderr
+
+
+# -- 3. bad job-map files ---------------------------------------------------------------------------
+BAD_JOB_FILES: dict[str, bytes] = {
+    "uid-not-int": b'{"version": 1, "job_id": "42", "user": "alice", "uid": "notint"}',
+    "bad-json": b'{"version": 1, "job_id": ',
+    "not-utf8": b'{"job_id": "42", "user": "\xff\xfe"}',
+    "list": b'["42"]',
+    "uid-bool": b'{"job_id": "42", "user": "alice", "uid": true}',
+    "job-id-object": b'{"job_id": {"a": 1}, "user": "alice"}',
+    "user-number": b'{"job_id": "42", "user": 7}',
+    "huge": b'{"job_id": "' + b"%" * 100_000 + b'"}',
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_JOB_FILES))
+def test_bad_job_file_is_a_data_error_naming_the_file(tmp_path: Path, name: str) -> None:
+    f = tmp_path / "GPU-x.json"
+    f.write_bytes(BAD_JOB_FILES[name])
+    os.chmod(f, 0o644)
+    with pytest.raises(DataError, match=r"GPU-x\.json") as exc:
+        read_job_file(f)
+    assert len(str(exc.value)) < 400  # user-controlled content is truncated
+
+
+def test_daemon_keeps_polling_past_bad_job_files(tmp_path: Path, h200_raw: Path,
+                                                 caplog: pytest.LogCaptureFixture) -> None:
+    """The daemon's first poll used to raise ValueError on ``"uid": "notint"`` (a restart loop
+    under systemd). Now the file is skipped (logged once, truncated) and the GPU is attributed
+    from its process list as if there were no file."""
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    os.chmod(spool, 0o755)
+    ref = Daemon(ReplayBackend(h200_raw, realtime=False),
+                 DaemonConfig(data_root=tmp_path / "ref", host="n1", once=True))
+    assert ref.run() == 0
+    for g in ReplayBackend(h200_raw, realtime=False).gpus():
+        (spool / f"{g.uuid}.json").write_bytes(BAD_JOB_FILES["uid-not-int"])
+        os.chmod(spool / f"{g.uuid}.json", 0o644)
+    d = Daemon(ReplayBackend(h200_raw, realtime=False),
+               DaemonConfig(data_root=tmp_path / "d", host="n1", once=True, job_spool=spool))
+    with caplog.at_level(logging.WARNING):
+        assert d.run() == 0
+    assert "ignoring job file" in caplog.text and "notint" in caplog.text
+    assert caplog.text.count("ignoring job file") == len(list(spool.iterdir()))  # once, not per poll
+    assert keys(parquet_rows(tmp_path / "d")) == keys(parquet_rows(tmp_path / "ref"))
+
+
+def test_epilog_cleans_up_its_job_files_past_a_bad_one(tmp_path: Path, h200_raw: Path) -> None:
+    from wattclass.plugin.prolog import epilog
+
+    jobs, state = tmp_path / "jobs", tmp_path / "state"
+    for d in (jobs, state):
+        d.mkdir()
+        os.chmod(d, 0o755)
+    (jobs / "GPU-aaa.json").write_bytes(BAD_JOB_FILES["uid-not-int"])
+    os.chmod(jobs / "GPU-aaa.json", 0o644)
+    write_job_file(jobs, "GPU-bbb", JobAssignment("42", "alice", 1000))
+    write_job_file(jobs, "GPU-ccc", JobAssignment("43", "bob", 1001))
+    epilog({"SLURM_JOB_ID": "42", "SLURM_JOB_USER": "alice"}, ReplayBackend(h200_raw, realtime=False),
+           jobs_dir=jobs, state_dir=state)
+    assert sorted(p.name for p in jobs.iterdir()) == ["GPU-aaa.json", "GPU-ccc.json"]
