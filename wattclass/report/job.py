@@ -123,7 +123,9 @@ def _read_with_arrow(files: Sequence[Path], job_id: str) -> pd.DataFrame:
     from wattclass.schema import TELEMETRY_V1
 
     d = ds.dataset([str(f) for f in files], format="parquet", schema=TELEMETRY_V1)
-    return d.to_table(columns=list(READ_COLUMNS), filter=ds.field("job_id") == job_id).to_pandas()
+    t = d.to_table(columns=list(READ_COLUMNS), filter=ds.field("job_id") == job_id)
+    out: pd.DataFrame = t.to_pandas()
+    return out
 
 
 def read_job_windows(files: Sequence[Path], job_id: str) -> pd.DataFrame:
