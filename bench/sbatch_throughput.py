@@ -1,5 +1,10 @@
 """sbatch throughput with and without wattclass's job_submit.lua (target: with >= 97% of without).
 
+Also (``--lua-sizes``) the label table's cost inside Lua 5.1 at 10k, 100k and 1M keys: the time
+job_submit.lua takes to read and parse the table (paid once per table change, by the first
+submission after it), its memory, and the per-submission cost of slurm_job_submit with the table
+cached, measured with lua5.1 running the real job_submit.lua (slurmctld embeds the same Lua 5.1).
+
 Starts two real one-node Slurm 22.05 clusters side by side (tests/slurm_cluster.py), one with
 the plugin and one without, and submits N held jobs to each one after another (sequential, like a
 user's loop), alternating between the clusters in random order so that load from other
@@ -8,12 +13,14 @@ jobs never run, so only submission is measured. The label table holds ``--entrie
 lookup works on a realistic table; half the job names hit it.
 
     python bench/sbatch_throughput.py [--jobs 1000] [--rounds 2] [--entries 20000] [--json]
+    python bench/sbatch_throughput.py --lua-sizes 10000,100000,1000000 --json
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import shutil
 import statistics
@@ -32,18 +39,72 @@ from wattclass.plugin.install import render_job_submit
 from wattclass.policy import parse_policy
 
 
+def write_table(table: Path, entries: int) -> None:
+    """``entries`` user + job name keys of root (who submits): half the benchmark's names hit."""
+    table.parent.mkdir(parents=True, exist_ok=True)
+    table.parent.chmod(0o755)
+    pol = parse_policy({"mode": "enforce", "caps": {"memory": "60%"},
+                        "placement": {"memory": {"features": ["hbm"]}}})
+    ents = [TableEntry("user_name", "root", f"job-{i}", None, "memory", 0.95, 3, "rule")
+            for i in range(entries)]
+    write_label_table(table, ents, pol.table_dict({"hbm"}), max_entries=max(entries, 1))
+
+
 def make_cluster(root: Path, with_plugin: bool, entries: int) -> SlurmCluster:
     lua = None
     if with_plugin:
-        table = root / "labels" / "labels.lua"
-        table.parent.mkdir(parents=True)
-        pol = parse_policy({"mode": "enforce", "caps": {"memory": "60%"},
-                            "placement": {"memory": {"features": ["hbm"]}}})
-        ents = [TableEntry("user_name", "root", f"job-{i}", None, "memory", 0.95, 3, "rule")
-                for i in range(entries)]
-        write_label_table(table, ents, pol.table_dict({"hbm"}))
+        table = root / "labels" / "labels.tsv"
+        write_table(table, entries)
         lua = render_job_submit(table)
     return SlurmCluster(root, job_submit_lua=lua)
+
+
+LUA_BENCH = r"""
+slurm = { SUCCESS = 0, ERROR = -1, log_info = function() end, log_error = function() end }
+dofile(SCRIPT)
+collectgarbage("collect")
+local kb0 = collectgarbage("count")
+local t0 = os.clock()
+local t, err = wattclass_load_table()
+local load_s = os.clock() - t0
+if t == nil then error(err) end
+collectgarbage("collect")
+local kb = collectgarbage("count") - kb0
+local parts = { main = { flag_default = 1 } }
+local n = N_SUBMIT
+t0 = os.clock()
+for i = 1, n do
+  local name = "job-" .. (i * 7919 % KEYS)
+  if i % 2 == 0 then name = "unknown-" .. i end
+  local jd = { user_name = "root", name = name,
+               tres_per_node = "gres:gpu:1" }
+  slurm_job_submit(jd, parts, 0)
+end
+local per_s = (os.clock() - t0) / n
+print(string.format("%.6f %.1f %.9f", load_s, kb, per_s))
+"""
+
+
+def lua_costs(keys: int, n_submit: int = 20000) -> dict[str, float]:
+    """Load time, memory and per-submission CPU time of the real job_submit.lua in lua5.1."""
+    root = Path(tempfile.mkdtemp(prefix="wattclass-luabench-"))
+    try:
+        root.chmod(0o755)
+        table = root / "labels" / "labels.tsv"
+        write_table(table, keys)
+        script = root / "job_submit.lua"
+        # the whole table, even past job_submit.lua's MAX_BYTES, so 1M keys measure 1M keys
+        script.write_text(render_job_submit(table).replace("local MAX_BYTES = 16 * 1024 * 1024",
+                                                           "local MAX_BYTES = 1024 * 1024 * 1024"))
+        drv = root / "bench.lua"
+        drv.write_text(f'SCRIPT = "{script}"\nN_SUBMIT = {n_submit}\nKEYS = {keys}\n' + LUA_BENCH)
+        out = subprocess.run(["lua5.1", str(drv)], capture_output=True, text=True, check=True,
+                             timeout=600).stdout.split()
+        return {"keys": keys, "table_bytes": table.stat().st_size, "load_s": round(float(out[0]), 3),
+                "lua_mib": round(float(out[1]) / 1024, 1),
+                "per_submission_us": round(float(out[2]) * 1e6, 2)}
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def submit(c: SlurmCluster, name: str) -> float:
@@ -71,7 +132,8 @@ def run_round(jobs: int, entries: int, seed: int) -> dict[str, float]:
             rng.shuffle(order)
             for v in order:
                 spent[v] += submit(clusters[v], name)
-        job = clusters["with"].job(clusters["with"].sbatch("-H", "-o", "/dev/null", "-J", "job-0"))
+        job = clusters["with"].job(clusters["with"].sbatch("-H", "-o", "/dev/null", "-J", "job-0",
+                                                           "--gres=gpu:1"))
         if not job.get("admin_comment"):
             raise RuntimeError("plugin did not label a known job: the benchmark measured nothing")
         return {v: jobs / t for v, t in spent.items()}
@@ -88,7 +150,19 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--entries", type=int, default=20000)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--lua-sizes",
+                    help="comma list of table sizes: measure Lua load/per-submission cost only")
     a = ap.parse_args()
+    if a.lua_sizes:
+        res = {"load_avg_1m": round(os.getloadavg()[0], 2), "cpus": os.cpu_count(),
+               "sizes": [lua_costs(int(k)) for k in a.lua_sizes.split(",")]}
+        if a.json:
+            print(json.dumps(res, indent=2))
+        else:
+            for r in res["sizes"]:
+                print(f"{r['keys']:>8} keys ({r['table_bytes'] / 1e6:.1f} MB): load {r['load_s']:.3f} s, "
+                      f"{r['lua_mib']} MiB in Lua, {r['per_submission_us']:.1f} us per submission")
+        return 0
     rates: dict[str, list[float]] = {"without": [], "with": []}
     for r in range(a.rounds):
         got = run_round(a.jobs, a.entries, seed=r)
@@ -100,6 +174,7 @@ def main() -> int:
            "ratio": round(med["with"] / med["without"], 4), "target": 0.97}
     out["ratio_per_round"] = [round(w / wo, 4) for w, wo in zip(rates["with"], rates["without"], strict=True)]
     out["pass"] = out["ratio"] >= 0.97
+    out["load_avg_1m"] = round(os.getloadavg()[0], 2)
     if a.json:
         print(json.dumps(out, indent=2))
     else:

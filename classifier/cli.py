@@ -39,7 +39,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
                    "if it exists, else ask Slurm (sacct/squeue)")
     n.add_argument("--policy", type=Path, default=None, help="policy TOML to embed in the table")
     n.add_argument("--table-out", type=Path, default=None,
-                   help="label table path (default: DATA_ROOT/classifier/label_table.lua)")
+                   help="label table path (default: DATA_ROOT/classifier/label_table.tsv)")
     n.add_argument("--no-retrain", action="store_true", help="label only; never train a new model")
     n.add_argument("--workers", type=int, default=1,
                    help="worker processes reading telemetry (default 1; helps on idle multi-core hosts)")
@@ -163,7 +163,7 @@ def cmd_nightly(args: argparse.Namespace) -> int:
         from wattclass.policy import load_policy
 
         policy = load_policy(args.policy).table_dict()
-    table_out = args.table_out or args.data_root / "classifier" / "label_table.lua"
+    table_out = args.table_out or args.data_root / "classifier" / "label_table.tsv"
     opts = NightlyOptions(data_root=args.data_root, date=date, table_out=table_out, policy=policy,
                           retrain=not args.no_retrain, base_training=tuple(bundled_training_sources()),
                           workers=max(1, args.workers), engine=args.engine, scheduler=args.scheduler,

@@ -23,12 +23,18 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     chk.set_defaults(func=_policy_check)
     exp = psub.add_parser("explain", help="what would happen to a job and why")
     exp.add_argument("--policy", type=Path, required=True, help="policy TOML")
-    exp.add_argument("--table", type=Path, required=True, help="label table (labels.lua)")
+    exp.add_argument("--table", type=Path, required=True, help="label table (labels.tsv)")
     exp.add_argument("--user", required=True)
     exp.add_argument("--name", required=True, help="job name")
     exp.add_argument("--account")
-    exp.add_argument("--partition")
+    exp.add_argument("--partition", help="the job's -p (comma list); without it, pass the cluster's default "
+                     "partition here, as Slurm resolves it")
     exp.add_argument("--constraint", help="the job's own --constraint, if any")
+    exp.add_argument("--no-gpu", action="store_true", help="the job asks for no GPU (it gets no decision)")
+    lim = exp.add_mutually_exclusive_group()
+    lim.add_argument("--gpu-model", help="show the cap in watts on this GPU model (H200, H100, A100)")
+    lim.add_argument("--limits", metavar="DEFAULT,MIN,MAX", help="show the cap in watts on a GPU with "
+                     "these NVML power limits, e.g. 700,200,700")
     exp.add_argument("--json", action="store_true")
     exp.set_defaults(func=_policy_explain)
 
@@ -42,13 +48,20 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         hp = gsub.add_parser(hook, help=text)
         add_arguments(hp)
         hp.set_defaults(func=_hook, hook=hook)
+    chk_node = gsub.add_parser("check", help="verify an installed node: a checklist, exit 1 on any failure")
+    from wattclass.plugin.check import add_arguments as add_check_arguments
+
+    add_check_arguments(chk_node)
+    chk_node.set_defaults(func=_plugin_check)
     lua = gsub.add_parser("install-lua", help="write job_submit.lua reading a given label table")
-    lua.add_argument("--table", type=Path, default=Path("/etc/slurm/wattclass/labels.lua"))
+    lua.add_argument("--table", type=Path, default=Path("/etc/slurm/wattclass/labels.tsv"))
     lua.add_argument("--dest", type=Path, required=True, help="e.g. /etc/slurm/job_submit.lua")
     lua.set_defaults(func=_install_lua)
     hk = gsub.add_parser("install-hooks", help="write the Prolog/Epilog wrappers")
     hk.add_argument("--dest", type=Path, required=True, help="folder, e.g. /etc/slurm/wattclass")
-    hk.add_argument("--python", default=sys.executable, help="absolute interpreter path")
+    hk.add_argument("--python", default=sys.executable,
+                    help="absolute path of the interpreter wattclass is installed in (default: this one, "
+                    "e.g. /opt/wattclass/bin/python)")
     hk.add_argument("--hook-args", default="--backend nvml --log /var/log/wattclass/plugin.log",
                     help="arguments for `python -m wattclass.plugin.prolog HOOK`")
     hk.set_defaults(func=_install_hooks)
@@ -68,7 +81,8 @@ _REASONS = {
     "no_table": "no usable label table: the job is left as submitted",
     "exempt_user": "the user is exempt",
     "exempt_account": "the account is exempt",
-    "exempt_partition": "the partition is exempt",
+    "exempt_partition": "every partition the job may run in is exempt",
+    "no_gpu_request": "the job asks for no GPU: no cap, no placement",
     "unknown_job": "no label for this user + name, user or account",
     "low_confidence": "the label's confidence is below min_confidence",
     "no_decision": "the policy has no cap or features for this label",
@@ -87,8 +101,16 @@ def _policy_explain(args: argparse.Namespace) -> int:
     # The policy file is the sysadmin's current intent; the table's embedded copy may be older.
     table["policy"] = pol.table_dict(
         (table.get("policy") or {}).get("features_available") if table.get("policy") else None)
-    d = decide(table, args.user, args.name, args.account, args.partition, args.constraint)
-    data = {**d._asdict(), "why": _REASONS.get(d.reason, d.reason)}
+    d = decide(table, args.user, args.name, args.account, args.partition, args.constraint,
+               gpu_request=not args.no_gpu)
+    data: dict[str, Any] = {**d._asdict(), "why": _REASONS.get(d.reason, d.reason), "cap_w": None}
+    if args.gpu_model or args.limits:
+        from wattclass.caps import cap_watts, known_limits, parse_cap, parse_limits
+
+        dflt, lo, hi = known_limits(args.gpu_model) if args.gpu_model else parse_limits(args.limits)
+        data["gpu_limits_w"] = {"default": dflt, "min": lo, "max": hi, "model": args.gpu_model}
+        if d.cap:
+            data["cap_w"] = cap_watts(parse_cap(d.cap, "the table's cap"), dflt, lo, hi)
 
     def human(x: dict[str, Any]) -> str:
         lines = [f"decision: {x['status']} ({x['why']})"]
@@ -97,6 +119,11 @@ def _policy_explain(args: argparse.Namespace) -> int:
                          f"(source {x['source']})")
         if x["cap"]:
             lines.append(f"cap: {x['cap']} (per GPU, of its default limit when a %, clamped to min/max)")
+        if x["cap_w"] is not None:
+            lim = x["gpu_limits_w"]
+            on = lim["model"] or "this GPU"
+            lines.append(f"on {on} (default {lim['default']:g} W, min {lim['min']:g} W, "
+                         f"max {lim['max']:g} W): {x['cap']} sets {x['cap_w']:g} W")
         if x["admin_comment"]:
             lines.append(f"admin_comment: {x['admin_comment']}")
         lines.append(f"features added: {x['features'] or 'none'}")
@@ -104,6 +131,12 @@ def _policy_explain(args: argparse.Namespace) -> int:
 
     emit(data, args.json, human)
     return 0
+
+
+def _plugin_check(args: argparse.Namespace) -> int:
+    from wattclass.plugin.check import main
+
+    return main(args)
 
 
 def _hook(args: argparse.Namespace) -> int:

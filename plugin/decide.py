@@ -5,16 +5,21 @@ a second implementation is only safe if it provably agrees: tests/test_plugin_de
 same cases through lua5.1 (the real job_submit.lua) and through ``decide`` and asserts identical
 results. Keep the two in step: same order of checks, same reason codes, same admin_comment text.
 
-Order: exempt user, exempt account, exempt partition (any of a comma list), then the most specific
-label key (user + job name, user, account), minimum confidence, the policy's decision for the
-label, then shadow vs enforce. Features are added only in enforce mode, only when the user gave
-no constraint, and only those the table lists as existing on some node.
+Order: only jobs that request a GPU (``requests_gpu``), then exempt user, exempt account, exempt
+partition (only when EVERY partition of a comma list is exempt: the job may run in any of them),
+then the most specific label key (user + job name, user, account) whose confidence reaches
+min_confidence (a less confident key falls through to the next one), the policy's decision for the
+label, then shadow vs enforce. Features are added only in enforce mode, only when the user gave no
+constraint, and only those the table lists as existing on some node.
+
+The caller resolves Slurm's defaults first, as job_submit.lua does: no partition means the
+cluster's default partition; no account means the user's default account (from accounting).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
 COMMENT_PREFIX = "wattclass:"
@@ -35,21 +40,68 @@ class Decision(NamedTuple):
     admin_comment: str | None = None
 
 
-def _lookup(table: Mapping[str, Any], user: str | None, name: str | None,
-            account: str | None) -> tuple[str, Mapping[str, Any]] | None:
+#: The job fields that can ask for GPUs (job_submit.lua's GPU_FIELDS); ``gres`` is the old alias.
+GPU_FIELDS = ("tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket", "gres")
+
+
+def gpu_count(item: str) -> int | float | None:
+    """GPUs one gres/TRES item asks for; None when it is not a GPU item.
+
+    Every spelling Slurm uses: "gpu:2", "gres:gpu:2" (22.05), "gres/gpu:2" (25.11), typed
+    "gres/gpu:h200:2", bare "gpu", "gres/gpu=2". A type without a count means 1. Mirrors Lua.
+    """
+    s = item[5:] if item[:5] in ("gres:", "gres/") else item
+    cuts = [i for i in (s.find(":"), s.find("=")) if i >= 0]
+    cut = min(cuts) if cuts else None
+    if (s if cut is None else s[:cut]) != "gpu":
+        return None
+    if cut is None:
+        return 1
+    last = s[cut + 1:].rsplit(":", 1)[-1]
+    return _lua_number(last) if _lua_number(last) is not None else 1
+
+
+def _lua_number(text: str) -> float | None:
+    """Lua 5.1 ``tonumber`` (strtod: decimal, exponent, inf/nan, 0x hex), enough for a count's sign."""
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        return float(int(text.strip(), 16)) if text.strip().lower().startswith(("0x", "-0x")) else None
+    except ValueError:
+        return None
+
+
+def requests_gpu(specs: Iterable[str | None]) -> bool:
+    """True when any spec (tres_per_node, tres_per_job, ...; comma lists) asks for a GPU."""
+    for spec in specs:
+        if spec:
+            for item in spec.split(","):
+                n = gpu_count(item)
+                if n is not None and n > 0:
+                    return True
+    return False
+
+
+def _lookup(table: Mapping[str, Any], user: str | None, name: str | None, account: str | None,
+            min_conf: float) -> tuple[str, Mapping[str, Any], bool] | None:
+    """(key, record, low): the most specific key reaching ``min_conf``, else the most specific found."""
+    cands: list[tuple[str, Any]] = []
     if user is not None and name is not None:
-        rec = (table.get("by_user_name") or {}).get(user, {}).get(name)
-        if isinstance(rec, Mapping):
-            return "user_name", rec
+        cands.append(("user_name", ((table.get("by_user_name") or {}).get(user) or {}).get(name)))
     if user is not None:
-        rec = (table.get("by_user") or {}).get(user)
-        if isinstance(rec, Mapping):
-            return "user", rec
+        cands.append(("user", (table.get("by_user") or {}).get(user)))
     if account is not None:
-        rec = (table.get("by_account") or {}).get(account)
+        cands.append(("account", (table.get("by_account") or {}).get(account)))
+    low: tuple[str, Mapping[str, Any], bool] | None = None
+    for key, rec in cands:
         if isinstance(rec, Mapping):
-            return "account", rec
-    return None
+            if float(rec.get("confidence", 0.0)) >= min_conf:
+                return key, rec, False
+            if low is None:
+                low = (key, rec, True)
+    return low
 
 
 def format_comment(label: str, confidence: float, cap: str | None, source: str, mode: str) -> str:
@@ -68,26 +120,28 @@ def decide(
     account: str | None = None,
     partition: str | None = None,
     user_features: str | None = None,
+    gpu_request: bool = True,
 ) -> Decision:
-    """The decision job_submit.lua makes for a job with these fields (see module docstring)."""
+    """The decision job_submit.lua makes for a job with these (resolved) fields; see module docstring."""
     if not isinstance(table, Mapping) or not isinstance(table.get("policy"), Mapping):
         return Decision("none", "no_table")
+    if not gpu_request:
+        return Decision("none", "no_gpu_request")
     policy: Mapping[str, Any] = table["policy"]
     exempt = policy.get("exempt") or {}
     if user is not None and (exempt.get("users") or {}).get(user):
         return Decision("none", "exempt_user")
     if account is not None and (exempt.get("accounts") or {}).get(account):
         return Decision("none", "exempt_account")
-    if partition is not None:
-        for part in partition.split(","):
-            if (exempt.get("partitions") or {}).get(part):
-                return Decision("none", "exempt_partition")
-    hit = _lookup(table, user, name, account)
+    parts = [p for p in (partition or "").split(",") if p]
+    if parts and all((exempt.get("partitions") or {}).get(p) for p in parts):
+        return Decision("none", "exempt_partition")
+    hit = _lookup(table, user, name, account, float(policy.get("min_confidence", 1.0)))
     if hit is None:
         return Decision("none", "unknown_job")
-    key, rec = hit
+    key, rec, low = hit
     label, conf, src = str(rec.get("label")), float(rec.get("confidence", 0.0)), str(rec.get("source", ""))
-    if conf < float(policy.get("min_confidence", 1.0)):
+    if low:
         return Decision("none", "low_confidence", label, conf, src, key)
     dec = (policy.get("decisions") or {}).get(label)
     if not isinstance(dec, Mapping):

@@ -1,45 +1,69 @@
 --[[ wattclass job_submit.lua (Slurm job_submit/lua, Lua 5.1; install next to slurm.conf)
 
-At submission a job has no history yet, so the nightly run writes a label table (Lua data, see
-wattclass/labeltable.py) with the policy's decision per label. This script looks the job
-up (user + job name, user, account) and, for a labelled, non-exempt job with enough confidence,
-writes the decision into admin_comment (which users cannot set) for the Prolog, and in enforce
-mode adds placement features when the user gave no constraint.
+At submission a job has no history yet, so the nightly run writes a label table (a line-based
+DATA file, format in wattclass/labeltable.py) with the policy's decision per label. This script
+looks the job up (user + job name, user, account; a key below min_confidence falls through to the
+next) and, for a GPU job that is labelled and not exempt, writes the decision into admin_comment
+(which users cannot set) for the Prolog, and in enforce mode adds placement features when the user
+gave no constraint.
 
-Fail-open: every step runs under pcall; a missing, corrupt or unsafe table (writable by group
-or others, not owned by root), or any error leaves the job exactly as submitted and logs why.
-User strings (job name, comment) are only ever table keys or the subject of our own fixed
-patterns; never a pattern, never a format string, never a shell.
+Fail-open at submission: every step runs under pcall; a missing, corrupt or unsafe table (a
+symlink, or the file or a folder above it owned by a non-root user or writable by group/others)
+or any error leaves the job exactly as submitted and logs why. The table is parsed with plain
+string functions (string.find with plain=true) and is never run; it is re-read only when its
+mtime/size/inode change (cached in the global WATTCLASS_TABLE_CACHE); at most MAX_BYTES bytes are
+read (the rest is ignored and logged). User strings (job name, comment) are only ever table keys or
+the subject of our own fixed patterns; never a pattern, never a format string, never a shell, and
+they are clipped to LOG_MAX bytes in log lines.
+
+slurm_job_modify re-decides a pending job when its partition, account or GPU request changes
+(users may `scontrol update` those). Users cannot set admin_comment, so a change that would change
+the decision is refused for them (cancel and resubmit instead); for root the new decision is
+written.
 
 Keep the logic in step with wattclass/plugin/decide.py (a parity test runs both).
 ]]
 
 -- Site configuration (wattclass plugin install-lua rewrites this line).
-local LABEL_TABLE = "/etc/slurm/wattclass/labels.lua"
+local LABEL_TABLE = "/etc/slurm/wattclass/labels.tsv"
 
 local PREFIX = "wattclass:"
+local TABLE_HEADER = "wattclass-labels\t2"
+local MAX_BYTES = 16 * 1024 * 1024  -- read at most this much of the table (labeltable.MAX_BYTES)
+local LOG_MAX = 200  -- bytes of one user string in a log line
+local GPU_FIELDS = { "tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket", "gres" }
 
--- lua-posix gives stat (mode, owner, mtime, inode); without it the table cannot be checked,
+local find, sub = string.find, string.sub
+
+-- lua-posix gives lstat (mode, owner, mtime, inode); without it the table cannot be checked,
 -- so the script stays passive.
 local have_posix, pstat = pcall(require, "posix.sys.stat")
+local have_pwd, ppwd = pcall(require, "posix.pwd")
 
-local cache = { key = nil, table = nil, err = nil }
+-- A user string made safe for one log line: at most LOG_MAX bytes, control bytes, backslash and
+-- non-ASCII as \ddd, and the original length when it was cut.
+local function clip(s)
+  if s == nil then return "nil" end
+  s = tostring(s)
+  local extra = ""
+  if #s > LOG_MAX then
+    extra = "...(" .. #s .. " bytes)"
+    s = sub(s, 1, LOG_MAX)
+  end
+  return (string.gsub(s, "[%c\\\127-\255]", function(c)
+    return string.format("\\%03d", string.byte(c))
+  end)) .. extra
+end
 
 local function log_info(msg) slurm.log_info("%s", msg) end
 local function log_error(msg) slurm.log_error("%s", msg) end
 
--- A user string made safe for one log line: bytes outside [A-Za-z0-9._-] become \ddd.
-local function esc(s)
-  if s == nil then return "nil" end
-  return (string.gsub(tostring(s), "[^%w%._%-]", function(c)
-    return string.format("\\%03d", string.byte(c))
-  end))
-end
-
+-- -- the table file: trust checks -------------------------------------------------------------
 local function bit_set(mode, bit) return math.floor(mode / bit) % 2 == 1 end
 
--- Owned by root, not writable by group or others (a sticky folder is fine).
+-- Owned by root, not writable by group or others (a sticky folder is fine), not a symlink.
 local function unsafe(path, st, is_dir)
+  if pstat.S_ISLNK(st.st_mode) ~= 0 then return path .. " is a symlink" end
   if st.st_uid ~= 0 then return path .. " is not owned by root" end
   local group_or_other = bit_set(st.st_mode, 16) or bit_set(st.st_mode, 2)
   if group_or_other and not (is_dir and bit_set(st.st_mode, 512)) then
@@ -48,69 +72,291 @@ local function unsafe(path, st, is_dir)
   return nil
 end
 
+-- Every folder from the table's up to "/" must be trusted too: whoever can rename a folder above
+-- the table can replace it.
+local function unsafe_folders(path)
+  local dir = path
+  while true do
+    local cut = nil
+    local start = 1
+    while true do
+      local i = find(dir, "/", start, true)
+      if not i then break end
+      cut, start = i, i + 1
+    end
+    if cut == nil then return nil end
+    dir = sub(dir, 1, cut - 1)
+    local shown = dir
+    if shown == "" then shown = "/" end
+    local st = pstat.lstat(shown)
+    if st == nil then return shown .. " not found" end
+    local why = unsafe(shown, st, true)
+    if why then return why end
+    if dir == "" then return nil end
+  end
+end
+
+-- -- the table file: parsing -----------------------------------------------------------------
+local function split_tabs(line)
+  local f, start = {}, 1
+  while true do
+    local i = find(line, "\t", start, true)
+    if not i then
+      f[#f + 1] = sub(line, start)
+      return f
+    end
+    f[#f + 1] = sub(line, start, i - 1)
+    start = i + 1
+  end
+end
+
+-- Inverse of labeltable.encode_field: "%" alone is "", %XX is one byte; nil on a bad escape.
+local function decode(s)
+  if s == "%" then return "" end
+  if not find(s, "%", 1, true) then return s end
+  local out, start = {}, 1
+  while true do
+    local i = find(s, "%", start, true)
+    if not i then
+      out[#out + 1] = sub(s, start)
+      return table.concat(out)
+    end
+    local hx = sub(s, i + 1, i + 2)
+    local n = tonumber(hx, 16)
+    if #hx ~= 2 or n == nil or find(hx, "[^0-9A-F]") then return nil end
+    out[#out + 1] = sub(s, start, i - 1)
+    out[#out + 1] = string.char(n)
+    start = i + 3
+  end
+end
+
+local function new_table()
+  return { version = 2, by_user_name = {}, by_user = {}, by_account = {},
+           policy = { decisions = {}, features_available = {},
+                      exempt = { partitions = {}, accounts = {}, users = {} } } }
+end
+
+local EXEMPT_KIND = { partition = "partitions", account = "accounts", user = "users" }
+
+local function split_commas(s)
+  local out, start = {}, 1
+  while true do
+    local i = find(s, ",", start, true)
+    out[#out + 1] = sub(s, start, (i or 0) - 1)
+    if not i then return out end
+    start = i + 1
+  end
+end
+
+-- An entry's record is kept as its text "label TAB confidence TAB n TAB source" and parsed only
+-- when a job hits it: at 1M keys one string per key instead of one Lua table halves the load
+-- time and memory (docs/benchmarks.md). A malformed record counts as no entry.
+local function record(s)
+  if type(s) ~= "string" then return nil end
+  local f = split_tabs(s)
+  if #f ~= 4 then return nil end
+  local conf, src = tonumber(f[2]), decode(f[4])
+  if conf == nil or src == nil then return nil end
+  return { label = f[1], confidence = conf, n = tonumber(f[3]) or 0, source = src }
+end
+
+-- "entry TAB level TAB key1 TAB key2 TAB record" into t, without splitting the record.
+local function parse_entry(t, line)
+  local a = find(line, "\t", 7, true)
+  local b = a and find(line, "\t", a + 1, true)
+  local c = b and find(line, "\t", b + 1, true)
+  if c == nil then return "bad entry" end
+  local level = sub(line, 7, a - 1)
+  local k1, k2 = decode(sub(line, a + 1, b - 1)), decode(sub(line, b + 1, c - 1))
+  if k1 == nil or k2 == nil then return "bad entry key" end
+  local rec = sub(line, c + 1)
+  if level == "user_name" then
+    local names = t.by_user_name[k1]
+    if names == nil then
+      names = {}
+      t.by_user_name[k1] = names
+    end
+    names[k2] = rec
+  elseif level == "user" then
+    t.by_user[k1] = rec
+  elseif level == "account" then
+    t.by_account[k1] = rec
+  else
+    return "unknown level"
+  end
+  return nil
+end
+
+-- One non-entry line (already split) into t; returns an error text or nil.
+local function parse_line(t, f)
+  local kind, n = f[1], #f
+  if kind == "generated_at" and n == 2 then
+    t.generated_at = f[2]
+  elseif kind == "mode" and n == 2 then
+    t.policy.mode = f[2]
+    t.has_policy = true
+  elseif kind == "min_confidence" and n == 2 then
+    t.policy.min_confidence = tonumber(f[2])
+    if t.policy.min_confidence == nil then return "bad min_confidence" end
+  elseif kind == "decision" and n == 4 then
+    local cap, feats = f[3], {}
+    if cap == "-" then cap = nil end
+    if f[4] ~= "-" then feats = split_commas(f[4]) end
+    t.policy.decisions[f[2]] = { cap = cap, features = feats }
+  elseif kind == "feature" and n == 2 then
+    local name = decode(f[2])
+    if name == nil then return "bad feature" end
+    t.policy.features_available[name] = true
+  elseif kind == "exempt" and n == 3 and EXEMPT_KIND[f[2]] then
+    local name = decode(f[3])
+    if name == nil then return "bad exempt" end
+    t.policy.exempt[EXEMPT_KIND[f[2]]][name] = true
+  elseif sub(kind, 1, 1) ~= "#" then
+    return "unknown record"
+  end
+  return nil
+end
+
+-- Parse the text of a table; returns the table or nil, error.
+local function parse_table(data, truncated)
+  local nl = find(data, "\n", 1, true)
+  if nl == nil or sub(data, 1, nl - 1) ~= TABLE_HEADER then
+    return nil, "label table is not a version 2 wattclass table (bad first line)"
+  end
+  local t, start, lineno = new_table(), nl + 1, 1
+  local len = #data
+  while start <= len do
+    local i = find(data, "\n", start, true)
+    if i == nil then
+      if truncated then break end  -- the partial last line past MAX_BYTES
+      i = len + 1
+    end
+    lineno = lineno + 1
+    if i > start then
+      local line = sub(data, start, i - 1)
+      local why
+      if sub(line, 1, 6) == "entry\t" then
+        why = parse_entry(t, line)
+      else
+        why = parse_line(t, split_tabs(line))
+      end
+      if why then return nil, "label table line " .. lineno .. ": " .. why end
+    end
+    start = i + 1
+  end
+  t.policy.min_confidence = t.policy.min_confidence or 1
+  return t, nil
+end
+
+local function read_table(path)
+  local fh, oerr = io.open(path, "rb")
+  if fh == nil then return nil, "cannot open label table: " .. tostring(oerr) end
+  local data = fh:read(MAX_BYTES) or ""
+  local more = fh:read(1)
+  fh:close()
+  if more ~= nil then
+    log_error("wattclass: label table " .. path .. " is larger than " .. MAX_BYTES ..
+      " bytes: only the first " .. MAX_BYTES .. " are used")
+  end
+  return parse_table(data, more ~= nil)
+end
+
+-- The parsed table, re-read only when the file changes; (table, nil) or (nil, why).
 local function load_table()
   if not have_posix then return nil, "lua-posix (posix.sys.stat) is not available" end
-  local st = pstat.stat(LABEL_TABLE)
+  local st = pstat.lstat(LABEL_TABLE)
   if st == nil then return nil, "label table " .. LABEL_TABLE .. " not found" end
   local key = st.st_ino .. ":" .. st.st_mtime .. ":" .. st.st_size .. ":" .. st.st_mode .. ":" .. st.st_uid
-  if cache.key == key then return cache.table, cache.err end
-  local dir = string.match(LABEL_TABLE, "^(.*)/[^/]*$") or "."
-  local dst = pstat.stat(dir)
-  local why = unsafe(LABEL_TABLE, st, false) or (dst and unsafe(dir, dst, true))
+  local cache = WATTCLASS_TABLE_CACHE
+  if cache ~= nil and cache.key == key then return cache.table, cache.err end
   local tbl, err = nil, nil
+  local why = unsafe(LABEL_TABLE, st, false) or unsafe_folders(LABEL_TABLE)
   if why then
     err = "refusing label table: " .. why
+  elseif pstat.S_ISREG(st.st_mode) == 0 then
+    err = "refusing label table: " .. LABEL_TABLE .. " is not a regular file"
   else
-    local chunk, lerr = loadfile(LABEL_TABLE)
-    if not chunk then
-      err = "cannot load label table: " .. tostring(lerr)
-    else
-      setfenv(chunk, {})  -- data only: the file gets no globals (no os, io, require)
-      local ok, t = pcall(chunk)
-      if not ok then
-        err = "label table failed: " .. tostring(t)
-      elseif type(t) ~= "table" or t.version ~= 1 or type(t.policy) ~= "table" then
-        err = "label table is not a version 1 wattclass table"
-      else
-        tbl = t
-      end
+    tbl, err = read_table(LABEL_TABLE)
+    if tbl ~= nil and not tbl.has_policy then
+      tbl, err = nil, "label table has no policy (written without --policy): nothing to decide"
     end
   end
-  cache.key, cache.table, cache.err = key, tbl, err
+  WATTCLASS_TABLE_CACHE = { key = key, table = tbl, err = err }
   return tbl, err
 end
 
+-- -- the decision (mirrored in decide.py) ------------------------------------------------------
 local function field(t, k)
-  if type(t) ~= "table" then return nil end
+  if type(t) ~= "table" or k == nil then return nil end
   return t[k]
 end
 
-local function lookup(t, user, name, account)
-  if user ~= nil and name ~= nil then
-    local rec = field(field(t.by_user_name, user), name)
-    if type(rec) == "table" then return "user_name", rec end
+-- GPUs one gres/tres item asks for: nil when it is not a GPU item. Accepts every spelling Slurm
+-- uses: "gpu:2", "gres:gpu:2" (22.05), "gres/gpu:2" (25.11), typed "gres/gpu:h200:2", "gpu",
+-- "gres/gpu=2". A type without count means 1.
+local function gpu_count(item)
+  local s = item
+  local head = sub(s, 1, 5)
+  if head == "gres:" or head == "gres/" then s = sub(s, 6) end
+  local cut = find(s, ":", 1, true)
+  local eq = find(s, "=", 1, true)
+  if eq and (cut == nil or eq < cut) then cut = eq end
+  local name = s
+  if cut then name = sub(s, 1, cut - 1) end
+  if name ~= "gpu" then return nil end
+  if cut == nil then return 1 end
+  local last = sub(s, cut + 1)
+  while true do
+    local i = find(last, ":", 1, true)
+    if not i then break end
+    last = sub(last, i + 1)
   end
-  if user ~= nil then
-    local rec = field(t.by_user, user)
-    if type(rec) == "table" then return "user", rec end
-  end
-  if account ~= nil then
-    local rec = field(t.by_account, account)
-    if type(rec) == "table" then return "account", rec end
-  end
-  return nil, nil
+  return tonumber(last) or 1
 end
 
--- Split on commas without patterns (partition lists come from the user).
-local function any_part_exempt(parts, exempt)
-  local start = 1
-  while true do
-    local i = string.find(parts, ",", start, true)
-    local part = string.sub(parts, start, (i or 0) - 1)
-    if field(exempt, part) then return true end
-    if not i then return false end
-    start = i + 1
+-- True when any of the strings (tres_per_node, tres_per_job, ...) asks for at least one GPU.
+local function requests_gpu(specs)
+  for _, spec in ipairs(specs) do
+    if type(spec) == "string" and spec ~= "" then
+      for _, item in ipairs(split_commas(spec)) do
+        local n = gpu_count(item)
+        if n ~= nil and n > 0 then return true end
+      end
+    end
   end
+  return false
+end
+
+-- Exempt only when every listed partition is (a job may run in any one of them).
+local function all_parts_exempt(parts, exempt)
+  local any = false
+  for _, part in ipairs(split_commas(parts)) do
+    if part ~= "" then
+      if not field(exempt, part) then return false end
+      any = true
+    end
+  end
+  return any
+end
+
+-- The most specific key whose confidence reaches min_conf; else the most specific key found
+-- (low = true), else nil.
+local function lookup(t, user, name, account, min_conf)
+  local cands = {}
+  if user ~= nil and name ~= nil then
+    cands[#cands + 1] = { "user_name", field(field(t.by_user_name, user), name) }
+  end
+  if user ~= nil then cands[#cands + 1] = { "user", field(t.by_user, user) } end
+  if account ~= nil then cands[#cands + 1] = { "account", field(t.by_account, account) } end
+  local low_key, low_rec = nil, nil
+  for _, c in ipairs(cands) do
+    local rec = record(c[2])
+    if rec ~= nil then
+      if (tonumber(rec.confidence) or 0) >= min_conf then return c[1], rec, false end
+      if low_rec == nil then low_key, low_rec = c[1], rec end
+    end
+  end
+  return low_key, low_rec, true
 end
 
 local function format_comment(label, conf, cap, src, mode)
@@ -121,75 +367,199 @@ local function format_comment(label, conf, cap, src, mode)
   return PREFIX .. table.concat(parts, ";")
 end
 
--- The decision; returns status, reason, admin_comment, features, label, conf.
-local function decide(t, user, name, account, partition, user_features)
+local function placement(policy, dec, mode, user_features)
+  if mode ~= "enforce" or (user_features ~= nil and user_features ~= "") then return nil end
+  local feats = {}
+  for _, f in ipairs(dec.features or {}) do
+    if field(policy.features_available, f) then feats[#feats + 1] = f end
+  end
+  if #feats == 0 then return nil end
+  return table.concat(feats, "&")
+end
+
+-- The decision for resolved job fields; returns status, reason, admin_comment, features, label, conf.
+local function decide(t, user, name, account, partition, user_features, gpu_request)
+  if not gpu_request then return "none", "no_gpu_request" end
   local policy = t.policy
   local exempt = policy.exempt or {}
   if user ~= nil and field(exempt.users, user) then return "none", "exempt_user" end
   if account ~= nil and field(exempt.accounts, account) then return "none", "exempt_account" end
-  if partition ~= nil and any_part_exempt(partition, exempt.partitions) then
+  if partition ~= nil and all_parts_exempt(partition, exempt.partitions) then
     return "none", "exempt_partition"
   end
-  local key, rec = lookup(t, user, name, account)
+  local key, rec, low = lookup(t, user, name, account, tonumber(policy.min_confidence) or 1)
   if rec == nil then return "none", "unknown_job" end
   local label, conf = tostring(rec.label), tonumber(rec.confidence) or 0
-  local src = rec.source or ""
-  if conf < (tonumber(policy.min_confidence) or 1) then
-    return "none", "low_confidence", nil, nil, label, conf
-  end
+  if low then return "none", "low_confidence", nil, nil, label, conf end
   local dec = field(policy.decisions, label)
   if type(dec) ~= "table" then return "none", "no_decision", nil, nil, label, conf end
   local mode = "shadow"
   if policy.mode == "enforce" then mode = "enforce" end
-  local comment = format_comment(label, conf, dec.cap, src, mode)
-  local features = nil
-  if mode == "enforce" and (user_features == nil or user_features == "") then
-    local feats = {}
-    for _, f in ipairs(dec.features or {}) do
-      if field(policy.features_available, f) then feats[#feats + 1] = f end
-    end
-    if #feats > 0 then features = table.concat(feats, "&") end
-  end
-  return mode, mode, comment, features, label, conf
+  local comment = format_comment(label, conf, dec.cap, rec.source or "", mode)
+  return mode, mode, comment, placement(policy, dec, mode, user_features), label, conf
 end
 
-local function submit(job_desc)
+-- -- Slurm's job fields -> the decision's inputs -----------------------------------------------
+-- The cluster's default partition (Default=YES) among those the user may use.
+local function default_partition(part_list)
+  if type(part_list) ~= "table" then return nil end
+  for name, part in pairs(part_list) do
+    if tonumber(part.flag_default) == 1 then return name end
+  end
+  return nil
+end
+
+local function nonempty(v)
+  if v == nil or v == "" then return nil end
+  return v
+end
+
+local function gpu_specs(job_desc, job_rec)
+  local specs = {}
+  for _, k in ipairs(GPU_FIELDS) do
+    local v = nonempty(job_desc[k])
+    if v == nil and job_rec ~= nil then v = nonempty(job_rec[k]) end
+    specs[#specs + 1] = v
+  end
+  return specs
+end
+
+-- The fields as Slurm will resolve them: no -p means the default partition; no -A means the
+-- user's default account (nil without slurmdbd, so account keys and exemptions need -A then).
+local function resolve_submit(job_desc, part_list)
+  return {
+    user = job_desc.user_name, name = job_desc.name,
+    account = nonempty(job_desc.account) or nonempty(job_desc.default_account),
+    partition = nonempty(job_desc.partition) or default_partition(part_list),
+    features = job_desc.features, gpu = requests_gpu(gpu_specs(job_desc, nil)),
+  }
+end
+
+local function decide_job(t, j)
+  return decide(t, j.user, j.name, j.account, j.partition, j.features, j.gpu)
+end
+
+local function submit(job_desc, part_list)
   local t, err = load_table()
-  local jname = esc(job_desc.name)
+  local jname = clip(job_desc.name)
   if t == nil then
     log_info("wattclass: job name=" .. jname .. " unchanged: " .. tostring(err))
     return
   end
-  local status, reason, comment, features = decide(t, job_desc.user_name, job_desc.name,
-    job_desc.account, job_desc.partition, job_desc.features)
+  local j = resolve_submit(job_desc, part_list)
+  local status, reason, comment, features = decide_job(t, j)
+  local who = "wattclass: job name=" .. jname .. " user=" .. clip(j.user)
   if status == "none" then
-    log_info("wattclass: job name=" .. jname .. " user=" .. esc(job_desc.user_name) ..
-      " unchanged: " .. reason)
+    log_info(who .. " unchanged: " .. reason)
     return
   end
   local old = job_desc.admin_comment
   if old ~= nil and old ~= "" then comment = old .. " " .. comment end
   job_desc.admin_comment = comment
   if features ~= nil then job_desc.features = features end
-  log_info("wattclass: job name=" .. jname .. " user=" .. esc(job_desc.user_name) .. " " ..
-    status .. " " .. comment .. " features=" .. tostring(features))
+  log_info(who .. " " .. status .. " " .. clip(comment) .. " features=" .. clip(features))
 end
 
+-- -- slurm_job_modify --------------------------------------------------------------------------
+local function changes_decision_inputs(job_desc)
+  if nonempty(job_desc.partition) or nonempty(job_desc.account) then return true end
+  for _, k in ipairs(GPU_FIELDS) do
+    if nonempty(job_desc[k]) then return true end
+  end
+  return false
+end
+
+-- The wattclass token of an admin_comment and the text around it.
+local function split_token(admin_comment)
+  if admin_comment == nil then return nil, "" end
+  local i = find(admin_comment, PREFIX, 1, true)
+  if i == nil then return nil, admin_comment end
+  local j = find(admin_comment, " ", i, true) or (#admin_comment + 1)
+  local rest = sub(admin_comment, 1, i - 1) .. sub(admin_comment, j + 1)
+  if sub(rest, -1) == " " then rest = sub(rest, 1, -2) end
+  return sub(admin_comment, i, j - 1), rest
+end
+
+-- What a comment means for the GPUs (label, cap, mode), without confidence or source.
+local function effect(token)
+  if token == nil then return "none" end
+  local out = {}
+  for _, part in ipairs(split_commas(string.gsub(sub(token, #PREFIX + 1), ";", ","))) do
+    local k = sub(part, 1, 5)
+    if k == "label" or sub(part, 1, 4) == "cap=" or sub(part, 1, 5) == "mode=" then out[#out + 1] = part end
+  end
+  if #out == 0 then return "none" end
+  return table.concat(out, ";")
+end
+
+-- The job owner's name: Slurm 22.05 gives job_rec no user_name, only user_id.
+local function owner_name(job_desc, job_rec)
+  local name = nonempty(job_rec.user_name) or nonempty(job_desc.user_name)
+  if name ~= nil or not have_pwd then return name end
+  local pw = ppwd.getpwuid(tonumber(job_rec.user_id) or -1)
+  if pw == nil then return nil end
+  return pw.pw_name
+end
+
+local function modify(job_desc, job_rec, part_list, modify_uid)
+  if not changes_decision_inputs(job_desc) then return slurm.SUCCESS end
+  local t, err = load_table()
+  if t == nil then
+    log_info("wattclass: modify job " .. clip(job_rec.job_id) .. " unchanged: " .. tostring(err))
+    return slurm.SUCCESS
+  end
+  local j = {
+    user = owner_name(job_desc, job_rec), name = nonempty(job_desc.name) or job_rec.name,
+    account = nonempty(job_desc.account) or nonempty(job_rec.account),
+    partition = nonempty(job_desc.partition) or nonempty(job_rec.partition),
+    features = nonempty(job_desc.features) or job_rec.features,
+    gpu = requests_gpu(gpu_specs(job_desc, job_rec)),
+  }
+  local status, reason, comment = decide_job(t, j)
+  local old_token, rest = split_token(job_rec.admin_comment)
+  if effect(comment) == effect(old_token) then return slurm.SUCCESS end
+  local who = "wattclass: modify job " .. clip(job_rec.job_id) .. " by uid " .. clip(modify_uid)
+  if tonumber(modify_uid) == 0 then
+    -- Slurm ignores an empty admin_comment, so "no decision" is written as a token the Prolog
+    -- does not take as a cap.
+    local new = comment or (PREFIX .. "decision=none;reason=" .. reason)
+    if rest ~= "" then new = rest .. " " .. new end
+    job_desc.admin_comment = new
+    log_info(who .. ": re-decided " .. status .. " (" .. reason .. ") " .. clip(comment))
+    return slurm.SUCCESS
+  end
+  log_info(who .. " refused: the change would alter the power decision from " .. clip(effect(old_token)) ..
+    " to " .. clip(effect(comment)))
+  -- slurm.log_user is not supported in job_modify (22.05, 25.11): the user sees Slurm's generic
+  -- error; docs/slurm.md tells users to cancel and resubmit instead.
+  return slurm.ERROR
+end
+
+-- -- entry points --------------------------------------------------------------------------------
 function slurm_job_submit(job_desc, part_list, submit_uid)
-  local ok, err = pcall(submit, job_desc)
+  local ok, err = pcall(submit, job_desc, part_list)
   if not ok then
-    log_error("wattclass: error, job name=" .. esc(job_desc and job_desc.name) ..
-      " left unchanged: " .. tostring(err))
+    log_error("wattclass: error, job name=" .. clip(job_desc and job_desc.name) ..
+      " left unchanged: " .. clip(err))
   end
   return slurm.SUCCESS
 end
 
 function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
-  return slurm.SUCCESS
+  local ok, rc = pcall(modify, job_desc, job_rec, part_list, modify_uid)
+  if not ok then
+    log_error("wattclass: error in modify, job left unchanged: " .. clip(rc))
+    return slurm.SUCCESS
+  end
+  return rc
 end
 
--- Exposed for the parity test (tests/test_plugin_decide.py); slurmctld ignores it.
+-- Exposed for the parity and unit tests (tests/test_plugin_decide.py); slurmctld ignores them.
 wattclass_decide = decide
 wattclass_load_table = load_table
+wattclass_read_table = read_table
+wattclass_record = record
+wattclass_requests_gpu = requests_gpu
+wattclass_clip = clip
 
 return slurm.SUCCESS

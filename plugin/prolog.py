@@ -23,6 +23,7 @@ import argparse
 import contextlib
 import json
 import logging
+import math
 import os
 import re
 import sys
@@ -33,7 +34,7 @@ from typing import Any, NamedTuple
 
 from wattclass.caps import Cap, cap_watts, parse_cap
 from wattclass.errors import ConfigError, DataError, GpuError, WattclassError
-from wattclass.fsutil import atomic_write_text, refuse_if_others_can_write
+from wattclass.fsutil import atomic_write_text, ensure_trusted_dir, read_trusted_text, refuse_untrusted_dir
 from wattclass.gpu.base import GpuBackend, GpuInfo
 from wattclass.jobmap import (
     DEFAULT_SPOOL,
@@ -44,6 +45,7 @@ from wattclass.jobmap import (
     write_job_file,
 )
 from wattclass.labeltable import LABELS, MODES
+from wattclass.logsafe import ClipFilter
 from wattclass.plugin.decide import COMMENT_PREFIX
 
 log = logging.getLogger("wattclass.plugin.prolog")
@@ -92,8 +94,7 @@ def load_gpu_map(path: Path) -> dict[str, str]:
     """A JSON object {slurm_gpu_index: uuid or PCI bus id}, written by the site (refused if unsafe)."""
     path = Path(path)
     try:
-        refuse_if_others_can_write(path)
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc = json.loads(read_trusted_text(path))
     except FileNotFoundError as exc:
         raise ConfigError(f"{path}: GPU map not found") from exc
     except ValueError as exc:
@@ -133,9 +134,9 @@ def _record_path(state_dir: Path, uuid: str) -> Path:
 
 
 def read_record(path: Path) -> dict[str, Any] | None:
+    """A cap record, None if there is none; DataError/ConfigError if it is corrupt or untrusted."""
     try:
-        refuse_if_others_can_write(path)
-        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+        doc = json.loads(read_trusted_text(path))
     except FileNotFoundError:
         return None
     except ValueError as exc:
@@ -189,6 +190,7 @@ def prolog(
         log.info("job %s: no GPUs", job.job_id)
         return []
     if not dry_run:
+        ensure_trusted_dir(jobs_dir)
         for g in gpus:
             write_job_file(jobs_dir, g.uuid, JobAssignment(job.display_id, job.user, job.uid,
                                                            account=job.account))
@@ -223,10 +225,15 @@ def prolog(
             log.info("job %s: %s: GPU %s label=%s cap=%s would set %.1f W (now %s W)", job.job_id,
                      entry["action"], g.uuid, comment.label, entry["cap"], target, current)
             continue
+        ensure_trusted_dir(state_dir)
         rec_path = _record_path(state_dir, g.uuid)
-        old = read_record(rec_path)
+        try:
+            old = read_record(rec_path)
+        except DataError as exc:  # unusable leftover: the GPU's default is the limit to go back to
+            log.error("job %s: %s; recording the default limit instead", job.job_id, exc)
+            old = {"previous_w": g.power_limit_default_w}
         # A record left by a job whose Epilog never ran holds the true original limit: keep it.
-        previous = old["previous_w"] if old is not None else current
+        previous = old["previous_w"] if old is not None and _usable_w(old.get("previous_w")) else current
         atomic_write_text(rec_path, json.dumps({
             "version": 1, "job_id": job.job_id, "previous_w": previous, "set_w": target,
             "written_at": time.time()}) + "\n", mode=0o644)
@@ -237,40 +244,108 @@ def prolog(
     return plan
 
 
-def _restore(backend: GpuBackend, uuid: str, rec_path: Path, rec: Mapping[str, Any], why: str) -> bool:
-    g = backend.find_gpu(uuid)
-    watts = float(rec["previous_w"])
+def _usable_w(value: object) -> bool:
+    """A recorded limit worth restoring: a positive, finite number (not a bool, string or null)."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return False
+    return math.isfinite(value) and value > 0
+
+
+def _set_clamped(backend: GpuBackend, g: GpuInfo, watts: float) -> float:
     if g.power_limit_min_w is not None:
         watts = max(watts, g.power_limit_min_w)
     if g.power_limit_max_w is not None:
         watts = min(watts, g.power_limit_max_w)
     backend.set_power_limit_w(g.gpu_index, watts)
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(rec_path)
-    log.info("%s: restored GPU %s to %.1f W", why, uuid, watts)
-    return True
+    return watts
+
+
+def _restore(backend: GpuBackend, uuid: str, rec_path: Path | None, rec: Mapping[str, Any] | None,
+             why: str) -> float:
+    """Put one GPU back: to the record's previous limit, or to its default limit when there is no
+    usable record (corrupt, ``previous_w`` missing/null/not a number, or an untrusted folder)."""
+    g = backend.find_gpu(uuid)
+    prev = rec.get("previous_w") if rec is not None else None
+    if _usable_w(prev):
+        watts = _set_clamped(backend, g, float(prev))  # type: ignore[arg-type]
+        how = "recorded"
+    elif g.power_limit_default_w is not None:
+        watts = _set_clamped(backend, g, g.power_limit_default_w)
+        how = "default (no usable record)"
+    else:
+        raise GpuError(f"GPU {uuid}: no usable record and no default limit")
+    if rec_path is not None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(rec_path)
+    log.info("%s: restored GPU %s to %.1f W (%s)", why, uuid, watts, how)
+    return watts
+
+
+def _job_gpus(backend: GpuBackend, job: JobEnv, gpu_map: Mapping[str, str] | None) -> dict[str, GpuInfo]:
+    if gpu_map is None or not job.gpus:
+        return {}
+    try:
+        return {g.uuid: g for g in resolve_gpus(backend, job.gpus, gpu_map)}
+    except WattclassError as exc:
+        log.error("job %s: epilog: cannot map the job's GPUs: %s", job.job_id, exc)
+        return {}
 
 
 def epilog(env: Mapping[str, str], backend: GpuBackend, jobs_dir: Path = DEFAULT_SPOOL,
-           state_dir: Path = DEFAULT_STATE, hpc_job_dir: Path | None = None) -> list[str]:
-    """Restore the limits this job's Prolog recorded and remove its job files. Idempotent."""
+           state_dir: Path = DEFAULT_STATE, gpu_map: Mapping[str, str] | None = None,
+           hpc_job_dir: Path | None = None) -> list[str]:
+    """Restore the limits this job's Prolog recorded and remove its job files. Idempotent.
+
+    Each GPU is restored on its own, so one bad record never strands the others. A record that is
+    unusable (corrupt JSON, ``previous_w`` null) sends its GPU to the default limit when the GPU
+    is one of this job's (``gpu_map`` + SLURM_JOB_GPUS); an untrusted state folder sends all of
+    the job's GPUs to their default limit, since no record in it can be believed.
+    ``hpc_job_dir``: remove this job's entries of dcgm-exporter's job mapping too.
+    """
     job = job_env(env)
     if hpc_job_dir is not None:
         for g in backend.gpus():
             with contextlib.suppress(WattclassError, OSError):
                 remove_hpc_job_file(hpc_job_dir, g.gpu_index, job.display_id)
-    restored = []
-    errors = []
-    for rec_path in sorted(Path(state_dir).glob("*.json")):
+    mine = _job_gpus(backend, job, gpu_map)
+    restored: list[str] = []
+    errors: list[str] = []
+
+    def attempt(uuid: str, rec_path: Path | None, rec: Mapping[str, Any] | None) -> None:
+        try:
+            _restore(backend, uuid, rec_path, rec, f"job {job.job_id}")
+            restored.append(uuid)
+        except (WattclassError, OSError) as exc:  # one bad GPU must not stop the others
+            errors.append(f"GPU {uuid}: {exc}")
+            log.error("job %s: epilog: GPU %s: %s", job.job_id, uuid, exc)
+
+    records: list[Path] = []
+    trusted = True
+    try:
+        refuse_untrusted_dir(Path(state_dir))
+        records = sorted(Path(state_dir).glob("*.json"))
+    except FileNotFoundError:
+        pass
+    except ConfigError as exc:
+        trusted = False
+        log.error("job %s: epilog: %s; the job's GPUs go to their default limit", job.job_id, exc)
+    for rec_path in records:
+        uuid = rec_path.stem
         try:
             rec = read_record(rec_path)
-            if rec is None or str(rec.get("job_id")) != job.job_id:
-                continue
-            _restore(backend, rec_path.stem, rec_path, rec, f"job {job.job_id}")
-            restored.append(rec_path.stem)
-        except WattclassError as exc:  # one bad GPU must not stop the others
-            errors.append(str(exc))
-            log.error("job %s: epilog: %s", job.job_id, exc)
+        except (DataError, ConfigError) as exc:
+            if uuid in mine:
+                log.error("job %s: epilog: %s; GPU %s goes to its default limit", job.job_id, exc, uuid)
+                attempt(uuid, rec_path, None)
+            else:
+                log.error("job %s: epilog: %s (not this job's GPU: left for reconcile)", job.job_id, exc)
+            continue
+        if rec is None or str(rec.get("job_id")) != job.job_id:
+            continue
+        attempt(uuid, rec_path, rec)
+    if not trusted:
+        for uuid in mine:
+            attempt(uuid, None, None)
     for f in sorted(Path(jobs_dir).glob("*.json")):
         try:
             a = read_job_file(f)
@@ -294,10 +369,14 @@ def reconcile(backend: GpuBackend, jobs_dir: Path = DEFAULT_SPOOL,
         if job_file.exists():
             continue
         rec_path = _record_path(state_dir, g.uuid)
-        rec = read_record(rec_path)
+        try:
+            rec = read_record(rec_path)
+        except (DataError, ConfigError) as exc:
+            log.error("reconcile: %s; GPU %s goes to its default limit", exc, g.uuid)
+            rec = {}
         if rec is not None:
-            _restore(backend, g.uuid, rec_path, rec, "reconcile")
-            done.append({"uuid": g.uuid, "action": "restored", "watts": rec["previous_w"]})
+            watts = _restore(backend, g.uuid, rec_path, rec or None, "reconcile")
+            done.append({"uuid": g.uuid, "action": "restored", "watts": watts})
             continue
         current = backend.power_limit_w(g.gpu_index)
         default = g.power_limit_default_w
@@ -341,6 +420,7 @@ def setup_log(path: Path | None, stderr: bool = True) -> None:
     root = logging.getLogger("wattclass")
     root.setLevel(logging.INFO)
     for h in handlers:
+        h.addFilter(ClipFilter())  # user strings (names, paths, error texts) clipped, one line each
         h.setFormatter(logging.Formatter("%(asctime)s %(levelname)s wattclass-%(hook)s: %(message)s",
                                          defaults={"hook": "plugin"}))
         root.addHandler(h)
@@ -367,7 +447,14 @@ def run_hook(hook: str, args: argparse.Namespace, env: Mapping[str, str] | None 
                 print(json.dumps(done, indent=2))
                 return 0
             if hook == "epilog":
-                epilog(env, backend, args.jobs_dir, args.state_dir, args.hpc_job_mapping_dir)
+                try:
+                    emap: Mapping[str, str] | None = (load_gpu_map(args.gpu_map) if args.gpu_map
+                                                      else discover_gpu_map(backend))
+                except WattclassError as exc:
+                    log.error("job %s: epilog: no GPU map (%s): only recorded GPUs are restored",
+                              job_id, exc)
+                    emap = None
+                epilog(env, backend, args.jobs_dir, args.state_dir, emap, args.hpc_job_mapping_dir)
                 return 0
             from wattclass.slurm.commands import CommandSlurmClient
 

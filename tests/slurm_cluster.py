@@ -55,6 +55,7 @@ class SlurmCluster:
         epilog: Path | None = None,
         features: Sequence[str] = ("hbm",),
         cpus: int = 16,
+        default_partition: str = "main",
     ) -> None:
         self.root = Path(root)
         self.conf_dir = self.root / "etc"
@@ -64,6 +65,7 @@ class SlurmCluster:
         self.epilog = epilog
         self.features = list(features)
         self.cpus = cpus
+        self.default_partition = default_partition
         self.procs: list[subprocess.Popen[bytes]] = []
         self.env = dict(os.environ, SLURM_CONF=str(self.conf))
         self.env.pop("SLURM_JOB_ID", None)
@@ -119,8 +121,8 @@ class SlurmCluster:
         feat = f" Feature={','.join(self.features)}" if self.features else ""
         lines += [
             f"NodeName={NODE} CPUs={self.cpus} RealMemory=8000 Gres=gpu:4{feat} State=UNKNOWN",
-            f"PartitionName=main Nodes={NODE} Default=YES MaxTime=INFINITE State=UP",
-            f"PartitionName=debug Nodes={NODE} MaxTime=INFINITE State=UP",
+            *(f"PartitionName={p} Nodes={NODE} Default={'YES' if p == self.default_partition else 'NO'}"
+              " MaxTime=INFINITE State=UP" for p in ("main", "debug")),
         ]
         self.conf.write_text("\n".join(lines) + "\n")
         (self.conf_dir / "gres.conf").write_text(
@@ -268,7 +270,8 @@ class WattclassRig:
 
     ORDER = (2, 0, 3, 1)  # backend GPU i carries PCI bus ORDER[i]; Slurm index j maps to bus j
 
-    def __init__(self, root: Path, python: str, run_root: Path | None = None) -> None:
+    def __init__(self, root: Path, python: str, run_root: Path | None = None,
+                 default_partition: str = "main") -> None:
         """``run_root``: where GPU state, job files and cap records live (default ``root``); the
         benchmark puts them on tmpfs, as /run/wattclass is on a real node."""
         from wattclass.gpu.filestate import FileStateBackend
@@ -276,7 +279,7 @@ class WattclassRig:
 
         self.root = Path(root)
         self.root.chmod(0o755)  # jobs run as other users too (nobody) and must reach out/
-        self.table = self.root / "etc" / "wattclass" / "labels.lua"
+        self.table = self.root / "etc" / "wattclass" / "labels.tsv"
         self.table.parent.mkdir(parents=True, exist_ok=True)
         run = Path(run_root) if run_root is not None else self.root
         self.state = run / "gpus.json"
@@ -299,7 +302,8 @@ class WattclassRig:
             (hooks / f"{kind}.sh").write_text(render_hook(kind, python, args))
             (hooks / f"{kind}.sh").chmod(0o755)
         self.cluster = SlurmCluster(self.root, job_submit_lua=render_job_submit(self.table),
-                                    prolog=hooks / "prolog.sh", epilog=hooks / "epilog.sh")
+                                    prolog=hooks / "prolog.sh", epilog=hooks / "epilog.sh",
+                                    default_partition=default_partition)
 
     def limits(self) -> dict[int, float]:
         """Slurm GPU index -> current limit in the fake backend."""

@@ -12,6 +12,7 @@ fleet_nightly.py; over 2 min even at --gpus 8).
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -65,3 +66,11 @@ def test_telemetry_overhead_on_replay(tmp_path: Path) -> None:
     _run(str(BENCH / "telemetry_overhead.py"), "--backend", f"replay:{H200_RAW}",
          "--json-out", str(tmp_path / "o.json"), ok=(0, 1))  # 1: ran, but a target was missed
     assert "targets_met" in json.loads((tmp_path / "o.json").read_text())
+
+
+@pytest.mark.skipif(shutil.which("lua5.1") is None, reason="lua5.1 missing")
+def test_sbatch_throughput_lua_table_costs() -> None:
+    out = json.loads(_run("bench/sbatch_throughput.py", "--lua-sizes", "2000", "--json"))
+    (row,) = out["sizes"]
+    assert row["keys"] == 2000 and row["load_s"] >= 0 and row["per_submission_us"] > 0
+    assert "load_avg_1m" in out

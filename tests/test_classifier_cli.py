@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import shutil
-import subprocess
 from pathlib import Path
 
 import pandas as pd
@@ -88,8 +87,10 @@ def test_newer_model_refused_by_classify(h200_telemetry: Path, tmp_path: Path,
 
 
 def _lua(path: Path, expr: str) -> str:
-    code = f"local t = dofile({json.dumps(str(path))}); print({expr})"
-    return subprocess.run(["lua5.1", "-e", code], capture_output=True, text=True, check=True).stdout.strip()
+    """``expr`` on the table as job_submit.lua's own loader reads it."""
+    from test_plugin_decide import lua_table_eval
+
+    return lua_table_eval(path, expr, path.parent)
 
 
 def test_table_entries_read_back_with_lua(tmp_path: Path) -> None:
@@ -102,8 +103,8 @@ def test_table_entries_read_back_with_lua(tmp_path: Path) -> None:
     rows.append(("bob", "eval", "bio", "idle", 0.99, now - dt.timedelta(days=1), "rule"))
     hist = pd.DataFrame(rows, columns=["user", "name", "account", "label", "confidence", "end", "source"])
     entries = build_entries(hist, now)
-    path = tmp_path / "table.lua"
-    write_label_table(path, entries, None)
+    path = tmp_path / "table.tsv"
+    write_label_table(path, entries, {"mode": "shadow", "min_confidence": 0.8})
     assert _lua(path, "t.by_user_name.alice['train \"x\" %s]]'].label") == "memory"
     assert _lua(path, "t.by_user_name.alice['train \"x\" %s]]'].n") == "5"
     assert _lua(path, "t.by_user_name.alice.sim.source") == "model"
@@ -138,7 +139,7 @@ def data_root(h200_telemetry: Path, tmp_path: Path) -> tuple[Path, Path]:
 def test_nightly_end_to_end(data_root: tuple[Path, Path], tmp_path: Path,
                             capsys: pytest.CaptureFixture[str]) -> None:
     root, jf = data_root
-    table = tmp_path / "label_table.lua"
+    table = tmp_path / "label_table.tsv"
     rc = main(["nightly", "--data-root", str(root), "--date", DATE, "--jobs-file", str(jf),
                "--table-out", str(table), "--json"])
     assert rc == 0

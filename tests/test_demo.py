@@ -12,7 +12,6 @@ import base64
 import io
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
 import pandas as pd
@@ -78,18 +77,18 @@ def test_labels_agree_with_the_cluster_truth(demo: tuple[Path, dict[str, tuple[s
     assert (model["label"] == model["truth"]).mean() >= MODEL_FLOOR
 
 
-def test_label_table_loads_in_lua(demo: tuple[Path, dict[str, tuple[str, str]], str]) -> None:
+def test_label_table_loads_in_lua(demo: tuple[Path, dict[str, tuple[str, str]], str], tmp_path: Path) -> None:
     if LUA is None:
         pytest.skip("lua5.1 missing")
-    table = demo[0] / "labels.lua"
-    script = ("local t = dofile(arg[1]); local n = 0\n"
-              "for u, names in pairs(t.by_user_name) do for _ in pairs(names) do n = n + 1 end end\n"
-              "print(t.version, t.policy.mode, t.policy.decisions.memory.cap, n)")
-    proc = subprocess.run([LUA, "-e", f"arg = {{'{table}'}}", "-e", script], capture_output=True,
-                          text=True, timeout=30, check=False)
-    assert proc.returncode == 0, proc.stderr
-    version, mode, cap, n = proc.stdout.split()
-    assert (version, mode, cap) == ("1", "shadow", "60%")  # deploy/policy.example.toml
+    from test_plugin_decide import lua_table_eval
+
+    table = demo[0] / "labels.tsv"
+    expr = ("(function() local n = 0\n"
+            "for u, names in pairs(t.by_user_name) do for _ in pairs(names) do n = n + 1 end end\n"
+            "return t.version .. ' ' .. t.policy.mode .. ' ' .. t.policy.decisions.memory.cap .. ' ' .. n\n"
+            "end)()")
+    version, mode, cap, n = lua_table_eval(table, expr, tmp_path).split()
+    assert (version, mode, cap) == ("2", "shadow", "60%")  # deploy/policy.example.toml
     jobs = pd.read_csv(demo[0] / "cluster" / "jobs.csv")
     assert int(n) == len(jobs[["user", "name"]].drop_duplicates())
 
@@ -107,9 +106,9 @@ def test_decisions_are_what_job_submit_lua_decides(
         pytest.skip("lua5.1 missing")
     from test_plugin_decide import _run_lua, _unhex
 
-    cases = [{"user": r.user, "name": r.name, "account": r.account, "partition": r.partition}
-             for r in subs.itertuples()]
-    rows = _run_lua(render_job_submit(out / "labels.lua"), cases, tmp_path)
+    cases = [{"user": r.user, "name": r.name, "account": r.account, "partition": r.partition,
+              "gpus": "gres/gpu:1"} for r in subs.itertuples()]
+    rows = _run_lua(render_job_submit(out / "labels.tsv"), cases, tmp_path)
     got = [(status, reason, _unhex(comment) or "") for _, status, reason, comment, _ in rows]
     assert got == list(zip(dec["status"], dec["reason"], dec["admin_comment"], strict=True))
 

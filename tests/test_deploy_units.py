@@ -29,7 +29,10 @@ def _wattclass_argv(line: str, env: dict[str, str]) -> list[str]:
     return [a for a in argv[1:] if a]
 
 
-@pytest.mark.parametrize("unit", ["wattclass-nightly.service", "wattclass-telemetry.service"])
+UNITS = ["wattclass-nightly.service", "wattclass-telemetry.service", "wattclass-reconcile.service"]
+
+
+@pytest.mark.parametrize("unit", UNITS)
 def test_unit_commands_parse(unit: str) -> None:
     path = DEPLOY / unit
     env = dict(re.findall(r"^Environment=(\w+)=(.*)$", path.read_text(), re.M))
@@ -39,3 +42,33 @@ def test_unit_commands_parse(unit: str) -> None:
     for line in lines:
         args = parser.parse_args(_wattclass_argv(line, env))  # SystemExit on an unknown option
         assert callable(args.func)
+
+
+def _directives(unit: Path) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for line in unit.read_text().replace("\\\n", " ").splitlines():
+        if "=" in line and not line.startswith(("#", "[")):
+            key, _, value = line.partition("=")
+            out.setdefault(key.strip(), []).append(value.strip())
+    return out
+
+
+@pytest.mark.parametrize("unit", UNITS)
+def test_units_read_site_settings_from_etc_default(unit: str) -> None:
+    assert "-/etc/default/wattclass" in _directives(DEPLOY / unit).get("EnvironmentFile", [])
+
+
+def test_nightly_unit_has_its_state_directory() -> None:
+    d = _directives(DEPLOY / "wattclass-nightly.service")
+    assert d["StateDirectory"] == ["wattclass"]
+    assert "/var/lib/wattclass" in d["ReadWritePaths"][0].split()
+
+
+def test_reconcile_unit_runs_once_before_slurmd() -> None:
+    d = _directives(DEPLOY / "wattclass-reconcile.service")
+    assert d["Type"] == ["oneshot"] and d["Before"] == ["slurmd.service"]
+    assert "Requires" not in d and "RequiredBy" not in d  # a failed reconcile must not keep slurmd down
+    argv = _wattclass_argv(_exec_lines(DEPLOY / "wattclass-reconcile.service")[0],
+                           dict(re.findall(r"^Environment=(\w+)=(.*)$",
+                                           (DEPLOY / "wattclass-reconcile.service").read_text(), re.M)))
+    assert argv[:2] == ["plugin", "reconcile"]

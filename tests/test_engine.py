@@ -113,7 +113,7 @@ def test_nightly_dask_and_local_store_identical_labels(fleet: Path, tmp_path: Pa
     out = {}
     for engine in ("local", "dask"):
         root = _root_linking(fleet, tmp_path / engine)
-        opts = NightlyOptions(data_root=root, date=DATE.isoformat(), table_out=root / "table.lua",
+        opts = NightlyOptions(data_root=root, date=DATE.isoformat(), table_out=root / "table.tsv",
                               engine=engine)
         jobs = JobsFileClient(root / "jobs" / f"date={DATE}" / "jobs.parquet")
         summary = run_nightly(opts, jobs)

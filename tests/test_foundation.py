@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 import os
 import shutil
-import subprocess
 from pathlib import Path
 
 import pyarrow as pa
@@ -65,7 +64,7 @@ def test_lua_string_escapes_everything_dangerous() -> None:
 @pytest.mark.skipif(shutil.which("lua5.1") is None, reason="lua5.1 not installed")
 def test_label_table_round_trips_through_lua(tmp_path: Path) -> None:
     nasty = 'x"; os.exit(1) --\n%s[[]]\0'
-    path = tmp_path / "labels.lua"
+    path = tmp_path / "labels.tsv"
     write_label_table(
         path,
         [
@@ -76,28 +75,75 @@ def test_label_table_round_trips_through_lua(tmp_path: Path) -> None:
         policy={"mode": "shadow", "decisions": {"memory": {"cap": "60%"}}},
     )
     assert oct(path.stat().st_mode & 0o777) == "0o644"
-    script = (
-        "local t = dofile(arg[1]); local n = io.read('*a');"
-        "local e = t.by_user_name.alice[n];"
-        "print(e.label, e.confidence, e.n, t.by_account.physics.label, t.policy.decisions.memory.cap)"
-    )
-    out = subprocess.run(
-        ["lua5.1", "-e", script.replace("arg[1]", repr(str(path)))],
-        input=nasty.encode(),
-        capture_output=True,
-        check=True,
-    ).stdout.decode()
+    from test_plugin_decide import lua_table_eval
+
+    from wattclass.labeltable import read_label_table
+
+    name = lua_string(nasty)
+    e = f"t.by_user_name.alice[{name}]"
+    out = lua_table_eval(path, f"{e}.label, {e}.confidence, {e}.n, t.by_account.physics.label, "
+                         "t.policy.decisions.memory.cap", tmp_path)
     assert out.split() == ["memory", "0.93", "12", "compute", "60%"]
+    back = read_label_table(path)
+    assert back["by_user_name"]["alice"][nasty]["label"] == "memory"
+    assert back["by_user"]["alice"] == {"label": "mixed", "confidence": 0.6, "n": 20, "source": "rule"}
 
 
 def test_label_table_rejects_unknown_label(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="unknown label"):
-        write_label_table(tmp_path / "x.lua", [TableEntry("user", "a", None, None, "fast", 1.0, 1, "rule")])
-    assert not (tmp_path / "x.lua").exists()
+        write_label_table(tmp_path / "x.tsv", [TableEntry("user", "a", None, None, "fast", 1.0, 1, "rule")])
+    assert not (tmp_path / "x.tsv").exists()
 
 
 def test_schema_is_pyarrow_schema() -> None:
     assert isinstance(schema.TELEMETRY_V1, pa.Schema)
+
+
+# -- issue 9 item 11: owner, mode and symlinks, checked at the root ---------------------------------
+@pytest.mark.parametrize("damage", ["file_owned_by_nobody", "folder_owned_by_nobody", "symlink_file",
+                                    "symlink_folder", "folder_group_writable"])
+def test_untrusted_files_and_folders_are_refused(tmp_path: Path, damage: str) -> None:
+    from wattclass.fsutil import read_trusted_text
+
+    folder = tmp_path / "state"
+    folder.mkdir(mode=0o755)
+    p = folder / "rec.json"
+    p.write_text("{}")
+    p.chmod(0o644)
+    target = p
+    if damage == "file_owned_by_nobody":
+        os.chown(p, 65534, 65534)
+        want = "owned by uid 65534"
+    elif damage == "folder_owned_by_nobody":
+        os.chown(folder, 65534, 65534)
+        want = "owned by uid 65534"
+    elif damage == "symlink_file":
+        target = folder / "link.json"
+        target.symlink_to(p)
+        want = "symlink"
+    elif damage == "symlink_folder":
+        (tmp_path / "ln").symlink_to(folder)
+        target = tmp_path / "ln" / "rec.json"
+        want = "symlink"
+    else:
+        folder.chmod(0o775)
+        want = "others can write"
+    with pytest.raises(ConfigError, match=want):
+        refuse_if_others_can_write(target)
+    with pytest.raises(ConfigError, match=want):
+        read_trusted_text(target)
+
+
+def test_trusted_file_reads(tmp_path: Path) -> None:
+    from wattclass.fsutil import read_trusted_text
+
+    p = tmp_path / "ok.json"
+    p.write_text('{"a": 1}')
+    p.chmod(0o644)
+    tmp_path.chmod(0o755)
+    assert read_trusted_text(p) == '{"a": 1}'
+    with pytest.raises(FileNotFoundError):
+        read_trusted_text(tmp_path / "missing")
 
 
 class _Tty(io.StringIO):

@@ -1,6 +1,8 @@
 """Parity: the real job_submit.lua (run by lua5.1) and plugin/decide.py agree on every case.
 
-Also checks the Lua side's fail-open loading (unsafe, corrupt, missing tables) without Slurm.
+Also checks the Lua side's fail-open loading (unsafe, corrupt, missing tables, symlinks, folders
+owned by other users), the GPU-request parsing of every Slurm spelling, and log clipping, without
+Slurm.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 import pytest
 
 from wattclass.labeltable import TableEntry, lua_value, read_label_table, write_label_table
-from wattclass.plugin.decide import decide
+from wattclass.plugin.decide import decide, requests_gpu
 from wattclass.plugin.install import render_job_submit
 from wattclass.policy import parse_policy
 
@@ -33,16 +35,21 @@ local function hex(s)
   if s == nil then return "-" end
   return (string.gsub(s, ".", function(c) return string.format("%02x", string.byte(c)) end)) .. "."
 end
+local PARTS = {}
+for _, p in ipairs({ "main", "debug" }) do
+  PARTS[p] = { flag_default = (p == DEFAULT_PART) and 1 or 0 }
+end
 for i, c in ipairs(CASES) do
   local jd = { user_name = c.user, name = c.name, account = c.account, partition = c.partition,
-               features = c.features, admin_comment = nil }
+               features = c.features, admin_comment = nil, tres_per_node = c.gpus }
   local t = wattclass_load_table()
   local status, reason = "none", "no_table"
   if t ~= nil then
-    local ok, s, r = pcall(wattclass_decide, t, c.user, c.name, c.account, c.partition, c.features)
+    local ok, s, r = pcall(wattclass_decide, t, c.user, c.name, c.account, c.partition or DEFAULT_PART,
+                           c.features, wattclass_requests_gpu({ c.gpus }))
     if ok then status, reason = s, r else status, reason = "error", "lua_error" end
   end
-  slurm_job_submit(jd, {}, 0)
+  slurm_job_submit(jd, PARTS, 0)
   local added = nil
   if jd.features ~= c.features then added = jd.features end
   print(i .. " " .. status .. " " .. reason .. " " .. hex(jd.admin_comment) .. " " .. hex(added))
@@ -54,7 +61,7 @@ for _, l in ipairs(slurm.LOG) do io.stderr:write(l, "\n") end
 def _table(tmp: Path, mode: str) -> Path:
     pol = parse_policy({
         "mode": mode, "min_confidence": 0.8,
-        "caps": {"compute": "100%", "memory": "60%", "mixed": "450W", "idle": 200},
+        "caps": {"compute": "100%", "memory": "60%", "mixed": "450W", "idle": "200W"},
         "placement": {"memory": {"features": ["hbm", "nonexistent"]}, "idle": {"features": ["slow"]}},
         "exempt": {"accounts": ["benchmark"], "partitions": ["debug"], "users": ["carol"]},
     })
@@ -63,11 +70,13 @@ def _table(tmp: Path, mode: str) -> Path:
                                             itertools.cycle([0.93, 0.5, 0.8, 0.99, 0.79999]),
                                             itertools.cycle(["rule", "model:v3", "we;ird=src"]),
                                             strict=False)]
-    entries += [TableEntry("user", "bob", None, None, "memory", 0.9, 3, "rule"),
+    entries += [TableEntry("user", "alice", None, None, "compute", 0.95, 30, "rule"),  # low names fall here
+                TableEntry("user", "dave", None, None, "idle", 0.3, 1, "rule"),  # too low: on to account
+                TableEntry("user", "bob", None, None, "memory", 0.9, 3, "rule"),
                 TableEntry("user", "carol", None, None, "memory", 0.9, 3, "rule"),
                 TableEntry("account", None, None, "physics", "mixed", 0.85, 9, "rule"),
                 TableEntry("account", None, None, "benchmark", "memory", 0.95, 9, "rule")]
-    path = tmp / f"labels-{mode}.lua"
+    path = tmp / f"labels-{mode}.tsv"
     write_label_table(path, entries, pol.table_dict({"hbm", "slow"}))
     return path
 
@@ -77,42 +86,68 @@ def _cases() -> list[dict[str, Any]]:
     accounts = [None, "physics", "benchmark"]
     parts = [None, "main", "debug", "main,debug"]
     feats = [None, "", "nvme"]
+    gpus = ["gres:gpu:2", "gres/gpu:h200:1", None]
     out = []
-    for u, n, a, p, f in itertools.product(users, [*NAMES[:6], None], accounts, parts, feats):
-        out.append({"user": u, "name": n, "account": a, "partition": p, "features": f})
+    for u, n, a, p, f, g in itertools.product(users, [*NAMES[:6], None], accounts, parts, feats, gpus):
+        out.append({"user": u, "name": n, "account": a, "partition": p, "features": f, "gpus": g})
     return out
 
 
-def _run_lua(script: str, cases: list[dict[str, Any]], tmp: Path) -> list[tuple[str, ...]]:
+def _run_lua(script: str, cases: list[dict[str, Any]], tmp: Path, default_part: str = "main",
+             driver: str = DRIVER) -> list[tuple[str, ...]]:
     drv = tmp / "driver.lua"
     cases_lua = lua_value([{k: v for k, v in c.items() if v is not None} for c in cases])
-    drv.write_text(f"SCRIPT = {lua_value(str(tmp / 'job_submit.lua'))}\nCASES = {cases_lua}\n" + DRIVER)
+    drv.write_text(f"SCRIPT = {lua_value(str(tmp / 'job_submit.lua'))}\nCASES = {cases_lua}\n"
+                   f"DEFAULT_PART = {lua_value(default_part)}\n" + driver)
     (tmp / "job_submit.lua").write_text(script)
     proc = subprocess.run([LUA or "lua5.1", str(drv)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     return [tuple(line.split(" ")) for line in proc.stdout.splitlines()]
 
 
+def lua_table_eval(table: Path, expr: str, tmp: Path) -> str:
+    """Evaluate ``expr`` on ``t``, the table as job_submit.lua's own loader reads it (for other tests)."""
+    drv = tmp / "eval.lua"
+    script = tmp / "job_submit_eval.lua"
+    script.write_text(render_job_submit(table))
+    drv.write_text("slurm = { SUCCESS = 0, ERROR = -1, log_info = function() end,\n"
+                   "  log_error = function() end }\n"
+                   f"dofile({lua_value(str(script))})\n"
+                   f"local t, err = wattclass_read_table({lua_value(str(table))})\n"
+                   "if t == nil then error(err) end\n"
+                   # records stay text until a job hits them: parse them all for inspection
+                   "for _, m in pairs({ t.by_user, t.by_account }) do\n"
+                   "  for k, v in pairs(m) do m[k] = wattclass_record(v) end end\n"
+                   "for _, names in pairs(t.by_user_name) do\n"
+                   "  for k, v in pairs(names) do names[k] = wattclass_record(v) end end\n"
+                   f"print({expr})\n")
+    proc = subprocess.run([LUA or "lua5.1", str(drv)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip()
+
+
 def _unhex(s: str) -> str | None:
     return None if s == "-" else bytes.fromhex(s.rstrip(".")).decode("utf-8")
 
 
-@pytest.mark.parametrize("mode", ["enforce", "shadow"])
-def test_lua_and_python_decide_identically(tmp_path: Path, mode: str) -> None:
+@pytest.mark.parametrize(("mode", "default_part"), [("enforce", "main"), ("shadow", "main"),
+                                                     ("enforce", "debug")])
+def test_lua_and_python_decide_identically(tmp_path: Path, mode: str, default_part: str) -> None:
     table_path = _table(tmp_path, mode)
     cases = _cases()
-    rows = _run_lua(render_job_submit(table_path), cases, tmp_path)
+    rows = _run_lua(render_job_submit(table_path), cases, tmp_path, default_part)
     assert len(rows) == len(cases)
     table = read_label_table(table_path)
     statuses = set()
     for (i, status, reason, comment, feats), case in zip(rows, cases, strict=True):
-        py = decide(table, case["user"], case["name"], case["account"], case["partition"], case["features"])
+        py = decide(table, case["user"], case["name"], case["account"], case["partition"] or default_part,
+                    case["features"], requests_gpu([case["gpus"]]))
         got = (status, reason, _unhex(comment), _unhex(feats))
         assert got == (py.status, py.reason, py.admin_comment, py.features), (i, case)
         statuses.add(reason)
     # the case grid reaches every branch
     assert statuses >= {"exempt_user", "exempt_account", "exempt_partition", "unknown_job",
-                        "low_confidence", mode}
+                        "low_confidence", "no_gpu_request", mode}
 
 
 def test_enforce_memory_job_gets_comment_and_only_existing_features(tmp_path: Path) -> None:
@@ -131,12 +166,171 @@ def test_lua_fails_open_on_bad_tables(tmp_path: Path, damage: str) -> None:
     elif damage == "group_writable":
         path.chmod(0o664)
     elif damage == "corrupt":
-        path.write_text("return { version = 1, policy = {")
+        path.write_text(path.read_text().replace("\tmemory\t", "\tmemory\t\t", 1))
     elif damage == "missing":
         path.unlink()
-    elif damage == "bad_shape":  # loads, but indexing policy.exempt raises inside the script
+    elif damage == "bad_shape":  # old (version 1) Lua-code table: refused, never run
         path.write_text("return { version = 1, policy = { exempt = 5 }, by_user = {} }")
     rows = _run_lua(render_job_submit(path), [{"user": "alice", "name": "train.sh"}], tmp_path)
     assert rows[0][3:] == ("-", "-")  # admin_comment and features untouched
     assert rows[0][1] in ("none", "error")
 
+
+
+# -- item 7: a decision only for jobs that ask for a GPU, in every spelling Slurm uses -------------
+GPU_SPECS = {
+    "gres:gpu:2": True,  # 22.05 tres_per_node / --gpus (tres_per_job)
+    "gres/gpu:2": True,  # 25.11
+    "gres/gpu:h200:2": True,  # typed, 25.11
+    "gres:gpu:h200:2": True,  # typed, 22.05
+    "gres/gpu": True,  # no count: one
+    "gres/gpu:h200": True,  # a type, no count: one
+    "gpu:1": True,  # the old gres field
+    "gres/gpu=1": True,  # TRES "=" form
+    "cpu=4,gres/gpu:1": True,  # --gpus-per-task next to cpus in tres_per_task
+    "gres/shard:2,gres/gpu:1": True,
+    "gres:gpu:0": False,  # --gres=gpu:0
+    "gres/gpu:h200:0": False,
+    "gres/shard:2": False,
+    "gres/gpuX:2": False,  # another gres whose name starts with gpu
+    "gres:mps:100": False,
+    "license/foo:1": False,
+    "": False,
+}
+
+GPU_DRIVER = r"""
+slurm = { SUCCESS = 0, ERROR = -1, log_info = function() end, log_error = function() end }
+dofile(SCRIPT)
+for i, c in ipairs(CASES) do
+  print(i .. " " .. tostring(wattclass_requests_gpu({ c.spec })))
+end
+"""
+
+
+def test_gpu_request_parsing_agrees_in_lua_and_python(tmp_path: Path) -> None:
+    specs = list(GPU_SPECS)
+    rows = _run_lua(render_job_submit(tmp_path / "none.tsv"), [{"spec": s} for s in specs], tmp_path,
+                    driver=GPU_DRIVER)
+    for (_i, lua_says), spec in zip(rows, specs, strict=True):
+        assert requests_gpu([spec]) is GPU_SPECS[spec], spec
+        assert lua_says == str(GPU_SPECS[spec]).lower(), spec
+    # several fields: any one asking for a GPU counts (tres_per_job from --gpus, per-socket, ...)
+    assert requests_gpu([None, "", "gres/gpu:1"]) and not requests_gpu([None, "gres/shard:1"])
+
+
+# -- items 5, 6, 8 on the Python side, spelled out ---------------------------------------------------
+def test_exempt_only_when_every_partition_is_and_low_keys_fall_through(tmp_path: Path) -> None:
+    table = read_label_table(_table(tmp_path, "enforce"))
+    assert decide(table, "bob", "x", None, "debug").reason == "exempt_partition"
+    assert decide(table, "bob", "x", None, "main,debug").reason == "enforce"  # may run in main
+    assert decide(table, "bob", "x", None, "debug,debug").reason == "exempt_partition"
+    # alice's "stream" entry (conf 0.5 at index 9? see NAMES cycle) is below 0.8: the user key decides
+    low = next(n for n, c in zip(NAMES, itertools.cycle([0.93, 0.5, 0.8, 0.99, 0.79999])) if c < 0.8)
+    d = decide(table, "alice", low, None, "main")
+    assert (d.reason, d.key, d.label) == ("enforce", "user", "compute")
+    # dave's user key is too weak too: on to the account key
+    d = decide(table, "dave", "x", "physics", "main")
+    assert (d.key, d.label) == ("account", "mixed")
+    assert decide(table, "dave", "x", None, "main").reason == "low_confidence"
+    assert decide(table, "bob", "x", None, "main", gpu_request=False).reason == "no_gpu_request"
+
+
+# -- item 13: the table is data, parsed with plain string functions, with a byte limit --------------
+LOAD_DRIVER = r"""
+slurm = { SUCCESS = 0, ERROR = -1, LOG = {},
+  log_info = function(fmt, ...) slurm.LOG[#slurm.LOG + 1] = string.format(fmt, ...) end,
+  log_error = function(fmt, ...) slurm.LOG[#slurm.LOG + 1] = "ERR " .. string.format(fmt, ...) end }
+dofile(SCRIPT)
+local t, err = wattclass_load_table()
+if t == nil then print("nil " .. tostring(err)) else
+  local n = 0
+  for _, names in pairs(t.by_user_name) do for _ in pairs(names) do n = n + 1 end end
+  print("ok " .. n)
+end
+for _, l in ipairs(slurm.LOG) do print("LOG " .. l) end
+"""
+
+
+def _load_in_lua(script: str, tmp: Path) -> list[str]:
+    rows = _run_lua(script, [], tmp, driver=LOAD_DRIVER)
+    return [" ".join(r) for r in rows]
+
+
+@pytest.mark.parametrize("code", ["while true do end", "return { version = 1, policy = {} }",
+                                  "os.exit(3)"])
+def test_lua_code_in_the_table_is_never_run(tmp_path: Path, code: str) -> None:
+    path = tmp_path / "labels.tsv"
+    path.write_text(code + "\n")
+    path.chmod(0o644)
+    out = _load_in_lua(render_job_submit(path), tmp_path)  # returns: nothing hung or exited
+    assert out[0].startswith("nil label table is not a version 2 wattclass table"), out
+
+
+def test_lua_reads_at_most_max_bytes_and_logs(tmp_path: Path) -> None:
+    path = tmp_path / "labels.tsv"
+    entries = [TableEntry("user_name", "u", f"job-{i:05d}", None, "memory", 0.9, 1, "rule")
+               for i in range(2000)]
+    write_label_table(path, entries, {"mode": "enforce", "min_confidence": 0.8})
+    size = path.stat().st_size
+    script = render_job_submit(path).replace("local MAX_BYTES = 16 * 1024 * 1024",
+                                             f"local MAX_BYTES = {size // 2}")
+    out = _load_in_lua(script, tmp_path)
+    kept = int(out[0].split()[1])
+    assert 900 < kept < 1000, out[0]  # about half the entries, no partial last line
+    assert any("larger than" in line and "only the first" in line for line in out[1:]), out
+    assert _load_in_lua(render_job_submit(path), tmp_path)[0] == "ok 2000"
+
+
+def test_writer_keeps_the_most_confident_entries_past_the_limit(tmp_path: Path,
+                                                                caplog: pytest.LogCaptureFixture) -> None:
+    entries = [TableEntry("user", f"u{i}", None, None, "memory", i / 10, 1, "rule") for i in range(10)]
+    path = tmp_path / "labels.tsv"
+    with caplog.at_level("WARNING"):
+        dropped = write_label_table(path, entries, None, max_entries=4)
+    assert dropped == 6 and "6 entries over the limit of 4 dropped" in caplog.text
+    assert sorted(read_label_table(path)["by_user"]) == ["u6", "u7", "u8", "u9"]
+
+
+# -- item 11: symlinks and folders owned by others -----------------------------------------------------
+@pytest.mark.parametrize("damage", ["symlink_file", "symlink_folder", "folder_owned_by_nobody",
+                                    "folder_group_writable"])
+def test_lua_refuses_untrusted_paths(tmp_path: Path, damage: str) -> None:
+    real = _table(tmp_path, "enforce")
+    folder = tmp_path / "etc"
+    folder.mkdir()
+    path = folder / "labels.tsv"
+    if damage == "symlink_file":
+        path.symlink_to(real)
+        want = "is a symlink"
+    elif damage == "symlink_folder":
+        os.rename(folder, tmp_path / "real-etc")
+        folder.symlink_to(tmp_path / "real-etc")
+        shutil.copy(real, tmp_path / "real-etc" / "labels.tsv")
+        want = "is a symlink"
+    elif damage == "folder_owned_by_nobody":
+        shutil.copy(real, path)
+        os.chown(folder, 65534, 65534)
+        want = "is not owned by root"
+    else:
+        shutil.copy(real, path)
+        folder.chmod(0o775)
+        want = "writable by group or others"
+    out = _load_in_lua(render_job_submit(path), tmp_path)
+    assert out[0].startswith("nil refusing label table") and want in out[0], out
+    rows = _run_lua(render_job_submit(path), [{"user": "alice", "name": "train.sh", "gpus": "gres/gpu:1"}],
+                    tmp_path)
+    assert rows[0][3:] == ("-", "-")
+
+
+# -- item 14: user strings in log lines are clipped ----------------------------------------------------
+def test_huge_job_name_gives_a_short_log_line(tmp_path: Path) -> None:
+    path = _table(tmp_path, "enforce")
+    case = {"user": "alice", "name": "%" * 100_000, "gpus": "gres/gpu:1"}
+    drv = tmp_path / "driver.lua"
+    drv.write_text(f"SCRIPT = {lua_value(str(tmp_path / 'job_submit.lua'))}\nCASES = {lua_value([case])}\n"
+                   'DEFAULT_PART = "main"\n' + DRIVER)
+    (tmp_path / "job_submit.lua").write_text(render_job_submit(path))
+    proc = subprocess.run([LUA or "lua5.1", str(drv)], capture_output=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert 0 < len(proc.stderr) < 1000, len(proc.stderr)
+    assert b"(100000 bytes)" in proc.stderr and b"\n" not in proc.stderr.rstrip(b"\n")

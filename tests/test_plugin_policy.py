@@ -19,7 +19,7 @@ min_confidence = 0.8
 compute = "100%"
 memory = "60%"
 mixed = "450W"
-idle = 300
+idle = "300W"
 [placement.memory]
 features = ["hbm"]
 [exempt]
@@ -52,7 +52,7 @@ def test_good_policy_and_table_dict(tmp_path: Path) -> None:
         ('mode = "yes"\n', "mode"),
         ("min_confidence = 1.5\n", "min_confidence"),
         ('min_confidence = "high"\n', "min_confidence"),
-        ('[caps]\nmemory = "60"\nfoo = "50%"\n', "caps.foo"),
+        ('[caps]\nmemory = "60%"\nfoo = "50%"\n', "caps.foo"),
         ('[caps]\nmemory = "160%"\n', "caps.memory"),
         ('[caps]\nmemory = "-5W"\n', "caps.memory"),
         ("[caps]\nmemory = true\n", "caps.memory"),
@@ -81,7 +81,7 @@ def test_missing_policy_file(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("cap", "expect"),
-    [("60%", 420.0), ("10%", 200.0), ("350W", 350.0), ("350 w", 350.0), (900, 700.0), ("100%", 700.0)],
+    [("60%", 420.0), ("10%", 200.0), ("350W", 350.0), ("350 w", 350.0), ("900W", 700.0), ("100%", 700.0)],
 )
 def test_cap_watts_clamped_to_min_max(cap: object, expect: float) -> None:
     assert cap_watts(parse_cap(cap), 700.0, 200.0, 700.0) == expect
@@ -99,7 +99,7 @@ def test_policy_check_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
 
 def test_policy_explain_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     good = _write(tmp_path, GOOD)
-    table = tmp_path / "labels.lua"
+    table = tmp_path / "labels.tsv"
     write_label_table(table, [TableEntry("user_name", "alice", "train.sh", None, "memory", 0.93, 4, "rule"),
                               TableEntry("user", "alice", None, None, "compute", 0.6, 9, "rule")],
                       {"features_available": {"hbm": True}})
@@ -111,3 +111,58 @@ def test_policy_explain_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert json.loads(capsys.readouterr().out)["reason"] == "low_confidence"
     assert main([*args, "--name", "train.sh", "--account", "benchmark"]) == 0
     assert "account is exempt" in capsys.readouterr().out
+
+
+# -- issue 9 item 9: a cap needs a unit and a sane range --------------------------------------------
+@pytest.mark.parametrize("cap", ["0.6", 0.6, "60", 60, 350, "5W", "5%", "9.9%", "101%", "2001W", "45 W",
+                                 "60 %%", "1e3W", "inf%", "nan%", ""])
+def test_caps_need_a_unit_and_a_sane_range(tmp_path: Path, cap: object) -> None:
+    value = f'"{cap}"' if isinstance(cap, str) else str(cap)
+    path = _write(tmp_path, f"[caps]\nmemory = {value}\n")
+    with pytest.raises(ConfigError) as err:
+        load_policy(path)
+    assert str(path) in str(err.value) and "caps.memory" in str(err.value)
+    assert main(["policy", "check", str(path)]) == 2
+
+
+@pytest.mark.parametrize("cap", ["10%", "100%", "50W", "2000W", "350 w", "62.5%"])
+def test_sane_caps_pass(tmp_path: Path, cap: str) -> None:
+    assert load_policy(_write(tmp_path, f'[caps]\nmemory = "{cap}"\n')).caps["memory"].text()
+
+
+def test_policy_explain_shows_the_watts_on_a_gpu_model(tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    good = _write(tmp_path, GOOD)
+    table = tmp_path / "labels.tsv"
+    write_label_table(table, [TableEntry("user_name", "alice", "train.sh", None, "memory", 0.93, 4, "rule")],
+                      {"features_available": {"hbm": True}})
+    args = ["policy", "explain", "--policy", str(good), "--table", str(table), "--user", "alice",
+            "--name", "train.sh"]
+    assert main([*args, "--gpu-model", "H200"]) == 0
+    assert "60% sets 420 W" in capsys.readouterr().out
+    assert main([*args, "--limits", "400,100,400", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["cap_w"] == 240.0
+    assert main([*args, "--gpu-model", "Z9"]) == 2
+    assert "unknown" in capsys.readouterr().err
+    assert main([*args, "--limits", "700,800,900"]) == 2
+    assert main([*args, "--no-gpu", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["reason"] == "no_gpu_request"
+
+
+@pytest.mark.parametrize("damage", ["group_writable", "owned_by_nobody", "symlink"])
+def test_untrusted_policy_is_refused(tmp_path: Path, damage: str) -> None:
+    """Issue 9 item 11: a policy another user can change would let them exempt themselves."""
+    import os
+
+    path = _write(tmp_path, GOOD)
+    path.chmod(0o644)
+    if damage == "group_writable":
+        path.chmod(0o664)
+    elif damage == "owned_by_nobody":
+        os.chown(path, 65534, 65534)
+    else:
+        link = tmp_path / "link.toml"
+        link.symlink_to(path)
+        path = link
+    with pytest.raises(ConfigError, match=str(path)):
+        load_policy(path)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -143,6 +145,82 @@ def test_render_files_reject_injection(tmp_path: Path) -> None:
     sh = render_hook("prolog", "/usr/bin/python3", ["--backend", "nvml"])
     assert 'WATTCLASS_ARGS="--backend nvml"' in sh and sh.rstrip().endswith("exit 0")
 
+
+# -- issue 9 items 11 and 12: untrusted state, bad records ----------------------------------------------
+def _capped(tmp_path: Path, n: int = 3) -> tuple[FileStateBackend, dict[str, str], dict[str, str]]:
+    be = FileStateBackend.create(tmp_path / "g.json", n)
+    gmap = {str(i): be.gpus()[i].uuid for i in range(n)}
+    env = {"SLURM_JOB_ID": "9", "SLURM_JOB_GPUS": ",".join(gmap)}
+    prolog(env, be, lambda _j: MEM, gmap, tmp_path / "jobs", tmp_path / "caps")
+    assert [be.power_limit_w(i) for i in range(n)] == [420.0] * n
+    return be, gmap, env
+
+
+@pytest.mark.parametrize("bad", ["null", "corrupt", "string"])
+def test_one_bad_cap_record_does_not_strand_the_other_gpus(tmp_path: Path, bad: str) -> None:
+    be, gmap, env = _capped(tmp_path)
+    rec = tmp_path / "caps" / f"{be.gpus()[1].uuid}.json"
+    doc = json.loads(rec.read_text())
+    if bad == "null":
+        doc["previous_w"] = None
+        rec.write_text(json.dumps(doc))
+    elif bad == "corrupt":
+        rec.write_text("{not json")
+    else:
+        doc["previous_w"] = "700"
+        rec.write_text(json.dumps(doc))
+    with contextlib.suppress(GpuError):
+        epilog(env, be, tmp_path / "jobs", tmp_path / "caps", gmap)
+    assert [be.power_limit_w(i) for i in range(3)] == [700.0] * 3  # the bad one went to its default
+    assert not list((tmp_path / "caps").glob("*.json"))
+
+
+def test_nobody_owned_state_folder_is_refused_and_the_job_gpus_go_to_default(tmp_path: Path) -> None:
+    be, gmap, env = _capped(tmp_path, 2)
+    caps = tmp_path / "caps"
+    # a planted record in a folder nobody owns asks to leave GPU 0 at 200 W after the job
+    os.chown(caps, 65534, 65534)
+    rec = caps / f"{be.gpus()[0].uuid}.json"
+    rec.write_text(json.dumps({"version": 1, "job_id": "9", "previous_w": 200.0, "set_w": 420.0}))
+    epilog(env, be, tmp_path / "jobs", caps, gmap)
+    assert [be.power_limit_w(i) for i in range(2)] == [700.0, 700.0]
+    # and the Prolog refuses to record caps there (the job runs uncapped, the error is logged)
+    with pytest.raises(ConfigError, match="owned by uid 65534"):
+        prolog({**env, "SLURM_JOB_ID": "10"}, be, lambda _j: MEM, gmap, tmp_path / "jobs", caps)
+
+
+def test_symlinked_cap_record_is_not_trusted(tmp_path: Path) -> None:
+    be, gmap, env = _capped(tmp_path, 1)
+    caps = tmp_path / "caps"
+    rec = caps / f"{be.gpus()[0].uuid}.json"
+    elsewhere = tmp_path / "planted.json"
+    elsewhere.write_text(json.dumps({"version": 1, "job_id": "9", "previous_w": 200.0}))
+    rec.unlink()
+    rec.symlink_to(elsewhere)
+    epilog(env, be, tmp_path / "jobs", caps, gmap)
+    assert be.power_limit_w(0) == 700.0  # default, not the planted 200 W
+
+
+def test_hook_log_lines_clip_user_strings(tmp_path: Path) -> None:
+    """Issue 9 item 14, Python side: a huge, multi-line value in a hook log line stays one short line."""
+    import logging
+
+    from wattclass.plugin.prolog import setup_log
+
+    log_path = tmp_path / "hook.log"
+    setup_log(log_path, stderr=False)
+    setup_log(tmp_path / "second.log", stderr=False)  # two handlers: clipped once, not twice
+    try:
+        logging.getLogger("wattclass.plugin.prolog").error("job %s: %s", 5, "x\nFORGED line " + "%" * 100_000)
+    finally:
+        root = logging.getLogger("wattclass")
+        for h in list(root.handlers):
+            root.removeHandler(h)
+            h.close()
+    text = log_path.read_text()
+    assert text.count("\n") == 1 and len(text) < 600, len(text)
+    assert "x\\x0aFORGED" in text and "(100014 chars)" in text
+    assert (tmp_path / "second.log").read_text() == text
 
 def test_prolog_writes_dcgm_exporter_job_mapping_and_the_label(tmp_path: Path) -> None:
     """--hpc-job-mapping-dir: one file per GPU index holding the job id (dcgm-exporter's format);

@@ -27,7 +27,8 @@ pytestmark = pytest.mark.slurm
 SPECIAL_NAMES = ['it\'s "quoted"', "two\nlines", "100%d%s%%", "a.b*c+d?[e]^$(f)%", "]]--[==["]
 MEM = "wattclass:label=memory;conf=0.93;cap=60%;src=rule;mode=enforce"
 POLICY = {"mode": "enforce", "min_confidence": 0.8, "caps": {"memory": "60%", "compute": "100%"},
-          "placement": {"memory": {"features": ["hbm"]}}, "exempt": {"accounts": ["benchmark"]}}
+          "placement": {"memory": {"features": ["hbm"]}},
+          "exempt": {"accounts": ["benchmark"], "partitions": ["debug"]}}
 
 
 def _entries() -> list[TableEntry]:
@@ -151,21 +152,25 @@ def test_shadow_mode_logs_but_changes_nothing(fresh: WattclassRig) -> None:
     assert not any(fresh.caps_dir.glob("*.json"))
 
 
-@pytest.mark.parametrize("damage", ["corrupt", "writable_by_others", "lua_runtime_error"])
+@pytest.mark.parametrize("damage", ["corrupt", "writable_by_others", "lua_code", "symlink"])
 def test_bad_label_table_leaves_jobs_unchanged(fresh: WattclassRig, damage: str) -> None:
-    if damage == "corrupt":
-        fresh.table.write_text("return { version = 1, policy = { mode = ")
+    if damage == "symlink":  # a good table, but reached through a link
+        real = fresh.table.with_name("real.tsv")
+        fresh.table.rename(real)
+        fresh.table.symlink_to(real)
+    elif damage == "corrupt":
+        fresh.table.write_text(fresh.table.read_text().replace("\tmemory\t", "\tmemory\t\t", 1))
     elif damage == "writable_by_others":
         fresh.table.chmod(0o666)
-    else:  # loads fine, but the script indexes a number while deciding
-        fresh.table.write_text("return { version = 1, policy = { exempt = 5 } }\n")
+    else:  # a table of Lua code (the old format) that would hang slurmctld if it were run
+        fresh.table.write_text("while true do end\n")
     job_id, job = run_job(fresh, "-J", "mem-train", "--gres=gpu:2")
     assert not job.get("admin_comment")
     assert not job.get("features")
     assert_uncapped(fresh, job_id, job)
     log = (fresh.root / "log" / "slurmctld.log").read_text()
-    want = {"corrupt": "cannot load label table", "writable_by_others": "writable by group or others",
-            "lua_runtime_error": "wattclass: error, job name=mem-train left unchanged"}[damage]
+    want = {"corrupt": "unchanged: label table line", "writable_by_others": "writable by group or others",
+            "lua_code": "is not a version 2 wattclass table", "symlink": "labels.tsv is a symlink"}[damage]
     assert want in log
 
 
@@ -282,3 +287,130 @@ def test_command_client_against_real_slurm(fresh: WattclassRig) -> None:
         now = dt.datetime.now(dt.UTC)
         client.jobs(now - dt.timedelta(hours=1), now)
     wait_restored(fresh)
+
+
+# -- issue 9 items 5, 6, 7, 14 on the real Slurm --------------------------------------------------------
+def _as(user: str, *argv: str, env: dict[str, str], stdin: str = "") -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["runuser", "-u", user, "--", *argv], env=env, capture_output=True, text=True,
+                          timeout=30, input=stdin)
+
+
+def _held(rig: WattclassRig, user: str, *args: str) -> str:
+    proc = _as(user, "sbatch", "--parsable", "-o", "/dev/null", "--chdir=/tmp", "-H", *args,
+               env=rig.cluster.env, stdin=rig.snapshot_script())
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip()
+
+
+def test_partition_list_is_exempt_only_when_every_partition_is(fresh: WattclassRig) -> None:
+    job_id, job = run_job(fresh, "-J", "mem-train", "--gres=gpu:1", "-p", "main,debug")
+    assert job["admin_comment"] == MEM  # it may run in main, so it is decided
+    job_id, job = run_job(fresh, "-J", "mem-train", "--gres=gpu:1", "-p", "debug")
+    assert not job.get("admin_comment")
+    assert_uncapped(fresh, job_id, job)
+
+
+def test_user_cannot_move_a_pending_job_out_of_its_decision(fresh: WattclassRig) -> None:
+    c = fresh.cluster
+    # exempt at submission (debug), then moved to main by the user: refused, stays in debug
+    job_id = _held(fresh, "nobody", "-J", "mem-nobody", "--gres=gpu:1", "-p", "debug")
+    try:
+        assert not c.job(job_id).get("admin_comment")
+        upd = _as("nobody", "scontrol", "update", f"jobid={job_id}", "Partition=main", env=c.env)
+        assert upd.returncode != 0, upd
+        assert c.job(job_id)["partition"] == "debug"
+        log = (fresh.root / "log" / "slurmctld.log").read_text()
+        assert f"modify job {job_id} by uid 65534 refused: the change would alter the power decision" in log
+        # no GPU at submission, then a GPU asked for by update: refused too
+        plain = _held(fresh, "nobody", "-J", "mem-nobody", "-p", "main")
+        assert not c.job(plain).get("admin_comment")
+        upd = _as("nobody", "scontrol", "update", f"jobid={plain}", "Gres=gpu:1", env=c.env)
+        assert upd.returncode != 0, upd
+        # a change that keeps the decision is allowed (debug -> debug,debug), and root re-decides
+        upd = _as("nobody", "scontrol", "update", f"jobid={job_id}", "Partition=debug", env=c.env)
+        assert upd.returncode == 0, upd.stderr
+        c.run(["scontrol", "update", f"jobid={job_id}", "Partition=main"])
+        job = c.job(job_id)
+        assert job["partition"] == "main" and job["admin_comment"] == MEM
+        c.run(["scontrol", "release", job_id])
+        c.wait_job(job_id)
+        seen, gpus = fresh.seen(job_id)
+        assert [seen[g] for g in gpus] == [420.0]
+    finally:
+        subprocess.run(["scancel", job_id], env=c.env, check=False, timeout=30)
+    wait_restored(fresh)
+
+
+def test_account_change_of_a_pending_job_is_re_decided(fresh: WattclassRig) -> None:
+    c = fresh.cluster
+    job_id = _held(fresh, "nobody", "-J", "mem-nobody", "--gres=gpu:1")
+    try:
+        assert c.job(job_id)["admin_comment"] == MEM
+        upd = _as("nobody", "scontrol", "update", f"jobid={job_id}", "Account=benchmark", env=c.env)
+        assert upd.returncode != 0, upd
+        c.run(["scontrol", "update", f"jobid={job_id}", "Account=benchmark"])  # root: re-decided
+        assert c.job(job_id)["admin_comment"] == "wattclass:decision=none;reason=exempt_account"
+    finally:
+        subprocess.run(["scancel", job_id], env=c.env, check=False, timeout=30)
+
+
+@pytest.mark.parametrize("gpus", [["--gres=gpu:1"], ["--gpus=1"], ["--gpus-per-task=1", "-n", "1"],
+                                  ["--gpus-per-node=1"]])
+def test_every_way_of_asking_for_a_gpu_is_decided(fresh: WattclassRig, gpus: list[str]) -> None:
+    _job_id, job = run_job(fresh, "-J", "mem-train", *gpus)
+    assert job["admin_comment"] == MEM and job["features"] == "hbm", job.get("tres_per_node")
+    wait_restored(fresh)
+
+
+def test_job_without_gpus_gets_no_decision(fresh: WattclassRig) -> None:
+    job_id = fresh.cluster.sbatch("-o", "/dev/null", "-J", "mem-train", "-H")
+    try:
+        job = fresh.cluster.job(job_id)
+        assert not job.get("admin_comment") and not job.get("features")
+    finally:
+        subprocess.run(["scancel", job_id], env=fresh.cluster.env, check=False, timeout=30)
+    log = (fresh.root / "log" / "slurmctld.log").read_text()
+    assert "unchanged: no_gpu_request" in log
+
+
+def test_huge_job_name_adds_little_to_slurmctld_log(fresh: WattclassRig) -> None:
+    c = fresh.cluster
+    log = fresh.root / "log" / "slurmctld.log"
+    before = log.stat().st_size
+    for _ in range(5):  # job_submit.lua sees the name; Slurm 22.05 then rejects it as too long
+        subprocess.run(["sbatch", "-o", "/dev/null", "-H", "--gres=gpu:1", "-J", "%" * 100_000],
+                       input="#!/bin/sh\ntrue\n", env=c.env, capture_output=True, text=True, timeout=30)
+    grown = log.stat().st_size - before
+    assert grown < 5 * 3000, grown  # was 400 KB per submission
+    tail = log.read_text(errors="replace")[-5 * 3000:]
+    assert tail.count("...(100000 bytes)") == 5
+
+
+@pytest.fixture(scope="module")
+def debug_default_rig() -> Iterator[WattclassRig]:
+    """A second cluster whose DEFAULT partition (debug) is exempt."""
+    if daemons_available():
+        pytest.skip("Slurm daemons missing")
+    root = Path(tempfile.mkdtemp(prefix="wattclass-slurm-dd-"))
+    r = WattclassRig(root, sys.executable, default_partition="debug")
+    write_table(r)
+    try:
+        r.cluster.start()
+    except (ClusterError, OSError, subprocess.SubprocessError) as exc:
+        r.cluster.stop()
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI: Slurm cluster did not start: {exc}")
+        pytest.skip(f"Slurm cluster did not start: {exc}")
+    yield r
+    r.cluster.stop()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def test_job_without_partition_in_exempt_default_partition_is_exempt(debug_default_rig: WattclassRig) -> None:
+    rig = debug_default_rig
+    job_id, job = run_job(rig, "-J", "mem-train", "--gres=gpu:1")
+    assert job["partition"] == "debug" and not job.get("admin_comment")
+    assert_uncapped(rig, job_id, job)
+    job_id, job = run_job(rig, "-J", "mem-train", "--gres=gpu:1", "-p", "main")
+    assert job["admin_comment"] == MEM
+    wait_restored(rig)

@@ -12,7 +12,22 @@ from typing import Literal, NamedTuple
 
 from wattclass.errors import ConfigError
 
-_CAP_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(%|[wW])?\s*$")
+_CAP_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(%|[wW])\s*$")
+
+#: The sane range of a cap. Below 10 % of the default limit no GPU we know keeps working (every
+#: NVIDIA datacenter GPU clamps far above that anyway); 50-2000 W covers every GPU's limits
+#: (an A2 at 40-60 W .. a GB200 at 1200 W) while catching "0.6" or "5W" typed for 60 %.
+PCT_RANGE = (10.0, 100.0)
+WATT_RANGE = (50.0, 2000.0)
+
+#: Known NVML power limits (default, min, max in W) for ``policy explain --gpu-model``; values as
+#: NVML reports them on SXM boards with default settings (H200: docs/measurements, this repo's
+#: recordings; the others from vendor datasheets). A site with other boards passes --limits.
+KNOWN_LIMITS_W: dict[str, tuple[float, float, float]] = {
+    "H200": (700.0, 200.0, 700.0),
+    "H100": (700.0, 200.0, 700.0),
+    "A100": (400.0, 100.0, 400.0),
+}
 
 
 class Cap(NamedTuple):
@@ -28,22 +43,42 @@ class Cap(NamedTuple):
 
 
 def parse_cap(value: object, where: str = "cap") -> Cap:
-    """Parse "60%", "350W", "350 W" or a number of watts; raise ConfigError naming ``where``."""
-    if isinstance(value, bool):
-        raise ConfigError(f"{where}: expected \"N%\", \"NW\" or a number of watts, got {value!r}")
-    if isinstance(value, int | float):
-        watts = float(value)
-        unit: Literal["%", "W"] = "W"
-    elif isinstance(value, str) and (m := _CAP_RE.match(value)):
-        watts = float(m.group(1))
-        unit = "%" if m.group(2) == "%" else "W"
-    else:
-        raise ConfigError(f"{where}: expected \"N%\", \"NW\" or a number of watts, got {value!r}")
-    if not math.isfinite(watts) or watts <= 0:
-        raise ConfigError(f"{where}: cap must be positive, got {value!r}")
-    if unit == "%" and watts > 100:
-        raise ConfigError(f"{where}: a cap above 100% of the default limit would raise power: {value!r}")
-    return Cap(watts, unit)
+    """Parse "60%", "350W" or "350 W" and check its range; raise ConfigError naming ``where``.
+
+    A bare number ("60", 0.6, 350) is refused: it used to mean watts, so ``memory = 0.6`` became
+    0.6 W and clamped silently to the GPU's minimum, the harshest cap.
+    """
+    if not isinstance(value, str) or not (m := _CAP_RE.match(value)):
+        raise ConfigError(f"{where}: a cap needs a unit, \"N%\" (of the GPU's default limit) or \"NW\" "
+                          f"(watts), e.g. \"60%\" or \"350W\"; got {value!r}")
+    number = float(m.group(1))
+    unit: Literal["%", "W"] = "%" if m.group(2) == "%" else "W"
+    lo, hi = PCT_RANGE if unit == "%" else WATT_RANGE
+    if not math.isfinite(number) or not lo <= number <= hi:
+        what = "of the default limit" if unit == "%" else "watts"
+        raise ConfigError(f"{where}: {value!r} is outside the sane range {lo:g}-{hi:g}{unit} ({what})")
+    return Cap(number, unit)
+
+
+def parse_limits(text: str, where: str = "--limits") -> tuple[float, float, float]:
+    """"DEFAULT,MIN,MAX" in watts (``policy explain --limits 700,200,700``)."""
+    try:
+        d, lo, hi = (float(x) for x in text.split(","))
+    except ValueError as exc:
+        raise ConfigError(f"{where}: expected DEFAULT,MIN,MAX in watts, e.g. 700,200,700; "
+                          f"got {text!r}") from exc
+    if not (0 < lo <= d <= hi and all(math.isfinite(x) for x in (d, lo, hi))):
+        raise ConfigError(f"{where}: need 0 < MIN <= DEFAULT <= MAX, got {text!r}")
+    return d, lo, hi
+
+
+def known_limits(model: str) -> tuple[float, float, float]:
+    """NVML limits of a known GPU model ("H200", "NVIDIA H200", "h100"); ConfigError if unknown."""
+    key = model.upper().replace("NVIDIA", "").strip().split()[0] if model.strip() else ""
+    if key not in KNOWN_LIMITS_W:
+        raise ConfigError(f"--gpu-model {model!r}: unknown (known: {', '.join(KNOWN_LIMITS_W)}); "
+                          "give --limits DEFAULT,MIN,MAX instead")
+    return KNOWN_LIMITS_W[key]
 
 
 def cap_watts(cap: Cap, default_w: float, min_w: float | None, max_w: float | None) -> float:

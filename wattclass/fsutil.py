@@ -8,6 +8,7 @@ the folder is fsynced too so the rename itself survives a crash.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import stat
 import tempfile
@@ -61,17 +62,87 @@ def atomic_write_text(path: Path, text: str, mode: int = 0o644) -> None:
     atomic_write_bytes(path, text.encode("utf-8"), mode)
 
 
-def refuse_if_others_can_write(path: Path) -> None:
-    """Raise ConfigError if ``path`` (or its folder) is group- or world-writable.
+def trusted_uids() -> frozenset[int]:
+    """Owners whose files a hook may trust: root, and the user running it (a non-root test or dev run)."""
+    return frozenset({0, os.geteuid()})
 
-    Hooks run as root; a file that another user can change would let that user steer root.
+
+def _refuse_stat(p: Path, st: os.stat_result, is_dir: bool) -> None:
+    if stat.S_ISLNK(st.st_mode):
+        raise ConfigError(f"{p}: refusing a symlink where root trusts a path")
+    if st.st_uid not in trusted_uids():
+        raise ConfigError(f"{p}: refusing a {'folder' if is_dir else 'file'} owned by uid {st.st_uid} "
+                          "(must be owned by root)")
+    sticky_dir = is_dir and bool(st.st_mode & stat.S_ISVTX)
+    if st.st_mode & (stat.S_IWOTH | stat.S_IWGRP) and not sticky_dir:
+        raise ConfigError(f"{p}: refusing a {'folder' if is_dir else 'file'} that others can write "
+                          f"(mode {stat.filemode(st.st_mode)})")
+
+
+def refuse_untrusted_dir(path: Path) -> None:
+    """Raise ConfigError unless the folder ``path`` is a real folder (no symlink), owned by root
+    and not writable by group or others (a sticky folder such as /tmp is fine)."""
+    p = Path(path)
+    st = os.lstat(p)
+    _refuse_stat(p, st, True)
+    if not stat.S_ISDIR(st.st_mode):
+        raise ConfigError(f"{p}: not a folder")
+
+
+def refuse_if_others_can_write(path: Path) -> None:
+    """Raise ConfigError unless ``path`` and its folder are trusted: owned by root, not writable by
+    group or others, and not symlinks (``lstat``: the check sees the link, not its target).
+
+    Hooks run as root; a file that another user owns or can change, or a link another user can
+    point elsewhere, would let that user steer root (e.g. a planted cap record). Raises
+    FileNotFoundError if ``path`` does not exist.
     """
-    path = Path(path)
-    for p in (path, path.parent):
-        st = p.stat()
-        if st.st_mode & (stat.S_IWOTH | stat.S_IWGRP) and not (p.is_dir() and st.st_mode & stat.S_ISVTX):
-            mode = stat.filemode(st.st_mode)
-            raise ConfigError(f"{p}: refusing a file that others can write (mode {mode})")
+    p = Path(path)
+    refuse_untrusted_dir(p.parent)
+    _refuse_stat(p, os.lstat(p), False)
+
+
+def read_trusted_bytes(path: Path, max_bytes: int = 16 * 1024 * 1024) -> bytes:
+    """Read a file root trusts: opened with O_NOFOLLOW, checked on the open descriptor (fstat, so a
+    swap between check and open cannot slip through), its folder checked with lstat.
+
+    Raises ConfigError for an untrusted file or folder, FileNotFoundError if it does not exist.
+    """
+    p = Path(path)
+    refuse_untrusted_dir(p.parent)
+    try:
+        fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise ConfigError(f"{p}: refusing a symlink where root trusts a path") from exc
+        raise
+    try:
+        st = os.fstat(fd)
+        _refuse_stat(p, st, False)
+        if not stat.S_ISREG(st.st_mode):
+            raise ConfigError(f"{p}: not a regular file")
+        if st.st_size > max_bytes:
+            raise ConfigError(f"{p}: {st.st_size} bytes, more than the {max_bytes} allowed")
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            return fh.read(max_bytes + 1)[:max_bytes]
+    finally:
+        os.close(fd)
+
+
+def read_trusted_text(path: Path) -> str:
+    """``read_trusted_bytes`` decoded as UTF-8 (bad bytes are a ConfigError naming the file)."""
+    try:
+        return read_trusted_bytes(path).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text: {exc}") from exc
+
+
+def ensure_trusted_dir(path: Path) -> Path:
+    """Create ``path`` (mode 0755) if missing, then refuse it unless it is a trusted folder."""
+    p = Path(path)
+    p.mkdir(mode=0o755, parents=True, exist_ok=True)
+    refuse_untrusted_dir(p)
+    return p
 
 
 def ensure_writable_dir(path: Path, what: str) -> Path:

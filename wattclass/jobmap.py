@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from wattclass.errors import ConfigError, DataError
-from wattclass.fsutil import atomic_write_text, refuse_if_others_can_write
+from wattclass.fsutil import atomic_write_text, read_trusted_bytes
 
 DEFAULT_SPOOL = Path("/run/wattclass/jobs")
 FORMAT_VERSION = 1
@@ -134,8 +134,7 @@ def parse_job_file(path: Path, raw: bytes) -> JobAssignment:
 def read_job_file(path: Path) -> JobAssignment | None:
     """Parse one job file; None if it does not exist. Bad content raises DataError naming the file."""
     try:
-        refuse_if_others_can_write(path)
-        raw = Path(path).read_bytes()
+        raw = read_trusted_bytes(path)  # owner root, no symlink, not writable by others
     except FileNotFoundError:
         return None
     return parse_job_file(Path(path), raw)
@@ -196,8 +195,7 @@ def remove_hpc_job_file(directory: Path, gpu_index: int, job_id: str) -> bool:
     """Remove GPU ``gpu_index``'s mapping if it still names ``job_id``; True if removed."""
     path = _hpc_path(directory, gpu_index)
     try:
-        refuse_if_others_can_write(path)
-        if path.read_text(encoding="utf-8").split() != [job_id]:
+        if read_trusted_bytes(path, 4096).decode("utf-8", "replace").split() != [job_id]:
             return False
         os.unlink(path)
     except FileNotFoundError:

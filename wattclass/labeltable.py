@@ -2,30 +2,39 @@
 
 Jobs do not exist yet when they are submitted, so the nightly run condenses past labels into
 keys from most to least specific (user + job name, user, account) and writes them, with the
-policy's decision per label, as a Lua file that ``job_submit.lua`` loads with ``dofile``. Lua
-never parses TOML and never sees a user string except as a table key.
+policy's decision per label, to a file that ``job_submit.lua`` reads inside slurmctld.
 
-File layout (version 1)::
+The file is DATA, not code (issue 9 item 13): slurmctld never runs it, so a hostile or broken
+table can at worst be refused, never hang slurmctld or hit Lua's "constant table overflow".
+Format (version 2), UTF-8, one record per line, fields separated by one TAB::
 
-    return {
-      version = 1, generated_at = "2026-11-29T03:00:00Z",
-      policy = { mode = "enforce", min_confidence = 0.8, decisions = { memory = {...}, ... },
-                 exempt = { accounts = { benchmark = true }, partitions = {...}, users = {...} } },
-      by_user_name = { ["alice"] = { ["train.sh"] = { label = "memory", confidence = 0.93,
-                                                      n = 12, source = "rule" } } },
-      by_user = { ["alice"] = { ... } },
-      by_account = { ["physics"] = { ... } },
-    }
+    wattclass-labels<TAB>2
+    generated_at<TAB>2026-11-29T03:00:00Z
+    mode<TAB>enforce
+    min_confidence<TAB>0.8
+    decision<TAB>memory<TAB>60%<TAB>hbm,slow        (label, cap or "-", features or "-")
+    feature<TAB>hbm                                  (a feature that exists on some node)
+    exempt<TAB>partition<TAB>debug                   (partition, account or user)
+    entry<TAB>user_name<TAB>alice<TAB>train.sh<TAB>memory<TAB>0.93<TAB>12<TAB>rule
+    entry<TAB>user<TAB>alice<TAB>-<TAB>mixed<TAB>0.6<TAB>20<TAB>rule
+    entry<TAB>account<TAB>physics<TAB>-<TAB>compute<TAB>0.99<TAB>3<TAB>model
 
-Every string is written as a Lua literal with non-printable bytes, quotes and backslashes as
-``\\ddd`` escapes, so a job name can hold quotes, newlines, ``%`` or ``]]`` and still only ever
-be data. Written atomically (temp file + rename), mode 0644.
+Key fields (user, job name, account, partition, source) are percent-encoded: ``%``, TAB, newline
+and every other byte below 0x20 or 0x7f become ``%XX`` (two upper-case hex digits), so a job name
+can hold anything and still only ever be one field. job_submit.lua splits lines and fields with
+``string.find(..., plain=true)``; no user string is ever a Lua pattern. Policy lines come first,
+then entries from most to least confident, so a reader that stops early keeps the best entries.
+
+Size limits: the writer keeps at most ``MAX_ENTRIES`` entries (the most confident, then those with
+the most jobs; how many it dropped is logged and returned); job_submit.lua reads at most
+``MAX_BYTES`` bytes and ignores the rest (it logs that it did). Written atomically (temp file +
+rename + fsync), mode 0644, so job_submit.lua, which refuses files others can write, accepts it.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import itertools
+import logging
 import math
 import re
 from collections.abc import Iterable, Mapping
@@ -35,12 +44,24 @@ from typing import Any, Literal, NamedTuple
 from wattclass.errors import ConfigError, DataError
 from wattclass.fsutil import atomic_write_text
 
-TABLE_VERSION = 1
+TABLE_VERSION = 2
+HEADER = "wattclass-labels"
+#: The writer keeps at most this many entries (see module docstring). Sized by docs/benchmarks.md:
+#: slurmctld parses a new table inside the first submission after it, holding its job lock; 200k
+#: keys take well under a second there, while 1M keys took seconds and timed out that sbatch
+#: (MessageTimeout) on a loaded machine. job_submit.lua's MAX_BYTES (plugin/job_submit.lua) bounds
+#: what it reads from any file: a full table of typical keys (about 50 bytes each) fits.
+MAX_ENTRIES = 200_000
+MAX_BYTES = 16 * 1024 * 1024
 Level = Literal["user_name", "user", "account"]
 #: Job labels and policy modes: the table's vocabulary, shared by the policy, the nightly run and
 #: the Prolog (this module imports only the standard library, so the Prolog stays fast).
 LABELS = ("compute", "memory", "mixed", "idle")
 MODES = ("enforce", "shadow")
+_LEVELS = ("user_name", "user", "account")
+_EXEMPT_KINDS = {"partition": "partitions", "account": "accounts", "user": "users"}
+
+log = logging.getLogger(__name__)
 
 
 class TableEntry(NamedTuple):
@@ -57,7 +78,10 @@ class TableEntry(NamedTuple):
 
 
 def lua_string(value: str) -> str:
-    """A Lua 5.1 string literal for any text: printable ASCII as is, every other byte as \\ddd."""
+    """A Lua 5.1 string literal for any text: printable ASCII as is, every other byte as \\ddd.
+
+    Used where a path is written into job_submit.lua (``plugin install-lua``) and by tests.
+    """
     out = ['"']
     for b in value.encode("utf-8"):
         if 32 <= b < 127 and b not in (34, 92):  # printable, not " or \
@@ -69,7 +93,7 @@ def lua_string(value: str) -> str:
 
 
 def lua_value(value: Any, indent: int = 0) -> str:
-    """Serialise nested dicts/lists/str/int/float/bool/None as a Lua expression."""
+    """Serialise nested dicts/lists/str/int/float/bool/None as a Lua expression (tests, drivers)."""
     pad = "  " * (indent + 1)
     if value is None:
         return "nil"
@@ -95,36 +119,76 @@ def lua_value(value: Any, indent: int = 0) -> str:
     raise ConfigError(f"label table: cannot write value of type {type(value).__name__}")
 
 
+def encode_field(value: str) -> str:
+    """Percent-encode ``%``, TAB, newline and other control bytes (see module docstring)."""
+    if value == "":
+        return "%"  # an empty key is written as a lone "%" so it stays a field ("-" means none)
+    out = []
+    for ch in value:
+        o = ord(ch)
+        if o < 0x20 or o == 0x7F or ch == "%" or (ch == "-" and value == "-"):
+            out.append(f"%{o:02X}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def decode_field(text: str, where: str) -> str:
+    """Inverse of ``encode_field``; DataError naming ``where`` on a bad escape."""
+    if text == "%":
+        return ""
+    if "%" not in text:
+        return text
+    out, i = [], 0
+    while i < len(text):
+        c = text[i]
+        if c == "%":
+            hx = text[i + 1:i + 3]
+            if len(hx) != 2 or not re.fullmatch(r"[0-9A-F]{2}", hx):
+                raise DataError(f"{where}: bad %-escape {text[i:i + 3]!r}")
+            out.append(chr(int(hx, 16)))
+            i += 3
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def _rank(e: TableEntry) -> tuple[float, int, int]:
+    return (-float(e.confidence), -int(e.n_jobs), _LEVELS.index(e.level))
+
+
+def limit_entries(entries: Iterable[TableEntry],
+                  max_entries: int = MAX_ENTRIES) -> tuple[list[TableEntry], int]:
+    """The entries to write, most confident first, at most ``max_entries``; and how many were dropped.
+
+    Past the limit the least confident keys go (ties: fewer jobs, then the broader level), since a
+    dropped key only means a job falls through to a broader key or stays unlabelled (uncapped).
+    """
+    ordered = sorted(entries, key=_rank)
+    dropped = max(0, len(ordered) - max_entries)
+    return ordered[:max_entries], dropped
+
+
 def build_table(
     entries: Iterable[TableEntry],
     policy: Mapping[str, Any] | None = None,
     generated_at: dt.datetime | None = None,
 ) -> dict[str, Any]:
-    """Arrange entries into the nested table (see module docstring)."""
+    """Arrange entries into the nested table that ``read_label_table`` returns and decide.py reads."""
     by_user_name: dict[str, dict[str, dict[str, Any]]] = {}
     by_user: dict[str, dict[str, Any]] = {}
     by_account: dict[str, dict[str, Any]] = {}
     for e in entries:
-        if e.label not in LABELS:
-            raise ConfigError(f"label table: unknown label {e.label!r} for {e.level} key")
-        if not 0.0 <= e.confidence <= 1.0:
-            raise ConfigError(f"label table: confidence {e.confidence} outside [0, 1]")
+        _check_entry(e)
         rec = {"label": e.label, "confidence": round(float(e.confidence), 4), "n": int(e.n_jobs),
                "source": e.source}
         if e.level == "user_name":
-            if not e.user or e.name is None:
-                raise ConfigError("label table: user_name entry needs user and name")
-            by_user_name.setdefault(e.user, {})[e.name] = rec
+            by_user_name.setdefault(str(e.user), {})[str(e.name)] = rec
         elif e.level == "user":
-            if not e.user:
-                raise ConfigError("label table: user entry needs user")
-            by_user[e.user] = rec
-        elif e.level == "account":
-            if not e.account:
-                raise ConfigError("label table: account entry needs account")
-            by_account[e.account] = rec
+            by_user[str(e.user)] = rec
         else:
-            raise ConfigError(f"label table: unknown level {e.level!r}")
+            by_account[str(e.account)] = rec
     when = (generated_at or dt.datetime.now(dt.UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
     return {
         "version": TABLE_VERSION,
@@ -136,11 +200,63 @@ def build_table(
     }
 
 
-def render_table(table: Mapping[str, Any]) -> str:
-    """The Lua source of a table built by build_table."""
-    return "-- wattclass label table: written by `wattclass nightly`; do not edit by hand.\n" + (
-        "return " + lua_value(table) + "\n"
-    )
+def _check_entry(e: TableEntry) -> None:
+    if e.label not in LABELS:
+        raise ConfigError(f"label table: unknown label {e.label!r} for {e.level} key")
+    if not 0.0 <= e.confidence <= 1.0:
+        raise ConfigError(f"label table: confidence {e.confidence} outside [0, 1]")
+    if e.level == "user_name" and (not e.user or e.name is None):
+        raise ConfigError("label table: user_name entry needs user and name")
+    if e.level == "user" and not e.user:
+        raise ConfigError("label table: user entry needs user")
+    if e.level == "account" and not e.account:
+        raise ConfigError("label table: account entry needs account")
+    if e.level not in _LEVELS:
+        raise ConfigError(f"label table: unknown level {e.level!r}")
+
+
+def _policy_lines(policy: Mapping[str, Any] | None) -> list[str]:
+    if policy is None:
+        return []
+    lines = [f"mode\t{policy.get('mode', 'shadow')}",
+             f"min_confidence\t{float(policy.get('min_confidence', 1.0))!r}"]
+    for label, dec in (policy.get("decisions") or {}).items():
+        if label not in LABELS:
+            raise ConfigError(f"label table: policy decision for unknown label {label!r}")
+        cap = dec.get("cap") or "-"
+        feats = ",".join(dec.get("features") or []) or "-"
+        if any(c in cap + feats for c in "\t\n\r"):
+            raise ConfigError(f"label table: cap {cap!r} / features {feats!r} of {label} are not plain")
+        lines.append(f"decision\t{label}\t{cap}\t{feats}")
+    avail = policy.get("features_available") or {}
+    lines += [f"feature\t{encode_field(f)}" for f, on in avail.items() if on]
+    for kind, key in _EXEMPT_KINDS.items():
+        lines += [f"exempt\t{kind}\t{encode_field(v)}" for v, on in
+                  ((policy.get("exempt") or {}).get(key) or {}).items() if on]
+    return lines
+
+
+def _entry_line(e: TableEntry) -> str:
+    if e.level == "user_name":
+        k1, k2 = str(e.user), encode_field(str(e.name))
+    elif e.level == "user":
+        k1, k2 = str(e.user), "-"
+    else:
+        k1, k2 = str(e.account), "-"
+    conf = repr(round(float(e.confidence), 4))
+    return "\t".join(("entry", e.level, encode_field(k1), k2, e.label, conf, str(int(e.n_jobs)),
+                      encode_field(e.source)))
+
+
+def render_table(entries: Iterable[TableEntry], policy: Mapping[str, Any] | None = None,
+                 generated_at: dt.datetime | None = None) -> str:
+    """The text of a version 2 table (entries written in the order given)."""
+    when = (generated_at or dt.datetime.now(dt.UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    lines = [f"{HEADER}\t{TABLE_VERSION}", f"generated_at\t{when}", *_policy_lines(policy)]
+    for e in entries:
+        _check_entry(e)
+        lines.append(_entry_line(e))
+    return "\n".join(lines) + "\n"
 
 
 def write_label_table(
@@ -148,118 +264,66 @@ def write_label_table(
     entries: Iterable[TableEntry],
     policy: Mapping[str, Any] | None = None,
     generated_at: dt.datetime | None = None,
-) -> None:
-    """Write the table atomically to ``path`` (mode 0644; job_submit.lua refuses writable-by-others)."""
-    atomic_write_text(Path(path), render_table(build_table(entries, policy, generated_at)), mode=0o644)
+    max_entries: int = MAX_ENTRIES,
+) -> int:
+    """Write the table atomically to ``path`` (mode 0644); returns how many entries were dropped.
 
-
-# -- reading (policy explain, tests) ---------------------------------------------------------
-_LUA_TOKEN = re.compile(
-    r"""\s*(?:
-      (?P<comment>--[^\n]*)
-    | (?P<string>"(?:[^"\\\n]|\\[0-9]{1,3}|\\[\\"'nrt])*")
-    | (?P<number>-?(?:[0-9]+\.?[0-9]*(?:[eE][-+]?[0-9]+)?|\.[0-9]+(?:[eE][-+]?[0-9]+)?))
-    | (?P<word>[A-Za-z_][A-Za-z0-9_]*)
-    | (?P<punct>[{}\[\]=,;])
-    )""",
-    re.VERBOSE,
-)
-_ESCAPES = {"n": 10, "r": 13, "t": 9, "\\": 92, '"': 34, "'": 39}
-
-
-def _unlua_string(lit: str) -> str:
-    out = bytearray()
-    body, i = lit[1:-1], 0
-    while i < len(body):
-        c = body[i]
-        if c != "\\":
-            out += c.encode("utf-8")
-            i += 1
-            continue
-        nxt = body[i + 1]
-        if nxt.isdigit():
-            j = i + 1
-            while j < len(body) and j < i + 4 and body[j].isdigit():
-                j += 1
-            out.append(int(body[i + 1 : j]))
-            i = j
-        else:
-            out.append(_ESCAPES[nxt])
-            i += 2
-    return out.decode("utf-8", errors="replace")
-
-
-def parse_lua_table(text: str, source: str = "<label table>") -> Any:
-    """Parse the subset of Lua that ``render_table`` writes (``return`` + a literal) into Python.
-
-    Tables with only positional items become lists; others dicts. Not a Lua interpreter: anything
-    outside the subset (calls, operators) is a DataError naming ``source``.
+    Past ``max_entries`` the least confident entries are dropped and a WARNING says how many.
     """
-    toks: list[tuple[str, str]] = []
-    pos = 0
-    text = text.rstrip()
-    while pos < len(text):
-        m = _LUA_TOKEN.match(text, pos)
-        if not m or m.end() == pos:
-            raise DataError(f"{source}: cannot parse label table near byte {pos}")
-        pos = m.end()
-        kind = m.lastgroup or ""
-        if kind != "comment":
-            toks.append((kind, m.group(kind)))
-    it = itertools.chain(toks, itertools.repeat(("eof", "")))
-    cur = [next(it)]
+    kept, dropped = limit_entries(entries, max_entries)
+    if dropped:
+        log.warning("label table %s: %d entries over the limit of %d dropped (least confident first)",
+                    path, dropped, max_entries)
+    atomic_write_text(Path(path), render_table(kept, policy, generated_at), mode=0o644)
+    return dropped
 
-    def take(kind: str | None = None, value: str | None = None) -> tuple[str, str]:
-        tok = cur[0]
-        if (kind and tok[0] != kind) or (value is not None and tok[1] != value):
-            raise DataError(f"{source}: unexpected {tok[1] or 'end of file'!r} in label table")
-        cur[0] = next(it)
-        return tok
 
-    def value() -> Any:
-        kind, text_ = cur[0]
-        if kind == "string":
-            take()
-            return _unlua_string(text_)
-        if kind == "number":
-            take()
-            return float(text_) if any(c in text_ for c in ".eE") else int(text_)
-        if kind == "word" and text_ in ("true", "false", "nil"):
-            take()
-            return {"true": True, "false": False, "nil": None}[text_]
-        if kind == "punct" and text_ == "{":
-            return table()
-        raise DataError(f"{source}: unexpected {text_ or 'end of file'!r} in label table")
-
-    def table() -> Any:
-        take("punct", "{")
-        items: list[Any] = []
-        mapping: dict[Any, Any] = {}
-        while cur[0] != ("punct", "}"):
-            kind, text_ = cur[0]
-            if (kind, text_) == ("punct", "["):
-                take()
-                key = value()
-                take("punct", "]")
-                take("punct", "=")
-                mapping[key] = value()
-            elif kind == "word" and text_ not in ("true", "false", "nil"):
-                take()
-                take("punct", "=")
-                mapping[text_] = value()
+# -- reading (policy explain, the demo, tests) ---------------------------------------------------
+def parse_label_table(text: str, source: str = "<label table>") -> dict[str, Any]:
+    """Parse a version 2 table into the nested dict ``build_table`` makes; DataError names the line."""
+    lines = text.split("\n")
+    if not lines or lines[0] != f"{HEADER}\t{TABLE_VERSION}":
+        raise DataError(f"{source}: not a version {TABLE_VERSION} wattclass label table "
+                        f"(first line must be {HEADER!r}, TAB, {TABLE_VERSION})")
+    entries: list[TableEntry] = []
+    policy: dict[str, Any] = {"decisions": {}, "features_available": {},
+                              "exempt": {v: {} for v in _EXEMPT_KINDS.values()}}
+    has_policy = False
+    when = ""
+    for no, line in enumerate(lines[1:], start=2):
+        if line == "" or line.startswith("#"):
+            continue
+        f = line.split("\t")
+        where = f"{source}: line {no}"
+        try:
+            kind = f[0]
+            if kind == "generated_at" and len(f) == 2:
+                when = f[1]
+            elif kind == "mode" and len(f) == 2:
+                policy["mode"], has_policy = f[1], True
+            elif kind == "min_confidence" and len(f) == 2:
+                policy["min_confidence"], has_policy = float(f[1]), True
+            elif kind == "decision" and len(f) == 4:
+                policy["decisions"][f[1]] = {"cap": None if f[2] == "-" else f[2],
+                                             "features": [] if f[3] == "-" else f[3].split(",")}
+            elif kind == "feature" and len(f) == 2:
+                policy["features_available"][decode_field(f[1], where)] = True
+            elif kind == "exempt" and len(f) == 3 and f[1] in _EXEMPT_KINDS:
+                policy["exempt"][_EXEMPT_KINDS[f[1]]][decode_field(f[2], where)] = True
+            elif kind == "entry" and len(f) == 8 and f[1] in _LEVELS:
+                k1, k2 = decode_field(f[2], where), decode_field(f[3], where)
+                lvl = f[1]
+                entries.append(TableEntry(
+                    lvl, k1 if lvl != "account" else None,  # type: ignore[arg-type]
+                    k2 if lvl == "user_name" else None, k1 if lvl == "account" else None,
+                    f[4], float(f[5]), int(f[6]), decode_field(f[7], where)))
             else:
-                items.append(value())
-            if cur[0][0] == "punct" and cur[0][1] in (",", ";"):
-                take()
-        take("punct", "}")
-        if items and mapping:
-            raise DataError(f"{source}: mixed list and map table in label table")
-        return items if items else mapping
-
-    take("word", "return")
-    result = value()
-    take("eof")
-    return result
+                raise DataError(f"{where}: unknown or malformed record {f[0]!r} ({len(f)} fields)")
+        except ValueError as exc:
+            raise DataError(f"{where}: {exc}") from exc
+    table = build_table(entries, policy if has_policy else None)
+    table["generated_at"] = when
+    return table
 
 
 def read_label_table(path: Path) -> dict[str, Any]:
@@ -269,7 +333,6 @@ def read_label_table(path: Path) -> dict[str, Any]:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError as exc:
         raise DataError(f"{path}: label table not found") from exc
-    table = parse_lua_table(text, str(path))
-    if not isinstance(table, dict) or table.get("version") != TABLE_VERSION:
-        raise DataError(f"{path}: not a version {TABLE_VERSION} wattclass label table")
-    return table
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path}: label table is not UTF-8: {exc}") from exc
+    return parse_label_table(text, str(path))

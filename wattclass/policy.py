@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from wattclass.caps import Cap, cap_watts, parse_cap
 from wattclass.errors import ConfigError
+from wattclass.fsutil import read_trusted_bytes
 from wattclass.labeltable import LABELS, MODES
 
 _TOP_KEYS = {"mode", "min_confidence", "caps", "placement", "exempt"}
@@ -135,10 +136,15 @@ def parse_policy(doc: Mapping[str, Any], source: str = "<policy>") -> Policy:
 
 
 def load_policy(path: Path) -> Policy:
-    """Read and validate a policy file."""
+    """Read and validate a policy file.
+
+    The policy decides who is capped and who is exempt, and the nightly run (root) copies it into
+    the table slurmctld trusts, so it is read only if root (or the user running the command) owns
+    it and its folder, nobody else can write them, and it is not a symlink (``read_trusted_bytes``).
+    """
     path = Path(path)
     try:
-        raw = path.read_bytes()
+        raw = read_trusted_bytes(path, max_bytes=1024 * 1024)
     except FileNotFoundError as exc:
         raise ConfigError(f"{path}: policy file not found") from exc
     except OSError as exc:

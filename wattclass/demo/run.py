@@ -40,7 +40,7 @@ from wattclass.errors import ConfigError, WattclassError
 #: File that marks a folder as demo output, so a rerun may clear it (and nothing else).
 MARKER = ".wattclass-demo"
 #: The demo's own outputs inside ``--out`` (cleared on a rerun).
-_OWNED = ("cluster", "data", "spool", "labels.lua", "report.html", "summary.json")
+_OWNED = ("cluster", "data", "spool", "labels.tsv", "report.html", "summary.json")
 
 
 @dataclass
@@ -137,7 +137,7 @@ class DemoPaths:
 
     @property
     def label_table(self) -> Path:
-        return self.out / "labels.lua"
+        return self.out / "labels.tsv"
 
     @property
     def decisions(self) -> Path:
@@ -326,7 +326,7 @@ def _summary(paths: DemoPaths, results: dict[str, tuple[str, str]]) -> str:
         ("cluster", "demo cluster (replay folders, jobs.csv, truth.csv)", paths.cluster),
         ("telemetry", "telemetry (Parquet, 10 s windows)", paths.data_root / "telemetry"),
         ("nightly", "labels, models, nightly summary", paths.data_root / "classifier"),
-        ("nightly", "label table (Lua, read by job_submit.lua)", paths.label_table),
+        ("nightly", "label table (data, read by job_submit.lua)", paths.label_table),
         ("decide", "policy decisions for new submissions", paths.decisions),
         ("report", "report: open in a browser", paths.report),
     ]

@@ -1,0 +1,170 @@
+"""``wattclass plugin check``: verify an installed node, as a checklist with a non-zero exit on failure.
+
+A broken install fails quietly by design: the hook wrappers exit 0 so a wattclass problem never
+drains a node. This command is the loud counterpart an admin (or config management) runs after
+installing or upgrading: it checks the same paths the hooks will use, read from the installed
+wrappers themselves (their PYTHON= and WATTCLASS_ARGS= lines), so it tests what slurmd will run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shlex
+import stat
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from wattclass.errors import WattclassError
+
+
+class Check(NamedTuple):
+    """One line of the checklist."""
+
+    name: str
+    ok: bool
+    detail: str
+
+
+def _wrapper_config(path: Path) -> tuple[str | None, list[str]]:
+    text = path.read_text(encoding="utf-8")
+    py = re.search(r"^PYTHON=(.*)$", text, re.M)
+    args = re.search(r'^WATTCLASS_ARGS="(.*)"$', text, re.M)
+    python = shlex.split(py.group(1))[0] if py and shlex.split(py.group(1)) else None
+    return python, (args.group(1).split() if args else [])
+
+
+def _run(name: str, fn: Callable[[], str]) -> Check:
+    try:
+        return Check(name, True, fn())
+    except (WattclassError, OSError, ValueError, subprocess.SubprocessError) as exc:
+        return Check(name, False, str(exc))
+
+
+def _check_wrapper(path: Path, python: str | None) -> str:
+    from wattclass.fsutil import refuse_if_others_can_write
+
+    refuse_if_others_can_write(path)
+    st = os.stat(path)
+    if not st.st_mode & stat.S_IXUSR:
+        raise WattclassError(f"{path} is not executable")
+    text = path.read_text(encoding="utf-8")
+    if " -I -m wattclass.plugin.prolog" not in text:
+        raise WattclassError(f"{path}: does not run `python -I -m wattclass.plugin.prolog` (old wrapper? "
+                             "re-run `wattclass plugin install-hooks`)")
+    if not python or not python.startswith("/"):
+        raise WattclassError(f"{path}: PYTHON= is not an absolute path")
+    return f"{path} (root, {stat.filemode(st.st_mode)}) runs {python}"
+
+
+def _check_interpreter(python: str) -> str:
+    proc = subprocess.run([python, "-I", "-c", "import wattclass.plugin.prolog, wattclass; "
+                           "print(wattclass.__file__)"], cwd="/", capture_output=True, text=True, timeout=60)
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise WattclassError(f"{python} -I cannot import wattclass: {last}")
+    return f"{python} imports wattclass from {proc.stdout.strip()}"
+
+
+def _check_dir(path: Path) -> str:
+    from wattclass.fsutil import refuse_untrusted_dir
+
+    if not path.exists():
+        refuse_untrusted_dir(path.parent)
+        return f"{path} does not exist yet (the Prolog creates it); {path.parent} is safe"
+    refuse_untrusted_dir(path)
+    return f"{path} owned by root, mode {stat.filemode(os.lstat(path).st_mode)}"
+
+
+def _check_policy(path: Path) -> str:
+    from wattclass.fsutil import refuse_if_others_can_write
+    from wattclass.policy import load_policy
+
+    refuse_if_others_can_write(path)
+    pol = load_policy(path)
+    return f"{path}: valid, mode {pol.mode}, {len(pol.caps)} caps"
+
+
+def _check_table(path: Path) -> str:
+    from wattclass.fsutil import read_trusted_text
+    from wattclass.labeltable import parse_label_table
+
+    if not path.exists():
+        raise WattclassError(f"{path} not found: every job is left as submitted until the nightly run "
+                             "writes it")
+    parent = path.parent
+    while True:  # job_submit.lua checks every folder up to / the same way
+        _check_dir(parent)
+        if parent == parent.parent:
+            break
+        parent = parent.parent
+    t = parse_label_table(read_trusted_text(path), str(path))
+    if t["policy"] is None:
+        raise WattclassError(f"{path}: written without a policy; job_submit.lua decides nothing")
+    n = sum(len(v) for v in t["by_user_name"].values()) + len(t["by_user"]) + len(t["by_account"])
+    return f"{path}: {n} keys, generated {t['generated_at']}, mode {t['policy'].get('mode')}"
+
+
+def _check_backend(spec: str) -> str:
+    from wattclass.gpu import open_backend
+
+    with open_backend(spec) as be:
+        gpus = be.gpus()
+        if not gpus:
+            raise WattclassError(f"backend {spec}: no GPUs")
+        g = gpus[0]
+        return (f"backend {spec}: {len(gpus)} GPU(s), {g.model}, limits default {g.power_limit_default_w} W "
+                f"min {g.power_limit_min_w} W max {g.power_limit_max_w} W")
+
+
+def run_checks(args: argparse.Namespace) -> list[Check]:
+    """Every check; the paths default to what the installed wrappers pass to the hooks."""
+    from wattclass.plugin.prolog import add_arguments
+
+    checks: list[Check] = []
+    prolog_sh, epilog_sh = args.hooks_dir / "prolog.sh", args.hooks_dir / "epilog.sh"
+    python: str | None = None
+    hook_args: list[str] = []
+    try:
+        python, hook_args = _wrapper_config(prolog_sh)
+    except OSError as exc:
+        checks.append(Check("prolog wrapper", False, f"{prolog_sh}: {exc.strerror}"))
+    hp = argparse.ArgumentParser(add_help=False)
+    add_arguments(hp)
+    hook, _unknown = hp.parse_known_args(hook_args)
+    python = args.python or python
+    if prolog_sh.exists():
+        checks.append(_run("prolog wrapper", lambda: _check_wrapper(prolog_sh, python)))
+    checks.append(_run("epilog wrapper", lambda: _check_wrapper(epilog_sh, _wrapper_config(epilog_sh)[0])))
+    checks.append(_run("hook interpreter", lambda: _check_interpreter(python or "(none)")))
+    checks.append(_run("cap state folder", lambda: _check_dir(args.state_dir or hook.state_dir)))
+    checks.append(_run("job map spool", lambda: _check_dir(args.jobs_dir or hook.jobs_dir)))
+    checks.append(_run("policy", lambda: _check_policy(args.policy)))
+    checks.append(_run("label table", lambda: _check_table(args.table)))
+    checks.append(_run("GPU backend", lambda: _check_backend(args.backend or hook.backend)))
+    return checks
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--hooks-dir", type=Path, default=Path("/etc/slurm/wattclass"),
+                   help="folder of the installed prolog.sh/epilog.sh")
+    p.add_argument("--python", help="interpreter to check (default: PYTHON= of the installed prolog.sh)")
+    p.add_argument("--state-dir", type=Path, help="default: the wrapper's --state-dir")
+    p.add_argument("--jobs-dir", type=Path, help="default: the wrapper's --jobs-dir")
+    p.add_argument("--backend", help="default: the wrapper's --backend")
+    p.add_argument("--policy", type=Path, default=Path("/etc/wattclass/policy.toml"))
+    p.add_argument("--table", type=Path, default=Path("/etc/slurm/wattclass/labels.tsv"))
+    p.add_argument("--json", action="store_true")
+
+
+def main(args: argparse.Namespace) -> int:
+    from wattclass.output import emit
+
+    checks = run_checks(args)
+    data: dict[str, Any] = {"ok": all(c.ok for c in checks), "checks": [c._asdict() for c in checks]}
+    emit(data, args.json, lambda d: "\n".join(
+        f"[{' OK ' if c['ok'] else 'FAIL'}] {c['name']}: {c['detail']}" for c in d["checks"]))
+    return 0 if data["ok"] else 1

@@ -1,0 +1,85 @@
+"""``wattclass plugin check`` on a node installed into a temporary root (issue 9 item 19)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+from wattclass.cli import main
+from wattclass.gpu.filestate import FileStateBackend
+from wattclass.labeltable import TableEntry, write_label_table
+from wattclass.policy import load_policy
+
+
+def _install(root: Path, python: str = sys.executable) -> list[str]:
+    root.chmod(0o755)
+    etc = root / "etc"
+    etc.mkdir(mode=0o755)
+    FileStateBackend.create(root / "gpus.json", 2)
+    args = f"--backend filestate:{root / 'gpus.json'} --state-dir {root / 'run' / 'caps'} " \
+           f"--jobs-dir {root / 'run' / 'jobs'} --log {root / 'plugin.log'}"
+    assert main(["plugin", "install-hooks", "--dest", str(etc), "--python", python, "--hook-args", args]) == 0
+    (root / "run").mkdir(mode=0o755)
+    policy = etc / "policy.toml"
+    policy.write_text('mode = "enforce"\n[caps]\nmemory = "60%"\n')
+    policy.chmod(0o644)
+    write_label_table(etc / "labels.tsv", [TableEntry("user", "alice", None, None, "memory", 0.9, 3, "rule")],
+                      load_policy(policy).table_dict())
+    return ["plugin", "check", "--hooks-dir", str(etc), "--policy", str(policy),
+            "--table", str(etc / "labels.tsv"), "--json"]
+
+
+def _result(capsys: pytest.CaptureFixture[str]) -> dict[str, bool]:
+    out = json.loads(capsys.readouterr().out)
+    return {c["name"]: c["ok"] for c in out["checks"]}
+
+
+def test_a_good_install_passes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = _install(tmp_path)
+    capsys.readouterr()
+    rc = main(argv)
+    got = _result(capsys)
+    assert rc == 0 and all(got.values()), got
+    assert set(got) == {"prolog wrapper", "epilog wrapper", "hook interpreter", "cap state folder",
+                        "job map spool", "policy", "label table", "GPU backend"}
+    main(argv[:-1])
+    assert capsys.readouterr().out.count("[ OK ]") == 8
+
+
+@pytest.mark.parametrize("damage", ["interpreter_without_wattclass", "state_owned_by_nobody", "bad_policy",
+                                    "table_group_writable", "no_table", "wrapper_writable", "backend_gone"])
+def test_each_failure_is_named_and_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                           damage: str) -> None:
+    python = sys.executable
+    if damage == "interpreter_without_wattclass":
+        venv.create(tmp_path / "bare", with_pip=False)
+        python = str(tmp_path / "bare" / "bin" / "python")
+    root = tmp_path / "root"
+    root.mkdir()
+    argv = _install(root, python)
+    capsys.readouterr()
+    etc = root / "etc"
+    want = {"interpreter_without_wattclass": "hook interpreter", "state_owned_by_nobody": "cap state folder",
+            "bad_policy": "policy", "table_group_writable": "label table", "no_table": "label table",
+            "wrapper_writable": "prolog wrapper", "backend_gone": "GPU backend"}[damage]
+    if damage == "state_owned_by_nobody":
+        (root / "run" / "caps").mkdir()
+        os.chown(root / "run" / "caps", 65534, 65534)
+    elif damage == "bad_policy":
+        (etc / "policy.toml").write_text('[caps]\nmemory = 0.6\n')
+    elif damage == "table_group_writable":
+        (etc / "labels.tsv").chmod(0o664)
+    elif damage == "no_table":
+        (etc / "labels.tsv").unlink()
+    elif damage == "wrapper_writable":
+        (etc / "prolog.sh").chmod(0o777)
+    elif damage == "backend_gone":
+        (root / "gpus.json").unlink()
+    assert main(argv) == 1
+    got = _result(capsys)
+    assert got[want] is False and sum(not ok for ok in got.values()) == 1, got
