@@ -191,7 +191,7 @@ def _human_summary(s: dict[str, Any]) -> str:
     if s.get("status") != "ok":
         return f"{s['date']}: {s.get('message', 'no data')}"
     lines = [f"{s['date']}: {s['jobs']} jobs, {s['windows']} windows in {s['files_read']} file(s), "
-             f"model {s['model']}, {s['seconds']} s"]
+             f"model {s['model']}, {s['seconds']} s, job records: {s.get('slurm_backend') or 'none'}"]
     skipped = s.get("skipped_files", {})
     if skipped.get("count") or s.get("duplicate_windows") or s.get("rejected_rows", {}).get("count"):
         lines.append(f"  input: {skipped.get('count', 0)} file(s) skipped "

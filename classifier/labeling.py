@@ -9,6 +9,11 @@ GPM-labelled windows for retraining (a few per job and row group).
 Per job (``decide``): source ``rule`` when every window of the job has GPM (docs/design.md: "present
 and not null"); otherwise ``model:<version>``, whose window counts take the rule's class for the
 job's GPM windows (they are the truth) and the model's class for the rest.
+
+Shared GPUs (docs/shared-gpus.md): a window of a GPU other jobs held too describes the whole GPU,
+not the job, unless it is a MIG instance's row with the instance's own GPM. A job with such
+windows gets the source suffix ``+shared`` and its confidence scaled by
+``1 - SHARED_CONFIDENCE_PENALTY x (share of its windows that were shared)``.
 """
 
 from __future__ import annotations
@@ -35,13 +40,17 @@ from wattclass.classifier.validity import InputReport
 log = logging.getLogger("wattclass.classifier")
 
 Source = Literal["auto", "rule", "model"]
-COUNT_COLUMNS = ("n_gpm", "r_idle", "r_compute", "r_memory", "m_idle", "m_compute", "m_memory", "m_pmax")
+COUNT_COLUMNS = ("n_gpm", "r_idle", "r_compute", "r_memory", "m_idle", "m_compute", "m_memory", "m_pmax",
+                 "n_shared", "n_pipe_gap")
+#: A job whose every window came from a shared (non-MIG-GPM) GPU keeps half its confidence: below
+#: the usual policy min_confidence, so such a label is reported but does not cap future jobs alone.
+SHARED_CONFIDENCE_PENALTY = 0.5
 LABEL_COLUMNS = (
     "job_id", "user", "label", "confidence", "source", "n_windows", "energy_j", "gpu_hours",
     "hosts", "start", "end", "gpm_share", "inputs",
 )
 #: The telemetry columns labelling reads (the rest of v1 is never decoded).
-READ_COLUMNS: tuple[str, ...] = ("user", *INPUT_COLUMNS, *rules.RULE_COLUMNS)
+READ_COLUMNS: tuple[str, ...] = ("user", *INPUT_COLUMNS, *rules.RULE_COLUMNS, "shared_jobs", "share_basis")
 
 
 @dataclass
@@ -80,7 +89,23 @@ def _batch_counts(
     for k, name in enumerate(("m_idle", "m_compute", "m_memory")):
         out[name] = (mcls == k).astype(np.float64)
     out["m_pmax"] = pmax
+    out["n_shared"] = _shared_windows(table, has_gpm)
     return out
+
+
+def _shared_windows(table: pa.Table, has_gpm: np.ndarray) -> np.ndarray:
+    """1.0 for windows whose activity columns are the whole shared GPU's, not the job's own: other
+    jobs held the GPU, and it is not a MIG instance row with the instance's GPM."""
+    names = table.column_names
+    if "shared_jobs" not in names:
+        return np.zeros(table.num_rows)
+    n = table.column("shared_jobs").to_numpy(zero_copy_only=False)
+    n = np.nan_to_num(np.asarray(n, dtype=np.float64), nan=0.0)
+    basis = (table.column("share_basis").to_numpy(zero_copy_only=False) if "share_basis" in names
+             else np.full(table.num_rows, None, dtype=object))
+    own = (basis == "mig") & has_gpm
+    shared: np.ndarray = ((n > 1) & ~own).astype(np.float64)
+    return shared
 
 
 def _empty_labels() -> pd.DataFrame:
@@ -105,6 +130,11 @@ def decide(jobs: pd.DataFrame, model: WindowModel | None, source: Source = "auto
         label[use_model] = rules.label_names(m_lab)[use_model]
         conf[use_model] = m_conf[use_model]
         src[use_model] = model.source
+    if "n_shared" in jobs:
+        shared = jobs["n_shared"].to_numpy(dtype=np.float64) / np.maximum(n, 1)
+        marked = (shared > 0) & (src != "none")
+        conf = np.where(marked, conf * (1 - SHARED_CONFIDENCE_PENALTY * shared), conf)
+        src = np.where(marked, src.astype(str) + "+shared", src).astype(object)
     inputs = np.where(use_rule, "gpm (sm, dram, compute pipes)",
                       np.where(src == "none", "-", "nvml basic counters (model)")).astype(object)
     gap = jobs["n_pipe_gap"].to_numpy(dtype=np.float64) if "n_pipe_gap" in jobs else np.zeros(len(jobs))

@@ -102,7 +102,12 @@ def _join_slurm(labels: pd.DataFrame, slurm: SlurmClient | None, date: str) -> p
         return out
     if recs.empty:
         return out
-    recs = recs.drop_duplicates("job_id", keep="last").set_index("job_id")
+    recs = recs.drop_duplicates("job_id", keep="last")
+    # Telemetry names an array task by Slurm's own id ("5"; the Prolog sees no SLURM_ARRAY_*),
+    # the records by "3_1": index each record under both, the array name winning a clash.
+    alias = recs[recs["slurm_job_id"].notna() & (recs["slurm_job_id"] != recs["job_id"])]
+    alias = alias[~alias["slurm_job_id"].isin(recs["job_id"])].assign(job_id=alias["slurm_job_id"])
+    recs = pd.concat([recs, alias]).drop_duplicates("job_id", keep="first").set_index("job_id")
     idx = out["job_id"]
     for c in ("user", "name", "account", "partition"):
         out[c] = _nullable(idx.map(recs[c]))
@@ -214,7 +219,9 @@ def _run(
     files = telemetry_files([opts.data_root], date=opts.date)
     if files_total is not None:
         files_total(len(files))
-    summary: dict[str, Any] = {"date": opts.date, "files": len(files), "engine": opts.engine}
+    summary: dict[str, Any] = {"date": opts.date, "files": len(files), "engine": opts.engine,
+                               "slurm_backend": slurm.name if slurm is not None else None}
+    log.info("job records from %s", slurm.describe() if slurm is not None else "telemetry only (no Slurm)")
     registry = ModelRegistry(opts.data_root)
     model = registry.current()
     summary["model"] = model.version
@@ -246,7 +253,7 @@ def _run(
                     "by_source": labels["source"].value_counts().to_dict(),
                     "job_records": {"jobs_without_record": int(labels["user"].isna().sum()),
                                     "record_problems": len(problems), "examples": problems[:10]}})
-    n_rule = int((labels["source"] == "rule").sum())
+    n_rule = int(labels["source"].astype(str).str.startswith("rule").sum())  # "rule+shared" too
     if opts.retrain and n_rule and len(result.sample):
         store.write_sample(opts.date, result.sample)
         summary["retrain"] = _retrain(store, registry, model, opts, result.sample, client)

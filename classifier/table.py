@@ -38,7 +38,7 @@ def build_entries(history: pd.DataFrame, now: dt.datetime) -> list[TableEntry]:
     age_days = np.maximum((pd.Timestamp(now) - end).dt.total_seconds().to_numpy() / 86400.0, 0.0)
     conf = h["confidence"].astype(float).fillna(0.0).to_numpy()
     h["w"] = np.clip(conf, 0.0, 1.0) * 0.5 ** (age_days / HALF_LIFE_DAYS)
-    h["is_rule"] = (h["source"] == "rule").astype(float)
+    h["is_rule"] = h["source"].astype(str).str.startswith("rule").astype(float)  # "rule+shared" too
     entries: list[TableEntry] = []
     levels: list[tuple[Level, list[str]]] = [("user_name", ["user", "name"]), ("user", ["user"]),
                                            ("account", ["account"])]

@@ -48,12 +48,13 @@ def gpu_count(item: str) -> int | float | None:
     """GPUs one gres/TRES item asks for; None when it is not a GPU item.
 
     Every spelling Slurm uses: "gpu:2", "gres:gpu:2" (22.05), "gres/gpu:2" (25.11), typed
-    "gres/gpu:h200:2", bare "gpu", "gres/gpu=2". A type without a count means 1. Mirrors Lua.
+    "gres/gpu:h200:2", bare "gpu", "gres/gpu=2". A type without a count means 1. Shares of a GPU
+    (gres/shard, gres/mps) count too: the Prolog caps the GPU they share. Mirrors Lua.
     """
     s = item[5:] if item[:5] in ("gres:", "gres/") else item
     cuts = [i for i in (s.find(":"), s.find("=")) if i >= 0]
     cut = min(cuts) if cuts else None
-    if (s if cut is None else s[:cut]) != "gpu":
+    if (s if cut is None else s[:cut]) not in ("gpu", "shard", "mps"):
         return None
     if cut is None:
         return 1

@@ -293,7 +293,8 @@ end
 
 -- GPUs one gres/tres item asks for: nil when it is not a GPU item. Accepts every spelling Slurm
 -- uses: "gpu:2", "gres:gpu:2" (22.05), "gres/gpu:2" (25.11), typed "gres/gpu:h200:2", "gpu",
--- "gres/gpu=2". A type without count means 1.
+-- "gres/gpu=2". A type without count means 1. Shares of a GPU (gres/shard, gres/mps) count too:
+-- the Prolog caps the GPU they share (docs/shared-gpus.md).
 local function gpu_count(item)
   local s = item
   local head = sub(s, 1, 5)
@@ -303,7 +304,7 @@ local function gpu_count(item)
   if eq and (cut == nil or eq < cut) then cut = eq end
   local name = s
   if cut then name = sub(s, 1, cut - 1) end
-  if name ~= "gpu" then return nil end
+  if name ~= "gpu" and name ~= "shard" and name ~= "mps" then return nil end
   if cut == nil then return 1 end
   local last = sub(s, cut + 1)
   while true do

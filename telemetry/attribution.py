@@ -1,7 +1,9 @@
 """Which Slurm job holds a GPU: the Prolog's job file first, then the GPU's process list.
 
-The job file (``telemetry.jobmap``) is the cheap and authoritative path: a ``stat`` per GPU per
-poll. Without one (no Prolog installed, or a job started before the daemon), the GPU's compute
+The job files (``wattclass.jobmap``, one per job per GPU) are the cheap and authoritative path:
+a ``stat`` per GPU per poll. A GPU can hold several jobs (shards, MPS, MIG instances):
+``jobs_for`` returns all of them and the daemon splits the GPU's energy (``telemetry.splitter``).
+Without a file (no Prolog installed, or a job started before the daemon), the GPU's compute
 processes are asked for (an NVML call, so only then) and each pid's environment is read from
 ``<proc_root>/<pid>/environ`` for SLURM_JOB_ID / SLURM_JOB_USER; array tasks become
 ``<array_job_id>_<task_id>`` (SLURM_ARRAY_JOB_ID / SLURM_ARRAY_TASK_ID), as sacct writes them.
@@ -18,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import pwd
-from collections import Counter
 from pathlib import Path
 
 from wattclass.errors import GpuError
@@ -91,35 +92,82 @@ class Attributor:
         self.jobmap = jobmap
         self.proc_root = Path(proc_root)
         self._pid_cache: dict[int, dict[int, Job | None]] = {}  # per GPU: pid -> job
+        self._uids: dict[str, int] = {}  # job id -> uid, from the Prolog's job files
         self.process_queries = 0  # how often the (costly) process list was needed
 
     def job_for(self, info: GpuInfo) -> Job | None:
-        if self.jobmap is not None:
-            try:
-                a = self.jobmap.lookup(info.uuid)
-            except OSError as exc:
-                log.warning("job spool %s unreadable: %s", self.jobmap.spool, exc)
-                a = None
-            if a is not None:
-                return a.job_id, a.user
+        """The one job on the GPU; on a shared GPU the lowest job id (``jobs_for`` has all)."""
+        jobs = self.jobs_for(info)
+        return jobs[0] if jobs else None
+
+    def jobs_for_uuid(self, uuid: str) -> list[Job]:
+        """The jobs the Prolog files name for a GPU or MIG instance UUID (no process fallback)."""
+        if self.jobmap is None:
+            return []
+        try:
+            found = self.jobmap.jobs(uuid)
+            for a in found:
+                if a.uid is not None:
+                    self._uids[a.job_id] = a.uid
+            return [(a.job_id, a.user) for a in found]
+        except OSError as exc:
+            log.warning("job spool %s unreadable: %s", self.jobmap.spool, exc)
+            return []
+
+    def assignments_for_uuid(self, uuid: str) -> list[JobAssignment]:
+        """The Prolog's job files of a GPU (or MIG instance) as written: label, account... (cached)."""
+        if self.jobmap is None:
+            return []
+        try:
+            return self.jobmap.jobs(uuid)
+        except OSError:
+            return []
+
+    def jobs_for(self, info: GpuInfo) -> list[Job]:
+        """Every job on the GPU, by job id: the Prolog files, else the GPU's processes."""
+        jobs = self.jobs_for_uuid(info.uuid)
+        if jobs:
+            return jobs
         try:
             procs = self.backend.processes(info.gpu_index)
         except GpuError as exc:
             log.debug("GPU %d: no process list: %s", info.gpu_index, exc)
-            return None
+            return []
         self.process_queries += 1
         return self._from_processes(info.gpu_index, procs)
 
-    def assignment_for(self, info: GpuInfo) -> JobAssignment | None:
-        """The GPU's job file as the Prolog wrote it (label, account...), if any (cached)."""
-        if self.jobmap is None:
-            return None
-        try:
-            return self.jobmap.lookup(info.uuid)
-        except OSError:
-            return None
+    def job_of_process(self, gpu: int, proc: GpuProcess) -> Job | None:
+        """The Slurm job of one GPU process (backend's job id, else its /proc environment).
 
-    def _from_processes(self, gpu: int, procs: list[GpuProcess]) -> Job | None:
+        On a shared GPU this decides whose share a process's utilisation raises, and a user
+        controls their processes' environment: a process claiming a job whose Prolog file names
+        another uid is not counted for it (else a user could shift energy onto a neighbour).
+        """
+        if proc.job_id:
+            return proc.job_id, proc.user
+        cache = self._pid_cache.setdefault(gpu, {})
+        if proc.pid not in cache:
+            job = self._read_pid(proc.pid)
+            uid = self._uids.get(job[0]) if job is not None else None
+            if job is not None and uid is not None:
+                try:
+                    owner = (self.proc_root / str(proc.pid)).stat().st_uid
+                except OSError:
+                    owner = None
+                if owner != uid:
+                    log.warning("GPU %d: pid %d claims job %s of uid %d but runs as uid %s; not "
+                                "counted for it", gpu, proc.pid, job[0][:40], uid, owner)
+                    job = None
+            cache[proc.pid] = job
+        return cache[proc.pid]
+
+    def forget_pids(self, gpu: int, live: set[int]) -> None:
+        """Drop cached pids no longer on the GPU (pids get reused)."""
+        cache = self._pid_cache.get(gpu, {})
+        for pid in [q for q in cache if q not in live]:
+            del cache[pid]
+
+    def _from_processes(self, gpu: int, procs: list[GpuProcess]) -> list[Job]:
         jobs: list[Job] = []
         live = set()
         cache = self._pid_cache.setdefault(gpu, {})
@@ -135,10 +183,8 @@ class Attributor:
                 jobs.append(j)
         for pid in [q for q in cache if q not in live]:
             del cache[pid]  # pids get reused; forget the ones that left the GPU
-        if not jobs:
-            return None
-        # Several jobs sharing a GPU (MPS, oversubscription): the one with most processes.
-        return Counter(jobs).most_common(1)[0][0]
+        # Several jobs sharing a GPU (MPS, oversubscription): all of them, by job id.
+        return sorted(set(jobs), key=lambda j: j[0])
 
     def _read_pid(self, pid: int) -> Job | None:
         folder = self.proc_root / str(pid)

@@ -31,6 +31,7 @@ from wattclass.lockfile import FolderLock
 from wattclass.telemetry import wal
 from wattclass.telemetry.attribution import Attributor
 from wattclass.telemetry.sink import ParquetSink
+from wattclass.telemetry.splitter import Splitter
 from wattclass.telemetry.windows import Row, WindowBuilder
 
 if TYPE_CHECKING:  # prometheus_client is only needed with --metrics-port
@@ -104,6 +105,7 @@ class Daemon:
         self.builder = WindowBuilder(cfg.host, cfg.period_s, cfg.poll_s)
         jobmap = JobMapReader(cfg.job_spool) if cfg.job_spool is not None else None
         self.attributor = Attributor(backend, jobmap, cfg.proc_root)
+        self.splitter = Splitter(backend, self.attributor)
         self.wal_dir = cfg.resolved_wal_dir()
         self.writer = wal.WalWriter(self.wal_dir)
         self.lock = FolderLock(self.wal_dir, "telemetry daemon")
@@ -128,6 +130,7 @@ class Daemon:
             self.pending_segments.extend(old)
             self._convert_pending()
             self.gpus = self.backend.gpus()
+            self.splitter.prepare(self.gpus)
         except BaseException:
             self.lock.release()
             raise
@@ -177,18 +180,23 @@ class Daemon:
         """
         i = info.gpu_index
         sample = self.backend.sample(i)
-        job = self.attributor.job_for(info)
+        # A GPU several jobs hold (shards, MPS, MIG) gets one composite job per set of jobs;
+        # the splitter gathers their activity and splits the closed rows per job.
+        job, jobs = self.splitter.job_key(info)
         read = force_energy or self.builder.needs_energy(info, sample, job)
         if read:
             sample = sample._replace(energy_mj=self.backend.energy_mj(i))
             self.stats.energy_reads += 1
         gpm: object | None = None
-        if info.gpm_supported and self.builder.needs_gpm(info, sample, job):
+        gpm_point = self.builder.needs_gpm(info, sample, job)
+        if info.gpm_supported and gpm_point:
             try:
                 gpm = self.backend.gpm_snapshot(i)
             except GpuError as exc:
                 log.debug("GPU %d: GPM snapshot failed: %s", i, exc)
-        return self.builder.add(info, sample, job, gpm, self._gpm_fn(info)), read
+        self.splitter.observe(info, sample.ts, job, jobs, gpm_point)
+        rows = self.builder.add(info, sample, job, gpm, self._gpm_fn(info))
+        return self.splitter.split(info, rows), read
 
     def _gpm_fn(self, info: GpuInfo):  # type: ignore[no-untyped-def]
         def fn(first: object, second: object) -> GpmMetrics:
@@ -221,12 +229,9 @@ class Daemon:
         self.stats.rows += len(rows)
         self.stats.energy_j += sum(r["energy_j"] or 0.0 for r in rows)
         if self.collector is not None and rows:
-            by_uuid = {g.uuid: g for g in self.gpus}
             jobs: dict[str, JobAssignment] = {}
-            for r in rows:
-                info = by_uuid.get(r["gpu_uuid"])
-                a = self.attributor.assignment_for(info) if info is not None and r.get("job_id") else None
-                if a is not None and a.job_id == r["job_id"]:
+            for uuid in {str(r["gpu_uuid"]) for r in rows if r.get("job_id")}:
+                for a in self.attributor.assignments_for_uuid(uuid):
                     jobs[a.job_id] = a
             self.collector.update(
                 rows,
@@ -315,7 +320,10 @@ class Daemon:
                 except GpuError as exc:
                     log.warning("GPU %d: final energy reading failed (%s); its last polls' energy "
                                 "is unknown", info.gpu_index, exc)
-        rows += self.builder.flush_all(self._gpm_final, self._gpm_fn)
+        for info in self.gpus:
+            if self.builder.has_open(info):
+                rows += self.splitter.split(info, self.builder.flush(info, self._gpm_final(info),
+                                                                     self._gpm_fn(info)))
         self.record(rows)
         deadline = time.monotonic() + self.cfg.stop_retry_s
         while self.writer.pending and time.monotonic() < deadline:  # disk full: space may come back

@@ -339,6 +339,11 @@ class WindowBuilder:
         """Whether polls since the last energy point wait for a counter reading (before flush)."""
         return bool(self._state(info).pending)
 
+    def has_open(self, info: GpuInfo) -> bool:
+        """Whether the GPU has an open window to flush."""
+        st = self._gpus.get(info.gpu_index)
+        return st is not None and bool(st.segments)
+
     def flush_all(self, gpm_for: Callable[[GpuInfo], object | None], gpm_fn_for: Callable[[GpuInfo], GpmFn]
                   ) -> list[Row]:
         rows: list[Row] = []

@@ -1,30 +1,46 @@
-"""A real one-node Slurm 22.05 cluster (munged, slurmctld, slurmd) for tests and benchmarks.
+"""A real one-node Slurm cluster (munged, slurmctld, slurmd; optionally MariaDB + slurmdbd).
+
+The Slurm install comes from ``WATTCLASS_TEST_SLURM``, a prefix (binaries in PREFIX/bin and
+PREFIX/sbin); unset means Debian 12's Slurm 22.05 in /usr. ``.ci/build-slurm`` builds 25.11 into
+/opt/slurm-25.11. Every command gets an explicit SLURM_CONF and a PATH that starts with the
+prefix's bin folders: a 22.05 client against a 25.11 controller fails ("Insane message length").
 
 Everything lives in one temporary folder: slurm.conf, gres.conf (four fake GPUs as symlinks to
-/dev/null, AutoDetect=off; Slurm rejects regular files and file-less GPUs), the optional
-job_submit.lua next to slurm.conf, state and spool folders. The daemons run in the foreground
-(-D) as children of this process so teardown stops exactly what was started. Ports are picked
-free so two clusters on one machine do not collide. Facts behind each line:
-/work/shared/notes/slurm-22.05.md.
+/dev/null, AutoDetect=off; Slurm rejects regular files and file-less GPUs), cgroup.conf
+(``CgroupPlugin=disabled`` on 25.11: no cgroup use, no v1 deprecation warnings), the optional
+job_submit.lua next to slurm.conf, state and spool folders. With ``accounting=True`` a MariaDB
+(Debian's mariadbd as a plain process, own datadir, 127.0.0.1 on a free port) and slurmdbd
+(slurmdbd.conf mode 600) start first, and the cluster, account and users are added with
+sacctmgr BEFORE slurmctld's first start (otherwise slurmctld writes its own ClusterID and later
+exits with "CLUSTER ID MISMATCH"). The daemons run in the foreground (-D) as children of this
+process so teardown stops exactly what was started. Ports are picked free so two clusters on one
+machine do not collide. The facts behind each line are in docs/slurm.md ("Versions").
 
-Used by ``tests/test_slurm_hooks.py`` (session fixture) and ``bench/*.py``.
+Used by ``tests/test_slurm_hooks.py``, ``tests/slurm_fixtures.py`` (accounting), the scale-out
+test and ``bench/*.py``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import itertools
 import json
 import os
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 MUNGE_SOCKET = Path("/run/munge/munge.socket.2")
 NODE = "localhost"
+ACCOUNT = "research"  # every user's default account when accounting is on
+USERS = ("root", "nobody", "daemon")
+_serial = itertools.count()
 
 
 class ClusterError(RuntimeError):
@@ -37,10 +53,190 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def daemons_available() -> str | None:
-    """None if slurmctld, slurmd and munged are installed, else what is missing."""
-    missing = [b for b in ("slurmctld", "slurmd", "munged", "sbatch") if shutil.which(b) is None]
-    return ", ".join(missing) if missing else None
+class SlurmInstall:
+    """One Slurm installation under a prefix: where its programs are and which version it is."""
+
+    def __init__(self, prefix: str | os.PathLike[str]) -> None:
+        self.prefix = Path(prefix)
+
+    def path(self, name: str) -> Path:
+        """PREFIX/bin/NAME or PREFIX/sbin/NAME (the first that exists; the bin one if neither)."""
+        for d in ("bin", "sbin"):
+            p = self.prefix / d / name
+            if p.exists():
+                return p
+        return self.prefix / "bin" / name
+
+    @property
+    def bin_dir(self) -> Path:
+        return self.prefix / "bin"
+
+    @functools.cached_property
+    def version(self) -> str:
+        """e.g. "22.05.8" or "25.11.7" (from ``slurmctld -V``)."""
+        try:
+            out = subprocess.run([str(self.path("slurmctld")), "-V"], capture_output=True, text=True,
+                                 timeout=10, check=True).stdout.split()
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise ClusterError(f"{self.path('slurmctld')} -V failed: {exc}") from exc
+        if len(out) < 2:
+            raise ClusterError(f"{self.path('slurmctld')} -V: unexpected output {out!r}")
+        return out[-1]
+
+    @property
+    def major_minor(self) -> tuple[int, int]:
+        major, minor = self.version.split(".")[:2]
+        return int(major), int(minor)
+
+    def missing(self, accounting: bool = False) -> str | None:
+        """None if the daemons and clients are installed, else what is missing."""
+        names = ["slurmctld", "slurmd", "sbatch", "squeue", "sinfo", "scontrol"]
+        if accounting:
+            names += ["slurmdbd", "sacctmgr", "sacct"]
+        gone = [str(self.path(n)) for n in names if not self.path(n).exists()]
+        gone += [b for b in ["munged", *(["mariadbd", "mariadb-install-db"] if accounting else [])]
+                 if shutil.which(b, path=os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin"])) is None]
+        return ", ".join(gone) if gone else None
+
+
+def slurm_install() -> SlurmInstall:
+    """The install under test: ``WATTCLASS_TEST_SLURM`` (a prefix), else Debian's in /usr."""
+    return SlurmInstall(os.environ.get("WATTCLASS_TEST_SLURM") or "/usr")
+
+
+def daemons_available(accounting: bool = False) -> str | None:
+    """None if the Slurm install under test (and munged) is complete, else what is missing."""
+    return slurm_install().missing(accounting)
+
+
+class Accounting:
+    """MariaDB + slurmdbd for one cluster; started before slurmctld, stopped after it.
+
+    MariaDB runs as the ``mysql`` user from Debian's mariadb-server as a plain process (no
+    systemd), in its own datadir under /tmp (the test folders are 0700 root, which mysql cannot
+    enter), on 127.0.0.1 and a free port. slurmdbd talks TCP to it (it has no socket option).
+    """
+
+    PASSWORD = "wattclass-test"
+    DB = "slurm_acct_db"
+
+    def __init__(self, install: SlurmInstall, conf_dir: Path, log_dir: Path, state_dir: Path) -> None:
+        self.install = install
+        self.conf_dir = conf_dir
+        self.log_dir = log_dir
+        self.state_dir = state_dir
+        self.db_port = _free_port()
+        self.dbd_port = _free_port()
+        self.db_root: Path | None = None
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    @property
+    def socket(self) -> Path:
+        assert self.db_root is not None
+        return self.db_root / "mysqld.sock"
+
+    def slurm_conf_lines(self) -> list[str]:
+        return [
+            "AccountingStorageType=accounting_storage/slurmdbd",
+            "AccountingStorageHost=127.0.0.1",
+            f"AccountingStoragePort={self.dbd_port}",
+            "AccountingStorageTRES=gres/gpu",  # else no gres/gpu in sacct's tres
+            "AccountingStoreFlags=job_comment",  # else sacct's comment.job stays empty
+        ]
+
+    def _popen(self, name: str, argv: list[str], env: dict[str, str]) -> None:
+        logf = open(self.log_dir / f"{name}.stderr", "ab")  # noqa: SIM115
+        self.procs.append(subprocess.Popen(argv, env=env, stdout=logf, stderr=logf, start_new_session=True))
+
+    def _sql(self, statement: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["mariadb", f"--socket={self.socket}", "-uroot", "-e", statement],
+                              capture_output=True, text=True, timeout=10)
+
+    def _wait(self, what: str, ok: Callable[[], bool], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for p in self.procs:
+                if p.poll() is not None:
+                    raise ClusterError(f"{p.args[0]} exited with {p.returncode} while waiting for {what}")
+            if ok():
+                return
+            time.sleep(0.1)
+        raise ClusterError(f"{what} not ready after {timeout} s")
+
+    def start(self, cluster_name: str, env: dict[str, str], timeout: float = 60.0) -> None:
+        self.db_root = Path(tempfile.mkdtemp(prefix="wattclass-mariadb-"))
+        data = self.db_root / "data"
+        data.mkdir()
+        shutil.chown(self.db_root, "mysql", "mysql")
+        shutil.chown(data, "mysql", "mysql")
+        proc = subprocess.run(["mariadb-install-db", "--user=mysql", f"--datadir={data}", "--skip-test-db",
+                               "--auth-root-authentication-method=socket"],
+                              capture_output=True, text=True, timeout=120)
+        if proc.returncode != 0:
+            raise ClusterError(f"mariadb-install-db: rc {proc.returncode}: {proc.stderr[-2000:]}")
+        mariadbd = shutil.which("mariadbd", path="/usr/sbin:/usr/bin") or "/usr/sbin/mariadbd"
+        self._popen("mariadbd", [mariadbd, "--no-defaults", "--user=mysql", f"--datadir={data}",
+                                 f"--socket={self.socket}", f"--pid-file={self.db_root / 'mysqld.pid'}",
+                                 f"--port={self.db_port}", "--bind-address=127.0.0.1",
+                                 "--innodb-buffer-pool-size=256M", "--innodb-lock-wait-timeout=900",
+                                 f"--log-error={self.db_root / 'mariadbd.err'}"], env)
+        self._wait("MariaDB", lambda: self._sql("SELECT 1").returncode == 0, timeout)
+        grants = "".join(f"CREATE USER 'slurm'@'{h}' IDENTIFIED BY '{self.PASSWORD}'; "
+                         f"GRANT ALL ON {self.DB}.* TO 'slurm'@'{h}'; " for h in ("127.0.0.1", "localhost"))
+        proc = self._sql(grants)
+        if proc.returncode != 0:
+            raise ClusterError(f"MariaDB grants: {proc.stderr.strip()}")
+        dbd_conf = self.conf_dir / "slurmdbd.conf"  # slurmdbd looks next to SLURM_CONF
+        dbd_conf.write_text("\n".join([
+            "AuthType=auth/munge",
+            "DbdHost=localhost",
+            "DbdAddr=127.0.0.1",
+            f"DbdPort={self.dbd_port}",
+            "SlurmUser=root",
+            "DebugLevel=info",
+            f"PidFile={self.state_dir / 'slurmdbd.pid'}",
+            f"LogFile={self.log_dir / 'slurmdbd.log'}",
+            "StorageType=accounting_storage/mysql",
+            "StorageHost=127.0.0.1",
+            f"StoragePort={self.db_port}",
+            "StorageUser=slurm",
+            f"StoragePass={self.PASSWORD}",
+            f"StorageLoc={self.DB}",
+        ]) + "\n")
+        dbd_conf.chmod(0o600)  # slurmdbd exits on 644: "should be 600 or 640"
+        self._popen("slurmdbd", [str(self.install.path("slurmdbd")), "-D"], env)
+        sacctmgr = str(self.install.path("sacctmgr"))
+
+        def answers() -> bool:
+            return subprocess.run([sacctmgr, "-n", "show", "cluster"], env=env, capture_output=True,
+                                  timeout=10).returncode == 0
+
+        self._wait("slurmdbd", answers, timeout)
+        for argv in (["add", "cluster", cluster_name],
+                     ["add", "account", ACCOUNT, "Description=wattclass tests", "Organization=wattclass"],
+                     ["add", "account", "benchmark", "Description=exempt", "Organization=wattclass"],
+                     *(["add", "user", u, f"Account={ACCOUNT}", f"DefaultAccount={ACCOUNT}"]
+                       for u in USERS),
+                     *(["add", "user", u, "Account=benchmark"] for u in USERS)):
+            proc = subprocess.run([sacctmgr, "-i", *argv], env=env, capture_output=True, text=True,
+                                  timeout=30)
+            if proc.returncode != 0:
+                raise ClusterError(f"sacctmgr {' '.join(argv)}: rc {proc.returncode}: {proc.stderr.strip()}")
+
+    def stop(self) -> None:
+        """slurmdbd, then MariaDB (SIGKILL after a timeout), then the datadir."""
+        for p in reversed(self.procs):
+            if p.poll() is None:
+                p.terminate()
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(timeout=5)
+        self.procs.clear()
+        if self.db_root is not None:
+            shutil.rmtree(self.db_root, ignore_errors=True)
+            self.db_root = None
 
 
 class SlurmCluster:
@@ -55,8 +251,13 @@ class SlurmCluster:
         epilog: Path | None = None,
         features: Sequence[str] = ("hbm",),
         cpus: int = 16,
+        shards: int = 0,
         default_partition: str = "main",
+        accounting: bool = False,
+        install: SlurmInstall | None = None,
+        extra_conf: Sequence[str] = (),
     ) -> None:
+        """``shards``: that many gres/shard per GPU (GresTypes=gpu,shard), so shard jobs share GPUs."""
         self.root = Path(root)
         self.conf_dir = self.root / "etc"
         self.conf = self.conf_dir / "slurm.conf"
@@ -65,10 +266,22 @@ class SlurmCluster:
         self.epilog = epilog
         self.features = list(features)
         self.cpus = cpus
+        self.shards = shards
         self.default_partition = default_partition
+        self.extra_conf = list(extra_conf)  # more slurm.conf lines (benchmarks: MaxArraySize=...)
         self.procs: list[subprocess.Popen[bytes]] = []
-        self.env = dict(os.environ, SLURM_CONF=str(self.conf))
+        self.install = install if install is not None else slurm_install()
+        path = os.pathsep.join([str(self.install.prefix / "bin"), str(self.install.prefix / "sbin"),
+                                os.environ.get("PATH", os.defpath)])
+        self.env = dict(os.environ, SLURM_CONF=str(self.conf), PATH=path)
         self.env.pop("SLURM_JOB_ID", None)
+        self.name = f"wc{os.getpid()}x{next(_serial)}"
+        self.accounting = (Accounting(self.install, self.conf_dir, self.root / "log", self.root / "state")
+                           if accounting else None)
+
+    def path(self, name: str) -> str:
+        """The full path of one of this install's programs (sbatch, scontrol, sacct, ...)."""
+        return str(self.install.path(name))
 
     # -- configuration ---------------------------------------------------------------------
     def write_config(self) -> None:
@@ -81,7 +294,7 @@ class SlurmCluster:
                 link.symlink_to("/dev/null")
         ctld_port, d_port = _free_port(), _free_port()
         lines = [
-            f"ClusterName=wc{os.getpid()}",
+            f"ClusterName={self.name}",
             f"SlurmctldHost={NODE}",
             f"SlurmctldPort={ctld_port}",
             f"SlurmdPort={d_port}",
@@ -99,10 +312,11 @@ class SlurmCluster:
             "ProctrackType=proctrack/linuxproc",
             "TaskPlugin=task/none",
             "JobAcctGatherType=jobacct_gather/none",
-            "AccountingStorageType=accounting_storage/none",
+            *(self.accounting.slurm_conf_lines() if self.accounting is not None
+              else ["AccountingStorageType=accounting_storage/none"]),
             "SelectType=select/cons_tres",
             "SelectTypeParameters=CR_CPU",
-            "GresTypes=gpu",
+            "GresTypes=gpu,shard" if self.shards else "GresTypes=gpu",
             "SlurmdParameters=config_overrides",
             "MailProg=/bin/true",
             "ReturnToService=2",
@@ -118,16 +332,28 @@ class SlurmCluster:
             lines.append(f"Prolog={self.prolog}")
         if self.epilog is not None:
             lines.append(f"Epilog={self.epilog}")
+        lines += self.extra_conf
         feat = f" Feature={','.join(self.features)}" if self.features else ""
+        shard = f",shard:{4 * self.shards}" if self.shards else ""
         lines += [
-            f"NodeName={NODE} CPUs={self.cpus} RealMemory=8000 Gres=gpu:4{feat} State=UNKNOWN",
+            f"NodeName={NODE} CPUs={self.cpus} RealMemory=8000 Gres=gpu:4{shard}{feat} State=UNKNOWN",
             *(f"PartitionName={p} Nodes={NODE} Default={'YES' if p == self.default_partition else 'NO'}"
               " MaxTime=INFINITE State=UP" for p in ("main", "debug")),
         ]
         self.conf.write_text("\n".join(lines) + "\n")
-        (self.conf_dir / "gres.conf").write_text(
-            "AutoDetect=off\n" + f"NodeName={NODE} Name=gpu File={dev}/gpu[0-3]\n"
-        )
+        gres = f"AutoDetect=off\nNodeName={NODE} Name=gpu File={dev}/gpu[0-3]\n"
+        if self.shards:
+            # One gpu and one shard line per GPU. With a single ``Name=shard Count=4 File=gpu0``
+            # line, 22.05 put the second shard job's SLURM_JOB_GPUS at "1" (the shard's slot,
+            # not its GPU); per-GPU lines give the GPU's index.
+            gres = "AutoDetect=off\n" + "".join(
+                f"NodeName={NODE} Name=gpu File={dev}/gpu{i}\n"
+                f"NodeName={NODE} Name=shard Count={self.shards} File={dev}/gpu{i}\n" for i in range(4))
+        (self.conf_dir / "gres.conf").write_text(gres)
+        if self.install.major_minor >= (24, 5):
+            # No cgroup use at all: this build has no cgroup/v2 plugin and v1 is deprecated. Jobs,
+            # GRES variables and the Prolog work the same. 22.05 has no "disabled" value.
+            (self.conf_dir / "cgroup.conf").write_text("CgroupPlugin=disabled\n")
 
     # -- daemons ---------------------------------------------------------------------------
     def _munge_ok(self) -> bool:
@@ -158,11 +384,13 @@ class SlurmCluster:
     def start(self, timeout: float = 40.0) -> None:
         self.write_config()
         self._start_munge()
+        if self.accounting is not None:  # before slurmctld's first start (CLUSTER ID MISMATCH)
+            self.accounting.start(self.name, self.env)
         for argv in (
-            ["slurmctld", "-D", "-i", "-f", str(self.conf)],
-            ["slurmd", "-D", "-N", NODE, "-f", str(self.conf)],
+            [self.path("slurmctld"), "-D", "-i", "-f", str(self.conf)],
+            [self.path("slurmd"), "-D", "-N", NODE, "-f", str(self.conf)],
         ):
-            logf = open(self.root / "log" / f"{argv[0]}.stderr", "ab")  # noqa: SIM115
+            logf = open(self.root / "log" / f"{Path(argv[0]).name}.stderr", "ab")  # noqa: SIM115
             self.procs.append(subprocess.Popen(argv, env=self.env, stdout=logf, stderr=logf))
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -176,16 +404,19 @@ class SlurmCluster:
         raise ClusterError(f"node did not become idle in {timeout} s: {self.logs()}")
 
     def stop(self) -> None:
+        """slurmd first, then slurmctld (a slurmd stopped after its controller can hang: SIGKILL
+        after a timeout), then slurmdbd and MariaDB."""
         for p in reversed(self.procs):
             if p.poll() is None:
                 p.terminate()
-        for p in self.procs:
             try:
                 p.wait(timeout=15)
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait(timeout=5)
         self.procs.clear()
+        if self.accounting is not None:
+            self.accounting.stop()
 
     def restart_ctld(self) -> None:
         """Restart slurmctld only (job_submit.lua is re-read by mtime anyway)."""
@@ -193,7 +424,7 @@ class SlurmCluster:
         ctld.terminate()
         ctld.wait(timeout=15)
         logf = open(self.root / "log" / "slurmctld.stderr", "ab")  # noqa: SIM115
-        self.procs[0] = subprocess.Popen(["slurmctld", "-D", "-f", str(self.conf)], env=self.env,
+        self.procs[0] = subprocess.Popen([self.path("slurmctld"), "-D", "-f", str(self.conf)], env=self.env,
                                          stdout=logf, stderr=logf)
 
     def logs(self, tail: int = 3000) -> str:
@@ -205,15 +436,17 @@ class SlurmCluster:
 
     # -- commands --------------------------------------------------------------------------
     def run(self, argv: Sequence[str], check: bool = True, timeout: float = 30) -> str:
-        proc = subprocess.run(list(argv), env=self.env, capture_output=True, text=True,
-                              timeout=timeout)
+        argv = [self.path(argv[0]) if "/" not in argv[0] else argv[0], *argv[1:]]
+        proc = subprocess.run(argv, env=self.env, capture_output=True, text=True, timeout=timeout)
         if check and proc.returncode != 0:
             raise ClusterError(f"{' '.join(argv)}: rc {proc.returncode}: {proc.stderr.strip()}")
         return proc.stdout
 
-    def sbatch(self, *args: str, script: str = "#!/bin/sh\ntrue\n") -> str:
-        """Submit and return the job id."""
-        proc = subprocess.run(["sbatch", "--parsable", *args], input=script, env=self.env,
+    def sbatch(self, *args: str, script: str = "#!/bin/sh\ntrue\n", user: str | None = None) -> str:
+        """Submit (as ``user``, through runuser: 25.11 dropped ``sbatch --uid``) and return the job id."""
+        as_user = ["runuser", "-u", user, "--"] if user is not None else []
+        proc = subprocess.run([*as_user, self.path("sbatch"), "--parsable", *args], input=script,
+                              env=self.env,
                               capture_output=True, text=True, timeout=30)
         if proc.returncode != 0:
             raise ClusterError(f"sbatch {' '.join(args)}: rc {proc.returncode}: {proc.stderr.strip()}")
@@ -221,6 +454,8 @@ class SlurmCluster:
 
     def node(self) -> dict[str, Any]:
         data = json.loads(self.run(["sinfo", "--json"]))
+        if "nodes" not in data:  # 23.02+: sinfo --json lists partition/state groups; scontrol has nodes
+            data = json.loads(self.run(["scontrol", "--json", "show", "nodes"]))
         for n in data.get("nodes", []):
             if n.get("name") == NODE:
                 return dict(n)
@@ -231,14 +466,22 @@ class SlurmCluster:
             node = self.node()
         except (ClusterError, ValueError, subprocess.TimeoutExpired) as exc:
             raise ClusterError(str(exc)) from exc
-        return str(node.get("state", "")).lower()
+        from wattclass.slurm.commands import state
+
+        # 22.05: "idle" (flags apart); 25.11: ["IDLE"] or ["IDLE", "DRAIN"]: base state first
+        return (state(node.get("state")) or "").lower()
 
     def job(self, job_id: str) -> dict[str, Any]:
-        """The job's squeue --json record (squeue ignores -j, so filter here)."""
-        data = json.loads(self.run(["squeue", "--json"]))
+        """The job's squeue --json record in one shape for every version (``normalize_job``).
+
+        ``--states=all``: 25.11 hides finished jobs without it (22.05 ignores -j/-t: filter here).
+        """
+        from wattclass.slurm.commands import normalize_job
+
+        data = json.loads(self.run(["squeue", "--json", "--states=all", "--jobs", str(job_id)]))
         for j in data.get("jobs", []):
             if str(j.get("job_id")) == str(job_id):
-                return dict(j)
+                return normalize_job(j)
         raise ClusterError(f"job {job_id} not in squeue --json")
 
     def wait_job(self, job_id: str, states: Sequence[str] = ("COMPLETED",),
@@ -270,10 +513,11 @@ class WattclassRig:
 
     ORDER = (2, 0, 3, 1)  # backend GPU i carries PCI bus ORDER[i]; Slurm index j maps to bus j
 
-    def __init__(self, root: Path, python: str, run_root: Path | None = None,
-                 default_partition: str = "main") -> None:
+    def __init__(self, root: Path, python: str, run_root: Path | None = None, *,
+                 default_partition: str = "main", accounting: bool = False, shards: int = 0) -> None:
         """``run_root``: where GPU state, job files and cap records live (default ``root``); the
         benchmark puts them on tmpfs, as /run/wattclass is on a real node."""
+        install = slurm_install()
         from wattclass.gpu.filestate import FileStateBackend
         from wattclass.plugin.install import render_hook, render_job_submit
 
@@ -295,7 +539,8 @@ class WattclassRig:
             {str(j): f"00000000:{0x19 + 0x10 * j:02X}:00.0" for j in range(4)}))
         self.slurm_to_backend = {j: self.ORDER.index(j) for j in range(4)}
         args = ["--backend", f"filestate:{self.state}", "--gpu-map", str(self.gpu_map), "--jobs-dir",
-                str(self.jobs_dir), "--state-dir", str(self.caps_dir), "--log", str(self.log)]
+                str(self.jobs_dir), "--state-dir", str(self.caps_dir), "--log", str(self.log),
+                "--slurm-bin", str(install.bin_dir)]  # slurmd gives hooks no PATH
         hooks = self.root / "hooks"
         hooks.mkdir(exist_ok=True)
         for kind in ("prolog", "epilog"):
@@ -303,7 +548,8 @@ class WattclassRig:
             (hooks / f"{kind}.sh").chmod(0o755)
         self.cluster = SlurmCluster(self.root, job_submit_lua=render_job_submit(self.table),
                                     prolog=hooks / "prolog.sh", epilog=hooks / "epilog.sh",
-                                    default_partition=default_partition)
+                                    default_partition=default_partition, shards=shards,
+                                    accounting=accounting, install=install)
 
     def limits(self) -> dict[int, float]:
         """Slurm GPU index -> current limit in the fake backend."""

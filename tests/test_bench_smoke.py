@@ -68,6 +68,23 @@ def test_telemetry_overhead_on_replay(tmp_path: Path) -> None:
     assert "targets_met" in json.loads((tmp_path / "o.json").read_text())
 
 
+def test_colocation_collect_fake_and_analyse(tmp_path: Path) -> None:
+    """The co-location recorder on a fake NVML with tiny CPU workloads, then the analysis (on the
+    stored H200 recording: the fake's pairs have no meaningful solo references)."""
+    out = _run(str(BENCH / "colocation_collect.py"), "--fake", "--dur", "0.3", "--gap", "0.05",
+               "--out", str(tmp_path), timeout=240)
+    assert "gemm+copy" in out
+    runs = [json.loads(x) for x in (tmp_path / "runs.jsonl").read_text().splitlines()]
+    assert len(runs) == 13 and all(len(r["pids"]) == len(r["workers"]) for r in runs)
+    rec = REPO / "docs" / "measurements" / "h200-colocation-2026-11-30"
+    report = _run(str(BENCH / "colocation_analyse.py"), str(rec), "--json", str(tmp_path / "a.json"))
+    assert "| wattclass |" in report
+    res = json.loads((tmp_path / "a.json").read_text())
+    assert len(res["pairs"]) == 7
+    out = _run(str(BENCH / "colocation_daemon.py"), str(rec))
+    assert "| gemm+copy |" in out and "daemon rows" in out
+
+
 @pytest.mark.skipif(shutil.which("lua5.1") is None, reason="lua5.1 missing")
 def test_sbatch_throughput_lua_table_costs() -> None:
     out = json.loads(_run("bench/sbatch_throughput.py", "--lua-sizes", "2000", "--json"))

@@ -191,9 +191,10 @@ GPU_SPECS = {
     "gres/shard:2,gres/gpu:1": True,
     "gres:gpu:0": False,  # --gres=gpu:0
     "gres/gpu:h200:0": False,
-    "gres/shard:2": False,
+    "gres/shard:2": True,  # a share of a GPU is a GPU job (issue 16: the Prolog caps the GPU)
+    "gres/shard:0": False,
     "gres/gpuX:2": False,  # another gres whose name starts with gpu
-    "gres:mps:100": False,
+    "gres:mps:100": True,
     "license/foo:1": False,
     "": False,
 }
@@ -215,7 +216,8 @@ def test_gpu_request_parsing_agrees_in_lua_and_python(tmp_path: Path) -> None:
         assert requests_gpu([spec]) is GPU_SPECS[spec], spec
         assert lua_says == str(GPU_SPECS[spec]).lower(), spec
     # several fields: any one asking for a GPU counts (tres_per_job from --gpus, per-socket, ...)
-    assert requests_gpu([None, "", "gres/gpu:1"]) and not requests_gpu([None, "gres/shard:1"])
+    assert requests_gpu([None, "", "gres/gpu:1"]) and requests_gpu([None, "gres/shard:1"])
+    assert not requests_gpu([None, "gres/nic:1"])
 
 
 # -- items 5, 6, 8 on the Python side, spelled out ---------------------------------------------------

@@ -1,12 +1,14 @@
 """The optional pyslurm backend: field mapping and when open_slurm_client picks it.
 
-No pyslurm release builds against Debian 12's Slurm 22.05, so pyslurm itself is replaced by a
-stand-in module with the ``pyslurm.db`` surface (the library boundary, like NVML's).
+These unit tests replace pyslurm by a stand-in module with the ``pyslurm.db`` surface, so they
+run anywhere; the real pyslurm 25.11 against a live 25.11 cluster is tested in
+tests/test_slurm_accounting.py (marker ``pyslurm``).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import sys
 import types
 from typing import Any
@@ -14,6 +16,7 @@ from typing import Any
 import pytest
 
 from wattclass.errors import SlurmError
+from wattclass.slurm import commands
 from wattclass.slurm.commands import CommandSlurmClient, open_slurm_client
 from wattclass.slurm.pyslurm_client import PySlurmClient
 
@@ -66,13 +69,33 @@ def test_slurmdbd_failure_is_a_slurm_error_naming_the_range() -> None:
         PySlurmClient(fake_pyslurm([], fail=True)).jobs(T0, T0 + dt.timedelta(hours=1))
 
 
-def test_open_client_uses_pyslurm_only_when_versions_match(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_open_client_uses_pyslurm_only_when_versions_match(monkeypatch: pytest.MonkeyPatch,
+                                                            caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setattr(commands, "installed_pyslurm_version", lambda: "25.11.2")
     monkeypatch.setitem(sys.modules, "pyslurm", fake_pyslurm([], version="25.11.2"))
-    assert isinstance(open_slurm_client(version="25.11.0"), PySlurmClient)
-    # Debian 12's Slurm with PyPI's pyslurm: the command client
-    assert isinstance(open_slurm_client(version="22.05.8"), CommandSlurmClient)
+    with caplog.at_level(logging.INFO, logger="wattclass.slurm.commands"):
+        client = open_slurm_client(version="25.11.0")
+    assert isinstance(client, PySlurmClient) and client.name == "pyslurm"
+    assert "Slurm job records: pyslurm (pyslurm 25.11.2 matches Slurm 25.11.0)" in caplog.text
+    caplog.clear()
+    # Debian 12's Slurm with PyPI's pyslurm: the command client, and pyslurm is NOT imported
+    # (its import fatal()s on another version's plugins)
+    monkeypatch.setitem(sys.modules, "pyslurm", None)  # an import would raise
+    with caplog.at_level(logging.INFO, logger="wattclass.slurm.commands"):
+        client = open_slurm_client(version="22.05.8")
+    assert isinstance(client, CommandSlurmClient) and client.name == "commands"
+    assert "Slurm commands (pyslurm 25.11.2 is built for Slurm 25.11, not 22.05.8)" in caplog.text
 
 
-def test_open_client_without_pyslurm_is_the_command_client(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "pyslurm", None)  # import fails
-    assert isinstance(open_slurm_client(version="25.11.0"), CommandSlurmClient)
+def test_open_client_without_pyslurm_is_the_command_client(monkeypatch: pytest.MonkeyPatch,
+                                                           caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setattr(commands, "installed_pyslurm_version", lambda: None)
+    with caplog.at_level(logging.INFO, logger="wattclass.slurm.commands"):
+        assert isinstance(open_slurm_client(version="25.11.0"), CommandSlurmClient)
+    assert "pyslurm is not installed" in caplog.text
+    # installed but broken (e.g. libslurmfull gone): the command client, saying why
+    monkeypatch.setattr(commands, "installed_pyslurm_version", lambda: "25.11.2")
+    monkeypatch.setitem(sys.modules, "pyslurm", None)
+    with caplog.at_level(logging.INFO, logger="wattclass.slurm.commands"):
+        assert isinstance(open_slurm_client(version="25.11.7"), CommandSlurmClient)
+    assert "pyslurm 25.11.2 does not import" in caplog.text

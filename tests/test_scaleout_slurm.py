@@ -50,6 +50,7 @@ def test_slurm_cluster_workers_are_slurm_jobs(
     slurm: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("SLURM_CONF", str(slurm.conf))
+    monkeypatch.setenv("PATH", slurm.env["PATH"])  # dask-jobqueue runs sbatch: the version under test
     cfg = tmp_path / "dask.toml"
     cfg.write_text(
         'kind = "slurm"\n[slurm]\nqueue = "main"\ncores = 2\nprocesses = 2\nmemory = "1GiB"\n'

@@ -1,4 +1,6 @@
-"""Real Slurm: job_submit.lua, Prolog and Epilog against slurmctld/slurmd/munged from Debian.
+"""Real Slurm: job_submit.lua, Prolog and Epilog against real slurmctld/slurmd/munged.
+
+The Slurm under test is Debian's 22.05, or the prefix in WATTCLASS_TEST_SLURM (25.11 in CI).
 
 One cluster per session (tests/slurm_cluster.py); GPUs are /dev/null symlinks for Slurm and a
 filestate backend for the caps. In CI (CI=true) a cluster that cannot start FAILS the tests.
@@ -82,7 +84,7 @@ def run_job(rig: WattclassRig, *args: str, user: str | None = None) -> tuple[str
     if user is None:
         job_id = c.sbatch("-o", "/dev/null", *args, script=rig.snapshot_script())
     else:
-        proc = subprocess.run(["runuser", "-u", user, "--", "sbatch", "--parsable", "-o", "/dev/null",
+        proc = subprocess.run(["runuser", "-u", user, "--", c.path("sbatch"), "--parsable", "-o", "/dev/null",
                                "--chdir=/tmp", *args], input=rig.snapshot_script(), env=c.env,
                               capture_output=True, text=True, timeout=30, check=True)
         job_id = proc.stdout.strip()
@@ -117,7 +119,7 @@ def test_memory_job_capped_on_its_gpus_only_and_restored(fresh: WattclassRig) ->
     jobs_seen = (rig.out / f"jobs-{job_id}.txt").read_text().split()
     assert len(jobs_seen) == 2  # one GPU->job file per GPU while it ran
     wait_restored(rig)
-    assert not any(rig.jobs_dir.glob("*.json"))
+    assert not any(rig.jobs_dir.rglob("*.json"))
     assert f"job {job_id}: capped GPU" in rig.log.read_text()
 
 
@@ -225,18 +227,19 @@ def test_scontrol_update_by_the_user_cannot_change_the_cap(fresh: WattclassRig) 
     c = fresh.cluster
     forged = "wattclass:label=compute;conf=1.00;cap=100%;src=rule;mode=enforce"
     as_nobody = ["runuser", "-u", "nobody", "--"]
-    proc = subprocess.run([*as_nobody, "sbatch", "--parsable", "-o", "/dev/null", "--chdir=/tmp", "-H",
+    proc = subprocess.run([*as_nobody, c.path("sbatch"), "--parsable", "-o", "/dev/null", "--chdir=/tmp",
+                           "-H",
                            "-J", "mem-nobody", "--gres=gpu:1"], input=fresh.snapshot_script(),
                           env=c.env, capture_output=True, text=True, timeout=30, check=True)
     job_id = proc.stdout.strip()
     assert c.job(job_id)["admin_comment"] == MEM
-    upd = subprocess.run([*as_nobody, "scontrol", "update", f"jobid={job_id}", f"AdminComment={forged}"],
-                         env=c.env, capture_output=True, text=True, timeout=30)
+    upd = subprocess.run([*as_nobody, c.path("scontrol"), "update", f"jobid={job_id}",
+                          f"AdminComment={forged}"], env=c.env, capture_output=True, text=True, timeout=30)
     assert upd.returncode != 0  # only operators may set admin_comment
-    upd = subprocess.run([*as_nobody, "scontrol", "update", f"jobid={job_id}", f"Comment={forged}",
+    upd = subprocess.run([*as_nobody, c.path("scontrol"), "update", f"jobid={job_id}", f"Comment={forged}",
                           "JobName=never-seen"], env=c.env, capture_output=True, text=True, timeout=30)
     assert upd.returncode == 0, upd.stderr
-    subprocess.run([*as_nobody, "scontrol", "release", job_id], env=c.env, check=True, timeout=30)
+    subprocess.run([*as_nobody, c.path("scontrol"), "release", job_id], env=c.env, check=True, timeout=30)
     job = c.wait_job(job_id)
     assert job["admin_comment"] == MEM and job["comment"] == forged
     seen, gpus = fresh.seen(job_id)
@@ -271,14 +274,14 @@ def test_command_client_against_real_slurm(fresh: WattclassRig) -> None:
     from wattclass.errors import SlurmError
     from wattclass.slurm.commands import CommandSlurmClient
 
-    client = CommandSlurmClient(fresh.cluster.conf)
+    client = CommandSlurmClient(fresh.cluster.conf, bin_dir=fresh.cluster.install.bin_dir)
     job_id, _job = run_job(fresh, "-J", "mem-train", "--gres=gpu:1")
     assert client.admin_comment(job_id) == MEM
     other, _ = run_job(fresh, "-J", "never-seen", "--gres=gpu:1", "--comment=wattclass:label=idle")
     assert client.admin_comment(other) is None
     assert client.job(job_id)["name"] == "mem-train"  # type: ignore[index]
     assert "hbm" in client.node_features()
-    assert client.version().startswith("22.05")
+    assert client.version() == fresh.cluster.install.version
     with pytest.raises(SlurmError, match="squeue"):
         client.admin_comment("99999999")
     with pytest.raises(SlurmError, match="sacct"):  # no slurmdbd in this cluster

@@ -326,4 +326,6 @@ def test_epilog_cleans_up_its_job_files_past_a_bad_one(tmp_path: Path, h200_raw:
     write_job_file(jobs, "GPU-ccc", JobAssignment("43", "bob", 1001))
     epilog({"SLURM_JOB_ID": "42", "SLURM_JOB_USER": "alice"}, ReplayBackend(h200_raw, realtime=False),
            jobs_dir=jobs, state_dir=state)
-    assert sorted(p.name for p in jobs.iterdir()) == ["GPU-aaa.json", "GPU-ccc.json"]
+    # one file per job per GPU since issue 16: the bad legacy file stays, job 42's file is gone
+    assert sorted(str(p.relative_to(jobs)) for p in jobs.rglob("*.json")) == ["GPU-aaa.json",
+                                                                               "GPU-ccc/43.json"]

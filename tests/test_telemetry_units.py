@@ -150,7 +150,7 @@ def test_attribution_job_file_first_then_proc_environ(tmp_path: Path) -> None:
     assert att.job_for(INFO) == ("7_3", "carol")
     assert backend.calls == 1  # the process list is not asked for when the Prolog file exists
     backend.pids = [11]
-    os.unlink(spool / f"{INFO.uuid}.json")
+    os.unlink(spool / INFO.uuid / "7_3.json")
     assert att.job_for(INFO) is None
 
 

@@ -1,19 +1,26 @@
 """The GPU -> job mapping folder: written by the Prolog, read by the telemetry daemon.
 
-One small JSON file per GPU, named ``<gpu_uuid>.json``, in a spool folder (default
-``/run/wattclass/jobs``)::
+Several jobs can hold one GPU (Slurm gres/shard, MPS, oversubscription, and the MIG instances
+of one GPU, which have UUIDs of their own), so there is one small JSON file per job per GPU,
+``<spool>/<gpu_uuid>/<job_id>.json`` (default spool ``/run/wattclass/jobs``)::
 
     {"version": 1, "job_id": "1234_5", "user": "alice", "uid": 1000, "written_at": 1795967767.8,
-     "label": "memory", "label_source": "submit"}
+     "label": "memory", "label_source": "rule", "account": "physics"}
 
 ``label``/``label_source``/``account`` are optional (the label the job was submitted with, when the
 Prolog knows it, and the Slurm account); the telemetry daemon's exporter publishes them as
 ``wattclass_job_label_info`` and ``wattclass_job_info``.
 
 The Prolog writes it atomically (temp file + rename, mode 0644) for each GPU of the job; the
-Epilog removes it. The daemon reads it every poll (a ``stat`` per GPU, a read only when the
-mtime changes) and falls back to NVML's process list when no file exists. Files that others
-can write are refused, since the daemon runs as root and labels energy with what they say.
+Epilog removes only its own job's file, so a neighbour's mapping survives. The daemon lists a
+GPU's folder every poll (a ``stat`` per GPU, a listing and reads only when the folder's mtime
+changes) and falls back to NVML's process list when no file exists. Files that others can
+write are refused, since the daemon runs as root and labels energy with what they say.
+
+Upgrade: the previous layout, one file per GPU named ``<spool>/<gpu_uuid>.json``, is still read
+(``jobs_on_gpu`` merges both), so jobs started by an older Prolog keep their mapping while the
+new daemon runs, and the new Epilog removes such a file when it names its job. New files are
+only written in the per-job layout.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from wattclass.errors import ConfigError, DataError
-from wattclass.fsutil import atomic_write_text, read_trusted_bytes
+from wattclass.fsutil import atomic_write_text, read_trusted_bytes, refuse_untrusted_dir
 
 DEFAULT_SPOOL = Path("/run/wattclass/jobs")
 FORMAT_VERSION = 1
@@ -48,6 +55,29 @@ class JobAssignment(NamedTuple):
     account: str | None = None
 
 
+#: A Slurm job id as telemetry records it (``123``, array task ``123_4``, het component ``123+1``);
+#: also the name of a job's file, so nothing else may reach a path.
+_JOB_ID_RE = re.compile(r"^[0-9]+(_[0-9]+)?(\+[0-9]+)?$")
+
+
+def _gpu_dir(spool: Path, gpu_uuid: str) -> Path:
+    if not _UUID_RE.match(gpu_uuid):
+        raise ConfigError(f"invalid GPU UUID for a job folder: {gpu_uuid!r}")
+    return Path(spool) / gpu_uuid
+
+
+def job_path(spool: Path, gpu_uuid: str, job_id: str) -> Path:
+    """``<spool>/<gpu_uuid>/<job_id>.json``; both names validated (they come from the environment)."""
+    if not _JOB_ID_RE.match(job_id):
+        raise ConfigError(f"invalid job id for a job file: {job_id[:40]!r}")
+    return _gpu_dir(spool, gpu_uuid) / f"{job_id}.json"
+
+
+def legacy_path(spool: Path, gpu_uuid: str) -> Path:
+    """The one-file-per-GPU layout of earlier versions, still read during an upgrade."""
+    return _path(spool, gpu_uuid)
+
+
 def _path(spool: Path, gpu_uuid: str) -> Path:
     if not _UUID_RE.match(gpu_uuid):
         raise ConfigError(f"invalid GPU UUID for a job file: {gpu_uuid!r}")
@@ -55,8 +85,13 @@ def _path(spool: Path, gpu_uuid: str) -> Path:
 
 
 def write_job_file(spool: Path, gpu_uuid: str, job: JobAssignment) -> Path:
-    """Record that ``job`` holds ``gpu_uuid`` (atomic, durable, mode 0644)."""
-    path = _path(spool, gpu_uuid)
+    """Record that ``job`` holds ``gpu_uuid`` (atomic, durable, mode 0644), next to any other job
+    that holds it too."""
+    path = job_path(spool, gpu_uuid, job.job_id)
+    if not path.parent.is_dir():
+        path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+        os.chmod(path.parent, 0o755)  # not the umask's choice: readers refuse writable folders
+    refuse_untrusted_dir(path.parent)  # a planted folder or symlink must not receive root's file
     doc: dict[str, object] = {"version": FORMAT_VERSION, "job_id": job.job_id, "user": job.user,
                               "uid": job.uid, "written_at": time.time()}
     if job.label is not None:
@@ -68,27 +103,33 @@ def write_job_file(spool: Path, gpu_uuid: str, job: JobAssignment) -> Path:
     return path
 
 
-def remove_job_file(spool: Path, gpu_uuid: str, job_id: str | None = None) -> bool:
-    """Remove the GPU's job file; with ``job_id``, only if it still names that job.
+def remove_job_file(spool: Path, gpu_uuid: str, job_id: str) -> bool:
+    """Remove ``job_id``'s file for the GPU (and a legacy per-GPU file naming that job).
 
-    Returns True if a file was removed. Removing twice is harmless (Epilogs may rerun).
+    Other jobs' files on the same GPU stay. Returns True if a file was removed. Removing twice is
+    harmless (Epilogs may rerun). The GPU's folder is left in place (empty folders cost nothing
+    and removing one could race with a Prolog writing into it).
     """
-    path = _path(spool, gpu_uuid)
-    if job_id is not None:
-        current = read_job_file(path)
-        if current is not None and current.job_id != job_id:
-            return False
+    removed = False
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(job_path(spool, gpu_uuid, job_id))
+        removed = True
+    legacy = legacy_path(spool, gpu_uuid)
     try:
-        os.unlink(path)
-    except FileNotFoundError:
-        return False
-    return True
+        current = read_job_file(legacy)
+    except (DataError, ConfigError) as exc:
+        log.warning("leaving legacy job file: %s", exc)
+        current = None
+    if current is not None and current.job_id == job_id:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(legacy)
+            removed = True
+    return removed
 
 
 #: Longest excerpt of a bad job file quoted in an error (the spool is written by root, but a log
 #: line must stay one short line whatever the file holds).
 EXCERPT_CHARS = 120
-_JOB_ID_RE = re.compile(r"^[0-9]+(_[0-9]+)?(\+[0-9]+)?$")
 
 
 def _excerpt(raw: str) -> str:
@@ -140,34 +181,70 @@ def read_job_file(path: Path) -> JobAssignment | None:
     return parse_job_file(Path(path), raw)
 
 
+def jobs_on_gpu(spool: Path, gpu_uuid: str) -> list[JobAssignment]:
+    """Every job that holds ``gpu_uuid``, ordered by job id: the per-job files plus a legacy
+    per-GPU file. A bad file is skipped with a warning naming it (the others still count)."""
+    found: dict[str, JobAssignment] = {}
+    gdir = _gpu_dir(spool, gpu_uuid)
+    try:
+        refuse_untrusted_dir(gdir)  # owner root, no symlink, not writable by others
+        names = sorted(os.listdir(gdir))
+    except FileNotFoundError:
+        names = []
+    except (ConfigError, NotADirectoryError) as exc:
+        log.warning("ignoring job folder %s: %s", gdir, exc)
+        names = []
+    for name in names:
+        if not name.endswith(".json") or name.startswith("."):
+            continue  # temp files of a write in progress
+        try:
+            job = read_job_file(gdir / name)
+        except (DataError, ConfigError, OSError) as exc:
+            log.warning("ignoring job file: %s", exc)
+            continue
+        if job is not None:
+            found.setdefault(job.job_id, job)
+    try:
+        legacy = read_job_file(legacy_path(spool, gpu_uuid))
+    except (DataError, ConfigError, OSError) as exc:
+        log.warning("ignoring job file: %s", exc)
+        legacy = None
+    if legacy is not None:
+        found.setdefault(legacy.job_id, legacy)
+    return [found[k] for k in sorted(found)]
+
+
 class JobMapReader:
-    """Cached reader of the spool folder: re-reads a GPU's file only when its mtime changes."""
+    """Cached reader of all jobs on each GPU: re-lists a GPU's folder only when its mtime or the
+    legacy file's mtime changes (a ``stat`` or two per GPU per poll otherwise)."""
 
     def __init__(self, spool: Path = DEFAULT_SPOOL) -> None:
         self.spool = Path(spool)
-        self._cache: dict[str, tuple[int, JobAssignment | None]] = {}
+        self._cache: dict[str, tuple[tuple[int, int], list[JobAssignment]]] = {}
+
+    @staticmethod
+    def _mtime(path: Path) -> int:
+        try:
+            return path.stat().st_mtime_ns
+        except (FileNotFoundError, NotADirectoryError):
+            return -1
+
+    def jobs(self, gpu_uuid: str) -> list[JobAssignment]:
+        key = (self._mtime(_gpu_dir(self.spool, gpu_uuid)), self._mtime(legacy_path(self.spool, gpu_uuid)))
+        if key == (-1, -1):
+            self._cache.pop(gpu_uuid, None)
+            return []
+        cached = self._cache.get(gpu_uuid)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        jobs = jobs_on_gpu(self.spool, gpu_uuid)
+        self._cache[gpu_uuid] = (key, jobs)
+        return jobs
 
     def lookup(self, gpu_uuid: str) -> JobAssignment | None:
-        path = _path(self.spool, gpu_uuid)
-        try:
-            mtime = path.stat().st_mtime_ns
-        except FileNotFoundError:
-            self._cache.pop(gpu_uuid, None)
-            return None
-        cached = self._cache.get(gpu_uuid)
-        if cached is not None and cached[0] == mtime:
-            return cached[1]
-        job: JobAssignment | None = None
-        with contextlib.suppress(FileNotFoundError):
-            try:
-                job = read_job_file(path)
-            except (DataError, ConfigError) as exc:
-                # Logged once per content (the cache holds the mtime): no log flood per poll.
-                log.warning("ignoring job file: %s", exc)
-            except OSError as exc:  # e.g. EACCES, EISDIR: a broken spool entry, not a dead daemon
-                log.warning("ignoring unreadable job file %s: %s", path, exc)
-        self._cache[gpu_uuid] = (mtime, job)
-        return job
+        """The job holding ``gpu_uuid`` when it is not shared; the lowest job id if it is."""
+        jobs = self.jobs(gpu_uuid)
+        return jobs[0] if jobs else None
 
 
 # -- dcgm-exporter's job mapping (``dcgm-exporter --hpc-job-mapping-dir DIR``) -------------------
@@ -182,23 +259,34 @@ def _hpc_path(directory: Path, gpu_index: int) -> Path:
     return Path(directory) / str(int(gpu_index))
 
 
+def _hpc_jobs(path: Path) -> list[str]:
+    try:
+        return read_trusted_bytes(path, 65536).decode("utf-8", "replace").split()
+    except FileNotFoundError:
+        return []
+
+
 def write_hpc_job_file(directory: Path, gpu_index: int, job_id: str) -> Path:
-    """Name ``job_id`` as the job on GPU ``gpu_index`` for dcgm-exporter (atomic, mode 0644)."""
-    if not job_id or "\n" in job_id:
+    """Add ``job_id`` to GPU ``gpu_index``'s jobs for dcgm-exporter (atomic rewrite, mode 0644);
+    a shared GPU keeps the jobs already named there."""
+    if not _JOB_ID_RE.match(job_id):
         raise ConfigError(f"invalid job id for dcgm-exporter's job mapping: {job_id!r}")
     path = _hpc_path(directory, gpu_index)
-    atomic_write_text(path, job_id + "\n", mode=0o644)
+    jobs = [j for j in _hpc_jobs(path) if j != job_id] + [job_id]
+    atomic_write_text(path, "".join(j + "\n" for j in jobs), mode=0o644)
     return path
 
 
 def remove_hpc_job_file(directory: Path, gpu_index: int, job_id: str) -> bool:
-    """Remove GPU ``gpu_index``'s mapping if it still names ``job_id``; True if removed."""
+    """Remove ``job_id`` from GPU ``gpu_index``'s mapping (the file goes with its last job)."""
     path = _hpc_path(directory, gpu_index)
-    try:
-        if read_trusted_bytes(path, 4096).decode("utf-8", "replace").split() != [job_id]:
-            return False
-        os.unlink(path)
-    except FileNotFoundError:
+    jobs = _hpc_jobs(path)
+    if job_id not in jobs:
         return False
+    rest = [j for j in jobs if j != job_id]
+    if rest:
+        atomic_write_text(path, "".join(j + "\n" for j in rest), mode=0o644)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
     return True
-

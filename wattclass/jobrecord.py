@@ -21,6 +21,10 @@ class JobRecord(NamedTuple):
     start: dt.datetime | None  # UTC
     end: dt.datetime | None  # UTC
     admin_comment: str | None = None
+    gpus: int | None = None  # GPUs allocated (sacct tres gres/gpu); None when not accounted
+    # Slurm's own unique id; differs from job_id for array tasks ("5" for "3_1"). slurmd gives the
+    # Prolog no SLURM_ARRAY_* variables (22.05 and 25.11, recorded), so telemetry carries this one.
+    slurm_job_id: str | None = None
 
 
 JOB_COLUMNS: tuple[str, ...] = JobRecord._fields

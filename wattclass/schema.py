@@ -59,6 +59,14 @@ TELEMETRY_V1 = pa.schema(
         pa.field("fb_used_mib", pa.float32()),
         pa.field("fb_total_mib", pa.float32()),
         *[pa.field(c, pa.float32()) for c in GPM_COLUMNS],
+        # Shared GPUs and MIG (docs/shared-gpus.md): the job's share of the GPU's energy in the
+        # window (1 for a sole job), how many jobs shared it, what the split was based on
+        # (util | memory | equal | mig; null when unshared) and, for a MIG instance's row
+        # (gpu_uuid = the instance), the physical GPU.
+        pa.field("share_ratio", pa.float32()),
+        pa.field("shared_jobs", pa.int16()),
+        pa.field("share_basis", pa.string()),
+        pa.field("parent_gpu_uuid", pa.string()),
     ],
     metadata={METADATA_KEY: f"{SCHEMA_NAME}/{SCHEMA_VERSION}".encode()},
 )
@@ -76,8 +84,11 @@ REQUIRED_COLUMNS: tuple[str, ...] = (
 
 #: NVML basic columns: present on every NVIDIA GPU, the model's inputs where GPM is absent.
 _IDENTITY_COLUMNS = ("ts_start", "ts_end", "host", "gpu_index", "gpu_uuid", "gpu_model", "job_id", "user")
+#: How a shared GPU's energy was split (telemetry.splitter); not NVML readings.
+SHARE_COLUMNS: tuple[str, ...] = ("share_ratio", "shared_jobs", "share_basis", "parent_gpu_uuid")
 BASIC_COLUMNS: tuple[str, ...] = tuple(
-    f.name for f in TELEMETRY_V1 if f.name not in GPM_COLUMNS and f.name not in _IDENTITY_COLUMNS
+    f.name for f in TELEMETRY_V1
+    if f.name not in GPM_COLUMNS and f.name not in _IDENTITY_COLUMNS and f.name not in SHARE_COLUMNS
 )
 
 

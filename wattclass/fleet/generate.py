@@ -175,6 +175,11 @@ def _render_host(plan: HostPlan, pool: SourcePool, spec: FleetSpec, out_dir: Pat
             "gpu_model": model_dict.take(pa.array(np.zeros(n, dtype=np.int32))),
             "job_id": job_dict.take(j_idx),
             "user": user_dict.take(j_idx),
+            # The generated fleet has no shared GPUs: a job holds its GPU alone.
+            "share_ratio": pa.array(np.where(j >= 0, 1.0, np.nan), pa.float32(), from_pandas=True),
+            "shared_jobs": pa.array((j >= 0).astype(np.int16), pa.int16()),
+            "share_basis": pa.nulls(n, pa.string()),
+            "parent_gpu_uuid": pa.nulls(n, pa.string()),
         }
         for field in TELEMETRY_V1:
             if field.name not in arrays:

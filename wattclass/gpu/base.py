@@ -76,6 +76,35 @@ class GpuProcess(NamedTuple):
     pid: int
     job_id: str | None = None
     user: str | None = None
+    used_mib: float | None = None  # framebuffer memory the process holds (None where unknown)
+
+
+class ProcessUtil(NamedTuple):
+    """One NVML per-process utilisation sample (nvmlDeviceGetProcessesUtilizationInfo).
+
+    ``sm_util_pct`` is the share of the sample period in which a kernel of this process ran;
+    the energy split on shared GPUs weighs jobs by it (docs/shared-gpus.md).
+    """
+
+    pid: int
+    ts_us: int  # the driver's sample timestamp, microseconds since the epoch
+    sm_util_pct: float
+    mem_util_pct: float
+
+
+class MigInstance(NamedTuple):
+    """A MIG GPU instance: a GPU of its own for Slurm and CUDA, a slice of ``parent_index``.
+
+    ``slices`` is the instance's share of the parent's compute slices (of ``total_slices``,
+    7 on an H100/H200); the energy split gives it that share of the parent's static power.
+    """
+
+    uuid: str  # MIG-...: what SLURM_JOB_GPUS / CUDA_VISIBLE_DEVICES name
+    parent_index: int
+    parent_uuid: str
+    gpu_instance_id: int
+    slices: int
+    total_slices: int
 
 
 # NVML clock-event reason bits (nvml.h, nvmlClocksEventReason*).
@@ -128,6 +157,23 @@ class GpuBackend(abc.ABC):
         """Compute processes on the GPU (empty where unknown)."""
         return []
 
+    def process_utilization(self, index: int, since_us: int) -> list[ProcessUtil]:
+        """Per-process utilisation samples newer than ``since_us`` (empty where unsupported).
+
+        Asked only for GPUs that several jobs share, at most once per poll.
+        """
+        return []
+
+    # -- MIG --------------------------------------------------------------------------------------
+    def mig_instances(self, index: int) -> list[MigInstance]:
+        """The MIG instances of a physical GPU (empty: MIG off or unsupported)."""
+        return []
+
+    def gpm_mig_snapshot(self, index: int, gpu_instance_id: int) -> object | None:
+        """A GPM sample of one MIG instance of GPU ``index`` (opaque); None where unsupported.
+        ``gpm_metrics`` turns two of them into the instance's metrics."""
+        return None
+
     def now(self) -> float:
         """The backend's clock in seconds since the epoch (recorded time on replay)."""
         import time
@@ -177,3 +223,14 @@ class GpuBackend(abc.ABC):
             if k in (g.uuid.lower(), g.pci_bus_id.lower(), str(g.gpu_index)):
                 return g
         raise GpuError(f"no GPU matches {key!r} on backend {self.name}")
+
+    def find_mig(self, key: str) -> MigInstance | None:
+        """The MIG instance with UUID ``key`` (Slurm hands instances out as GPUs); None if none."""
+        k = key.strip().lower()
+        if not k.startswith("mig-"):
+            return None
+        for g in self.gpus():
+            for m in self.mig_instances(g.gpu_index):
+                if m.uuid.lower() == k:
+                    return m
+        return None

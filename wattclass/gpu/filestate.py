@@ -11,6 +11,12 @@ File layout::
     {"version": 1, "gpus": [{"index": 0, "uuid": "GPU-...", "pci_bus_id": "00000000:19:00.0",
       "model": "NVIDIA H200", "default_w": 700.0, "min_w": 200.0, "max_w": 700.0,
       "limit_w": 700.0, "set_count": 0}, ...]}
+
+Optional per GPU, for shared-GPU tests: ``"mig": {"total_slices": 7, "instances": [{"uuid":
+"MIG-...", "gi_id": 1, "slices": 3, "sm_util_pct": 40.0}, ...]}`` (MIG instances, their GPM
+SM activity) and ``"processes": [{"pid": 11, "job_id": "7", "user": "u", "used_mib": 1024,
+"sm_util_pct": 60.0}, ...]`` (compute processes and their utilisation samples). Tests edit
+these with ``update_gpu`` while a daemon or hook runs.
 """
 
 from __future__ import annotations
@@ -25,7 +31,15 @@ from typing import Any
 
 from wattclass.errors import GpuError, GpuLostError
 from wattclass.fsutil import atomic_write_text
-from wattclass.gpu.base import GpuBackend, GpuInfo, GpuSample
+from wattclass.gpu.base import (
+    GpmMetrics,
+    GpuBackend,
+    GpuInfo,
+    GpuProcess,
+    GpuSample,
+    MigInstance,
+    ProcessUtil,
+)
 
 FORMAT_VERSION = 1
 
@@ -52,11 +66,14 @@ class FileStateBackend(GpuBackend):
         max_w: float = 700.0,
         model: str = "NVIDIA H200",
         order: list[int] | None = None,
+        mig: dict[int, list[int]] | None = None,
     ) -> FileStateBackend:
         """Write ``n`` fake GPUs to ``path`` and open it.
 
         ``order`` permutes PCI bus ids against NVML indices (GPU ``i`` gets bus ``order[i]``) so
-        tests can prove that nothing maps GPUs by assuming index order.
+        tests can prove that nothing maps GPUs by assuming index order. ``mig`` gives GPUs MIG
+        instances: ``{gpu_index: [slices of instance 1, ...]}`` (of 7 slices), UUIDs
+        ``MIG-fa4e0000-...-<gpu><instance>``.
         """
         order = list(range(n)) if order is None else list(order)
         if sorted(order) != list(range(n)):
@@ -76,6 +93,12 @@ class FileStateBackend(GpuBackend):
             }
             for i in range(n)
         ]
+        for idx, sizes in (mig or {}).items():
+            if sum(sizes) > 7:
+                raise GpuError(f"GPU {idx}: MIG instances {sizes} exceed 7 slices")
+            gpus[idx]["mig"] = {"total_slices": 7, "instances": [
+                {"uuid": f"MIG-fa4e0000-0000-4000-9000-{idx:06d}{k + 1:06d}", "gi_id": k + 1,
+                 "slices": sl, "sm_util_pct": 0.0} for k, sl in enumerate(sizes)]}
         atomic_write_text(Path(path), json.dumps({"version": FORMAT_VERSION, "gpus": gpus}, indent=1))
         return cls(path)
 
@@ -120,7 +143,7 @@ class FileStateBackend(GpuBackend):
                 power_limit_default_w=float(g["default_w"]),
                 power_limit_min_w=float(g["min_w"]),
                 power_limit_max_w=float(g["max_w"]),
-                gpm_supported=False,
+                gpm_supported=bool(g.get("mig")),  # MIG tests need GPM per instance
                 minor_number=int(g.get("minor", g["index"])),
             )
             for g in self._gpus
@@ -154,3 +177,54 @@ class FileStateBackend(GpuBackend):
             else:
                 raise GpuLostError(f"{self.path}: no GPU with index {index}")
             atomic_write_text(self.path, json.dumps(doc, indent=1))
+
+    # -- shared GPUs: processes and MIG ----------------------------------------------------------
+    def update_gpu(self, index: int, **fields: Any) -> None:
+        """Replace top-level fields of one GPU's entry (tests: processes, MIG activity)."""
+        with self._locked():
+            doc = self._read()
+            for g in doc["gpus"]:
+                if int(g["index"]) == index:
+                    g.update(fields)
+                    break
+            else:
+                raise GpuLostError(f"{self.path}: no GPU with index {index}")
+            atomic_write_text(self.path, json.dumps(doc, indent=1))
+        self._gpus = doc["gpus"]
+
+    def _current(self, index: int) -> dict[str, Any]:
+        with self._locked():
+            return self._gpu(self._read(), index)
+
+    def processes(self, index: int) -> list[GpuProcess]:
+        return [GpuProcess(int(p["pid"]), p.get("job_id"), p.get("user"), p.get("used_mib"))
+                for p in self._current(index).get("processes", [])]
+
+    def process_utilization(self, index: int, since_us: int) -> list[ProcessUtil]:
+        """One sample per listed process, stamped now (the file holds the current rates)."""
+        now_us = int(time.time() * 1e6)
+        if now_us <= since_us:
+            return []
+        return [ProcessUtil(int(p["pid"]), now_us, float(p.get("sm_util_pct", 0.0)),
+                            float(p.get("mem_util_pct", 0.0)))
+                for p in self._current(index).get("processes", [])]
+
+    def mig_instances(self, index: int) -> list[MigInstance]:
+        g = self._current(index)
+        mig = g.get("mig") or {}
+        total = int(mig.get("total_slices", 7))
+        return [MigInstance(str(m["uuid"]), index, str(g["uuid"]), int(m["gi_id"]), int(m["slices"]), total)
+                for m in mig.get("instances", [])]
+
+    def gpm_mig_snapshot(self, index: int, gpu_instance_id: int) -> object | None:
+        """(time, SM activity now): the fake's GPM sample of one instance."""
+        for m in (self._current(index).get("mig") or {}).get("instances", []):
+            if int(m["gi_id"]) == gpu_instance_id:
+                return ("mig", time.time(), float(m.get("sm_util_pct", 0.0)))
+        return None
+
+    def gpm_metrics(self, index: int, first: object, second: object) -> GpmMetrics:
+        """For MIG snapshots: the activity of the later one (the fake holds rates, not counters)."""
+        if isinstance(second, tuple) and second and second[0] == "mig":
+            return GpmMetrics(sm_util_pct=float(second[2]))
+        return GpmMetrics()

@@ -13,7 +13,11 @@ as possible:
 * utilization, SM and memory clocks, clock-event reasons, temperature, memory info (each a few
   microseconds, so every poll: ``fb_used_mib`` is a per-window maximum and needs every poll);
 * GPM (Hopper+) only once per window, in ``gpm_snapshot``; metrics from a pair of snapshots;
-* the process list only when the attribution layer asks (no Prolog job file).
+* the process list only when the attribution layer asks (no Prolog job file, or a shared GPU);
+* per-process utilisation (``nvmlDeviceGetProcessesUtilizationInfo``, falling back to
+  ``nvmlDeviceGetProcessUtilization`` on older drivers) only for GPUs several jobs share;
+* MIG: the instances of each GPU once (``mig_instances``, cached: MIG layouts change only with
+  the GPU idle and the daemon restarted), GPM per instance with ``nvmlGpmMigSampleGet``.
 
 All NVML errors go through one decorator (``nvml_errors``): nvmlInit failing becomes one
 ``GpuInitError``; GPU_IS_LOST / TIMEOUT / UNKNOWN become ``GpuLostError`` for that GPU only;
@@ -35,7 +39,15 @@ from wattclass.errors import (
     GpuNotSupportedError,
     GpuPermissionError,
 )
-from wattclass.gpu.base import GpmMetrics, GpuBackend, GpuInfo, GpuProcess, GpuSample
+from wattclass.gpu.base import (
+    GpmMetrics,
+    GpuBackend,
+    GpuInfo,
+    GpuProcess,
+    GpuSample,
+    MigInstance,
+    ProcessUtil,
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -136,8 +148,10 @@ class NvmlBackend(GpuBackend):
         self._handles: list[Any] = []
         self._infos: list[GpuInfo] = []
         self._field_ok: dict[int, bool] = {}
-        self._gpm_ring: dict[int, list[Any]] = {}
-        self._gpm_next: dict[int, int] = {}
+        self._gpm_ring: dict[Any, list[Any]] = {}
+        self._gpm_next: dict[Any, int] = {}
+        self._putil_api: str | None = None
+        self._mig: dict[int, list[MigInstance]] = {}
         try:
             self._discover()
         except BaseException:
@@ -253,17 +267,59 @@ class NvmlBackend(GpuBackend):
     def gpm_snapshot(self, index: int) -> object | None:
         if not self._infos[index].gpm_supported:
             return None
-        ring = self._gpm_ring.get(index)
-        if ring is None:
-            ring = [self._nv.nvmlGpmSampleAlloc() for _ in range(_GPM_RING)]
-            self._gpm_ring[index] = ring
-            self._gpm_next[index] = 0
-        i = self._gpm_next[index]
-        self._gpm_next[index] = (i + 1) % _GPM_RING
-        buf = ring[i]
+        buf = self._gpm_buffer(index)
         self._nv.nvmlGpmSampleGet(self._handles[index], buf)
         sample: object = buf
         return sample
+
+    def _gpm_buffer(self, key: Any) -> Any:
+        """The next buffer of ``key``'s ring (a GPU index, or (index, instance id) for MIG)."""
+        ring = self._gpm_ring.get(key)
+        if ring is None:
+            ring = [self._nv.nvmlGpmSampleAlloc() for _ in range(_GPM_RING)]
+            self._gpm_ring[key] = ring
+            self._gpm_next[key] = 0
+        i = self._gpm_next[key]
+        self._gpm_next[key] = (i + 1) % _GPM_RING
+        return ring[i]
+
+    @nvml_errors
+    def gpm_mig_snapshot(self, index: int, gpu_instance_id: int) -> object | None:
+        """A GPM sample of one MIG instance (``nvmlGpmMigSampleGet`` on the parent's handle)."""
+        if not self._infos[index].gpm_supported or not hasattr(self._nv, "nvmlGpmMigSampleGet"):
+            return None
+        buf = self._gpm_buffer((index, gpu_instance_id))
+        self._nv.nvmlGpmMigSampleGet(self._handles[index], gpu_instance_id, buf)
+        sample: object = buf
+        return sample
+
+    @nvml_errors
+    def mig_instances(self, index: int) -> list[MigInstance]:
+        """Instances of GPU ``index`` with their slices; [] with MIG off (cached per GPU)."""
+        if index in self._mig:
+            return list(self._mig[index])
+        nv = self._nv
+        h = self._handles[index]
+        out: list[MigInstance] = []
+        mode = self._opt(nv.nvmlDeviceGetMigMode, h) if hasattr(nv, "nvmlDeviceGetMigMode") else None
+        if mode is not None and int(mode[0]) == 1:  # (current, pending); 1 = NVML_DEVICE_MIG_ENABLE
+            parent = self._opt(nv.nvmlDeviceGetAttributes, h)
+            total = int(parent.gpuInstanceSliceCount) if parent is not None else 7
+            for k in range(int(nv.nvmlDeviceGetMaxMigDeviceCount(h))):
+                try:
+                    mh = nv.nvmlDeviceGetMigDeviceHandleByIndex(h, k)
+                except nv.NVMLError as exc:
+                    if _code(exc) == _NOT_FOUND:  # no instance in this slot
+                        continue
+                    raise
+                attrs = nv.nvmlDeviceGetAttributes(mh)
+                out.append(MigInstance(
+                    uuid=_s(nv.nvmlDeviceGetUUID(mh)), parent_index=index,
+                    parent_uuid=self._infos[index].uuid,
+                    gpu_instance_id=int(nv.nvmlDeviceGetGpuInstanceId(mh)),
+                    slices=int(attrs.gpuInstanceSliceCount), total_slices=total))
+        self._mig[index] = out
+        return list(out)
 
     @nvml_errors
     def gpm_metrics(self, index: int, first: object, second: object) -> GpmMetrics:
@@ -285,7 +341,36 @@ class NvmlBackend(GpuBackend):
     @nvml_errors
     def processes(self, index: int) -> list[GpuProcess]:
         procs = self._opt(self._nv.nvmlDeviceGetComputeRunningProcesses, self._handles[index])
-        return [GpuProcess(pid=int(p.pid)) for p in procs or []]
+        out = []
+        for p in procs or []:
+            used = getattr(p, "usedGpuMemory", None)
+            out.append(GpuProcess(pid=int(p.pid), used_mib=used / 2**20 if used is not None else None))
+        return out
+
+    @nvml_errors
+    def process_utilization(self, index: int, since_us: int) -> list[ProcessUtil]:
+        """Samples newer than ``since_us``: the v1 struct API where the driver has it, else the old
+        call (decided once); NOT_FOUND means no new sample and is []."""
+        nv = self._nv
+        h = self._handles[index]
+        names = ("nvmlDeviceGetProcessesUtilizationInfo", "nvmlDeviceGetProcessUtilization")
+        for name in names if self._putil_api is None else (self._putil_api,):
+            fn = getattr(nv, name, None)
+            if fn is None:
+                continue
+            try:
+                samples = fn(h, int(since_us))
+            except nv.NVMLError as exc:
+                if _code(exc) == _NOT_FOUND:
+                    self._putil_api = name
+                    return []
+                if _code(exc) in _UNSUPPORTED_CODES and self._putil_api is None:
+                    continue  # try the older call
+                raise
+            self._putil_api = name
+            return [ProcessUtil(int(x.pid), int(x.timeStamp), float(x.smUtil), float(x.memUtil))
+                    for x in samples]
+        return []
 
     @nvml_errors
     def power_limit_w(self, index: int) -> float | None:

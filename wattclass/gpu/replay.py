@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from wattclass.errors import DataError, GpuLostError
-from wattclass.gpu.base import GpmMetrics, GpuBackend, GpuInfo, GpuProcess, GpuSample
+from wattclass.gpu.base import GpmMetrics, GpuBackend, GpuInfo, GpuProcess, GpuSample, ProcessUtil
 
 DEFAULT_USERS: tuple[str, ...] = ("ayaka", "bruno", "chen", "dana")
 JOB_GRACE_S = 0.5
@@ -310,11 +310,28 @@ class ReplayBackend(GpuBackend):
         if g.last_i < 0:
             return []
         t = g.ts[g.last_i]
+        # One synthetic process per running job (pid -1, -2, ... by its row), so recordings with
+        # overlapping jobs on one GPU exercise the shared-GPU split.
         return [
-            GpuProcess(pid=-1, job_id=j.job_id, user=j.user)
-            for j in g.jobs
+            GpuProcess(pid=-1 - k, job_id=j.job_id, user=j.user)
+            for k, j in enumerate(g.jobs)
             if j.start <= t <= j.end + JOB_GRACE_S
         ]
+
+    def process_utilization(self, index: int, since_us: int) -> list[ProcessUtil]:
+        """Recordings hold no per-process utilisation: each running job's process gets the GPU's
+        recorded utilisation (so a shared recording splits its dynamic energy equally), stamped
+        with the sample's time."""
+        g = self._gpu(index)
+        if g.last_i < 0:
+            return []
+        ts_us = int(g.ts[g.last_i] * 1e6)
+        if ts_us <= since_us:
+            return []
+        util = g.cols.get("util_gpu", [None] * (g.last_i + 1))[g.last_i]
+        mem = g.cols.get("util_mem", [None] * (g.last_i + 1))[g.last_i]
+        return [ProcessUtil(p.pid, ts_us, float(util or 0.0), float(mem or 0.0))
+                for p in self.processes(index)]
 
     # -- facts for tests and benchmarks ----------------------------------------------------------
     def counter_delta_j(self, index: int) -> float:

@@ -30,7 +30,17 @@ log = logging.getLogger(__name__)
 
 
 class SlurmClient(abc.ABC):
-    """Read job records from Slurm or a stand-in for it."""
+    """Read job records from Slurm or a stand-in for it.
+
+    ``name`` says which backend this is ("commands", "pyslurm", "jobs-file"); the nightly run
+    logs it and puts it in its summary, so an operator sees where the job records came from.
+    """
+
+    name: str = "unknown"
+
+    def describe(self) -> str:
+        """One line for logs: the backend and where it reads from."""
+        return self.name
 
     @abc.abstractmethod
     def jobs(self, start: dt.datetime, end: dt.datetime) -> list[JobRecord]:
@@ -67,6 +77,8 @@ class JobsFileClient(SlurmClient):
     logged and listed in ``problems`` (job id and what was wrong) for the nightly summary.
     """
 
+    name = "jobs-file"
+
     def __init__(self, path: Path) -> None:
         import pandas as pd
 
@@ -87,10 +99,17 @@ class JobsFileClient(SlurmClient):
         for col in _REQUIRED:
             if col not in df.columns:
                 raise DataError(f"{self.path}: jobs file is missing column {col}")
+        if "gpus" in df.columns:
+            gpus = pd.to_numeric(df["gpus"], errors="coerce")
+            not_numbers = gpus.isna() & df["gpus"].notna()
+            if not_numbers.any():
+                first = df[not_numbers].iloc[0]
+                raise DataError(f"{self.path}: job {first['job_id']}: gpus {first['gpus']!r} is not a number")
+            df["gpus"] = gpus.astype(object).where(gpus.notna(), None)
         for col in ("start", "end"):
             if col in df.columns and pd.api.types.is_numeric_dtype(df[col]):
                 df[col] = pd.to_datetime(df[col], unit="s", utc=True)
-        self._records = []
+        self._records: list[JobRecord] = []
         for row in df.to_dict("records"):
             rec = JobRecord(
                 job_id=str(row["job_id"]),
@@ -101,6 +120,7 @@ class JobsFileClient(SlurmClient):
                 start=_ts(row.get("start")),
                 end=_ts(row.get("end")),
                 admin_comment=_str(row.get("admin_comment")),
+                gpus=_int(row.get("gpus")),
             )
             bad = [f for f in ("job_id", "user", "account", "partition", "name", "admin_comment")
                    if not _utf8(getattr(rec, f))]
@@ -119,6 +139,9 @@ class JobsFileClient(SlurmClient):
             log.warning("%s: %s", self.path, msg)
         if len(self.problems) > 20:
             log.warning("%s: %d more record(s) with invalid UTF-8", self.path, len(self.problems) - 20)
+
+    def describe(self) -> str:
+        return f"jobs file {self.path}"
 
     def jobs(self, start: dt.datetime, end: dt.datetime) -> list[JobRecord]:
         out = []
@@ -148,3 +171,11 @@ def _str(value: object) -> str | None:
     if value is None or (isinstance(value, float) and pd.isna(value)):
         return None
     return str(value)
+
+
+def _int(value: object) -> int | None:
+    import pandas as pd
+
+    if value is None or (isinstance(value, float) and pd.isna(value)):
+        return None
+    return int(value)  # type: ignore[call-overload,no-any-return]

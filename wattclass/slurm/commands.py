@@ -4,23 +4,34 @@ Every command goes through ``run_slurm``: an argv list (never a shell, since job
 comments are user-controlled), a timeout (a hung slurmctld must not hang a Prolog forever),
 ``SLURM_CONF`` passed through, and any failure turned into a SlurmError naming the command.
 
-Facts from Slurm 22.05 (docs/slurm.md): ``squeue --json`` ignores ``-j``/``-t`` so
-we filter by job id here; ``scontrol --json`` does not exist; ``sacct --json`` needs slurmdbd.
-admin_comment is read with ``squeue -j ID -O admin_comment`` (that one field only), never parsed
-out of ``scontrol show job`` text, where a job name holding "AdminComment=" could forge it.
+Both JSON dialects are read (docs/slurm.md, "Versions"): Slurm 22.05 (openapi v0.0.38) and
+23.02+ data_parser (25.11: v0.0.44). ``normalize_job`` turns a 25.11 record into the 22.05 shape:
+``job_state`` ``["RUNNING"]`` -> ``"RUNNING"``, numbers wrapped as ``{"set", "infinite",
+"number"}`` -> the number or None. 22.05's ``squeue --json`` ignores ``-j``/``-t`` and 25.11's
+hides finished jobs unless ``--states=all``, so we pass both and still filter by job id here.
+``sacct --json`` needs slurmdbd; its GPU count comes from ``tres.allocated`` (type ``gres``, name
+``gpu``; needs ``AccountingStorageTRES=gres/gpu``). admin_comment is read with ``squeue -j ID -O
+admin_comment`` (that one field only), never parsed out of ``scontrol show job`` text, where a job
+name holding "AdminComment=" could forge it.
 
-pyslurm: PyPI ships 25.11 (and 17/18.x); it refuses Slurm 22.05 ("Slurm version mismatch").
-``open_slurm_client`` uses a pyslurm backend only when pyslurm imports and its version matches
-the running Slurm's major.minor; otherwise (Debian 12) this command client.
+pyslurm: PyPI ships 25.11 (and 17/18.x); a build only works against the Slurm it was built for,
+and importing it where slurm.conf names another version's plugins kills the process (Slurm's
+fatal()). ``open_slurm_client`` therefore compares the installed pyslurm's version (package
+metadata, no import) with the running Slurm's major.minor and imports it only when they match;
+otherwise (Debian 12's 22.05) it returns this command client. It logs which it picked and why,
+and the client's ``name`` says it too.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import os
 import subprocess
+import sys
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from wattclass.errors import SlurmError
@@ -29,6 +40,7 @@ from wattclass.slurm.client import SlurmClient
 
 DEFAULT_TIMEOUT_S = 10.0
 ADMIN_COMMENT_WIDTH = 4096
+log = logging.getLogger(__name__)
 
 
 def run_slurm(argv: Sequence[str], *, timeout: float = DEFAULT_TIMEOUT_S,
@@ -63,8 +75,99 @@ def _json(text: str, what: str) -> dict[str, Any]:
     return doc
 
 
+def number(value: object) -> int | float | None:
+    """A JSON number in either dialect: 22.05's plain int, 25.11's ``{"set", "infinite", "number"}``.
+
+    Unset and infinite values are None (22.05 writes null for those).
+    """
+    if isinstance(value, dict):
+        if not value.get("set", False) or value.get("infinite", False):
+            return None
+        value = value.get("number")
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return value
+
+
+def state(value: object) -> str | None:
+    """A job state in either dialect: 22.05's ``"RUNNING"``, 25.11's ``["RUNNING"]`` (base state
+    first, then flags such as ``"REQUEUED"``, which are dropped here)."""
+    if isinstance(value, list):
+        value = value[0] if value else None
+    return str(value) if value not in (None, "") else None
+
+
+def slurm_version(doc: Mapping[str, Any]) -> str | None:
+    """The Slurm version from a --json document's meta: 22.05 ``meta.Slurm.version`` (ints), 25.11
+    ``meta.slurm.version`` (strings)."""
+    meta = doc.get("meta")
+    if not isinstance(meta, dict):
+        return None
+    block = meta.get("slurm") or meta.get("Slurm")
+    ver = block.get("version") if isinstance(block, dict) else None
+    if not isinstance(ver, dict):
+        return None
+    try:
+        major, minor, micro = (int(ver[k]) for k in ("major", "minor", "micro"))
+    except (KeyError, TypeError, ValueError):
+        return None
+    return f"{major:02d}.{minor:02d}.{micro}"
+
+
+_WRAPPED_FIELDS = ("submit_time", "start_time", "end_time", "eligible_time", "time_limit", "cpus",
+                   "node_count", "tasks", "priority", "array_job_id", "array_task_id", "het_job_id",
+                   "memory_per_node", "memory_per_cpu", "minimum_cpus_per_node", "last_sched_evaluation",
+                   "pre_sus_time", "suspend_time", "resize_time", "preempt_time", "accrue_time",
+                   "deadline", "time_minimum", "cpus_per_task", "threads_per_core", "restart_cnt")
+
+
+def normalize_job(j: Mapping[str, Any]) -> dict[str, Any]:
+    """A squeue/scontrol --json job in the 22.05 shape, whichever version wrote it.
+
+    ``job_state`` becomes a string, wrapped numbers plain numbers (or None); everything else
+    is kept as Slurm wrote it.
+    """
+    out = dict(j)
+    if "job_state" in out:
+        out["job_state"] = state(out["job_state"])
+    for k in _WRAPPED_FIELDS:
+        if isinstance(out.get(k), dict):
+            out[k] = number(out[k])
+    return out
+
+
+def gpus_from_tres(tres: object) -> int | None:
+    """GPUs allocated to a job from sacct's ``tres.allocated`` (None if not accounted).
+
+    22.05 writes ``{"type": "gres", "name": "gpu", "count": N}`` per GRES as 25.11 does; the
+    typed variant ``gpu:h200`` counts too, without double-counting the untyped total.
+    """
+    if not isinstance(tres, dict):
+        return None
+    alloc = tres.get("allocated")
+    if not isinstance(alloc, list):
+        return None
+    total: int | None = None
+    typed = 0
+    for t in alloc:
+        if not isinstance(t, dict) or t.get("type") != "gres":
+            continue
+        name = str(t.get("name") or "")
+        count = number(t.get("count"))
+        if count is None:
+            continue
+        if name == "gpu":
+            total = int(count)
+        elif name.startswith("gpu:"):
+            typed += int(count)
+    if total is None and typed:
+        total = typed
+    return total
+
+
 def _utc(epoch: object) -> dt.datetime | None:
-    if isinstance(epoch, int | float) and epoch > 0:
+    epoch = number(epoch)
+    if epoch is not None and epoch > 0:
         return dt.datetime.fromtimestamp(epoch, dt.UTC)
     return None
 
@@ -74,27 +177,52 @@ def _str(value: object) -> str | None:
 
 
 class CommandSlurmClient(SlurmClient):
-    """SlurmClient over Slurm's commands. ``conf`` sets SLURM_CONF (else the environment's)."""
+    """SlurmClient over Slurm's commands. ``conf`` sets SLURM_CONF (else the environment's);
+    ``bin_dir`` is where Slurm's clients are (else PATH), e.g. /opt/slurm/bin."""
+
+    name = "commands"
 
     def __init__(self, conf: str | os.PathLike[str] | None = None,
-                 timeout: float = DEFAULT_TIMEOUT_S) -> None:
+                 timeout: float = DEFAULT_TIMEOUT_S,
+                 bin_dir: str | os.PathLike[str] | None = None) -> None:
         self.timeout = timeout
+        self.bin_dir = Path(bin_dir) if bin_dir is not None else None
         self.env = dict(os.environ)
         if conf is not None:
             self.env["SLURM_CONF"] = str(conf)
 
-    def run(self, argv: Sequence[str]) -> str:
-        return run_slurm(argv, timeout=self.timeout, env=self.env)
+    def _argv(self, argv: Sequence[str]) -> list[str]:
+        args = [str(a) for a in argv]
+        if self.bin_dir is not None and "/" not in args[0]:
+            args[0] = str(self.bin_dir / args[0])
+        return args
+
+    def run(self, argv: Sequence[str], env: Mapping[str, str] | None = None) -> str:
+        return run_slurm(self._argv(argv), timeout=self.timeout, env=self.env if env is None else env)
+
+    def describe(self) -> str:
+        return f"Slurm commands ({self.bin_dir or 'PATH'})"
 
     # -- live state ------------------------------------------------------------------------
-    def squeue_jobs(self) -> list[dict[str, Any]]:
-        """All jobs slurmctld still knows (pending, running, recently ended)."""
-        jobs = _json(self.run(["squeue", "--json"]), "squeue --json").get("jobs", [])
-        return [j for j in jobs if isinstance(j, dict)]
+    def squeue_jobs(self, job_id: str | None = None) -> list[dict[str, Any]]:
+        """Jobs slurmctld still knows (pending, running, recently ended), in the 22.05 shape."""
+        argv = ["squeue", "--json", "--states=all"]
+        if job_id is not None:
+            argv += ["--jobs", str(job_id)]
+        jobs = _json(self.run(argv), "squeue --json").get("jobs", [])
+        return [normalize_job(j) for j in jobs if isinstance(j, dict)]
 
     def job(self, job_id: str) -> dict[str, Any] | None:
-        """One job's squeue --json record, or None (squeue ignores -j in 22.05: filter here)."""
-        for j in self.squeue_jobs():
+        """One job's squeue --json record, or None (22.05 ignores -j: filter here too)."""
+        if not str(job_id).isdigit():
+            raise SlurmError(f"squeue: invalid job id {job_id!r}")
+        try:
+            jobs = self.squeue_jobs(job_id)
+        except SlurmError as exc:
+            if "Invalid job id" in str(exc):  # 25.11 honours -j and fails for unknown ids
+                return None
+            raise
+        for j in jobs:
             if str(j.get("job_id")) == str(job_id):
                 return j
         return None
@@ -113,7 +241,12 @@ class CommandSlurmClient(SlurmClient):
         return None if out in ("", "(null)") else out
 
     def nodes(self) -> list[dict[str, Any]]:
-        nodes = _json(self.run(["sinfo", "--json"]), "sinfo --json").get("nodes", [])
+        """Nodes as slurmctld describes them: ``sinfo --json``'s ``nodes`` on 22.05; 23.02+ moved
+        sinfo --json to per-partition groups, so there ``scontrol --json show nodes``."""
+        doc = _json(self.run(["sinfo", "--json"]), "sinfo --json")
+        if "nodes" not in doc:
+            doc = _json(self.run(["scontrol", "--json", "show", "nodes"]), "scontrol --json show nodes")
+        nodes = doc.get("nodes", [])
         return [n for n in nodes if isinstance(n, dict)]
 
     def node_features(self) -> set[str]:
@@ -145,27 +278,34 @@ class CommandSlurmClient(SlurmClient):
         argv = ["sacct", "--json", "--allusers", "--starttime", start.astimezone(dt.UTC).strftime(fmt),
                 "--endtime", end.astimezone(dt.UTC).strftime(fmt)]
         env_tz = dict(self.env, TZ="UTC")
-        doc = _json(run_slurm(argv, timeout=self.timeout, env=env_tz), "sacct --json")
-        return [self._record(j) for j in doc.get("jobs", []) if isinstance(j, dict)]
+        doc = _json(self.run(argv, env=env_tz), "sacct --json")
+        return [sacct_record(j) for j in doc.get("jobs", []) if isinstance(j, dict)]
 
-    @staticmethod
-    def _record(j: Mapping[str, Any]) -> JobRecord:
-        job_id = str(j.get("job_id"))
-        array = j.get("array") or {}
-        task = array.get("task_id") if isinstance(array, dict) else None
-        if isinstance(array, dict) and array.get("job_id") and task not in (None, "", 4294967294):
-            job_id = f"{array['job_id']}_{task}"
-        t = j.get("time") or {}
-        return JobRecord(
-            job_id=job_id,
-            name=_str(j.get("name")),
-            user=_str(j.get("user")),
-            account=_str(j.get("account")),
-            partition=_str(j.get("partition")),
-            start=_utc(t.get("start")) if isinstance(t, dict) else None,
-            end=_utc(t.get("end")) if isinstance(t, dict) else None,
-            admin_comment=_admin_comment(j),
-        )
+
+_NO_VAL = frozenset({0xFFFFFFFE, 0xFFFFFFFF})
+
+
+def sacct_record(j: Mapping[str, Any]) -> JobRecord:
+    """One ``sacct --json`` job (22.05 or 25.11 layout) as a JobRecord; array tasks as "123_4"."""
+    job_id = str(j.get("job_id"))
+    array = j.get("array") or {}
+    if isinstance(array, dict):
+        task, parent = number(array.get("task_id")), number(array.get("job_id"))
+        if parent and task is not None and task not in _NO_VAL:
+            job_id = f"{int(parent)}_{int(task)}"
+    t = j.get("time") or {}
+    return JobRecord(
+        job_id=job_id,
+        name=_str(j.get("name")),
+        user=_str(j.get("user")),
+        account=_str(j.get("account")),
+        partition=_str(j.get("partition")),
+        start=_utc(t.get("start")) if isinstance(t, dict) else None,
+        end=_utc(t.get("end")) if isinstance(t, dict) else None,
+        admin_comment=_admin_comment(j),
+        gpus=gpus_from_tres(j.get("tres")),
+        slurm_job_id=_str(j.get("job_id")),
+    )
 
 
 def _admin_comment(j: Mapping[str, Any]) -> str | None:
@@ -176,30 +316,67 @@ def _admin_comment(j: Mapping[str, Any]) -> str | None:
     return _str(j.get("admin_comment"))
 
 
-def pyslurm_matches(slurm_version: str) -> bool:
-    """True if pyslurm imports and was built for this Slurm's major.minor."""
+def installed_pyslurm_version() -> str | None:
+    """The installed pyslurm's version from its package metadata, WITHOUT importing it (the import
+    reads slurm.conf and can kill the process when that names another Slurm version's plugins)."""
+    from importlib import metadata
+
     try:
-        import pyslurm  # type: ignore[import-not-found,unused-ignore]
-    except Exception:  # ImportError, or a version-mismatch RuntimeError at import
-        return False
-    ver = str(getattr(pyslurm, "__version__", getattr(pyslurm, "version", lambda: "")()))
-    return ".".join(ver.split(".")[:2]) == ".".join(slurm_version.split(".")[:2])
+        return metadata.version("pyslurm")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _major_minor(version: str) -> tuple[str, ...]:
+    return tuple(str(int(p)) if p.isdigit() else p for p in version.split(".")[:2])
+
+
+def pyslurm_matches(slurm_version: str) -> bool:
+    """True if pyslurm is installed for this Slurm's major.minor and imports."""
+    return _pyslurm_choice(slurm_version)[0]
+
+
+def _pyslurm_choice(slurm_version: str, conf: str | None = None) -> tuple[bool, str]:
+    """(use pyslurm?, why) for a running Slurm of ``slurm_version``.
+
+    pyslurm reads slurm.conf once, at import, from SLURM_CONF: a ``conf`` given here is exported
+    before that import (it cannot change an already imported pyslurm's cluster).
+    """
+    ver = installed_pyslurm_version()
+    if ver is None:
+        return False, "pyslurm is not installed"
+    if _major_minor(ver) != _major_minor(slurm_version):
+        return False, f"pyslurm {ver} is built for Slurm {'.'.join(_major_minor(ver))}, not {slurm_version}"
+    if conf is not None and "pyslurm" not in sys.modules:
+        os.environ["SLURM_CONF"] = str(conf)
+    try:
+        import pyslurm  # type: ignore[import-not-found,unused-ignore]  # noqa: F401
+    except Exception as exc:  # ImportError (e.g. libslurmfull missing), a version RuntimeError
+        return False, f"pyslurm {ver} does not import: {exc}"
+    return True, f"pyslurm {ver} matches Slurm {slurm_version}"
 
 
 def open_slurm_client(conf: str | None = None, timeout: float = DEFAULT_TIMEOUT_S,
-                      *, version: str | None = None) -> SlurmClient:
-    """The best available client for job records.
+                      *, version: str | None = None,
+                      bin_dir: str | os.PathLike[str] | None = None) -> SlurmClient:
+    """The best available client for job records, with its choice logged.
 
-    ``PySlurmClient`` when pyslurm imports and matches the running Slurm's major.minor (``version``,
-    else ``sinfo --version``); otherwise, as on Debian 12 with Slurm 22.05, the command client.
+    ``PySlurmClient`` when pyslurm is installed for the running Slurm's major.minor (``version``,
+    else ``sinfo --version``) and imports; otherwise, as on Debian 12 with Slurm 22.05, the command
+    client. The returned client's ``name`` ("pyslurm" or "commands") says which; the nightly
+    summary shows it.
     """
-    commands = CommandSlurmClient(conf, timeout)
+    commands = CommandSlurmClient(conf, timeout, bin_dir)
     try:
         running = version if version is not None else commands.version()
-    except SlurmError:
+    except SlurmError as exc:
+        log.info("Slurm job records: Slurm commands (Slurm version unknown: %s)", exc)
         return commands
-    if pyslurm_matches(running):
+    use, why = _pyslurm_choice(running, conf)
+    if use:
         from wattclass.slurm.pyslurm_client import PySlurmClient
 
+        log.info("Slurm job records: pyslurm (%s)", why)
         return PySlurmClient()
+    log.info("Slurm job records: Slurm commands (%s)", why)
     return commands
