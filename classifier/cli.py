@@ -58,6 +58,17 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     n.add_argument("--json", action="store_true")
     n.set_defaults(func=cmd_nightly)
 
+    ef = sub.add_parser("effects", help="measured effect of each cap: canary (capped) vs control runs",
+                        description="One row per label and cap: label, cap, n_capped, n_control, n_keys, "
+                        "runtime_ratio (lo, hi), energy_ratio (lo, hi): capped over uncapped runs of one "
+                        "job key (user + job name), 95% intervals by a bootstrap over keys. Reads what the "
+                        "nightly run stored; --recompute estimates from the label store now.")
+    ef.add_argument("--data-root", type=Path, required=True)
+    ef.add_argument("--recompute", action="store_true",
+                    help="estimate from the stored labels now instead of reading the last night's result")
+    ef.add_argument("--json", action="store_true")
+    ef.set_defaults(func=cmd_effects)
+
     m = sub.add_parser("model", help="train and inspect classifier models")
     msub = m.add_subparsers(dest="model_command", metavar="ACTION")
     t = msub.add_parser("train", help="train a model from v1 telemetry (GPM gives the labels)")
@@ -248,4 +259,54 @@ def cmd_model_show(args: argparse.Namespace) -> int:
 
     model = load_model(args.dir or default_model_dir())
     print(json.dumps(model.meta, indent=2, sort_keys=True))
+    return 0
+
+
+def load_effects(data_root: Path, recompute: bool = False) -> tuple[Any, str]:
+    """(effects DataFrame, where it came from): the last night's, else estimated from the labels now."""
+    from wattclass.classifier.effects import effects_from_history
+    from wattclass.classifier.store import ClassifierStore
+
+    store = ClassifierStore(data_root)
+    stored = None if recompute else store.latest_effects()
+    if stored is not None:
+        date = str(stored["date"].iloc[0]) if "date" in stored.columns and len(stored) else "?"
+        return stored.drop(columns=["date"], errors="ignore"), f"stored by the nightly run of {date}"
+    return effects_from_history(store.label_history()), "estimated now from the label store"
+
+
+def cmd_effects(args: argparse.Namespace) -> int:
+    import math
+
+    from wattclass.classifier.effects import EFFECT_COLUMNS
+    from wattclass.errors import DataError
+    from wattclass.output import emit
+
+    if not (Path(args.data_root) / "classifier").is_dir():
+        raise DataError(f"{args.data_root}: no classifier store (run `wattclass nightly` first)")
+    eff, origin = load_effects(args.data_root, args.recompute)
+    rows = [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
+            for r in eff[list(EFFECT_COLUMNS)].to_dict("records")]
+
+    def human(rs: list[dict[str, Any]]) -> str:
+        if not rs:
+            return (f"no canary effects ({origin}): no job in the label store has arm=capped/control; "
+                    "set [canary] fraction in the policy")
+
+        def ci(r: dict[str, Any], k: str) -> str:
+            if r[k] is None:
+                return "n/a"
+            lo, hi = r[f"{k}_lo"], r[f"{k}_hi"]
+            band = f" [{lo:.3f}, {hi:.3f}]" if lo is not None else " [too few keys]"
+            return f"{r[k]:.3f}{band}"
+
+        head = f"{'label':<8} {'cap':>6} {'n_capped':>8} {'n_control':>9} {'keys':>5}  " \
+               f"{'runtime_ratio [95% CI]':<26} energy_ratio [95% CI]"
+        lines = [f"canary effects ({origin})", head]
+        for r in rs:
+            lines.append(f"{r['label']:<8} {r['cap']:>6} {r['n_capped']:>8} {r['n_control']:>9} "
+                         f"{r['n_keys']:>5}  {ci(r, 'runtime_ratio'):<26} {ci(r, 'energy_ratio')}")
+        return "\n".join(lines)
+
+    emit(rows, args.json, human)
     return 0

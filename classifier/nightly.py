@@ -10,7 +10,9 @@ Steps (each output written atomically; a crash leaves every file either old or n
    jobs is not lower than the current model's accuracy on the same jobs (the current model has
    never seen them; the candidate's figure is out-of-fold) -- an apples-to-apples gate;
 5. rebuild the submission label table from the label history (``table.build_entries``);
-6. summarise jobs, GPU-hours and energy per label; store and return the summary.
+6. with a canary in the history (``arm`` from admin_comment), estimate and store the effect of each
+   label's cap: capped vs control runs of the same job key (``effects``);
+7. summarise jobs, GPU-hours and energy per label; store and return the summary.
 
 A day without telemetry (or without any job windows) changes nothing but the summary; its status
 says which (``no telemetry`` / ``no jobs``), and ``wattclass nightly`` exits 7 on the first unless
@@ -37,7 +39,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from wattclass.admincomment import parse_admin_comment
 from wattclass.classifier import rules
+from wattclass.classifier.effects import effects_from_history
 from wattclass.classifier.engine import label_files_dask, label_files_local, train_model_dask
 from wattclass.classifier.labeling import LabelResult
 from wattclass.classifier.model import (
@@ -66,6 +70,8 @@ log = logging.getLogger("wattclass.classifier")
 SAMPLE_PER_JOB_PER_BATCH = 4
 MAX_WINDOWS_PER_JOB = 16
 MAX_TRAIN_JOBS = 1500
+#: The canary comparison looks back this far: long enough for repeats, short enough for drift.
+EFFECT_DAYS = 60
 
 
 @dataclass
@@ -89,7 +95,7 @@ def _join_slurm(labels: pd.DataFrame, slurm: SlurmClient | None, date: str) -> p
     out = labels.copy()
     out["telemetry_user"] = out["user"]
     out["user"] = None
-    for c in ("name", "account", "partition", "slurm_start", "slurm_end"):
+    for c in ("name", "account", "partition", "slurm_start", "slurm_end", "decision_label", "cap", "arm"):
         out[c] = None
     if slurm is None or out.empty:
         return out
@@ -113,6 +119,12 @@ def _join_slurm(labels: pd.DataFrame, slurm: SlurmClient | None, date: str) -> p
         out[c] = _nullable(idx.map(recs[c]))
     out["slurm_start"] = _nullable(idx.map(recs["start"]))
     out["slurm_end"] = _nullable(idx.map(recs["end"]))
+    # What job_submit.lua decided (label, cap, canary arm), for the canary comparison.
+    comments = idx.map(recs["admin_comment"]).map(
+        lambda t: parse_admin_comment(t) if isinstance(t, str) else None)
+    out["decision_label"] = _nullable(comments.map(lambda c: c.label if c else None))
+    out["cap"] = _nullable(comments.map(lambda c: c.cap.text() if c and c.cap else None))
+    out["arm"] = _nullable(comments.map(lambda c: c.arm if c else None))
     return out
 
 
@@ -268,6 +280,12 @@ def _run(
     dropped = write_label_table(opts.table_out, entries, opts.policy, generated_at=dt.datetime.now(dt.UTC))
     summary["table"] = {"path": str(opts.table_out), "entries": len(entries) - dropped, "dropped": dropped,
                         "by_level": pd.Series([e.level for e in entries]).value_counts().to_dict()}
+    effects_hist = store.label_history((day_end - dt.timedelta(days=EFFECT_DAYS)).strftime("%Y-%m-%d"))
+    effects = effects_from_history(effects_hist, seed=opts.seed)
+    if not effects.empty:
+        store.write_effects(opts.date, effects)
+    summary["effects"] = {"rows": len(effects), "canary_jobs": int(effects["n_capped"].sum()
+                          + effects["n_control"].sum()) if len(effects) else 0}
     summary["seconds"] = round(time.monotonic() - t0, 2)
     store.write_summary(opts.date, summary)
     return summary

@@ -4,6 +4,7 @@
     training/date=YYYY-MM-DD/windows.parquet   sampled GPM-labelled windows (features + rule class)
     models/registry.json, models/<version>/    every trained model with its metrics; ``current``
     summaries/date=YYYY-MM-DD.json             the night's summary
+    effects/date=YYYY-MM-DD/effects.parquet    canary effects per label and cap, as of that night
 
 One file per date, replaced atomically: re-running a night replaces that night (idempotent) and
 "appending" a night never rewrites others. The registry starts with the packaged default model.
@@ -73,6 +74,21 @@ class ClassifierStore:
             group = np.asarray(t.column("group").to_pylist(), dtype=object)
             parts.append(TrainingSet(X, y, group, [p.parent.name]))
         return TrainingSet.concat(parts)
+
+    # ---- canary effects
+    def write_effects(self, date: str, effects: pd.DataFrame) -> Path:
+        path = self.root / "effects" / f"date={date}" / "effects.parquet"
+        _write_parquet(path, pa.Table.from_pandas(effects.assign(date=date), preserve_index=False))
+        return path
+
+    def latest_effects(self) -> pd.DataFrame | None:
+        """The newest night's stored effects, or None if no night stored any."""
+        for p in sorted((self.root / "effects").glob("date=*/effects.parquet"), reverse=True):
+            try:
+                return pd.read_parquet(p)
+            except (OSError, pa.ArrowException) as exc:
+                raise DataError(f"{p}: unreadable effects file: {exc}") from exc
+        return None
 
     # ---- summaries
     def write_summary(self, date: str, summary: dict[str, Any]) -> Path:

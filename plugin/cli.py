@@ -35,6 +35,8 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     lim.add_argument("--gpu-model", help="show the cap in watts on this GPU model (H200, H100, A100)")
     lim.add_argument("--limits", metavar="DEFAULT,MIN,MAX", help="show the cap in watts on a GPU with "
                      "these NVML power limits, e.g. 700,200,700")
+    exp.add_argument("--data-root", type=Path,
+                     help="cite the cap's effect measured by the canary on this cluster (wattclass effects)")
     exp.add_argument("--json", action="store_true")
     exp.set_defaults(func=_policy_explain)
 
@@ -103,7 +105,8 @@ def _policy_explain(args: argparse.Namespace) -> int:
         (table.get("policy") or {}).get("features_available") if table.get("policy") else None)
     d = decide(table, args.user, args.name, args.account, args.partition, args.constraint,
                gpu_request=not args.no_gpu)
-    data: dict[str, Any] = {**d._asdict(), "why": _REASONS.get(d.reason, d.reason), "cap_w": None}
+    data: dict[str, Any] = {**d._asdict(), "why": _REASONS.get(d.reason, d.reason), "cap_w": None,
+                            "measured_effect": None}
     if args.gpu_model or args.limits:
         from wattclass.caps import cap_watts, known_limits, parse_cap, parse_limits
 
@@ -111,6 +114,13 @@ def _policy_explain(args: argparse.Namespace) -> int:
         data["gpu_limits_w"] = {"default": dflt, "min": lo, "max": hi, "model": args.gpu_model}
         if d.cap:
             data["cap_w"] = cap_watts(parse_cap(d.cap, "the table's cap"), dflt, lo, hi)
+    if args.data_root is not None and d.label and d.cap:
+        from wattclass.classifier.cli import load_effects
+        from wattclass.classifier.effects import lookup
+
+        eff, origin = load_effects(args.data_root)
+        row = lookup(eff, d.label, d.cap)
+        data["measured_effect"] = None if row is None else {**row, "origin": origin}
 
     def human(x: dict[str, Any]) -> str:
         lines = [f"decision: {x['status']} ({x['why']})"]
@@ -127,6 +137,23 @@ def _policy_explain(args: argparse.Namespace) -> int:
         if x["admin_comment"]:
             lines.append(f"admin_comment: {x['admin_comment']}")
         lines.append(f"features added: {x['features'] or 'none'}")
+        if "arm=" in (x["admin_comment"] or ""):
+            arm = x["admin_comment"].rsplit("arm=", 1)[1]
+            lines.append(f"canary arm: {arm} (decided from user + name + submission second; this run's "
+                         f"arm may differ) -> {'capped' if arm == 'capped' else 'NOT capped'} by the Prolog")
+        m = x["measured_effect"]
+        if m is not None:
+            def ci(k: str) -> str:
+                lo, hi = m.get(f"{k}_lo"), m.get(f"{k}_hi")
+                band = "" if lo is None or lo != lo else f" [{lo:.3f}, {hi:.3f}]"
+                return f"x{m[k]:.3f}{band}"
+
+            lines.append(f"measured on this cluster ({m['origin']}): at {m['cap']} {m['label']} jobs ran "
+                         f"{ci('runtime_ratio')} as long and used {ci('energy_ratio')} the energy "
+                         f"({m['n_capped']} capped vs {m['n_control']} control runs of {m['n_keys']} "
+                         "job keys, 95% intervals)")
+        elif args.data_root is not None and x["cap"]:
+            lines.append("measured effect: none yet for this label and cap (no canary data)")
         return "\n".join(lines)
 
     emit(data, args.json, human)

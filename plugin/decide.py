@@ -10,7 +10,9 @@ partition (only when EVERY partition of a comma list is exempt: the job may run 
 then the most specific label key (user + job name, user, account) whose confidence reaches
 min_confidence (a less confident key falls through to the next one), the policy's decision for the
 label, then shadow vs enforce. Features are added only in enforce mode, only when the user gave no
-constraint, and only those the table lists as existing on some node.
+constraint, and only those the table lists as existing on some node. With a canary
+(``policy.canary_threshold`` > 0) a capped decision also gets an arm
+(``wattclass.admincomment.canary_arm``, keyed by user + name + submission second ``submit_s``).
 
 The caller resolves Slurm's defaults first, as job_submit.lua does: no partition means the
 cluster's default partition; no account means the user's default account (from accounting).
@@ -18,12 +20,11 @@ cluster's default partition; no account means the user's default account (from a
 
 from __future__ import annotations
 
-import re
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
-COMMENT_PREFIX = "wattclass:"
-_SRC_UNSAFE = re.compile(r"[^A-Za-z0-9._:-]")
+from wattclass.admincomment import COMMENT_PREFIX, canary_arm, canary_key, format_comment
 
 
 class Decision(NamedTuple):
@@ -105,15 +106,6 @@ def _lookup(table: Mapping[str, Any], user: str | None, name: str | None, accoun
     return low
 
 
-def format_comment(label: str, confidence: float, cap: str | None, source: str, mode: str) -> str:
-    """The admin_comment token the Prolog parses (see ``prolog.parse_admin_comment``)."""
-    parts = [f"label={label}", f"conf={confidence:.2f}"]
-    if cap:
-        parts.append(f"cap={cap}")
-    parts += [f"src={_SRC_UNSAFE.sub('_', source)}", f"mode={mode}"]
-    return COMMENT_PREFIX + ";".join(parts)
-
-
 def decide(
     table: Mapping[str, Any] | None,
     user: str | None,
@@ -122,6 +114,7 @@ def decide(
     partition: str | None = None,
     user_features: str | None = None,
     gpu_request: bool = True,
+    submit_s: int | None = None,
 ) -> Decision:
     """The decision job_submit.lua makes for a job with these (resolved) fields; see module docstring."""
     if not isinstance(table, Mapping) or not isinstance(table.get("policy"), Mapping):
@@ -149,10 +142,17 @@ def decide(
         return Decision("none", "no_decision", label, conf, src, key)
     cap = dec.get("cap")
     mode = "shadow" if policy.get("mode") != "enforce" else "enforce"
-    comment = format_comment(label, conf, cap, src, mode)
+    arm = None
+    if cap:
+        now = int(time.time()) if submit_s is None else int(submit_s)
+        arm = canary_arm(int(policy.get("canary_threshold") or 0), mode, canary_key(user, name, now))
+    comment = format_comment(label, conf, cap, src, mode, arm)
     features = None
     if mode == "enforce" and not user_features:
         avail = policy.get("features_available") or {}
         feats = [f for f in (dec.get("features") or []) if avail.get(f)]
         features = "&".join(feats) if feats else None
     return Decision(mode, mode, label, conf, src, key, cap=cap, features=features, admin_comment=comment)
+
+
+__all__ = ["COMMENT_PREFIX", "Decision", "decide", "format_comment"]

@@ -198,6 +198,9 @@ local function parse_line(t, f)
   elseif kind == "min_confidence" and n == 2 then
     t.policy.min_confidence = tonumber(f[2])
     if t.policy.min_confidence == nil then return "bad min_confidence" end
+  elseif kind == "canary_threshold" and n == 2 then
+    t.policy.canary_threshold = tonumber(f[2])
+    if t.policy.canary_threshold == nil then return "bad canary_threshold" end
   elseif kind == "decision" and n == 4 then
     local cap, feats = f[3], {}
     if cap == "-" then cap = nil end
@@ -368,6 +371,20 @@ local function format_comment(label, conf, cap, src, mode)
   return PREFIX .. table.concat(parts, ";")
 end
 
+-- Canary arm (issue 12), mirrored by wattclass/admincomment.py canary_arm: job_desc has no job id
+-- at submission, so the key is user + name + submission second; a polynomial hash exact in doubles.
+local function canary_arm(policy, mode, user, name, now)
+  local threshold = tonumber(policy.canary_threshold) or 0
+  if threshold <= 0 then return nil end
+  local key = (user or "") .. "\n" .. (name or "") .. "\n" .. string.format("%d", now)
+  local h = 0
+  for i = 1, #key do h = (h * 257 + string.byte(key, i)) % 2147483647 end
+  local in_canary = (h % 10000) < threshold
+  if mode == "enforce" then in_canary = not in_canary end
+  if in_canary then return "capped" end
+  return "control"
+end
+
 local function placement(policy, dec, mode, user_features)
   if mode ~= "enforce" or (user_features ~= nil and user_features ~= "") then return nil end
   local feats = {}
@@ -379,7 +396,7 @@ local function placement(policy, dec, mode, user_features)
 end
 
 -- The decision for resolved job fields; returns status, reason, admin_comment, features, label, conf.
-local function decide(t, user, name, account, partition, user_features, gpu_request)
+local function decide(t, user, name, account, partition, user_features, gpu_request, now)
   if not gpu_request then return "none", "no_gpu_request" end
   local policy = t.policy
   local exempt = policy.exempt or {}
@@ -397,6 +414,8 @@ local function decide(t, user, name, account, partition, user_features, gpu_requ
   local mode = "shadow"
   if policy.mode == "enforce" then mode = "enforce" end
   local comment = format_comment(label, conf, dec.cap, rec.source or "", mode)
+  local arm = dec.cap ~= nil and canary_arm(policy, mode, user, name, now or os.time()) or nil
+  if arm then comment = comment .. ";arm=" .. arm end
   return mode, mode, comment, placement(policy, dec, mode, user_features), label, conf
 end
 

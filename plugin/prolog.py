@@ -8,9 +8,10 @@ slurmd runs the Prolog as root before the job and the Epilog after it. The Prolo
 2. writes the GPU -> job files the telemetry daemon reads (``telemetry.jobmap``);
 3. reads the job's decision from admin_comment through ``squeue -j ID -O admin_comment`` (not from the
    environment: 22.05 exports only the user's own SLURM_JOB_COMMENT, which users control);
-4. for a ``mode=enforce`` decision records each GPU's previous limit in the state folder
-   (atomically, before touching the GPU, so a crash between the two still restores) and sets
-   the cap, computed per GPU from its default limit and clamped to its min/max.
+4. for a decision that caps for real (``mode=enforce``, or the canary's ``arm=capped`` in shadow
+   mode; ``arm=control`` is never capped: ``Comment.capped_for_real``) records each GPU's previous
+   limit in the state folder (atomically, before touching the GPU, so a crash between the two
+   still restores) and sets the cap, computed per GPU from its default limit and clamped to its min/max.
 
 Shared GPUs (gres/shard, MPS, MIG instances; docs/shared-gpus.md): power limits exist only per
 physical GPU, so the cap record is per physical GPU and lists every job holding it with the
@@ -36,13 +37,15 @@ import logging
 import os
 import re
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from wattclass.caps import Cap, cap_watts, parse_cap
+from wattclass.admincomment import parse_admin_comment
+from wattclass.caps import cap_watts
 from wattclass.errors import ConfigError, DataError, GpuError, WattclassError
-from wattclass.fsutil import ensure_trusted_dir, read_trusted_text, refuse_untrusted_dir
+from wattclass.fsutil import atomic_write_text, ensure_trusted_dir, read_trusted_text, refuse_untrusted_dir
 from wattclass.gpu.base import GpuBackend, GpuInfo
 from wattclass.jobmap import (
     DEFAULT_SPOOL,
@@ -53,9 +56,7 @@ from wattclass.jobmap import (
     write_hpc_job_file,
     write_job_file,
 )
-from wattclass.labeltable import LABELS, MODES
 from wattclass.logsafe import ClipFilter
-from wattclass.plugin.decide import COMMENT_PREFIX
 from wattclass.plugin.sharedcaps import (
     gpu_lock,
     leave_shared,
@@ -70,40 +71,6 @@ log = logging.getLogger("wattclass.plugin.prolog")
 DEFAULT_STATE = Path("/run/wattclass/caps")
 DEFAULT_LOG = Path("/var/log/wattclass/plugin.log")
 _UUID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-
-
-class Comment(NamedTuple):
-    """The wattclass token of an admin_comment."""
-
-    label: str
-    confidence: float
-    cap: Cap | None
-    source: str
-    mode: str
-
-
-def parse_admin_comment(text: str | None) -> Comment | None:
-    """Parse ``wattclass:label=..;conf=..;cap=..;src=..;mode=..``; None if absent or malformed."""
-    if not text:
-        return None
-    token = next((t for t in text.split() if t.startswith(COMMENT_PREFIX)), None)
-    if token is None:
-        return None
-    fields: dict[str, str] = {}
-    for part in token[len(COMMENT_PREFIX):].split(";"):
-        key, sep, value = part.partition("=")
-        if not sep or key in fields:
-            return None
-        fields[key] = value
-    try:
-        label, mode = fields["label"], fields["mode"]
-        conf = float(fields["conf"])
-        cap = parse_cap(fields["cap"], "admin_comment cap") if "cap" in fields else None
-    except (KeyError, ValueError, ConfigError):
-        return None
-    if label not in LABELS or mode not in MODES:
-        return None
-    return Comment(label, conf, cap, fields.get("src", ""), mode)
 
 
 # -- GPU mapping -------------------------------------------------------------------------------
@@ -159,6 +126,43 @@ def read_record(path: Path) -> dict[str, Any] | None:
     if not isinstance(doc, dict) or "previous_w" not in doc:
         raise DataError(f"{path}: not a cap record")
     return doc
+
+
+def record_then_set(backend: GpuBackend, gpu: GpuInfo, target_w: float, owner: str,
+                    state_dir: Path = DEFAULT_STATE) -> float:
+    """Record the GPU's limit to restore, durably, THEN set ``target_w``; returns the recorded limit.
+
+    The order is the whole point: if the process dies between the two (or at any time after),
+    ``reconcile`` (or the owner's Epilog) finds the record and restores the limit. Shared by the
+    Prolog (owner = job id) and ``wattclass calibrate`` (owner = ``calibrate:<pid>``).
+    """
+    ensure_trusted_dir(state_dir)
+    rec_path = _record_path(state_dir, gpu.uuid)
+    try:
+        old = read_record(rec_path)
+    except DataError as exc:  # unusable leftover: the GPU's default is the limit to go back to
+        log.error("%s: %s; recording the default limit instead", owner, exc)
+        old = {"previous_w": gpu.power_limit_default_w}
+    # A record left by an owner that never restored holds the true original limit: keep it.
+    current = backend.power_limit_w(gpu.gpu_index)
+    previous = old["previous_w"] if old is not None and usable_w(old.get("previous_w")) else current
+    if previous is None:
+        raise GpuError(f"GPU {gpu.uuid}: current power limit unknown; refusing to change it")
+    atomic_write_text(rec_path, json.dumps({
+        "version": 1, "job_id": owner, "previous_w": previous, "set_w": target_w,
+        "written_at": time.time()}) + "\n", mode=0o644)
+    backend.set_power_limit_w(gpu.gpu_index, target_w)
+    return float(previous)
+
+
+def restore_recorded(backend: GpuBackend, uuid: str, owner: str, state_dir: Path = DEFAULT_STATE) -> bool:
+    """Restore one GPU from its record if ``owner`` wrote it (the record is removed); False if none."""
+    rec_path = _record_path(state_dir, uuid)
+    rec = read_record(rec_path)
+    if rec is None or str(rec.get("job_id")) != owner:
+        return False
+    _restore(backend, uuid, rec_path, rec, owner)
+    return True
 
 
 class JobEnv(NamedTuple):
@@ -236,12 +240,16 @@ def prolog(
             else:
                 target = cap_watts(comment.cap, default, g.power_limit_min_w, g.power_limit_max_w)
                 entry["target_w"] = target
-                if dry_run or comment.mode != "enforce":
-                    entry["action"] = "dry-run" if dry_run else "shadow"
+                entry["arm"] = comment.arm
+                if dry_run or not comment.capped_for_real():
+                    idle_arm = "control" if comment.arm == "control" else "shadow"
+                    entry["action"] = "dry-run" if dry_run else idle_arm
                     log.info("job %s: %s: GPU %s label=%s cap=%s would set %.1f W (now %s W)", job.job_id,
                              entry["action"], g.uuid, comment.label, entry["cap"], target, current)
-                    continue
-        if dry_run or (comment is not None and comment.mode != "enforce"):
+                    if dry_run or comment.mode != "enforce":
+                        continue
+                    target = None  # enforce mode, control arm: holds the GPU uncapped among neighbours
+        if dry_run or (comment is not None and comment.mode != "enforce" and not comment.capped_for_real()):
             continue
         entry.update(register(backend, g, job.job_id, job.display_id, target, jobs_dir,
                                      _record_path(state_dir, g.uuid), read_record))

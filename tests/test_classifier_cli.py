@@ -186,3 +186,25 @@ def test_nightly_without_slurm_never_takes_users_from_telemetry(
     assert labels["user"].isna().all()
     assert set(labels["telemetry_user"]) == {"ayaka", "bruno", "chen", "dana"}  # kept for audits only
     assert _lua(table, "t.by_user.chen") == "nil"
+
+
+def test_nightly_estimates_and_stores_canary_effects(data_root: tuple[Path, Path], tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    from wattclass.classifier.canary_history import generate_history
+    from wattclass.classifier.store import ClassifierStore
+
+    root, jf = data_root
+    day = dt.datetime.fromisoformat(DATE).replace(tzinfo=dt.UTC)
+    hist = generate_history(start=day - dt.timedelta(days=30), days=21, seed=4)
+    store = ClassifierStore(root)
+    for d, part in hist.groupby("date"):
+        store.write_labels(str(d), part.drop(columns=["date"]))
+    rc = main(["nightly", "--data-root", str(root), "--date", DATE, "--jobs-file", str(jf), "--no-retrain",
+               "--table-out", str(tmp_path / "t.lua"), "--json"])
+    assert rc == 0
+    s = json.loads(capsys.readouterr().out)
+    assert s["effects"]["rows"] == 2 and s["effects"]["canary_jobs"] > 300
+    eff = store.latest_effects()
+    assert eff is not None and set(eff["date"]) == {DATE}
+    mem = eff[eff["label"] == "memory"].iloc[0]
+    assert mem["energy_ratio_lo"] < 0.75 < mem["energy_ratio_hi"] or abs(mem["energy_ratio"] - 0.75) < 0.02

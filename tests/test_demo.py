@@ -44,9 +44,9 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, tupl
 def test_every_step_succeeds_with_progress(demo: tuple[Path, dict[str, tuple[str, str]], str]) -> None:
     _, results, text = demo
     assert {k: st for k, (st, _) in results.items()} == dict.fromkeys(
-        ("cluster", "telemetry", "nightly", "decide", "report", "job"), "ok"), text
-    steps = [ln for ln in text.splitlines() if re.match(r"\[\d/6\]", ln)]
-    assert [ln[:5] for ln in steps] == [f"[{i}/6]" for i in range(1, 7)]
+        ("cluster", "telemetry", "nightly", "decide", "whatif", "canary", "report", "job"), "ok"), text
+    steps = [ln for ln in text.splitlines() if re.match(r"\[\d/8\]", ln)]
+    assert [ln[:5] for ln in steps] == [f"[{i}/8]" for i in range(1, 9)]
     assert all(" done in " in ln for ln in steps), text
     assert "gpu-node-01 gpu-node-02" in steps[1]  # per-node progress of the replay
 
@@ -123,20 +123,6 @@ def test_report_has_its_images_and_reads_the_real_stores(
     assert "not available" not in page
     assert "nightly label store" in page and "registry.json" in page and "decisions.csv" in page
     assert "shadow: cap 60%" in page
-    # Issue 11's sections: per-user and per-account tables, caps from the example policy.
-    assert "<h3>Per user</h3>" in page and "<h3>Per account</h3>" in page
-    assert "policy.example.toml (shadow mode)" in page
-
-
-def test_one_job_at_a_glance_is_shown(demo: tuple[Path, dict[str, tuple[str, str]], str]) -> None:
-    out, results, text = demo
-    detail = results["job"][1]
-    labels = pd.read_parquet(out / "data" / "classifier" / "labels" / f"date={DATE}")
-    top = labels.sort_values("energy_j", ascending=False).iloc[0]
-    assert detail.startswith(f"wattclass job {top['job_id']}")
-    assert f"Label: {top['label']}" in detail and "Hint: " in detail and "Decision: " in detail
-    assert f"{top['energy_j'] / 3.6e6:.3f} kWh" in detail
-    assert "wattclass job JOBID --data-root" in text or results["job"][0] == "ok"
 
 
 def test_rerun_replaces_the_previous_demo_but_never_a_foreign_folder(tmp_path: Path) -> None:
@@ -170,3 +156,38 @@ def test_progress_reports_each_outcome_with_its_time() -> None:
         "[2/3] two ... FAILED: f.parquet: missing column energy_j",
         "[3/3] three ... skipped (needs two)",
     ]
+
+
+def test_calibrate_simulate_and_effects_run_in_the_demo(
+    demo: tuple[Path, dict[str, tuple[str, str]], str],
+) -> None:
+    """Issue 12: the three commands end to end; the report shows the recovered effect next to the truth."""
+    import json
+
+    out = demo[0]
+    resp = json.loads((out / "response.json").read_text())
+    assert not resp["dry_run"] and set(resp["workloads"]) == {"compute", "memory", "mix"}
+    assert json.loads((out / "gpus.json").read_text())["gpus"][0]["limit_w"] == 700.0  # restored
+    truth = json.loads((out / "canary_truth.json").read_text())
+    eff = pd.read_parquet(next((out / "data" / "classifier" / "effects").glob("date=*/effects.parquet")))
+    for r in eff.itertuples():
+        rt, en = truth[f"{r.label}/{r.cap}"]
+        assert abs(r.runtime_ratio - rt) < 0.05 and abs(r.energy_ratio - en) < 0.05
+    page = (out / "report.html").read_text()
+    assert "What a cap costs and saves" in page and "injected energy" in page
+    assert "kWh saved" in page and "not available" not in page
+
+
+def test_issue_11_sections_and_one_job_are_shown(demo: tuple[Path, dict[str, tuple[str, str]], str]) -> None:
+    out, results, _ = demo
+    page = (out / "report.html").read_text()
+    # Per-user and per-account tables, caps from the example policy.
+    assert "<h3>Per user</h3>" in page and "<h3>Per account</h3>" in page
+    assert "policy.example.toml (shadow mode)" in page
+    detail = results["job"][1]
+    labels = pd.read_parquet(out / "data" / "classifier" / "labels" / f"date={DATE}")
+    top = labels.sort_values("energy_j", ascending=False).iloc[0]
+    assert detail.startswith(f"wattclass job {top['job_id']}")
+    assert f"Label: {top['label']}" in detail and "Hint: " in detail and "Decision: " in detail
+    assert f"{top['energy_j'] / 3.6e6:.3f} kWh" in detail
+

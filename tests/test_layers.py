@@ -32,6 +32,7 @@ RANKS: tuple[tuple[str, int], ...] = (
     ("wattclass.plugin", 4),
     ("wattclass.report", 5),
     ("wattclass.fleet", 5),
+    ("wattclass.savings", 5),  # what-if, calibration: label store, policy, cap records
     ("wattclass.demo", 6),
     ("wattclass.cli", 6),  # demo drives the CLI as a user would; the CLI loads demo lazily
     ("wattclass.deploy", 0),

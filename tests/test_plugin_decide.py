@@ -336,3 +336,49 @@ def test_huge_job_name_gives_a_short_log_line(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert 0 < len(proc.stderr) < 1000, len(proc.stderr)
     assert b"(100000 bytes)" in proc.stderr and b"\n" not in proc.stderr.rstrip(b"\n")
+
+
+# -- issue 12: the canary arm -------------------------------------------------------------------------
+CANARY_DRIVER = r"""
+slurm = { SUCCESS = 0, ERROR = -1, log_info = function() end, log_error = function() end }
+dofile(SCRIPT)
+local t = wattclass_load_table()
+for i, c in ipairs(CASES) do
+  local s, r, comment = wattclass_decide(t, c.user, c.name, nil, nil, nil, true, c.now)
+  print(i .. " " .. s .. " " .. (comment or "-"))
+end
+"""
+
+
+@pytest.mark.parametrize("mode", ["enforce", "shadow"])
+def test_canary_arm_is_identical_in_lua_and_python_and_has_the_policy_fraction(tmp_path: Path,
+                                                                              mode: str) -> None:
+    pol = parse_policy({"mode": mode, "caps": {"memory": "60%"}, "canary": {"fraction": 0.2}})
+    entries = [TableEntry("user", f"user{i}", None, None, "memory", 0.95, 3, "rule") for i in range(6)]
+    path = tmp_path / "labels.tsv"
+    write_label_table(path, entries, pol.table_dict())
+    path.chmod(0o644)
+    cases = [{"user": f"user{i % 6}", "name": NAMES[i % len(NAMES)], "now": 1_764_000_000 + 37 * i}
+             for i in range(600)]
+    drv = tmp_path / "driver.lua"
+    (tmp_path / "job_submit.lua").write_text(render_job_submit(path))
+    drv.write_text(f"SCRIPT = {lua_value(str(tmp_path / 'job_submit.lua'))}\nCASES = {lua_value(cases)}\n"
+                   + CANARY_DRIVER)
+    proc = subprocess.run([LUA or "lua5.1", str(drv)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    table = read_label_table(path)
+    arms = []
+    for line, c in zip(proc.stdout.splitlines(), cases, strict=True):
+        _, status, comment = line.split(" ", 2)
+        py = decide(table, c["user"], c["name"], submit_s=c["now"])
+        assert (status, comment) == (py.status, py.admin_comment), c
+        arms.append(comment.rsplit("arm=", 1)[1])
+    canary = arms.count("capped" if mode == "shadow" else "control") / len(arms)
+    assert 0.14 < canary < 0.26  # the policy's 0.2, up to sampling noise of 600 jobs
+    assert decide(table, "user1", "x", submit_s=5) == decide(table, "user1", "x", submit_s=5)
+
+
+def test_no_canary_means_no_arm(tmp_path: Path) -> None:
+    table = read_label_table(_table(tmp_path, "shadow"))
+    d = decide(table, "alice", "train.sh", None, None, None, submit_s=1)
+    assert d.admin_comment and "arm=" not in d.admin_comment

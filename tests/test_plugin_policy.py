@@ -65,6 +65,10 @@ def test_good_policy_and_table_dict(tmp_path: Path) -> None:
         ('[exempt]\naccounts = "benchmark"\n', "exempt.accounts"),
         ('[exempt]\ngroups = ["x"]\n', "groups"),
         ("mode = \n", "not valid TOML"),
+        ("[canary]\nfraction = 0.9\n", "canary.fraction"),
+        ("[canary]\nfraction = true\n", "canary.fraction"),
+        ("[canary]\nshare = 0.1\n", "canary: unknown key 'share'"),
+        ("canary = 0.1\n", "canary: expected a table"),
     ],
 )
 def test_bad_policy_names_file_and_key(tmp_path: Path, text: str, key: str) -> None:
@@ -166,3 +170,8 @@ def test_untrusted_policy_is_refused(tmp_path: Path, damage: str) -> None:
         path = link
     with pytest.raises(ConfigError, match=str(path)):
         load_policy(path)
+
+def test_canary_fraction_reaches_the_table_as_buckets(tmp_path: Path) -> None:
+    pol = load_policy(_write(tmp_path, "[canary]\nfraction = 0.1\n"))
+    assert pol.canary_fraction == 0.1 and pol.table_dict()["canary_threshold"] == 1000
+    assert load_policy(_write(tmp_path, "")).table_dict()["canary_threshold"] == 0

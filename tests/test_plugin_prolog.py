@@ -244,3 +244,17 @@ def test_prolog_writes_dcgm_exporter_job_mapping_and_the_label(tmp_path: Path) -
     epilog(env, be, tmp_path / "jobs", tmp_path / "caps", hpc_job_dir=hpc)
     assert sorted(p.name for p in hpc.iterdir()) == ["0", "1"]
     assert (hpc / "0").read_text() == "55\n"
+
+
+@pytest.mark.parametrize(("mode", "arm", "capped"), [
+    ("shadow", "capped", True), ("shadow", "control", False), ("enforce", "control", False),
+    ("enforce", "capped", True), ("shadow", None, False), ("enforce", None, True)])
+def test_prolog_honours_the_canary_arm(tmp_path: Path, mode: str, arm: str | None, capped: bool) -> None:
+    be = FileStateBackend.create(tmp_path / "g.json", 1)
+    comment = MEM.replace("mode=enforce", f"mode={mode}") + (f";arm={arm}" if arm else "")
+    plan = prolog({"SLURM_JOB_ID": "9", "SLURM_JOB_GPUS": "0"}, be, lambda _j: comment,
+                  {"0": be.gpus()[0].uuid}, tmp_path / "j", tmp_path / "c")
+    assert plan[0]["arm"] == arm
+    assert be.power_limit_w(0) == (420.0 if capped else 700.0)
+    assert plan[0]["action"] == ("capped" if capped else "control" if arm == "control" else "shadow")
+    assert parse_admin_comment(comment.replace(f"arm={arm}", "arm=maybe")) is None or arm is None

@@ -29,6 +29,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "wattclass.plugin.cli",
     "wattclass.report.build",
     "wattclass.report.job",
+    "wattclass.savings.cli",
     "wattclass.fleet.generate",
 )
 

@@ -12,6 +12,7 @@ Format (version 2), UTF-8, one record per line, fields separated by one TAB::
     generated_at<TAB>2026-11-29T03:00:00Z
     mode<TAB>enforce
     min_confidence<TAB>0.8
+    canary_threshold<TAB>1000                        (only with a canary: buckets of 10000, issue 12)
     decision<TAB>memory<TAB>60%<TAB>hbm,slow        (label, cap or "-", features or "-")
     feature<TAB>hbm                                  (a feature that exists on some node)
     exempt<TAB>partition<TAB>debug                   (partition, account or user)
@@ -220,6 +221,9 @@ def _policy_lines(policy: Mapping[str, Any] | None) -> list[str]:
         return []
     lines = [f"mode\t{policy.get('mode', 'shadow')}",
              f"min_confidence\t{float(policy.get('min_confidence', 1.0))!r}"]
+    threshold = int(policy.get("canary_threshold") or 0)
+    if threshold > 0:
+        lines.append(f"canary_threshold\t{threshold}")
     for label, dec in (policy.get("decisions") or {}).items():
         if label not in LABELS:
             raise ConfigError(f"label table: policy decision for unknown label {label!r}")
@@ -303,6 +307,8 @@ def parse_label_table(text: str, source: str = "<label table>") -> dict[str, Any
                 policy["mode"], has_policy = f[1], True
             elif kind == "min_confidence" and len(f) == 2:
                 policy["min_confidence"], has_policy = float(f[1]), True
+            elif kind == "canary_threshold" and len(f) == 2:
+                policy["canary_threshold"] = int(f[1])
             elif kind == "decision" and len(f) == 4:
                 policy["decisions"][f[1]] = {"cap": None if f[2] == "-" else f[2],
                                              "features": [] if f[3] == "-" else f[3].split(",")}

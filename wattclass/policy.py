@@ -19,12 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from wattclass.admincomment import canary_threshold
 from wattclass.caps import Cap, cap_watts, parse_cap
 from wattclass.errors import ConfigError
 from wattclass.fsutil import read_trusted_bytes
 from wattclass.labeltable import LABELS, MODES
 
-_TOP_KEYS = {"mode", "min_confidence", "caps", "placement", "exempt"}
+_TOP_KEYS = {"mode", "min_confidence", "caps", "placement", "exempt", "canary"}
 _EXEMPT_KEYS = ("accounts", "partitions", "users")
 _FEATURE_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
@@ -40,6 +41,9 @@ class Policy:
     exempt_accounts: frozenset[str] = frozenset()
     exempt_partitions: frozenset[str] = frozenset()
     exempt_users: frozenset[str] = frozenset()
+    #: Share of eligible jobs in the canary arm (``[canary] fraction``): capped in shadow mode,
+    #: left uncapped as the control in enforce mode; 0 means no canary.
+    canary_fraction: float = 0.0
     source: str = "<policy>"
 
     def table_dict(self, available_features: Iterable[str] | None = None) -> dict[str, Any]:
@@ -62,6 +66,7 @@ class Policy:
             "min_confidence": self.min_confidence,
             "decisions": decisions,
             "features_available": {f: True for f in all_feats if avail is None or f in avail},
+            "canary_threshold": canary_threshold(self.canary_fraction),
             "exempt": {
                 "accounts": {a: True for a in sorted(self.exempt_accounts)},
                 "partitions": {p: True for p in sorted(self.exempt_partitions)},
@@ -74,6 +79,19 @@ def _str_list(value: object, where: str) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
         raise ConfigError(f"{where}: expected a list of non-empty strings, got {value!r}")
     return list(value)
+
+
+def _parse_canary(sect: object, source: str) -> float:
+    """``[canary] fraction``: a share in [0, 0.5] (a canary larger than half is not a canary)."""
+    if not isinstance(sect, dict):
+        raise ConfigError(f"{source}: canary: expected a table with key fraction")
+    extra = sorted(set(sect) - {"fraction"})
+    if extra:
+        raise ConfigError(f"{source}: canary: unknown key {extra[0]!r} (known: fraction)")
+    frac = sect.get("fraction", 0.0)
+    if isinstance(frac, bool) or not isinstance(frac, int | float) or not 0.0 <= float(frac) <= 0.5:
+        raise ConfigError(f"{source}: canary.fraction: expected a number in [0, 0.5], got {frac!r}")
+    return float(frac)
 
 
 def parse_policy(doc: Mapping[str, Any], source: str = "<policy>") -> Policy:
@@ -123,6 +141,7 @@ def parse_policy(doc: Mapping[str, Any], source: str = "<policy>") -> Policy:
     if extra:
         raise ConfigError(f"{source}: exempt: unknown key {extra[0]!r} (known: {', '.join(_EXEMPT_KEYS)})")
     lists = {k: frozenset(_str_list(exempt.get(k, []), f"{source}: exempt.{k}")) for k in _EXEMPT_KEYS}
+    canary = _parse_canary(doc.get("canary", {}), source)
     return Policy(
         mode=mode,
         min_confidence=float(mc),
@@ -131,6 +150,7 @@ def parse_policy(doc: Mapping[str, Any], source: str = "<policy>") -> Policy:
         exempt_accounts=lists["accounts"],
         exempt_partitions=lists["partitions"],
         exempt_users=lists["users"],
+        canary_fraction=canary,
         source=source,
     )
 

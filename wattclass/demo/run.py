@@ -11,10 +11,15 @@ A sysadmin must see wattclass work in a minute on a laptop with no GPU and no Sl
 4. decides each NEW submission with ``wattclass.plugin.decide`` -- the Python mirror of
    job_submit.lua, kept identical by tests/test_plugin_decide.py -- reading the label table the
    nightly run wrote, exactly as the hook reads it;
-5. writes the report (``wattclass report --policy``: per-user and per-account tables, caps);
-6. shows the day's largest job at a glance (``wattclass job JOBID``, seff/jobstats style).
+5. calibrates a simulated GPU (``wattclass calibrate`` on the file-state backend, whose GPUs respond
+   to caps) and runs the what-if (``wattclass simulate``, default model and the calibration);
+6. adds a generated canary period with KNOWN injected effects to the label store and measures them
+   (``wattclass effects``): the report shows the recovered effect next to the injected one;
+7. writes the report (``wattclass report --policy``: per-user and per-account tables, caps,
+   the what-if);
+8. shows the day's largest job at a glance (``wattclass job JOBID``, seff/jobstats style).
 
-Steps 2, 3, 5 and 6 go through the components' CLI entry points in-process, so the demo exercises
+Steps 2, 3 and 5 go through the components' CLI entry points in-process, so the demo exercises
 the same option names a site types. A failed step stops the steps that need its output and the
 demo says which, instead of failing halfway.
 """
@@ -40,7 +45,8 @@ from wattclass.errors import ConfigError, WattclassError
 #: File that marks a folder as demo output, so a rerun may clear it (and nothing else).
 MARKER = ".wattclass-demo"
 #: The demo's own outputs inside ``--out`` (cleared on a rerun).
-_OWNED = ("cluster", "data", "spool", "labels.tsv", "report.html", "summary.json")
+_OWNED = ("cluster", "data", "spool", "labels.tsv", "report.html", "summary.json", "gpus.json",
+          "gpus.json.lock", "caps", "response.json", "canary_truth.json")
 
 
 @dataclass
@@ -151,6 +157,19 @@ class DemoPaths:
     def summary(self) -> Path:
         return self.out / "summary.json"
 
+    @property
+    def gpus(self) -> Path:
+        """File-state GPUs that respond to caps (calibrate's simulated GPU)."""
+        return self.out / "gpus.json"
+
+    @property
+    def response(self) -> Path:
+        return self.out / "response.json"
+
+    @property
+    def canary_truth(self) -> Path:
+        return self.out / "canary_truth.json"
+
 
 def _policy_path() -> Path:
     """deploy/policy.example.toml, shipped inside the package (``wattclass.deploy``)."""
@@ -213,7 +232,7 @@ def run_demo(out: Path, stream: TextIO | None = None, spec: Any = None) -> dict[
     from wattclass.demo.cluster import ClusterManifest, ClusterSpec, build_cluster, bundled_raw_dir
 
     paths = DemoPaths(Path(out))
-    progress = Progress(total=6, stream=stream or sys.stdout)
+    progress = Progress(total=8, stream=stream or sys.stdout)
     results: dict[str, tuple[str, str]] = {}
     manifest: list[ClusterManifest] = []
     nightly_summary: dict[str, Any] = {}
@@ -229,7 +248,8 @@ def run_demo(out: Path, stream: TextIO | None = None, spec: Any = None) -> dict[
     results["cluster"] = progress.run("Building a demo cluster from the recorded H200 workloads", cluster)
     if results["cluster"][0] != "ok":
         for title, key in (("Telemetry", "telemetry"), ("Nightly", "nightly"), ("Decisions", "decide"),
-                           ("Report", "report"), ("One job", "job")):
+                           ("Calibration and what-if", "whatif"), ("Canary", "canary"), ("Report", "report"),
+                           ("One job", "job")):
             progress.skip(title, "needs the cluster")
             results[key] = ("skipped", "needs the cluster")
         return results
@@ -280,12 +300,28 @@ def run_demo(out: Path, stream: TextIO | None = None, spec: Any = None) -> dict[
         progress.skip("Policy decisions for new submissions", "needs the label table")
         results["decide"] = ("skipped", "needs the label table")
 
+    def whatif() -> str:
+        return calibrate_and_simulate(paths)
+
+    def canary() -> str:
+        return canary_period(paths, date)
+
+    for key, title, fn, needs in (
+            ("whatif", "Calibrating a simulated GPU; what-if of the policy", whatif, "telemetry"),
+            ("canary", "Canary period with injected effects: measured effect", canary, "nightly")):
+        if results[needs][0] == "ok":
+            results[key] = progress.run(title, fn)
+        else:
+            progress.skip(title, f"needs {needs}")
+            results[key] = ("skipped", f"needs {needs}")
+
     if results["telemetry"][0] == "ok":
+        truth = ["--effects-truth", str(paths.canary_truth)] if paths.canary_truth.is_file() else []
         results["report"] = progress.run(
             "Writing the report",
             lambda: run_cli(["report", "--data-root", str(paths.data_root), "--date", date,
                              "--out", str(paths.report), "--title", "wattclass demo report",
-                             "--policy", str(_policy_path())]),
+                             "--policy", str(_policy_path()), *truth]),
         )
     else:
         progress.skip("Writing the report", "needs telemetry")
@@ -313,6 +349,52 @@ def run_demo(out: Path, stream: TextIO | None = None, spec: Any = None) -> dict[
     return results
 
 
+def calibrate_and_simulate(paths: DemoPaths) -> str:
+    """``wattclass calibrate`` on a simulated GPU, then ``wattclass simulate`` with and without it."""
+    from wattclass.gpu.filestate import FileStateBackend
+
+    FileStateBackend.create(paths.gpus, n=1, simulate=True)
+    run_cli(["calibrate", "--gpu", "0", "--backend", f"filestate:{paths.gpus}", "--caps", "100,85,70,60,50",
+             "--state-dir", str(paths.out / "caps"), "--repeats", "1", "--out", str(paths.response)])
+    base = ["simulate", "--data-root", str(paths.data_root), "--policy", str(_policy_path()), "--json"]
+    model = json.loads(run_cli(base))["totals"]
+    site = json.loads(run_cli([*base, "--response", str(paths.response)]))["totals"]
+    return (f"response file {paths.response.name}; what-if of the example policy: "
+            f"{model['kwh_saved']:.2f} kWh saved [{model['kwh_saved_lo']:.2f}, {model['kwh_saved_hi']:.2f}] "
+            f"of {model['energy_kwh']:.2f} by the default model, {site['kwh_saved']:.2f} by the calibration")
+
+
+def canary_period(paths: DemoPaths, date: str) -> str:
+    """A generated canary period (known effects) in the label store, measured with ``wattclass effects``.
+
+    The three weeks before the demo day; the truth goes to canary_truth.json for the report.
+    """
+    import datetime as dt
+
+    from wattclass.classifier.canary_history import DEFAULT_TRUTH, generate_history
+    from wattclass.classifier.store import ClassifierStore
+    from wattclass.fsutil import atomic_write_text
+
+    day = dt.datetime.fromisoformat(date).replace(tzinfo=dt.UTC)
+    hist = generate_history(start=day - dt.timedelta(days=25), days=21, seed=11)
+    store = ClassifierStore(paths.data_root)
+    for d, part in hist.groupby("date"):
+        if str(d) < date:
+            store.write_labels(str(d), part.drop(columns=["date"]).assign(source="canary-demo"))
+    rows = json.loads(run_cli(["effects", "--data-root", str(paths.data_root), "--recompute", "--json"]))
+    import pandas as pd
+
+    store.write_effects(date, pd.DataFrame(rows))  # as the nightly run stores them
+    atomic_write_text(paths.canary_truth, json.dumps(
+        {f"{lab}/{cap}": list(v) for (lab, cap), v in DEFAULT_TRUTH.items()}, indent=1) + "\n")
+    def one(r: dict[str, Any]) -> str:
+        rt, en = DEFAULT_TRUTH[(r["label"], r["cap"])]
+        return (f"{r['label']} at {r['cap']}: runtime x{r['runtime_ratio']:.3f} (injected x{rt}), "
+                f"energy x{r['energy_ratio']:.3f} (injected x{en})")
+
+    return "; ".join(one(r) for r in rows)
+
+
 def _read_csv_column(path: Path, col: str) -> list[str]:
     import pandas as pd
 
@@ -328,6 +410,8 @@ def _summary(paths: DemoPaths, results: dict[str, tuple[str, str]]) -> str:
         ("nightly", "labels, models, nightly summary", paths.data_root / "classifier"),
         ("nightly", "label table (data, read by job_submit.lua)", paths.label_table),
         ("decide", "policy decisions for new submissions", paths.decisions),
+        ("whatif", "response file of the simulated GPU (calibrate)", paths.response),
+        ("canary", "injected canary effects (truth)", paths.canary_truth),
         ("report", "report: open in a browser", paths.report),
     ]
     for step, what, where in rows:

@@ -10,13 +10,17 @@ File layout::
 
     {"version": 1, "gpus": [{"index": 0, "uuid": "GPU-...", "pci_bus_id": "00000000:19:00.0",
       "model": "NVIDIA H200", "default_w": 700.0, "min_w": 200.0, "max_w": 700.0,
-      "limit_w": 700.0, "set_count": 0}, ...]}
+      "limit_w": 700.0, "set_count": 0, "energy_mj": 0, "sim": {...}}, ...]}
 
 Optional per GPU, for shared-GPU tests: ``"mig": {"total_slices": 7, "instances": [{"uuid":
 "MIG-...", "gi_id": 1, "slices": 3, "sm_util_pct": 40.0}, ...]}`` (MIG instances, their GPM
 SM activity) and ``"processes": [{"pid": 11, "job_id": "7", "user": "u", "used_mib": 1024,
 "sm_util_pct": 60.0}, ...]`` (compute processes and their utilisation samples). Tests edit
 these with ``update_gpu`` while a daemon or hook runs.
+
+``sim`` (optional, ``create(simulate=True)``) makes the GPU respond to its cap for ``wattclass
+calibrate`` tests: ``run_simulated`` runs a kernel of a given kind whose speed and power follow
+``simulated_response`` (a deterministic model) and advances the GPU's energy counter.
 """
 
 from __future__ import annotations
@@ -67,6 +71,7 @@ class FileStateBackend(GpuBackend):
         model: str = "NVIDIA H200",
         order: list[int] | None = None,
         mig: dict[int, list[int]] | None = None,
+        simulate: bool = False,
     ) -> FileStateBackend:
         """Write ``n`` fake GPUs to ``path`` and open it.
 
@@ -90,6 +95,9 @@ class FileStateBackend(GpuBackend):
                 "max_w": float(max_w),
                 "limit_w": float(default_w),
                 "set_count": 0,
+                "energy_mj": 0,
+                **({"sim": {"static_w": 0.12 * float(default_w), "seconds_per_unit": 0.01}}
+                   if simulate else {}),
             }
             for i in range(n)
         ]
@@ -153,7 +161,8 @@ class FileStateBackend(GpuBackend):
         with self._locked():
             g = self._gpu(self._read(), index)
         return GpuSample(
-            ts=time.time(), energy_mj=None, power_w=None, power_limit_w=float(g["limit_w"]),
+            ts=time.time(), energy_mj=int(g.get("energy_mj", 0)) if "sim" in g else None, power_w=None,
+            power_limit_w=float(g["limit_w"]),
             util_gpu_pct=None, util_mem_pct=None, sm_clock_mhz=None, mem_clock_mhz=None,
             clock_event_reasons=None, temp_c=None, fb_used_mib=None,
         )
@@ -228,3 +237,51 @@ class FileStateBackend(GpuBackend):
         if isinstance(second, tuple) and second and second[0] == "mig":
             return GpmMetrics(sm_util_pct=float(second[2]))
         return GpmMetrics()
+
+    # -- simulated kernels (calibrate tests) -------------------------------------------------
+    def run_simulated(self, index: int, kind: str, units: float) -> float:
+        """Run ``units`` of a ``kind`` kernel at the GPU's current limit: sleep its duration, add its
+        energy to the counter and return the modelled seconds (the kernel's own timer: exact, unlike
+        the wall clock of a busy test machine). Raises GpuError on a GPU without ``sim``."""
+        with self._locked():
+            g = self._gpu(self._read(), index)
+        sim = g.get("sim")
+        if not isinstance(sim, dict):
+            raise GpuError(f"{self.path}: GPU {index} is not simulated (create(simulate=True))")
+        speed, power_w = simulated_response(kind, float(g["limit_w"]), float(g["default_w"]),
+                                            float(sim["static_w"]))
+        seconds = units * float(sim["seconds_per_unit"]) / speed
+        time.sleep(seconds)
+        with self._locked():
+            doc = self._read()
+            for gg in doc["gpus"]:
+                if int(gg["index"]) == index:
+                    gg["energy_mj"] = int(gg.get("energy_mj", 0)) + round(power_w * seconds * 1000)
+            atomic_write_text(self.path, json.dumps(doc, indent=1))
+        return seconds
+
+
+#: Simulated kernels: (power share of the default limit it draws uncapped, SM-clock-bound share).
+SIM_KERNELS: dict[str, tuple[float, float]] = {
+    "compute": (1.0, 0.95), "memory": (0.6, 0.15), "mix": (0.85, 0.55)}
+SIM_MEM_KNEE = 0.45
+
+
+def simulated_response(kind: str, limit_w: float, default_w: float, static_w: float) -> tuple[float, float]:
+    """(speed relative to uncapped, power drawn in W) of a simulated kernel under ``limit_w``.
+
+    Deterministic: a kernel needing ``need`` W under a lower cap runs its SM clock at
+    ``((cap - static) / (need - static)) ** (1/3)`` (dynamic power ~ f^3); its clock-bound share
+    slows with it, the rest (memory) is flat until the cap falls below SIM_MEM_KNEE of the default
+    limit, then slows with sqrt(cap share / knee). It draws min(need, cap).
+    """
+    if kind not in SIM_KERNELS:
+        raise GpuError(f"unknown simulated kernel {kind!r} (known: {', '.join(SIM_KERNELS)})")
+    need_share, s = SIM_KERNELS[kind]
+    need = need_share * default_w
+    if limit_w >= need:
+        return 1.0, need
+    f = ((limit_w - static_w) / (need - static_w)) ** (1.0 / 3.0)
+    share = limit_w / default_w
+    mem = 1.0 if share >= SIM_MEM_KNEE else (share / SIM_MEM_KNEE) ** 0.5
+    return 1.0 / (s / f + (1.0 - s) / mem), limit_w

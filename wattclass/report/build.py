@@ -65,6 +65,7 @@ def render_report(
     caps: Mapping[str, str] | None = None,
     caps_source: str | None = None,
     job_records: pd.DataFrame | None = None,
+    whatif_effects: Mapping[str, Any] | None = None,
 ) -> str:
     """The report as one HTML document. ``windows`` are telemetry v1 rows; see module docstring.
 
@@ -116,6 +117,7 @@ def render_report(
         savings=est.estimate_savings(w, used_caps),
         provenance=prov,
         max_gpus=max_gpus,
+        whatif_effects=whatif_effects,
     )
     parts: list[tuple[str, Mapping[str, Any]]] = []
     for fn in sec.SECTIONS:
@@ -131,6 +133,42 @@ def policy_caps(path: Path) -> tuple[dict[str, str], str]:
 
     pol = load_policy(Path(path))
     return {lab: cap.text() for lab, cap in pol.caps.items()}, f"from the policy {path} ({pol.mode} mode)"
+
+
+def load_whatif_effects(root: Path, date: str | None, policy: Path | None, response: Path | None,
+                        truth: Path | None, prov: dict[str, str]) -> dict[str, Any]:
+    """The what-if (if a policy is given) and the stored canary effects: the section's variables."""
+    import json
+    import math
+
+    from wattclass.classifier.cli import load_effects
+    from wattclass.report.whatif import whatif_effects_vars
+
+    whatif = None
+    if policy is not None:
+        from wattclass.policy import load_policy
+        from wattclass.savings.response import load_response
+        from wattclass.savings.simulate import simulate
+
+        res = simulate(root, load_policy(policy), date, date, load_response(response) if response else None)
+        whatif = {"span": f"{date}", "policy": str(policy), "model": res.model, "totals": res.totals,
+                  "by_label": res.by["label"].to_dict("records")}
+        prov["what-if"] = f"wattclass simulate --policy {policy}" + (
+            f" --response {response}" if response else "")
+    effects = None
+    if (Path(root) / "classifier").is_dir():
+        eff, origin = load_effects(root)
+        if len(eff):
+            effects = [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
+                       for r in eff.to_dict("records")]
+            prov["canary effects"] = origin
+    truth_doc = None
+    if truth is not None:
+        try:
+            truth_doc = json.loads(Path(truth).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise DataError(f"{truth}: cannot read the injected effects: {exc}") from exc
+    return whatif_effects_vars(whatif, effects, truth_doc)
 
 
 def write_report(
@@ -153,6 +191,7 @@ def write_report(
         caps=caps,
         caps_source=caps_source,
         job_records=inputs.job_records,
+        whatif_effects=inputs.whatif_effects,
     )
     atomic_write_text(Path(out), page)
     return Path(out)
@@ -192,9 +231,14 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     p.add_argument(
         "--policy",
         type=Path,
-        help="policy TOML whose caps the savings estimate and the capped shares use (default: the caps "
-        "seen in the decisions, else the example policy deploy/policy.example.toml)",
+        help="policy TOML: its caps for the savings estimate and the capped shares (default: the caps "
+        "seen in the decisions, else the example policy deploy/policy.example.toml), and the what-if "
+        "section (wattclass simulate over the reported day)",
     )
+    p.add_argument("--response", type=Path, help="with --policy: a site calibration (wattclass calibrate)")
+    p.add_argument("--effects-truth", type=Path,
+                   help="JSON {\"label/cap\": [runtime, energy]} of injected effects, shown next to the "
+                   "measured ones (generated histories, the demo)")
     p.add_argument("--title", help="page title")
     p.set_defaults(func=_cmd_report)
 
@@ -203,6 +247,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
     inputs = load_inputs(
         args.data_root, args.date, args.labels, args.label_column, args.metrics, args.decisions
     )
+    inputs.whatif_effects = load_whatif_effects(args.data_root, inputs.date, args.policy, args.response,
+                                                     args.effects_truth, inputs.provenance)
     path = write_report(inputs, args.out, args.title, args.policy)
     print(f"wrote {path} ({path.stat().st_size / 1024:.0f} KiB)")
     return 0

@@ -182,7 +182,7 @@ def _rule_label(w: pd.DataFrame) -> tuple[str | None, float | None, str]:
 
 
 def _decision(comment_text: Any, label: str | None) -> tuple[str, str, Any]:
-    from wattclass.plugin.prolog import parse_admin_comment
+    from wattclass.admincomment import parse_admin_comment
 
     c = parse_admin_comment(comment_text if isinstance(comment_text, str) else None)
     if c is None:
@@ -191,7 +191,10 @@ def _decision(comment_text: Any, label: str | None) -> tuple[str, str, Any]:
     if c.cap is None:
         return ("none", f"submitted as {c.label} (confidence {c.confidence:.2f}, {c.source}): the policy "
                 "does not cap this label", c)
-    if c.mode == "shadow":
+    if c.arm == "control":
+        return ("control", f"canary control: cap {c.cap.text()} decided for {c.label} but this job ran "
+                "uncapped so the cap's effect can be measured", c)
+    if not c.capped_for_real():
         return ("shadow", f"cap {c.cap.text()} decided for {c.label} (confidence {c.confidence:.2f}) but the "
                 "policy is in shadow mode: logged, not applied", c)
     return ("cap", f"cap {c.cap.text()} for {c.label} (confidence {c.confidence:.2f}, {c.source})", c)

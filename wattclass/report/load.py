@@ -30,6 +30,7 @@ class ReportInputs:
     provenance: dict[str, str] = field(default_factory=dict)
     date: str | None = None
     job_records: pd.DataFrame | None = None  # Slurm records (job_id, user, account...) of the day
+    whatif_effects: dict[str, Any] | None = None  # wattclass.report.whatif (issue 12)
 
 
 def telemetry_dates(root: Path) -> list[str]:

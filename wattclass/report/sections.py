@@ -39,6 +39,7 @@ class ReportData:
     provenance: dict[str, str] = field(default_factory=dict)
     max_gpus: int = 16
     top_n: int = 15
+    whatif_effects: Mapping[str, Any] | None = None  # wattclass.report.whatif (issue 12)
 
     @property
     def n_gpus(self) -> int:
@@ -270,6 +271,11 @@ def savings(d: ReportData) -> Vars:
     }
 
 
+def whatif_effects(d: ReportData) -> Vars | None:
+    """The what-if (``--policy``) and measured canary effects (variables: wattclass.report.whatif)."""
+    return dict(d.whatif_effects) if d.whatif_effects is not None else None
+
+
 def top_jobs(d: ReportData) -> Vars:
     top = d.jobs.sort_values("energy_j", ascending=False).head(d.top_n).copy()
     top["energy (kWh)"] = top["energy_j"] / 3.6e6
@@ -297,6 +303,7 @@ SECTIONS: tuple[Callable[[ReportData], Vars | None], ...] = (
     model,
     decisions,
     savings,
+    whatif_effects,
     top_jobs,
     inputs,
 )

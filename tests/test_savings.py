@@ -1,0 +1,223 @@
+"""simulate (cap-response model, per-job scan, totals) and calibrate (file-state GPUs that respond to
+caps; the original limit comes back on success, on SIGTERM and, through reconcile, after kill -9)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from wattclass.cli import main
+from wattclass.errors import DataError
+from wattclass.gpu.filestate import FileStateBackend, simulated_response
+from wattclass.policy import parse_policy
+from wattclass.savings.calibrate import CalibrateOptions, calibrate, simulated_workloads
+from wattclass.savings.response import clock_bound_share, default_effect, load_response
+from wattclass.savings.simulate import simulate
+from wattclass.schema import TELEMETRY_V1, conform
+
+POLICY = "[caps]\ncompute = \"100%\"\nmemory = \"60%\"\nmixed = \"85%\"\nidle = \"40%\"\n" \
+         "[exempt]\naccounts = [\"benchmark\"]\n"
+
+
+def _a(*v: float) -> np.ndarray:
+    return np.asarray(v, dtype=float)
+
+
+def test_default_model_reproduces_the_published_anchor() -> None:
+    """Samsi et al. (HPEC 2023): A100 250 -> 175 W on LLaMA inference: ~23% less energy, 6-7% slower."""
+    eff = default_effect(_a(175.0), _a(250.0), _a(250.0), _a(250.0), _a(0.45), _a(0.15))
+    assert 1.04 <= eff.runtime[0] <= 1.09
+    assert 0.72 <= eff.energy[0] <= 0.80
+    assert eff.runtime_lo[0] < eff.runtime[0] < eff.runtime_hi[0]
+    assert eff.energy_lo[0] < eff.energy[0] < eff.energy_hi[0]
+
+
+def test_a_job_under_the_cap_loses_and_saves_nothing_and_compute_loses_more_than_memory() -> None:
+    eff = default_effect(_a(420.0, 420.0, 420.0), _a(300.0, 650.0, 650.0), _a(280.0, 600.0, 600.0),
+                         _a(700.0, 700.0, 700.0), _a(0.9, 0.9, 0.2), _a(0.15, 0.15, 0.15))
+    assert (eff.runtime[0], eff.energy[0], eff.runtime_hi[0]) == (1.0, 1.0, 1.0)
+    assert eff.runtime[1] > eff.runtime[2] > 1.0
+    assert eff.energy[2] < eff.energy[1] < 1.0
+
+
+def test_clock_bound_share_from_gpm_or_the_label_prior() -> None:
+    s, band = clock_bound_share(_a(0.8, 0.1, np.nan), _a(0.2, 0.9, np.nan), ["compute", "memory", "memory"])
+    assert s[0] == pytest.approx(0.8) and s[1] == pytest.approx(0.1) and s[2] == pytest.approx(0.3)
+    assert band[2] > band[0]
+
+
+def _telemetry(root: Path) -> None:
+    """Two jobs on one H200: j1 memory-bound drawing 600 W, j2 compute-bound drawing 690 W, 1 h each."""
+    n = 360
+    t0 = pd.Timestamp("2026-11-20T00:00:00Z")
+    rows = []
+    for job, user, pw, sm, tensor, dram in (("j1", "ann", 600.0, 60.0, 10.0, 80.0),
+                                            ("j2", "bo", 690.0, 95.0, 85.0, 20.0)):
+        for i in range(n):
+            ts = t0 + pd.Timedelta(seconds=10 * i)
+            rows.append({"ts_start": ts, "ts_end": ts + pd.Timedelta(seconds=10),
+                         "host": "n1", "gpu_index": 0 if job == "j1" else 1, "gpu_uuid": f"GPU-{job}",
+                         "gpu_model": "NVIDIA H200", "job_id": job, "user": user, "energy_j": pw * 10,
+                         "power_avg_w": pw, "power_max_w": pw + 5, "power_limit_w": 700.0, "sm_util_pct": sm,
+                         "tensor_util_pct": tensor, "fp64_util_pct": 0.0, "fp32_util_pct": 1.0,
+                         "fp16_util_pct": 0.0, "dram_bw_util_pct": dram})
+    rows.append({**rows[0], "job_id": None, "user": None})  # an idle window: no job
+    df = pd.DataFrame(rows)
+    t = conform(pa.Table.from_pandas(df, preserve_index=False), "test")
+    out = root / "telemetry" / "date=2026-11-20" / "host=n1"
+    out.mkdir(parents=True)
+    pq.write_table(t.cast(TELEMETRY_V1), out / "00.parquet")
+
+
+def test_simulate_per_job_and_per_group(tmp_path: Path) -> None:
+    _telemetry(tmp_path)
+    res = simulate(tmp_path, parse_policy({"caps": {"compute": "85%", "memory": "60%"}}))
+    j = res.jobs.set_index("job_id")
+    assert j.loc["j1", "label"] == "memory" and j.loc["j2", "label"] == "compute"
+    assert j.loc["j1", "label_source"] == "rule(sim)"
+    assert j.loc["j1", "energy_j"] == pytest.approx(600 * 3600)
+    assert j.loc["j1", "cap_w"] == 420.0 and j.loc["j2", "cap_w"] == 595.0
+    assert j.loc["j1", "kwh_saved"] > j.loc["j2", "kwh_saved"] > 0
+    assert j.loc["j2", "runtime_ratio"] > j.loc["j1", "runtime_ratio"] > 1.0
+    assert res.totals["kwh_saved_lo"] <= res.totals["kwh_saved"] <= res.totals["kwh_saved_hi"]
+    by_user = res.by["user"].set_index("user")
+    assert by_user.loc["ann", "kwh_saved"] == pytest.approx(j.loc["j1", "kwh_saved"])
+    none = simulate(tmp_path, parse_policy({"caps": {"memory": "90%"}, "exempt": {"users": ["ann"]}}))
+    assert none.totals["kwh_saved"] == 0.0 and none.totals["capped_jobs"] == 0
+    with pytest.raises(DataError, match="no job windows"):
+        simulate(tmp_path, parse_policy({}), date_from="2026-12-01")
+    with pytest.raises(DataError, match="--from"):
+        simulate(tmp_path, parse_policy({}), date_from="yesterday")
+
+
+def test_simulate_cli_json_and_response_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _telemetry(tmp_path / "d")
+    pol = tmp_path / "p.toml"
+    pol.write_text(POLICY)
+    assert main(["simulate", "--data-root", str(tmp_path / "d"), "--policy", str(pol), "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert {r["label"] for r in d["by_label"]} == {"memory", "compute"}
+    assert {"by_user", "by_account", "totals"} <= set(d)
+    resp = tmp_path / "r.json"
+    resp.write_text(json.dumps({"version": 1, "gpu_model": "NVIDIA H200", "workloads": {
+        "memory": [{"cap_share": 0.5, "runtime_ratio": 1.5, "energy_ratio": 0.5},
+                   {"cap_share": 1.0, "runtime_ratio": 1.0, "energy_ratio": 1.0}]}}))
+    assert main(["simulate", "--data-root", str(tmp_path / "d"), "--policy", str(pol), "--json",
+                 "--response", str(resp)]) == 0
+    d2 = json.loads(capsys.readouterr().out)
+    mem = next(r for r in d2["by_label"] if r["label"] == "memory")
+    # 420 W cap on a job needing 605 W: effective share 0.694, interpolated energy ratio = 0.694
+    share = 420.0 / 605.0
+    assert mem["kwh_saved"] == pytest.approx(0.6 * (1 - share), rel=1e-3)  # 0.6 kWh: 600 W for 1 h
+    assert "site calibration" in d2["model"]
+    resp.write_text(json.dumps({"version": 1, "dry_run": True, "workloads": {"x": []}}))
+    assert main(["simulate", "--data-root", str(tmp_path / "d"), "--policy", str(pol),
+                 "--response", str(resp)]) == 3
+    assert "dry-run" in capsys.readouterr().err
+
+
+def test_simulated_gpu_responds_to_caps_deterministically() -> None:
+    assert simulated_response("memory", 700, 700, 84) == (1.0, 420.0)
+    speed_c, p = simulated_response("compute", 420, 700, 84)
+    speed_m, _ = simulated_response("memory", 420, 700, 84)
+    assert p == 420 and speed_c < 0.85 and speed_m == 1.0
+    assert simulated_response("memory", 250, 700, 84)[0] < 1.0  # below the memory knee
+
+
+def test_calibrate_in_process_restores_and_measures_the_response(tmp_path: Path) -> None:
+    be = FileStateBackend.create(tmp_path / "g.json", 2, simulate=True)
+    doc = calibrate(be, CalibrateOptions(1, [1.0, 0.7, 0.5], tmp_path / "caps", repeats=1),
+                    simulated_workloads(be, 1, units=5))
+    assert be.power_limit_w(1) == 700.0 and not list((tmp_path / "caps").glob("*.json"))
+    comp = {p["cap_share"]: p for p in doc["workloads"]["compute"]}
+    mem = {p["cap_share"]: p for p in doc["workloads"]["memory"]}
+    assert comp[0.5]["energy_ratio"] < comp[0.7]["energy_ratio"] < 1.0
+    assert comp[0.5]["runtime_ratio"] > 1.15  # the model: ~1.31 at 50%
+    assert mem[0.7]["energy_ratio"] == pytest.approx(1.0)  # memory kernel draws 420 W < 490 W
+    assert json.loads((tmp_path / "g.json").read_text())["gpus"][1]["set_count"] == 4  # 3 caps + restore
+    resp = tmp_path / "resp.json"
+    resp.write_text(json.dumps(doc))
+    assert set(load_response(resp).curves) == {"compute", "memory", "mix"}
+
+
+def test_dry_run_never_sets_a_limit(tmp_path: Path) -> None:
+    be = FileStateBackend.create(tmp_path / "g.json", 1, simulate=True)
+    doc = calibrate(be, CalibrateOptions(0, [1.0, 0.5], tmp_path / "caps", dry_run=True, repeats=1),
+                    simulated_workloads(be, 0, units=2))
+    assert doc["dry_run"] and json.loads((tmp_path / "g.json").read_text())["gpus"][0]["set_count"] == 0
+    assert {p["limit_w"] for p in doc["raw"]} == {700.0}
+    from wattclass.savings.calibrate import DryRunBackend, _set_cap
+
+    with pytest.raises(AssertionError):
+        DryRunBackend(be).set_power_limit_w(0, 300.0)
+    with pytest.raises(AssertionError):
+        _set_cap(be, be.gpus()[0], 300.0, "x", tmp_path / "caps", dry_run=True)
+
+
+def _start_calibrate(tmp_path: Path) -> tuple[subprocess.Popen[bytes], Path]:
+    gfile = tmp_path / "g.json"
+    FileStateBackend.create(gfile, 1, simulate=True)
+    doc = json.loads(gfile.read_text())
+    doc["gpus"][0]["sim"]["seconds_per_unit"] = 0.03  # ~0.6 s kernels: the signal lands mid-run
+    gfile.write_text(json.dumps(doc))
+    proc = subprocess.Popen([sys.executable, "-m", "wattclass.cli", "calibrate", "--gpu", "0", "--backend",
+                             f"filestate:{gfile}", "--state-dir", str(tmp_path / "caps"), "--caps", "70,50",
+                             "--repeats", "1", "--out", str(tmp_path / "r.json")], stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # wait until the cap is set (record written, limit changed)
+        if json.loads(gfile.read_text())["gpus"][0]["limit_w"] != 700.0:
+            return proc, gfile
+        time.sleep(0.05)
+    proc.kill()
+    pytest.fail("calibrate never set a cap")
+
+
+def test_sigterm_restores_the_original_limit(tmp_path: Path) -> None:
+    proc, gfile = _start_calibrate(tmp_path)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert b"SIGTERM" in err
+    assert json.loads(gfile.read_text())["gpus"][0]["limit_w"] == 700.0
+    assert not list((tmp_path / "caps").glob("*.json")) and not (tmp_path / "r.json").exists()
+
+
+def test_kill_9_leaves_a_record_that_reconcile_restores(tmp_path: Path) -> None:
+    proc, gfile = _start_calibrate(tmp_path)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=60)
+    assert json.loads(gfile.read_text())["gpus"][0]["limit_w"] < 700.0  # left capped...
+    rec = json.loads(next((tmp_path / "caps").glob("*.json")).read_text())
+    assert rec["previous_w"] == 700.0 and rec["job_id"] == f"calibrate:{proc.pid}"
+    out = subprocess.run([sys.executable, "-m", "wattclass.cli", "plugin", "reconcile", "--backend",
+                          f"filestate:{gfile}", "--state-dir", str(tmp_path / "caps"), "--jobs-dir",
+                          str(tmp_path / "jobs"), "--log", str(tmp_path / "log")],
+                         capture_output=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(gfile.read_text())["gpus"][0]["limit_w"] == 700.0  # ...until reconcile
+    assert not list((tmp_path / "caps").glob("*.json"))
+
+
+def test_simulate_reads_files_that_lack_gpm_columns(tmp_path: Path) -> None:
+    _telemetry(tmp_path)
+    f = next((tmp_path / "telemetry").rglob("*.parquet"))
+    t = pq.read_table(f)
+    old = t.filter(pa.compute.equal(t["job_id"], "j2")).drop_columns(
+        ["sm_util_pct", "dram_bw_util_pct", "tensor_util_pct", "fp64_util_pct", "fp32_util_pct",
+         "fp16_util_pct"])
+    pq.write_table(t.filter(pa.compute.equal(t["job_id"], "j1")), f)
+    pq.write_table(old, f.with_name("01.parquet"))
+    j = simulate(tmp_path, parse_policy({"caps": {"memory": "60%"}})).jobs.set_index("job_id")
+    assert j.loc["j1", "label"] == "memory" and j.loc["j2", "label"] == "unlabelled"
+    assert np.isnan(j.loc["j2", "compute_act"]) and j.loc["j2", "energy_j"] == pytest.approx(690 * 3600)

@@ -1,0 +1,1 @@
+"""What-if (simulate), calibration and the cap-response model (issue 12)."""

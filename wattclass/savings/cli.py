@@ -1,0 +1,130 @@
+"""``wattclass simulate`` and ``wattclass calibrate``."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from wattclass.errors import ConfigError
+from wattclass.output import emit
+
+
+def register(sub: argparse._SubParsersAction[Any]) -> None:
+    """Add ``simulate`` and ``calibrate`` to ``wattclass``."""
+    from wattclass.gpu import SPEC_HELP
+    from wattclass.plugin.prolog import DEFAULT_STATE
+
+    s = sub.add_parser(
+        "simulate", help="what-if: energy saved and runtime added had the policy capped past jobs",
+        description="For every past job in the telemetry: the energy saved and the runtime added under "
+        "the policy's caps, from the job's own measurements (power vs cap, GPM activity) and published "
+        "power-cap response curves, or a site calibration (--response). Totals per label, user and "
+        "account, with a band (lo/hi).")
+    s.add_argument("--data-root", type=Path, required=True)
+    s.add_argument("--policy", type=Path, required=True, help="policy TOML (its caps and exemptions)")
+    s.add_argument("--from", dest="date_from", help="first day YYYY-MM-DD (default: all)")
+    s.add_argument("--to", dest="date_to", help="last day YYYY-MM-DD (default: all)")
+    s.add_argument("--response", type=Path, help="site calibration file from `wattclass calibrate`")
+    s.add_argument("--top", type=int, default=10, help="rows per user/account table (default 10)")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_simulate)
+
+    c = sub.add_parser(
+        "calibrate", help="measure each cap's cost and saving on this node's idle GPU (root)",
+        description="Runs representative kernels (GEMM, memory stream, mix; or your command) at each cap, "
+        "measures wall time and energy, ALWAYS restores the original limit (a cap record lets "
+        "`wattclass plugin reconcile` restore it even after kill -9) and writes the response file "
+        "`wattclass simulate --response` reads.")
+    c.add_argument("--gpu", type=int, required=True, help="GPU index")
+    c.add_argument("--caps", default="100,85,70,60,50",
+                   help="percent of the default limit (default %(default)s)")
+    c.add_argument("--workload", default="builtin",
+                   help="builtin (PyTorch kernels; simulated ones on a filestate backend) or a command "
+                   "run without a shell, timed by wall clock")
+    c.add_argument("--backend", default="nvml", help=f"GPU backend: {SPEC_HELP} (default nvml)")
+    c.add_argument("--state-dir", type=Path, default=DEFAULT_STATE,
+                   help="cap records (the Prolog's; reconcile restores from them)")
+    c.add_argument("--repeats", type=int, default=2, help="measured runs per kernel and cap (default 2)")
+    c.add_argument("--kernel-seconds", type=float, default=2.0,
+                   help="builtin kernels: seconds of work per run at full power (default 2)")
+    c.add_argument("--force", action="store_true", help="run even if the GPU has processes")
+    c.add_argument("--dry-run", action="store_true",
+                   help="every kernel at the current limit; nothing is set (checks the measurement path)")
+    c.add_argument("--out", type=Path, required=True, help="response file to write (JSON)")
+    c.set_defaults(func=cmd_calibrate)
+
+
+def _clean(v: Any) -> Any:
+    return None if isinstance(v, float) and math.isnan(v) else v
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    from wattclass.policy import load_policy
+    from wattclass.savings.response import load_response
+    from wattclass.savings.simulate import GROUPS, simulate
+
+    policy = load_policy(args.policy)
+    response = load_response(args.response) if args.response else None
+    res = simulate(args.data_root, policy, args.date_from, args.date_to, response)
+    data = {"model": res.model, "files": res.files, "policy": str(args.policy), "totals": res.totals,
+            **{f"by_{g}": [{k: _clean(v) for k, v in r.items()} for r in res.by[g].to_dict("records")]
+               for g in GROUPS}}
+
+    def human(d: dict[str, Any]) -> str:
+        t = d["totals"]
+        lines = [f"what-if under {d['policy']} ({d['model']}; {d['files']} telemetry files)",
+                 f"{t['jobs']} jobs, {t['capped_jobs']} capped by the policy: "
+                 f"{t['kwh_saved']:.1f} kWh saved [{t['kwh_saved_lo']:.1f}, {t['kwh_saved_hi']:.1f}] of "
+                 f"{t['energy_kwh']:.1f} kWh; {t['gpu_hours_added']:.2f} GPU-hours added "
+                 f"[{t['gpu_hours_added_lo']:.2f}, {t['gpu_hours_added_hi']:.2f}] to {t['gpu_hours']:.1f}"]
+        for g in GROUPS:
+            rows = d[f"by_{g}"][: args.top if g != "label" else None]
+            lines += ["", f"{'by ' + g:<14} {'jobs':>6} {'capped':>6} {'kWh':>9} {'kWh saved [lo, hi]':>26} "
+                      f"{'GPU-h added [lo, hi]':>26}"]
+            for r in rows:
+                lines.append(
+                    f"{str(r[g])[:14]:<14} {r['jobs']:>6} {r['capped_jobs']:>6} {r['energy_kwh']:>9.1f} "
+                    f"{r['kwh_saved']:>8.1f} [{r['kwh_saved_lo']:>6.1f}, {r['kwh_saved_hi']:>6.1f}] "
+                    f"{r['gpu_hours_added']:>8.2f} [{r['gpu_hours_added_lo']:>6.2f}, "
+                    f"{r['gpu_hours_added_hi']:>6.2f}]")
+        return "\n".join(lines)
+
+    emit(data, args.json, human)
+    return 0
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from wattclass.gpu import open_backend
+    from wattclass.savings.calibrate import (
+        CalibrateOptions,
+        calibrate,
+        command_workload,
+        parse_caps,
+        simulated_workloads,
+        torch_workloads,
+        write_response,
+    )
+
+    caps = parse_caps(args.caps)
+    if args.backend == "nvml" and not args.dry_run and os.geteuid() != 0:
+        raise ConfigError("calibrate sets power limits: run it as root (or use --dry-run)")
+    if args.repeats < 1:
+        raise ConfigError("--repeats must be at least 1")
+    opts = CalibrateOptions(gpu=args.gpu, caps=caps, state_dir=args.state_dir, dry_run=args.dry_run,
+                            repeats=args.repeats, force=args.force)
+    with open_backend(args.backend) as backend:
+        if args.workload != "builtin":
+            workloads = [command_workload(args.workload, args.gpu)]
+        elif hasattr(backend, "run_simulated"):
+            workloads = simulated_workloads(backend, args.gpu)
+        else:
+            workloads = torch_workloads(args.gpu, args.kernel_seconds)
+        doc = calibrate(backend, opts, workloads, on_step=lambda m: print(m, file=sys.stderr, flush=True))
+    write_response(doc, args.out)
+    print(f"wrote {args.out} ({'dry run, nothing set' if args.dry_run else 'limit restored to '}"
+          f"{'' if args.dry_run else str(doc['original_w']) + ' W'})")
+    return 0
