@@ -276,7 +276,7 @@ def _run(
     since = (day_end - dt.timedelta(days=HISTORY_DAYS)).strftime("%Y-%m-%d")
     history = store.label_history(since)
     entries = build_entries(history, now=day_end)
-    # Past labeltable.MAX_ENTRIES the least confident keys are dropped (logged; counted here).
+    # Past labeltable's limits (entries, bytes, names) keys are dropped (logged; counted here).
     dropped = write_label_table(opts.table_out, entries, opts.policy, generated_at=dt.datetime.now(dt.UTC))
     summary["table"] = {"path": str(opts.table_out), "entries": len(entries) - dropped, "dropped": dropped,
                         "by_level": pd.Series([e.level for e in entries]).value_counts().to_dict()}

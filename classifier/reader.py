@@ -3,9 +3,10 @@
 A data root holds ``telemetry/date=YYYY-MM-DD/host=<host>/*.parquet`` (docs/design.md). Readers never
 hold a whole day in memory: each row group is conformed and handed on, then dropped. A file that
 Parquet cannot read is skipped with a warning naming it (the rest of the night still counts). A
-file that lacks a required column is skipped alike when the caller collects skips (``report``:
-the nightly counts them in its summary, see ``validity``); without a report it is a DataError
-naming file and column (training and the benchmarks want to know at once).
+file that lacks a required column, or holds one that does not cast to the schema's type, is
+skipped alike when the caller collects skips (``report``: the nightly counts them in its summary,
+see ``validity``); without a report it is a DataError naming file and column (training and the
+benchmarks want to know at once).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from wattclass.classifier.validity import SKIP_MISSING_COLUMN, SKIP_UNREADABLE, InputReport
+from wattclass.classifier.validity import SKIP_BAD_TYPE, SKIP_MISSING_COLUMN, SKIP_UNREADABLE, InputReport
 from wattclass.errors import DataError
 from wattclass.schema import REQUIRED_COLUMNS, TELEMETRY_V1, conform
 
@@ -106,5 +107,13 @@ def iter_tables(
                     log.warning("skipping rest of unreadable telemetry file %s (row group %d): %s",
                                 path, rg, exc)
                 break
-            if raw.num_rows:
-                yield path, conform(raw, source=path)
+            if not raw.num_rows:
+                continue
+            try:
+                conformed = conform(raw, source=path)
+            except DataError as exc:  # a column that does not cast: the file is bad, not the night
+                if report is None:
+                    raise
+                report.skip(path, SKIP_BAD_TYPE, str(exc))
+                break
+            yield path, conformed

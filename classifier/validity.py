@@ -4,12 +4,15 @@ Whatever engine scans the files (pyarrow batches today, perhaps DuckDB later), t
 what counts, and their counts go into the night's summary so that nothing is dropped silently:
 
 - **Files** (``SkipReason``): a file Parquet cannot read, or one that lacks a required column
-  (``schema.REQUIRED_COLUMNS``), is skipped with a warning naming it and the reason; the rest of
+  (``schema.REQUIRED_COLUMNS``) or holds a column of a type that does not cast to the schema's, is
+  skipped with a warning naming it and the reason; the rest of
   the night counts. A bad file is one host's problem, not a reason to label nobody.
-- **Impossible rows** (``impossible_rows``): ``ts_end <= ts_start`` (a backwards or empty window
-  would shrink GPU-hours), ``energy_j`` negative, NaN or infinite (null is allowed: the counter
-  may be unsupported), or a power beyond ``MAX_GPU_POWER_W`` (``power_avg_w``, ``power_max_w``,
-  or ``energy_j`` over the window's duration). Rejected, counted per reason.
+- **Impossible rows** (``impossible_rows``): a null ``ts_start``, ``ts_end`` or ``gpu_uuid`` (a
+  window nowhere in time or on no GPU; it would crash the features), ``ts_end <= ts_start`` (a
+  backwards or empty window would shrink GPU-hours), ``energy_j`` negative, NaN or infinite (null
+  is allowed: the counter may be unsupported), or a power beyond ``MAX_GPU_POWER_W``
+  (``power_avg_w``, ``power_max_w``, or ``energy_j`` over the window's duration). Rejected,
+  counted per reason.
 - **Duplicate windows** (``Deduplicator``): one GPU's window for one job is one row; a second
   row with the same ``(gpu_uuid, ts_start, job_id)`` (a segment converted twice under another
   name, a file copied into two partitions) is dropped, the first one seen kept, and counted.
@@ -36,8 +39,10 @@ MAX_GPU_POWER_W = 3000.0
 #: Reasons a file is skipped (keys of the summary's ``skipped_files`` counts).
 SKIP_UNREADABLE = "unreadable"
 SKIP_MISSING_COLUMN = "missing required column"
+SKIP_BAD_TYPE = "bad column type"
 
 #: Reasons a row is rejected (keys of the summary's ``rejected_rows``).
+REJECT_NULL = "ts_start, ts_end or gpu_uuid null"
 REJECT_TIME = "ts_end <= ts_start"
 REJECT_ENERGY = "energy_j negative, NaN or infinite"
 REJECT_POWER = f"power above {MAX_GPU_POWER_W:g} W"
@@ -88,10 +93,17 @@ def _f64(table: pa.Table, name: str) -> np.ndarray:
 
 
 def _ms(table: pa.Table, name: str) -> np.ndarray:
+    """Milliseconds since 1970; a null reads as 0 (``impossible_rows`` rejects it by its own rule)."""
     col = table.column(name)
     if pa.types.is_timestamp(col.type):
         col = pc.cast(pc.cast(col, pa.timestamp("ms", tz="UTC")), pa.int64())
-    return np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.int64)
+    return np.asarray(pc.fill_null(col, 0).to_numpy(zero_copy_only=False), dtype=np.int64)
+
+
+def _null(table: pa.Table, name: str) -> np.ndarray:
+    if name not in table.column_names:
+        return np.ones(table.num_rows, dtype=bool)
+    return np.asarray(pc.is_null(table.column(name)).to_numpy(zero_copy_only=False), dtype=bool)
 
 
 def impossible_rows(table: pa.Table) -> dict[str, np.ndarray]:
@@ -100,15 +112,16 @@ def impossible_rows(table: pa.Table) -> dict[str, np.ndarray]:
     energy = _f64(table, "energy_j")  # null -> NaN here; told apart below
     valid_energy = (pc.is_valid(table.column("energy_j")).to_numpy(zero_copy_only=False)
                     if "energy_j" in table.column_names else np.zeros(table.num_rows, dtype=bool))
-    bad_time = end <= start
+    null_key = _null(table, "ts_start") | _null(table, "ts_end") | _null(table, "gpu_uuid")
+    bad_time = (end <= start) & ~null_key
     with np.errstate(invalid="ignore"):
         bad_energy = valid_energy & ~(np.isfinite(energy) & (energy >= 0))
-        dur_s = np.where(bad_time, np.nan, (end - start) / 1000.0)
+        dur_s = np.where(bad_time | null_key, np.nan, (end - start) / 1000.0)
         mean_w = np.where(valid_energy & ~bad_energy, energy / dur_s, np.nan)
         too_much = np.zeros(table.num_rows, dtype=bool)
         for p in (_f64(table, "power_avg_w"), _f64(table, "power_max_w"), mean_w):
             too_much |= np.nan_to_num(p, nan=0.0, posinf=np.inf) > MAX_GPU_POWER_W
-    return {REJECT_TIME: bad_time, REJECT_ENERGY: bad_energy, REJECT_POWER: too_much}
+    return {REJECT_NULL: null_key, REJECT_TIME: bad_time, REJECT_ENERGY: bad_energy, REJECT_POWER: too_much}
 
 
 class Deduplicator:

@@ -139,7 +139,7 @@ def _policy_explain(args: argparse.Namespace) -> int:
         lines.append(f"features added: {x['features'] or 'none'}")
         if "arm=" in (x["admin_comment"] or ""):
             arm = x["admin_comment"].rsplit("arm=", 1)[1]
-            lines.append(f"canary arm: {arm} (decided from user + name + submission second; this run's "
+            lines.append(f"canary arm: {arm} (decided from user + UTC day of submission; this run's "
                          f"arm may differ) -> {'capped' if arm == 'capped' else 'NOT capped'} by the Prolog")
         m = x["measured_effect"]
         if m is not None:

@@ -12,7 +12,7 @@ min_confidence (a less confident key falls through to the next one), the policy'
 label, then shadow vs enforce. Features are added only in enforce mode, only when the user gave no
 constraint, and only those the table lists as existing on some node. With a canary
 (``policy.canary_threshold`` > 0) a capped decision also gets an arm
-(``wattclass.admincomment.canary_arm``, keyed by user + name + submission second ``submit_s``).
+(``wattclass.admincomment.canary_arm``, keyed by user + UTC day of submission ``submit_s``).
 
 The caller resolves Slurm's defaults first, as job_submit.lua does: no partition means the
 cluster's default partition; no account means the user's default account (from accounting).
@@ -145,7 +145,7 @@ def decide(
     arm = None
     if cap:
         now = int(time.time()) if submit_s is None else int(submit_s)
-        arm = canary_arm(int(policy.get("canary_threshold") or 0), mode, canary_key(user, name, now))
+        arm = canary_arm(int(policy.get("canary_threshold") or 0), mode, canary_key(user, now))
     comment = format_comment(label, conf, cap, src, mode, arm)
     features = None
     if mode == "enforce" and not user_features:

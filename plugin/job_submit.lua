@@ -372,11 +372,12 @@ local function format_comment(label, conf, cap, src, mode)
 end
 
 -- Canary arm (issue 12), mirrored by wattclass/admincomment.py canary_arm: job_desc has no job id
--- at submission, so the key is user + name + submission second; a polynomial hash exact in doubles.
-local function canary_arm(policy, mode, user, name, now)
+-- at submission, so the key is user + UTC day (not the name or second, which a user could vary to
+-- re-roll the arm); a polynomial hash exact in doubles.
+local function canary_arm(policy, mode, user, now)
   local threshold = tonumber(policy.canary_threshold) or 0
   if threshold <= 0 then return nil end
-  local key = (user or "") .. "\n" .. (name or "") .. "\n" .. string.format("%d", now)
+  local key = (user or "") .. "\n" .. string.format("%d", math.floor(now / 86400))
   local h = 0
   for i = 1, #key do h = (h * 257 + string.byte(key, i)) % 2147483647 end
   local in_canary = (h % 10000) < threshold
@@ -414,7 +415,7 @@ local function decide(t, user, name, account, partition, user_features, gpu_requ
   local mode = "shadow"
   if policy.mode == "enforce" then mode = "enforce" end
   local comment = format_comment(label, conf, dec.cap, rec.source or "", mode)
-  local arm = dec.cap ~= nil and canary_arm(policy, mode, user, name, now or os.time()) or nil
+  local arm = dec.cap ~= nil and canary_arm(policy, mode, user, now or os.time()) or nil
   if arm then comment = comment .. ";arm=" .. arm end
   return mode, mode, comment, placement(policy, dec, mode, user_features), label, conf
 end

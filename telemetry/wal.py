@@ -50,6 +50,17 @@ def encode(rows: list[dict[str, Any]]) -> bytes:
     return _HEADER.pack(MAGIC, len(payload), zlib.crc32(payload)) + payload
 
 
+def encode_records(rows: list[dict[str, Any]]) -> bytes:
+    """``rows`` as one record, or as several when one would pass ``MAX_RECORD`` (rows held in
+    memory through a long disk-full outage): the writer must never write a record the reader
+    refuses."""
+    frame = encode(rows)
+    if len(frame) - _HEADER.size <= MAX_RECORD or len(rows) < 2:
+        return frame
+    mid = len(rows) // 2
+    return encode_records(rows[:mid]) + encode_records(rows[mid:])
+
+
 def _frame_at(data: bytes, off: int) -> tuple[list[dict[str, Any]] | None, int, str]:
     """Decode the record at ``off``: (rows, next offset, "") or (None, off, why it is bad)."""
     if len(data) - off < _HEADER.size:
@@ -134,7 +145,8 @@ class WalWriter:
         fsync_dir(self.dir)
 
     def append(self, rows: list[dict[str, Any]]) -> bool:
-        """Append ``rows`` (plus any pending) as one record and fsync; False if it failed.
+        """Append ``rows`` (plus any pending) as one record (several past ``MAX_RECORD``) and fsync;
+        False if it failed.
 
         The record is written whole or not at all (see the module docstring): on failure (disk
         full...) the file is cut back to its last whole record and the rows stay pending in
@@ -143,7 +155,7 @@ class WalWriter:
         batch = self.pending + rows
         if not batch:
             return True
-        frame = encode(batch)
+        frame = encode_records(batch)
         try:
             if self._fd is None:
                 self._open()

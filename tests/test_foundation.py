@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import os
 import shutil
+import stat
 from pathlib import Path
 
 import pyarrow as pa
@@ -101,7 +102,8 @@ def test_schema_is_pyarrow_schema() -> None:
 
 # -- issue 9 item 11: owner, mode and symlinks, checked at the root ---------------------------------
 @pytest.mark.parametrize("damage", ["file_owned_by_nobody", "folder_owned_by_nobody", "symlink_file",
-                                    "symlink_folder", "folder_group_writable"])
+                                    "symlink_folder", "folder_group_writable", "ancestor_owned_by_nobody",
+                                    "ancestor_world_writable", "symlink_ancestor"])
 def test_untrusted_files_and_folders_are_refused(tmp_path: Path, damage: str) -> None:
     from wattclass.fsutil import read_trusted_text
 
@@ -124,6 +126,16 @@ def test_untrusted_files_and_folders_are_refused(tmp_path: Path, damage: str) ->
     elif damage == "symlink_folder":
         (tmp_path / "ln").symlink_to(folder)
         target = tmp_path / "ln" / "rec.json"
+        want = "symlink"
+    elif damage == "ancestor_owned_by_nobody":  # its owner can rename "state" away and put another
+        os.chown(tmp_path, 65534, 65534)         # folder there (job_submit.lua checks every folder too)
+        want = "owned by uid 65534"
+    elif damage == "ancestor_world_writable":
+        tmp_path.chmod(0o777)
+        want = "others can write"
+    elif damage == "symlink_ancestor":
+        (tmp_path / "ln").symlink_to(tmp_path)
+        target = tmp_path / "ln" / "state" / "rec.json"
         want = "symlink"
     else:
         folder.chmod(0o775)
@@ -166,3 +178,22 @@ def test_file_progress_draws_on_a_terminal_only() -> None:
     q(0, Path("a"))
     q(1, Path("b"))
     assert pipe.getvalue() == ""
+
+
+@pytest.mark.parametrize("umask", [0o000, 0o002, 0o077])
+def test_folders_root_creates_have_mode_0755_whatever_the_umask(tmp_path: Path, umask: int) -> None:
+    """A folder the nightly (label table) or the Prolog (state, spool) creates must pass the trust
+    checks and be readable by the daemons: under umask 002 (an admin's shell) a 0775
+    /etc/slurm/wattclass made job_submit.lua refuse the table, which switched the policy off."""
+    from wattclass.fsutil import ensure_trusted_dir
+
+    tmp_path.chmod(0o755)
+    old = os.umask(umask)
+    try:
+        write_label_table(tmp_path / "etc" / "wattclass" / "labels.tsv", [])
+        ensure_trusted_dir(tmp_path / "run" / "wattclass" / "caps")
+    finally:
+        os.umask(old)
+    for d in ("etc", "etc/wattclass", "run", "run/wattclass", "run/wattclass/caps"):
+        assert stat.S_IMODE((tmp_path / d).stat().st_mode) == 0o755, d
+    assert stat.S_IMODE((tmp_path / "etc" / "wattclass" / "labels.tsv").stat().st_mode) == 0o644

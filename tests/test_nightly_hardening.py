@@ -100,6 +100,41 @@ def test_duplicate_and_impossible_rows_are_dropped_and_counted(
     assert s["rejected_rows"]["power above 3000 W"] == 1
 
 
+def test_rows_with_null_times_or_gpu_are_rejected_not_fatal(
+    root: Path, tmp_path: Path, h200_telemetry: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A null ts_start / ts_end / gpu_uuid (a writer bug, a hand-made file) is an impossible row:
+    it used to crash the whole night in the features (cast of NaN to a timestamp)."""
+    rc, clean = nightly(root, tmp_path, capsys)
+    assert rc == 0
+    t = pq.read_table(h200_telemetry).slice(0, 3)
+    bad = t.to_pandas()
+    bad["job_id"] = "999"
+    bad.loc[bad.index[0], "ts_start"] = pd.NaT
+    bad.loc[bad.index[1], "ts_end"] = pd.NaT
+    bad.loc[bad.index[2], "gpu_uuid"] = None
+    pq.write_table(pa.Table.from_pandas(bad, schema=t.schema, preserve_index=False),
+                   part(root) / "null-rows.parquet")
+    rc, s = nightly(root, tmp_path, capsys)
+    assert rc == 0 and s["status"] == "ok"
+    assert s["windows"] == clean["windows"] and s["by_label"] == clean["by_label"]
+    assert s["rejected_rows"]["count"] == 3
+    assert s["rejected_rows"]["ts_start, ts_end or gpu_uuid null"] == 3
+
+
+def test_file_whose_required_column_has_a_wrong_type_is_skipped_not_fatal(
+    root: Path, tmp_path: Path, h200_telemetry: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Like a missing column (item 16): a ts_start of strings used to fail the night (exit 3)."""
+    t = pq.read_table(h200_telemetry).slice(0, 10)
+    t = t.set_column(t.column_names.index("ts_start"), "ts_start", pa.array(["yesterday"] * 10))
+    pq.write_table(t, part(root) / "string-times.parquet")
+    rc, s = nightly(root, tmp_path, capsys)
+    assert rc == 0 and s["status"] == "ok" and s["jobs"] == 21
+    assert s["skipped_files"]["by_reason"] == {"bad column type": 1}
+    assert "ts_start" in s["skipped_files"]["files"][str(part(root) / "string-times.parquet")]
+
+
 def test_jobs_file_with_a_name_that_is_not_utf8_does_not_fail_the_night(
     root: Path, tmp_path: Path, jobs_csv: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -283,6 +283,33 @@ def test_lua_reads_at_most_max_bytes_and_logs(tmp_path: Path) -> None:
     assert _load_in_lua(render_job_submit(path), tmp_path)[0] == "ok 2000"
 
 
+def test_one_user_cannot_push_other_users_out_of_the_table(tmp_path: Path,
+                                                          caplog: pytest.LogCaptureFixture) -> None:
+    """A user controls job names, which become keys. 200 confident jobs named with 100 KB each used
+    to fill the table past MAX_BYTES ahead of everyone less confident, and job_submit.lua, which
+    reads only MAX_BYTES, then lost the others' keys: their jobs went uncapped. Now a name longer
+    than MAX_NAME_BYTES gets no key (the job falls through to its user key), one user keeps at most
+    MAX_NAMES_PER_USER names, and the writer never writes more than the reader reads."""
+    from wattclass import labeltable
+
+    flood = [TableEntry("user_name", "mallory", f"{i:04d}" + "%" * 100_000, None, "compute", 0.86, 3, "rule")
+             for i in range(200)]
+    many = [TableEntry("user_name", "mallory", f"n{i}", None, "compute", 0.9, 3, "rule")
+            for i in range(labeltable.MAX_NAMES_PER_USER + 50)]
+    alice = [TableEntry("user", "alice", None, None, "memory", 0.81, 9, "rule"),
+             TableEntry("user_name", "alice", "train.sh", None, "memory", 0.82, 9, "rule")]
+    path = tmp_path / "labels.tsv"
+    with caplog.at_level("WARNING"):
+        dropped = write_label_table(path, flood + many + alice, {"mode": "enforce", "min_confidence": 0.8})
+    assert path.stat().st_size <= labeltable.MAX_BYTES
+    assert dropped == 200 + 50
+    assert lua_table_eval(path, "t.by_user.alice.label .. ' ' .. t.by_user_name.alice['train.sh'].label",
+                          tmp_path) == "memory memory"
+    names = read_label_table(path)["by_user_name"]["mallory"]
+    assert len(names) == labeltable.MAX_NAMES_PER_USER and all(len(n) < 10 for n in names)
+    assert "longer than" in caplog.text and "per user" in caplog.text
+
+
 def test_writer_keeps_the_most_confident_entries_past_the_limit(tmp_path: Path,
                                                                 caplog: pytest.LogCaptureFixture) -> None:
     entries = [TableEntry("user", f"u{i}", None, None, "memory", i / 10, 1, "rule") for i in range(10)]
@@ -354,12 +381,13 @@ end
 def test_canary_arm_is_identical_in_lua_and_python_and_has_the_policy_fraction(tmp_path: Path,
                                                                               mode: str) -> None:
     pol = parse_policy({"mode": mode, "caps": {"memory": "60%"}, "canary": {"fraction": 0.2}})
-    entries = [TableEntry("user", f"user{i}", None, None, "memory", 0.95, 3, "rule") for i in range(6)]
+    entries = [TableEntry("user", f"user{i}", None, None, "memory", 0.95, 3, "rule") for i in range(50)]
     path = tmp_path / "labels.tsv"
     write_label_table(path, entries, pol.table_dict())
     path.chmod(0o644)
-    cases = [{"user": f"user{i % 6}", "name": NAMES[i % len(NAMES)], "now": 1_764_000_000 + 37 * i}
-             for i in range(600)]
+    # 50 users x 12 days: 600 user-days, each its own draw of the arm
+    cases = [{"user": f"user{i % 50}", "name": NAMES[i % len(NAMES)],
+              "now": 1_764_000_000 + 86400 * (i // 50) + 37 * i} for i in range(600)]
     drv = tmp_path / "driver.lua"
     (tmp_path / "job_submit.lua").write_text(render_job_submit(path))
     drv.write_text(f"SCRIPT = {lua_value(str(tmp_path / 'job_submit.lua'))}\nCASES = {lua_value(cases)}\n"
@@ -376,6 +404,32 @@ def test_canary_arm_is_identical_in_lua_and_python_and_has_the_policy_fraction(t
     canary = arms.count("capped" if mode == "shadow" else "control") / len(arms)
     assert 0.14 < canary < 0.26  # the policy's 0.2, up to sampling noise of 600 jobs
     assert decide(table, "user1", "x", submit_s=5) == decide(table, "user1", "x", submit_s=5)
+
+
+@pytest.mark.parametrize("mode", ["enforce", "shadow"])
+def test_a_user_cannot_reroll_the_canary_arm(tmp_path: Path, mode: str) -> None:
+    """Renaming or resubmitting within a day never changes the arm (enforce: control is uncapped)."""
+    pol = parse_policy({"mode": mode, "caps": {"memory": "60%"}, "canary": {"fraction": 0.5}})
+    path = tmp_path / "labels.tsv"
+    write_label_table(path, [TableEntry("user", "mallory", None, None, "memory", 0.95, 3, "rule")],
+                      pol.table_dict())
+    path.chmod(0o644)
+    day0 = 1_764_028_800  # a UTC midnight
+    cases = [{"user": "mallory", "name": f"try{i}.sh", "now": day0 + 97 * i} for i in range(300)]
+    cases += [{"user": "mallory", "name": "x", "now": day0 + 86400 * d} for d in range(1, 40)]
+    drv = tmp_path / "driver.lua"
+    (tmp_path / "job_submit.lua").write_text(render_job_submit(path))
+    drv.write_text(f"SCRIPT = {lua_value(str(tmp_path / 'job_submit.lua'))}\nCASES = {lua_value(cases)}\n"
+                   + CANARY_DRIVER)
+    proc = subprocess.run([LUA or "lua5.1", str(drv)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    lua_arms = [line.rsplit("arm=", 1)[1] for line in proc.stdout.splitlines()]
+    table = read_label_table(path)
+    py_arms = [str(decide(table, c["user"], c["name"], submit_s=c["now"]).admin_comment).rsplit("arm=", 1)[1]
+               for c in cases]
+    assert lua_arms == py_arms
+    assert len(set(lua_arms[:300])) == 1  # 300 names and seconds within one day: one arm
+    assert set(lua_arms[300:]) == {"capped", "control"}  # other days draw again
 
 
 def test_no_canary_means_no_arm(tmp_path: Path) -> None:

@@ -159,6 +159,29 @@ def test_short_write_never_leaves_a_torn_record_before_later_ones(
     assert wal.read_segment(seg) == [_row(i) for i in range(4)]
 
 
+def test_rows_held_through_a_long_outage_stay_readable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows held in memory while the disk was full go out with the next append that works; however
+    many there are, every record written must be one the reader accepts (a record over
+    ``MAX_RECORD`` used to be written whole, then read as a bad header and cut off as a torn tail:
+    days of disk-full windows lost after space came back). MAX_RECORD is lowered to hit the limit
+    with a few rows instead of 64 MiB of them."""
+    monkeypatch.setattr(wal, "MAX_RECORD", 600)
+    full = FullDisk(monkeypatch)
+    w = wal.WalWriter(tmp_path)
+    assert w.append([_row(0)])
+    full.on = True
+    for i in range(1, 40):  # the outage: every append fails, rows pile up in memory
+        assert not w.append([_row(i)])
+    full.on = False
+    assert w.append([_row(40)])
+    seg = w.close()
+    assert seg is not None
+    assert wal.read_segment(seg) == [_row(i) for i in range(41)]
+    assert len(wal.encode([_row(i) for i in range(1, 41)])) > 600  # the limit was really hit
+
+
 def test_a_damaged_record_does_not_cut_the_records_after_it(tmp_path: Path,
                                                             caplog: pytest.LogCaptureFixture) -> None:
     p = tmp_path / "wal-1-1.log"

@@ -7,9 +7,11 @@ lives in the foundation. Standard library only: the Prolog imports it on every j
 
 The canary arm (issue 12) is decided at submission from ``canary_key``: Slurm's job_submit/lua gets
 no job id (25.11's job_desc getter has no ``job_id`` field; in 22.05 it is NO_VAL unless the user
-passed --jobid), so the key is user + job name + the submission second, which exists in every
-version and is recorded by Slurm as the job's submit time. ``canary_bucket`` is a small polynomial
-hash written so Lua 5.1 (doubles, no bit operators) computes the same value exactly.
+passed --jobid), so the key is the user and the UTC day of submission (``CANARY_PERIOD_S``). Not
+the job name nor the second: a user controls both, and could resubmit or rename until a job lands
+in the uncapped arm. With user + day the arm cannot be re-rolled: a user is in one arm for the
+whole day, whatever they submit. ``canary_bucket`` is a small polynomial hash written so Lua 5.1
+(doubles, no bit operators) computes the same value exactly.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ COMMENT_PREFIX = "wattclass:"
 ARMS: tuple[str, ...] = ("capped", "control")
 #: Buckets of the canary hash; a fraction is resolved to 1/10000.
 CANARY_BUCKETS = 10000
+#: The arm is fixed per user for this long (UTC days): users cannot re-roll it by resubmitting.
+CANARY_PERIOD_S = 86400
 _HASH_MOD = 2147483647  # 2^31 - 1: h * 257 + byte stays below 2^53, exact in a Lua double
 _SRC_UNSAFE = re.compile(r"[^A-Za-z0-9._:-]")
 
@@ -86,9 +90,9 @@ def parse_admin_comment(text: str | None) -> Comment | None:
     return Comment(label, conf, cap, fields.get("src", ""), mode, arm)
 
 
-def canary_key(user: str | None, name: str | None, submit_s: int) -> str:
-    """What decides a job's arm: user, job name and the whole second of submission."""
-    return f"{user or ''}\n{name or ''}\n{int(submit_s)}"
+def canary_key(user: str | None, submit_s: int) -> str:
+    """What decides a job's arm: the user and the UTC day of submission (nothing a user can vary)."""
+    return f"{user or ''}\n{int(submit_s) // CANARY_PERIOD_S}"
 
 
 def canary_bucket(key: str) -> int:

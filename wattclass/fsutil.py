@@ -28,14 +28,34 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def make_dirs(path: Path, mode: int = 0o755) -> None:
+    """``mkdir -p`` whose new folders get exactly ``mode``, whatever the umask.
+
+    Root's outputs are read by others that check modes: job_submit.lua refuses a table in a
+    group-writable folder, the hooks refuse such a state folder. ``Path.mkdir`` masks with the
+    umask (an admin's shell with umask 002 made /etc/slurm/wattclass 0775, so the table was
+    refused and the policy was off); folders that already exist are left as they are.
+    """
+    p = Path(path)
+    missing: list[Path] = []
+    while not p.exists() and p != p.parent:
+        missing.append(p)
+        p = p.parent
+    for d in reversed(missing):
+        with contextlib.suppress(FileExistsError):  # another process made it first: theirs stands
+            os.mkdir(d, mode)
+            os.chmod(d, mode)
+
+
 @contextlib.contextmanager
 def atomic_writer(path: Path, mode: int = 0o644, binary: bool = True) -> Iterator[IO[bytes]]:
     """Yield a file that replaces ``path`` atomically when the block ends without error.
 
-    On error the temporary file is removed and ``path`` is left as it was.
+    On error the temporary file is removed and ``path`` is left as it was. Missing folders are
+    created with the file's mode plus search bits, whatever the umask (``make_dirs``).
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_dirs(path.parent, mode | (mode & 0o444) >> 2)  # a file 0644 gets folders 0755, 0600 gets 0700
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
@@ -81,16 +101,20 @@ def _refuse_stat(p: Path, st: os.stat_result, is_dir: bool) -> None:
 
 def refuse_untrusted_dir(path: Path) -> None:
     """Raise ConfigError unless the folder ``path`` is a real folder (no symlink), owned by root
-    and not writable by group or others (a sticky folder such as /tmp is fine)."""
+    and not writable by group or others (a sticky folder such as /tmp is fine), and so is every
+    folder above it: whoever can rename a folder on the way can swap the whole subtree (the same
+    rule as job_submit.lua's)."""
     p = Path(path)
     st = os.lstat(p)
     _refuse_stat(p, st, True)
     if not stat.S_ISDIR(st.st_mode):
         raise ConfigError(f"{p}: not a folder")
+    for above in Path(os.path.abspath(p)).parents:
+        _refuse_stat(above, os.lstat(above), True)
 
 
 def refuse_if_others_can_write(path: Path) -> None:
-    """Raise ConfigError unless ``path`` and its folder are trusted: owned by root, not writable by
+    """Raise ConfigError unless ``path`` and its folders are trusted: owned by root, not writable by
     group or others, and not symlinks (``lstat``: the check sees the link, not its target).
 
     Hooks run as root; a file that another user owns or can change, or a link another user can
@@ -104,7 +128,7 @@ def refuse_if_others_can_write(path: Path) -> None:
 
 def read_trusted_bytes(path: Path, max_bytes: int = 16 * 1024 * 1024) -> bytes:
     """Read a file root trusts: opened with O_NOFOLLOW, checked on the open descriptor (fstat, so a
-    swap between check and open cannot slip through), its folder checked with lstat.
+    swap between check and open cannot slip through), its folders up to / checked with lstat.
 
     Raises ConfigError for an untrusted file or folder, FileNotFoundError if it does not exist.
     """
@@ -138,9 +162,10 @@ def read_trusted_text(path: Path) -> str:
 
 
 def ensure_trusted_dir(path: Path) -> Path:
-    """Create ``path`` (mode 0755) if missing, then refuse it unless it is a trusted folder."""
+    """Create ``path`` (and missing parents, mode 0755 whatever the umask) if missing, then refuse
+    it unless it is a trusted folder."""
     p = Path(path)
-    p.mkdir(mode=0o755, parents=True, exist_ok=True)
+    make_dirs(p)
     refuse_untrusted_dir(p)
     return p
 

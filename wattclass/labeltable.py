@@ -26,8 +26,10 @@ can hold anything and still only ever be one field. job_submit.lua splits lines 
 ``string.find(..., plain=true)``; no user string is ever a Lua pattern. Policy lines come first,
 then entries from most to least confident, so a reader that stops early keeps the best entries.
 
-Size limits: the writer keeps at most ``MAX_ENTRIES`` entries (the most confident, then those with
-the most jobs; how many it dropped is logged and returned); job_submit.lua reads at most
+Size limits: the writer keeps at most ``MAX_ENTRIES`` entries and ``MAX_BYTES`` bytes (the most
+confident, then those with the most jobs; how many it dropped is logged and returned), no job
+name over ``MAX_NAME_BYTES`` and at most ``MAX_NAMES_PER_USER`` names per user (names are user
+strings: one user must not crowd the others out); job_submit.lua reads at most
 ``MAX_BYTES`` bytes and ignores the rest (it logs that it did). Written atomically (temp file +
 rename + fsync), mode 0644, so job_submit.lua, which refuses files others can write, accepts it.
 """
@@ -54,6 +56,11 @@ HEADER = "wattclass-labels"
 #: what it reads from any file: a full table of typical keys (about 50 bytes each) fits.
 MAX_ENTRIES = 200_000
 MAX_BYTES = 16 * 1024 * 1024
+#: Job names are user strings and become keys: a name longer than this (UTF-8 bytes) gets no
+#: user+name key (its jobs fall through to the user key), and one user keeps at most
+#: MAX_NAMES_PER_USER names (the best ranked), so no user can crowd the others out of the table.
+MAX_NAME_BYTES = 256
+MAX_NAMES_PER_USER = 2000
 Level = Literal["user_name", "user", "account"]
 #: Job labels and policy modes: the table's vocabulary, shared by the policy, the nightly run and
 #: the Prolog (this module imports only the standard library, so the Prolog stays fast).
@@ -159,16 +166,43 @@ def _rank(e: TableEntry) -> tuple[float, int, int]:
     return (-float(e.confidence), -int(e.n_jobs), _LEVELS.index(e.level))
 
 
-def limit_entries(entries: Iterable[TableEntry],
-                  max_entries: int = MAX_ENTRIES) -> tuple[list[TableEntry], int]:
-    """The entries to write, most confident first, at most ``max_entries``; and how many were dropped.
+def limit_entries(entries: Iterable[TableEntry], max_entries: int = MAX_ENTRIES,
+                  max_bytes: int = MAX_BYTES) -> tuple[list[TableEntry], int]:
+    """The entries to write, most confident first, at most ``max_entries`` lines and ``max_bytes``
+    bytes of them; and how many were dropped.
 
-    Past the limit the least confident keys go (ties: fewer jobs, then the broader level), since a
+    Past a limit the least confident keys go (ties: fewer jobs, then the broader level), since a
     dropped key only means a job falls through to a broader key or stays unlabelled (uncapped).
+    User+name keys with a name over ``MAX_NAME_BYTES``, or past a user's ``MAX_NAMES_PER_USER``,
+    are dropped first (logged): job names are the users' own strings.
     """
+    kept: list[TableEntry] = []
+    names: dict[str | None, int] = {}
+    long_names = over_quota = 0
+    size = 0
     ordered = sorted(entries, key=_rank)
-    dropped = max(0, len(ordered) - max_entries)
-    return ordered[:max_entries], dropped
+    for e in ordered:
+        if e.level == "user_name":
+            if len(str(e.name).encode("utf-8", "surrogateescape")) > MAX_NAME_BYTES:
+                long_names += 1
+                continue
+            if names.get(e.user, 0) >= MAX_NAMES_PER_USER:
+                over_quota += 1
+                continue
+        line = len(_entry_line(e).encode("utf-8", "surrogateescape")) + 1
+        if len(kept) >= max_entries or size + line > max_bytes:
+            continue
+        size += line
+        kept.append(e)
+        if e.level == "user_name":
+            names[e.user] = names.get(e.user, 0) + 1
+    if long_names:
+        log.warning("label table: %d job name(s) longer than %d bytes get no user+name key",
+                    long_names, MAX_NAME_BYTES)
+    if over_quota:
+        log.warning("label table: %d user+name key(s) past %d per user dropped (least confident first)",
+                    over_quota, MAX_NAMES_PER_USER)
+    return kept, len(ordered) - len(kept)
 
 
 def build_table(
@@ -272,12 +306,15 @@ def write_label_table(
 ) -> int:
     """Write the table atomically to ``path`` (mode 0644); returns how many entries were dropped.
 
-    Past ``max_entries`` the least confident entries are dropped and a WARNING says how many.
+    Past ``max_entries``, or past what job_submit.lua reads (``MAX_BYTES``, policy lines
+    included), the least confident entries are dropped and a WARNING says how many (see
+    ``limit_entries``).
     """
-    kept, dropped = limit_entries(entries, max_entries)
+    head = len(render_table([], policy, generated_at).encode("utf-8"))
+    kept, dropped = limit_entries(entries, max_entries, MAX_BYTES - head)
     if dropped:
-        log.warning("label table %s: %d entries over the limit of %d dropped (least confident first)",
-                    path, dropped, max_entries)
+        log.warning("label table %s: %d entries over the limit of %d dropped (least confident first; "
+                    "at most %d bytes)", path, dropped, max_entries, MAX_BYTES)
     atomic_write_text(Path(path), render_table(kept, policy, generated_at), mode=0o644)
     return dropped
 
