@@ -41,13 +41,13 @@ log = logging.getLogger("wattclass.classifier")
 
 Source = Literal["auto", "rule", "model"]
 COUNT_COLUMNS = ("n_gpm", "r_idle", "r_compute", "r_memory", "m_idle", "m_compute", "m_memory", "m_pmax",
-                 "n_shared")
+                 "n_shared", "n_pipe_gap")
 #: A job whose every window came from a shared (non-MIG-GPM) GPU keeps half its confidence: below
 #: the usual policy min_confidence, so such a label is reported but does not cap future jobs alone.
 SHARED_CONFIDENCE_PENALTY = 0.5
 LABEL_COLUMNS = (
     "job_id", "user", "label", "confidence", "source", "n_windows", "energy_j", "gpu_hours",
-    "hosts", "start", "end", "gpm_share",
+    "hosts", "start", "end", "gpm_share", "inputs",
 )
 #: The telemetry columns labelling reads (the rest of v1 is never decoded).
 READ_COLUMNS: tuple[str, ...] = ("user", *INPUT_COLUMNS, *rules.RULE_COLUMNS, "shared_jobs", "share_basis")
@@ -74,6 +74,7 @@ def _batch_counts(
         "r_idle": (codes == rules.IDLE).astype(np.float64),
         "r_compute": (codes == rules.COMPUTE).astype(np.float64),
         "r_memory": (codes == rules.MEMORY).astype(np.float64),
+        "n_pipe_gap": (codes == rules.PIPE_GAP).astype(np.float64),
     }
     mcls = np.where(has_gpm, codes, -1).astype(np.int64)
     pmax = np.where(has_gpm, 1.0, 0.0)
@@ -134,6 +135,12 @@ def decide(jobs: pd.DataFrame, model: WindowModel | None, source: Source = "auto
         marked = (shared > 0) & (src != "none")
         conf = np.where(marked, conf * (1 - SHARED_CONFIDENCE_PENALTY * shared), conf)
         src = np.where(marked, src.astype(str) + "+shared", src).astype(object)
+    inputs = np.where(use_rule, "gpm (sm, dram, compute pipes)",
+                      np.where(src == "none", "-", "nvml basic counters (model)")).astype(object)
+    gap = jobs["n_pipe_gap"].to_numpy(dtype=np.float64) if "n_pipe_gap" in jobs else np.zeros(len(jobs))
+    for i in np.flatnonzero(gap > 0):
+        inputs[i] = (f"{inputs[i]}; rule withheld: {int(gap[i])} active window(s) lacked a compute pipe "
+                     "(FP64/FP32/FP16/tensor not exported), could be compute on that pipe")
     unlabelled = int((src == "none").sum())
     if unlabelled:
         log.warning("%d job(s) lack GPM in some window and no model was used: left unlabelled", unlabelled)
@@ -150,6 +157,7 @@ def decide(jobs: pd.DataFrame, model: WindowModel | None, source: Source = "auto
         "start": jobs["ts_start"],
         "end": jobs["ts_end"],
         "gpm_share": np.round(n_gpm / np.maximum(n, 1), 4),
+        "inputs": inputs,
     })
 
 

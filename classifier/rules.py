@@ -1,7 +1,10 @@
 """The GPM roofline rule: the ground truth wherever GPM metrics exist (docs/design.md, "Labels").
 
 Window: ``idle`` if sm_util < 10; else ``compute`` if max(tensor, fp64, fp32, fp16 util) >=
-dram_bw_util, else ``memory`` (the busiest unit is the bottleneck).
+dram_bw_util, else ``memory`` (the busiest unit is the bottleneck). ``memory`` needs every compute
+pipe measured: where one is missing (dcgm-exporter's default counters lack the FP64/FP32/FP16
+pipes) the window is ``PIPE_GAP``, not memory, since an FP64 job looks memory-bound to a rule that
+cannot see its pipe; such jobs go to the model like jobs without GPM, and their label says why.
 Job: ``idle`` if under half its windows are active; else ``compute`` if >= 70% of the active
 windows are compute, ``memory`` if <= 30%, else ``mixed``. Windows are *counted* (not weighted by
 duration), exactly as the reference converter that produced the bundled jobs.csv.
@@ -24,10 +27,12 @@ import numpy as np
 import numpy.typing as npt
 from scipy.special import betainc
 
-#: Window classes (model targets) in code order; -1 means "no GPM in this window".
+#: Window classes (model targets) in code order; negative codes: the rule cannot tell.
 WINDOW_CLASSES: tuple[str, ...] = ("idle", "compute", "memory")
 IDLE, COMPUTE, MEMORY = 0, 1, 2
 NO_GPM = -1
+#: Active, no measured pipe as busy as DRAM, but a compute pipe was not measured: memory or compute?
+PIPE_GAP = -2
 
 #: Job labels in code order.
 JOB_LABELS: tuple[str, ...] = ("idle", "compute", "memory", "mixed")
@@ -52,18 +57,23 @@ def window_labels(
     dram_bw: npt.ArrayLike,
     compute_units: list[npt.ArrayLike],
 ) -> IntArray:
-    """Window codes (IDLE/COMPUTE/MEMORY, or NO_GPM) from GPM metric arrays (NaN = null).
+    """Window codes (IDLE/COMPUTE/MEMORY, NO_GPM or PIPE_GAP) from GPM metric arrays (NaN = null).
 
-    A window has GPM when sm_util and dram_bw are present and at least one compute pipe is; a
-    missing pipe among present ones counts as not busy (np.fmax ignores NaN).
+    A window has GPM when sm_util and dram_bw are present and at least one compute pipe is. A
+    present pipe at least as busy as DRAM is enough for ``compute``; ``memory`` needs all pipes
+    present, else the window is PIPE_GAP (see module docstring).
     """
     sm = np.asarray(sm_util, dtype=np.float64)
     dram = np.asarray(dram_bw, dtype=np.float64)
     comp = np.full(sm.shape, np.nan)
+    pipe_missing = np.zeros(sm.shape, dtype=bool)
     for u in compute_units:
-        comp = np.fmax(comp, np.asarray(u, dtype=np.float64))
+        a = np.asarray(u, dtype=np.float64)
+        comp = np.fmax(comp, a)
+        pipe_missing |= np.isnan(a)
     has_gpm = ~np.isnan(sm) & ~np.isnan(dram) & ~np.isnan(comp)
     out = np.where(comp >= dram, COMPUTE, MEMORY).astype(np.int8)
+    out[(out == MEMORY) & pipe_missing] = PIPE_GAP
     out[sm < SM_ACTIVE_PCT] = IDLE
     out[~has_gpm] = NO_GPM
     return out

@@ -1,3 +1,4 @@
+# long: the node hooks share GPU resolution, cap records and job files; one light module
 """Prolog / Epilog / reconcile: apply a job's power cap on its GPUs and undo it afterwards.
 
 slurmd runs the Prolog as root before the job and the Epilog after it. The Prolog
@@ -46,7 +47,15 @@ from wattclass.caps import cap_watts
 from wattclass.errors import ConfigError, DataError, GpuError, WattclassError
 from wattclass.fsutil import atomic_write_text, ensure_trusted_dir, read_trusted_text, refuse_untrusted_dir
 from wattclass.gpu.base import GpuBackend, GpuInfo
-from wattclass.jobmap import DEFAULT_SPOOL, JobAssignment, jobs_on_gpu, read_job_file, write_job_file
+from wattclass.jobmap import (
+    DEFAULT_SPOOL,
+    JobAssignment,
+    jobs_on_gpu,
+    read_job_file,
+    remove_hpc_job_file,
+    write_hpc_job_file,
+    write_job_file,
+)
 from wattclass.logsafe import ClipFilter
 from wattclass.plugin.sharedcaps import (
     gpu_lock,
@@ -164,6 +173,7 @@ class JobEnv(NamedTuple):
     user: str | None
     uid: int | None
     gpus: str
+    account: str | None = None
 
 
 def job_env(env: Mapping[str, str]) -> JobEnv:
@@ -174,7 +184,8 @@ def job_env(env: Mapping[str, str]) -> JobEnv:
     display = f"{arr}_{task}" if arr and task else job_id
     uid = env.get("SLURM_JOB_UID")
     return JobEnv(job_id, display, env.get("SLURM_JOB_USER") or None,
-                  int(uid) if uid and uid.isdigit() else None, env.get("SLURM_JOB_GPUS", ""))
+                  int(uid) if uid and uid.isdigit() else None, env.get("SLURM_JOB_GPUS", ""),
+                  env.get("SLURM_JOB_ACCOUNT") or None)
 
 
 # -- the hooks ---------------------------------------------------------------------------------
@@ -186,8 +197,12 @@ def prolog(
     jobs_dir: Path = DEFAULT_SPOOL,
     state_dir: Path = DEFAULT_STATE,
     dry_run: bool = False,
+    hpc_job_dir: Path | None = None,
 ) -> list[dict[str, Any]]:
-    """Apply the job's cap (see module docstring); returns one plan entry per GPU."""
+    """Apply the job's cap (see module docstring); returns one plan entry per GPU.
+
+    ``hpc_job_dir``: also write dcgm-exporter's job mapping there (``--hpc-job-mapping-dir``).
+    """
     job = job_env(env)
     targets = resolve_targets(backend, job.gpus, gpu_map)
     if not targets:
@@ -196,8 +211,16 @@ def prolog(
     if not dry_run:
         ensure_trusted_dir(jobs_dir)
         for held, _ in targets:
-            write_job_file(jobs_dir, held, JobAssignment(job.display_id, job.user, job.uid))
+            write_job_file(jobs_dir, held, JobAssignment(job.display_id, job.user, job.uid,
+                                                         account=job.account))
+        if hpc_job_dir is not None:
+            for g in resolve_gpus(backend, job.gpus, gpu_map):
+                write_hpc_job_file(hpc_job_dir, g.gpu_index, job.display_id)
     comment = parse_admin_comment(admin_comment(job.job_id))
+    if comment is not None and not dry_run:  # the label, for the exporter's wattclass_job_label_info
+        for held, _ in targets:
+            write_job_file(jobs_dir, held, JobAssignment(job.display_id, job.user, job.uid,
+                                                         comment.label, comment.source, job.account))
     plan = []
     for g in resolve_gpus(backend, job.gpus, gpu_map):
         current = backend.power_limit_w(g.gpu_index)
@@ -279,7 +302,8 @@ def _job_gpus(backend: GpuBackend, job: JobEnv, gpu_map: Mapping[str, str] | Non
 
 
 def epilog(env: Mapping[str, str], backend: GpuBackend, jobs_dir: Path = DEFAULT_SPOOL,
-           state_dir: Path = DEFAULT_STATE, gpu_map: Mapping[str, str] | None = None) -> list[str]:
+           state_dir: Path = DEFAULT_STATE, gpu_map: Mapping[str, str] | None = None,
+           hpc_job_dir: Path | None = None) -> list[str]:
     """Leave the job's GPUs: remove it from each cap record; where it was the last job restore
     the recorded limit, else enforce the highest cap of the jobs that remain; remove its job
     files. Idempotent. Returns the UUIDs whose limit was restored.
@@ -288,8 +312,13 @@ def epilog(env: Mapping[str, str], backend: GpuBackend, jobs_dir: Path = DEFAULT
     unusable (corrupt JSON, ``previous_w`` null) sends its GPU to the default limit when the GPU
     is one of this job's (``gpu_map`` + SLURM_JOB_GPUS); an untrusted state folder sends all of
     the job's GPUs to their default limit, since no record in it can be believed.
+    ``hpc_job_dir``: remove this job from dcgm-exporter's job mapping too.
     """
     job = job_env(env)
+    if hpc_job_dir is not None:
+        for g in backend.gpus():
+            with contextlib.suppress(WattclassError, OSError):
+                remove_hpc_job_file(hpc_job_dir, g.gpu_index, job.display_id)
     mine = _job_gpus(backend, job, gpu_map)
     restored: list[str] = []
     errors: list[str] = []
@@ -396,6 +425,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="JSON {slurm_index: uuid|pci_bus_id}; default: from /proc/driver/nvidia")
     p.add_argument("--jobs-dir", type=Path, default=DEFAULT_SPOOL, help="GPU->job files folder")
     p.add_argument("--state-dir", type=Path, default=DEFAULT_STATE, help="recorded previous limits")
+    p.add_argument("--hpc-job-mapping-dir", type=Path, default=None, metavar="DIR",
+                   help="also write dcgm-exporter's job mapping (one file per GPU index holding the "
+                   "job ids) into DIR, the folder given to dcgm-exporter --hpc-job-mapping-dir")
     p.add_argument("--log", type=Path, default=DEFAULT_LOG, help="log file (appended)")
     p.add_argument("--slurm-timeout", type=float, default=5.0, help="seconds for squeue")
     p.add_argument("--slurm-bin", type=Path, default=None,
@@ -455,7 +487,7 @@ def run_hook(hook: str, args: argparse.Namespace, env: Mapping[str, str] | None 
                     log.error("job %s: epilog: no GPU map (%s): only recorded GPUs are restored",
                               job_id, exc)
                     emap = None
-                epilog(env, backend, args.jobs_dir, args.state_dir, emap)
+                epilog(env, backend, args.jobs_dir, args.state_dir, emap, args.hpc_job_mapping_dir)
                 return 0
             from wattclass.slurm.commands import CommandSlurmClient
 
@@ -472,7 +504,7 @@ def run_hook(hook: str, args: argparse.Namespace, env: Mapping[str, str] | None 
                 get_comment = fixed_comment
             gpu_map = load_gpu_map(args.gpu_map) if args.gpu_map else discover_gpu_map(backend)
             plan = prolog(env, backend, get_comment, gpu_map, args.jobs_dir, args.state_dir,
-                          dry_run=args.dry_run)
+                          dry_run=args.dry_run, hpc_job_dir=args.hpc_job_mapping_dir)
             if args.dry_run:
                 print(json.dumps(plan, indent=2))
             return 0

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from wattclass.errors import GpuError
 from wattclass.gpu.base import GpuBackend, GpuInfo, GpuProcess
-from wattclass.jobmap import JobMapReader
+from wattclass.jobmap import JobAssignment, JobMapReader
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +112,15 @@ class Attributor:
             return [(a.job_id, a.user) for a in found]
         except OSError as exc:
             log.warning("job spool %s unreadable: %s", self.jobmap.spool, exc)
+            return []
+
+    def assignments_for_uuid(self, uuid: str) -> list[JobAssignment]:
+        """The Prolog's job files of a GPU (or MIG instance) as written: label, account... (cached)."""
+        if self.jobmap is None:
+            return []
+        try:
+            return self.jobmap.jobs(uuid)
+        except OSError:
             return []
 
     def jobs_for(self, info: GpuInfo) -> list[Job]:

@@ -1,4 +1,5 @@
-"""``wattclass telemetry run`` (the node daemon) and ``wattclass telemetry inspect``."""
+"""``wattclass telemetry run`` (the node daemon), ``import`` (from dcgm-exporter via Prometheus) and
+``inspect``."""
 
 from __future__ import annotations
 
@@ -45,9 +46,42 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
                      help="replay: play the whole recording as fast as possible, flush, exit")
     run.add_argument("--speed", type=float, default=1.0, help="replay speed in real-time mode (default 1)")
     run.add_argument("--metrics-port", type=int, default=None,
-                     help="serve Prometheus metrics of the latest window per GPU on this port")
+                     help="serve Prometheus metrics (energy, power, labels, daemon health) on this port")
+    run.add_argument("--metrics-bind", default=None, metavar="ADDR",
+                     help="address the metrics endpoint listens on (default 127.0.0.1: it names each "
+                     "GPU's job and user, which Slurm's PrivateData hides; give 0.0.0.0 or the node's "
+                     "address only where Prometheus scrapes over a trusted network, docs/admin.md)")
     run.add_argument("--proc-root", type=Path, default=Path("/proc"), help=argparse.SUPPRESS)
     run.set_defaults(func=cmd_run)
+
+    imp = tsub.add_parser(
+        "import",
+        help="import dcgm-exporter series from Prometheus as telemetry windows (no node daemon)",
+        description=(
+            "Read the DCGM series a dcgm-exporter produced through Prometheus's HTTP API and write "
+            "telemetry v1 windows under DATA_ROOT/telemetry/date=.../host=.../prom-START-END.parquet, "
+            "the layout the daemon writes, so the nightly run and the report work unchanged. Energy is "
+            "the delta of DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION; the job is the --job-label of each "
+            "scrape (dcgm-exporter's hpc_job with --hpc-job-mapping-dir). Import whole days with shared "
+            "bounds: re-importing a span replaces its files. Counters to enable: "
+            "deploy/dcgm-exporter-counters.csv."
+        ),
+    )
+    imp.add_argument("--prometheus", required=True, metavar="URL", help="e.g. http://prometheus:9090")
+    imp.add_argument("--start", required=True, help="ISO 8601 (UTC unless an offset is given) or epoch s")
+    imp.add_argument("--end", required=True, help="ISO 8601 or epoch seconds")
+    imp.add_argument("--data-root", required=True, type=Path, help="where Parquet files go")
+    imp.add_argument("--job-label", default="hpc_job",
+                     help="series label holding the Slurm job id (default hpc_job, dcgm-exporter's)")
+    imp.add_argument("--user-label", default=None,
+                     help="series label holding the user, if the site adds one (else the nightly run "
+                          "takes users from Slurm)")
+    imp.add_argument("--period", type=float, default=10.0, help="window length, seconds (default 10)")
+    imp.add_argument("--chunk", type=float, default=3600.0,
+                     help="seconds fetched per query (default 3600; lower it if Prometheus refuses "
+                          "a query for too many samples)")
+    imp.add_argument("--json", action="store_true", help="print the summary as JSON")
+    imp.set_defaults(func=cmd_import)
 
     insp = tsub.add_parser("inspect", help="summarise telemetry Parquet: rows, GPUs, jobs, energy")
     insp.add_argument("path", type=Path, help="a Parquet file or a folder of them (e.g. DATA_ROOT/telemetry)")
@@ -61,10 +95,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     from wattclass.gpu import open_backend
     from wattclass.jobmap import DEFAULT_SPOOL
     from wattclass.telemetry.daemon import Daemon, DaemonConfig
-    from wattclass.telemetry.metrics import LatestWindows, serve
+    from wattclass.telemetry.metrics import DEFAULT_BIND, LatestWindows, serve
 
     spec = str(args.backend)
     options: dict[str, object] = {}
+    if args.metrics_bind is not None and args.metrics_port is None:
+        raise ConfigError("--metrics-bind needs --metrics-port")
     if spec.startswith("replay:"):
         options = {"realtime": not args.once, "speed": args.speed}
     elif args.once:
@@ -101,12 +137,34 @@ def cmd_run(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGINT, on_signal)
         daemon.lock.acquire()  # a second daemon says "locked by pid N", not "port in use"
         if collector is not None:
-            serve(int(args.metrics_port), collector)
-            log.info("metrics on :%d/metrics", args.metrics_port)
+            bind = args.metrics_bind or DEFAULT_BIND
+            serve(int(args.metrics_port), collector, bind)
+            log.info("metrics on http://%s:%d/metrics", bind, args.metrics_port)
         rc = daemon.run()
     s = daemon.stats
     log.info("done: %d rows, %.1f J, %d GPU error(s)", s.rows, s.energy_j, s.gpu_errors)
     return rc
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from wattclass.output import emit
+    from wattclass.telemetry.prometheus.importer import import_range, parse_time
+
+    res = import_range(args.prometheus, parse_time(args.start, "--start"), parse_time(args.end, "--end"),
+                       args.data_root, args.job_label, args.user_label, args.period, args.chunk)
+    data = {"files": [str(f) for f in res.files], "rows": res.rows, "gpus": res.gpus,
+            "jobs": len(res.jobs), "energy_j": round(res.energy_j, 3), "missing_fields": res.missing}
+
+    def human(d: dict[str, Any]) -> str:
+        lines = [f"{d['gpus']} GPU(s), {d['jobs']} job(s), {d['rows']} window rows, "
+                 f"{d['energy_j'] / 3.6e6:.3f} kWh -> {len(d['files'])} file(s)"]
+        lines += [f"  {f}" for f in d["files"]]
+        for gpu, fields in d["missing_fields"].items():
+            lines.append(f"  {gpu}: not exported: {', '.join(fields)}")
+        return "\n".join(lines)
+
+    emit(data, args.json, human)
+    return 0
 
 
 def summarize(path: Path) -> dict[str, Any]:

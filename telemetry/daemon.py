@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from wattclass.errors import GpuError, WattclassError
 from wattclass.fsutil import ensure_writable_dir
 from wattclass.gpu.base import GpmMetrics, GpuBackend, GpuInfo
-from wattclass.jobmap import JobMapReader
+from wattclass.jobmap import JobAssignment, JobMapReader
 from wattclass.lockfile import FolderLock
 from wattclass.telemetry import wal
 from wattclass.telemetry.attribution import Attributor
@@ -35,7 +35,7 @@ from wattclass.telemetry.splitter import Splitter
 from wattclass.telemetry.windows import Row, WindowBuilder
 
 if TYPE_CHECKING:  # prometheus_client is only needed with --metrics-port
-    from wattclass.telemetry.metrics import LatestWindows
+    from wattclass.telemetry.metrics import Health, LatestWindows
 
 log = logging.getLogger(__name__)
 
@@ -134,6 +134,10 @@ class Daemon:
         except BaseException:
             self.lock.release()
             raise
+        if self.collector is not None:
+            self.collector.health = self.health
+            self.collector.set_default_caps(
+                {g.uuid: g.power_limit_default_w for g in self.gpus if g.power_limit_default_w is not None})
         if not self.gpus:
             log.warning("backend %s reports no GPUs", self.backend.name)
         log.info("polling %d GPU(s) every %g s, %g s windows, host %s, data root %s",
@@ -225,7 +229,15 @@ class Daemon:
         self.stats.rows += len(rows)
         self.stats.energy_j += sum(r["energy_j"] or 0.0 for r in rows)
         if self.collector is not None and rows:
-            self.collector.update(rows)
+            jobs: dict[str, JobAssignment] = {}
+            for uuid in {str(r["gpu_uuid"]) for r in rows if r.get("job_id")}:
+                for a in self.attributor.assignments_for_uuid(uuid):
+                    jobs[a.job_id] = a
+            self.collector.update(
+                rows,
+                labels={j: (a.label, a.label_source or "unknown") for j, a in jobs.items() if a.label},
+                accounts={j: a.account for j, a in jobs.items() if a.account},
+            )
         self._publish_wal_state()
 
     def _publish_wal_state(self) -> None:
@@ -236,6 +248,12 @@ class Daemon:
     def unpersisted(self) -> tuple[int, int]:
         """(rows only in memory, WAL segments not yet in Parquet)."""
         return len(self.writer.pending), len(self.pending_segments)
+
+    def health(self) -> Health:
+        """What the exporter reports about the daemon itself."""
+        from wattclass.telemetry.metrics import Health
+
+        return Health(gpu_errors=self.stats.gpu_errors)
 
     def maybe_roll(self, now: float) -> None:
         epoch = math.floor(now / self.cfg.roll_s)

@@ -74,3 +74,37 @@ def test_rule_reproduces_reference_truth_on_real_h200(h200_telemetry: Path) -> N
     m = frame.merge(wt, on=["job_id", "ts"])
     assert len(m) == len(wt) == 74  # every job window (3 windows between jobs have no job)
     assert (m["label"] == m["window_label"]).all()
+
+
+def test_missing_pipe_never_makes_a_window_memory_bound() -> None:
+    """dcgm-exporter's default counters: tensor only, no FP64/FP32/FP16. An FP64 job (tensor idle,
+    DRAM moderately busy) must not come out memory-bound; a busy measured pipe still says compute."""
+    nan = np.nan
+    codes = rules.window_labels(
+        [80, 80, 5, 80],  # sm
+        [30, 30, 30, 30],  # dram
+        [[2, 90, 2, 2], [nan, nan, nan, 1], [nan, nan, nan, 1], [nan, nan, nan, 1]],  # tensor, fp64/32/16
+    )
+    assert codes.tolist() == [rules.PIPE_GAP, rules.COMPUTE, rules.IDLE, rules.MEMORY]
+
+
+def test_jobs_with_pipe_gaps_go_to_the_model_and_say_why(h200_telemetry: Path, tmp_path: Path) -> None:
+    import pyarrow as pa
+
+    from wattclass.classifier.engine import label_files_local
+    from wattclass.classifier.model import load_model
+
+    t = pq.read_table(h200_telemetry)
+    for c in ("fp64_util_pct", "fp32_util_pct", "fp16_util_pct"):
+        t = t.set_column(t.schema.get_field_index(c), c, pa.nulls(t.num_rows, pa.float32()))
+    f = tmp_path / "no-fp-pipes.parquet"
+    pq.write_table(conform(t), f)
+    full = label_files_local([h200_telemetry], None).labels.set_index("job_id")
+    model = load_model(Path(rules.__file__).parent / "models")
+    got = label_files_local([f], model).labels.set_index("job_id")
+    gap = got[got["inputs"].str.contains("rule withheld", na=False)]
+    # Every job the full pipes call memory-bound loses its rule label and is labelled by the model.
+    mem_jobs = full.index[full["label"] == "memory"]
+    assert len(mem_jobs) > 0 and set(mem_jobs) <= set(gap.index)
+    assert (gap["source"] != "rule").all() and gap["source"].str.startswith("model").all()
+    assert (full["inputs"].str.startswith("gpm")).all()

@@ -44,9 +44,9 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, tupl
 def test_every_step_succeeds_with_progress(demo: tuple[Path, dict[str, tuple[str, str]], str]) -> None:
     _, results, text = demo
     assert {k: st for k, (st, _) in results.items()} == dict.fromkeys(
-        ("cluster", "telemetry", "nightly", "decide", "whatif", "canary", "report"), "ok"), text
-    steps = [ln for ln in text.splitlines() if re.match(r"\[\d/7\]", ln)]
-    assert [ln[:5] for ln in steps] == [f"[{i}/7]" for i in range(1, 8)]
+        ("cluster", "telemetry", "nightly", "decide", "whatif", "canary", "report", "job"), "ok"), text
+    steps = [ln for ln in text.splitlines() if re.match(r"\[\d/8\]", ln)]
+    assert [ln[:5] for ln in steps] == [f"[{i}/8]" for i in range(1, 9)]
     assert all(" done in " in ln for ln in steps), text
     assert "gpu-node-01 gpu-node-02" in steps[1]  # per-node progress of the replay
 
@@ -190,3 +190,18 @@ def test_calibrate_simulate_and_effects_run_in_the_demo(
     page = (out / "report.html").read_text()
     assert "What a cap costs and saves" in page and "injected energy" in page
     assert "kWh saved" in page and "not available" not in page
+
+
+def test_issue_11_sections_and_one_job_are_shown(demo: tuple[Path, dict[str, tuple[str, str]], str]) -> None:
+    out, results, _ = demo
+    page = (out / "report.html").read_text()
+    # Per-user and per-account tables, caps from the example policy.
+    assert "<h3>Per user</h3>" in page and "<h3>Per account</h3>" in page
+    assert "policy.example.toml (shadow mode)" in page
+    detail = results["job"][1]
+    labels = pd.read_parquet(out / "data" / "classifier" / "labels" / f"date={DATE}")
+    top = labels.sort_values("energy_j", ascending=False).iloc[0]
+    assert detail.startswith(f"wattclass job {top['job_id']}")
+    assert f"Label: {top['label']}" in detail and "Hint: " in detail and "Decision: " in detail
+    assert f"{top['energy_j'] / 3.6e6:.3f} kWh" in detail
+

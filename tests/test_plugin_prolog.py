@@ -225,6 +225,27 @@ def test_hook_log_lines_clip_user_strings(tmp_path: Path) -> None:
     assert "x\\x0aFORGED" in text and "(100014 chars)" in text
     assert (tmp_path / "second.log").read_text() == text
 
+def test_prolog_writes_dcgm_exporter_job_mapping_and_the_label(tmp_path: Path) -> None:
+    """--hpc-job-mapping-dir: one file per GPU index holding the job id (dcgm-exporter's format);
+    the Epilog removes only its own job's files. The job file also carries the submitted label."""
+    be = FileStateBackend.create(tmp_path / "g.json", 4, order=[3, 2, 1, 0], default_w=700, min_w=300)
+    env = {"SLURM_JOB_ID": "42", "SLURM_JOB_GPUS": "0,3", "SLURM_JOB_USER": "alice", "SLURM_JOB_UID": "1000",
+           "SLURM_JOB_ACCOUNT": "physics"}
+    hpc = tmp_path / "hpc"
+    prolog(env, be, lambda _j: MEM, MAP, tmp_path / "jobs", tmp_path / "caps", hpc_job_dir=hpc)
+    assert sorted(p.name for p in hpc.iterdir()) == ["0", "3"]  # backend (NVML/DCGM) indices
+    assert (hpc / "3").read_text() == "42\n" and oct((hpc / "3").stat().st_mode & 0o777) == "0o644"
+    from wattclass.jobmap import job_path
+
+    job = read_job_file(job_path(tmp_path / "jobs", be.gpus()[3].uuid, "42"))
+    assert job is not None and (job.label, job.label_source, job.account) == ("memory", "rule", "physics")
+    (hpc / "1").write_text("77\n")  # another job's GPU
+    (hpc / "0").write_text("42\n55\n")  # a shared GPU: another job stays named
+    epilog(env, be, tmp_path / "jobs", tmp_path / "caps", hpc_job_dir=hpc)
+    assert sorted(p.name for p in hpc.iterdir()) == ["0", "1"]
+    assert (hpc / "0").read_text() == "55\n"
+
+
 @pytest.mark.parametrize(("mode", "arm", "capped"), [
     ("shadow", "capped", True), ("shadow", "control", False), ("enforce", "control", False),
     ("enforce", "capped", True), ("shadow", None, False), ("enforce", None, True)])

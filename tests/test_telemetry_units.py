@@ -298,9 +298,9 @@ def test_metrics_latest_window_with_job_labels() -> None:
         ]
     )
     text = generate_latest(reg).decode()
-    assert 'wattclass_gpu_power_avg_watts{gpu="0",host="n1",job_id="2",user="b",uuid="GPU-a"} 300.0' in text
-    assert 'job_id="1"' not in text
-    assert 'wattclass_gpu_power_avg_watts{gpu="1",host="n1",job_id="",user="",uuid="GPU-b"} 500.0' in text
+    assert 'wattclass_gpu_power_watts{gpu="0",host="n1",job_id="2",user="b",uuid="GPU-a"} 300.0' in text
+    assert 'wattclass_gpu_power_watts{gpu="0",host="n1",job_id="1"' not in text  # only the latest window
+    assert 'wattclass_gpu_power_watts{gpu="1",host="n1",job_id="",user="",uuid="GPU-b"} 500.0' in text
 
 
 def test_window_spread_columns_are_the_population_std_of_the_polls() -> None:

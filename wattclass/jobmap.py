@@ -4,7 +4,12 @@ Several jobs can hold one GPU (Slurm gres/shard, MPS, oversubscription, and the 
 of one GPU, which have UUIDs of their own), so there is one small JSON file per job per GPU,
 ``<spool>/<gpu_uuid>/<job_id>.json`` (default spool ``/run/wattclass/jobs``)::
 
-    {"version": 1, "job_id": "1234_5", "user": "alice", "uid": 1000, "written_at": 1795967767.8}
+    {"version": 1, "job_id": "1234_5", "user": "alice", "uid": 1000, "written_at": 1795967767.8,
+     "label": "memory", "label_source": "rule", "account": "physics"}
+
+``label``/``label_source``/``account`` are optional (the label the job was submitted with, when the
+Prolog knows it, and the Slurm account); the telemetry daemon's exporter publishes them as
+``wattclass_job_label_info`` and ``wattclass_job_info``.
 
 The Prolog writes it atomically (temp file + rename, mode 0644) for each GPU of the job; the
 Epilog removes only its own job's file, so a neighbour's mapping survives. The daemon lists a
@@ -45,6 +50,9 @@ class JobAssignment(NamedTuple):
     job_id: str
     user: str | None
     uid: int | None = None
+    label: str | None = None
+    label_source: str | None = None
+    account: str | None = None
 
 
 #: A Slurm job id as telemetry records it (``123``, array task ``123_4``, het component ``123+1``);
@@ -84,8 +92,13 @@ def write_job_file(spool: Path, gpu_uuid: str, job: JobAssignment) -> Path:
         path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
         os.chmod(path.parent, 0o755)  # not the umask's choice: readers refuse writable folders
     refuse_untrusted_dir(path.parent)  # a planted folder or symlink must not receive root's file
-    doc = {"version": FORMAT_VERSION, "job_id": job.job_id, "user": job.user, "uid": job.uid,
-           "written_at": time.time()}
+    doc: dict[str, object] = {"version": FORMAT_VERSION, "job_id": job.job_id, "user": job.user,
+                              "uid": job.uid, "written_at": time.time()}
+    if job.label is not None:
+        doc["label"] = job.label
+        doc["label_source"] = job.label_source
+    if job.account is not None:
+        doc["account"] = job.account
     atomic_write_text(path, json.dumps(doc, sort_keys=True) + "\n", mode=0o644)
     return path
 
@@ -150,7 +163,13 @@ def parse_job_file(path: Path, raw: bytes) -> JobAssignment:
     if uid is not None and (isinstance(uid, bool) or not isinstance(uid, int) or uid < 0):
         raise DataError(f"{path}: uid must be a non-negative integer or null, got "
                         f"{_excerpt(json.dumps(uid))}")
-    return JobAssignment(job_id, user, uid)
+    extra: dict[str, str | None] = {}
+    for key in ("label", "label_source", "account"):  # optional (exporter labels), short strings
+        v = doc.get(key)
+        if v is not None and (not isinstance(v, str) or not v or len(v) > 256):
+            raise DataError(f"{path}: {key} must be a short string or absent, got {_excerpt(json.dumps(v))}")
+        extra[key] = v
+    return JobAssignment(job_id, user, uid, extra["label"], extra["label_source"], extra["account"])
 
 
 def read_job_file(path: Path) -> JobAssignment | None:
@@ -226,3 +245,48 @@ class JobMapReader:
         """The job holding ``gpu_uuid`` when it is not shared; the lowest job id if it is."""
         jobs = self.jobs(gpu_uuid)
         return jobs[0] if jobs else None
+
+
+# -- dcgm-exporter's job mapping (``dcgm-exporter --hpc-job-mapping-dir DIR``) -------------------
+# One file per GPU, named by the GPU's index, holding the ids of the jobs on it, one per line;
+# dcgm-exporter adds them as the ``hpc_job`` label of that GPU's series. Written by the Prolog when
+# the site runs dcgm-exporter instead of (or next to) the wattclass daemon.
+
+
+def _hpc_path(directory: Path, gpu_index: int) -> Path:
+    if gpu_index < 0:
+        raise ConfigError(f"invalid GPU index for dcgm-exporter's job mapping: {gpu_index}")
+    return Path(directory) / str(int(gpu_index))
+
+
+def _hpc_jobs(path: Path) -> list[str]:
+    try:
+        return read_trusted_bytes(path, 65536).decode("utf-8", "replace").split()
+    except FileNotFoundError:
+        return []
+
+
+def write_hpc_job_file(directory: Path, gpu_index: int, job_id: str) -> Path:
+    """Add ``job_id`` to GPU ``gpu_index``'s jobs for dcgm-exporter (atomic rewrite, mode 0644);
+    a shared GPU keeps the jobs already named there."""
+    if not _JOB_ID_RE.match(job_id):
+        raise ConfigError(f"invalid job id for dcgm-exporter's job mapping: {job_id!r}")
+    path = _hpc_path(directory, gpu_index)
+    jobs = [j for j in _hpc_jobs(path) if j != job_id] + [job_id]
+    atomic_write_text(path, "".join(j + "\n" for j in jobs), mode=0o644)
+    return path
+
+
+def remove_hpc_job_file(directory: Path, gpu_index: int, job_id: str) -> bool:
+    """Remove ``job_id`` from GPU ``gpu_index``'s mapping (the file goes with its last job)."""
+    path = _hpc_path(directory, gpu_index)
+    jobs = _hpc_jobs(path)
+    if job_id not in jobs:
+        return False
+    rest = [j for j in jobs if j != job_id]
+    if rest:
+        atomic_write_text(path, "".join(j + "\n" for j in rest), mode=0o644)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+    return True

@@ -15,7 +15,9 @@ A sysadmin must see wattclass work in a minute on a laptop with no GPU and no Sl
    to caps) and runs the what-if (``wattclass simulate``, default model and the calibration);
 6. adds a generated canary period with KNOWN injected effects to the label store and measures them
    (``wattclass effects``): the report shows the recovered effect next to the injected one;
-7. writes the report (``wattclass report``).
+7. writes the report (``wattclass report --policy``: per-user and per-account tables, caps,
+   the what-if);
+8. shows the day's largest job at a glance (``wattclass job JOBID``, seff/jobstats style).
 
 Steps 2, 3 and 5 go through the components' CLI entry points in-process, so the demo exercises
 the same option names a site types. A failed step stops the steps that need its output and the
@@ -230,7 +232,7 @@ def run_demo(out: Path, stream: TextIO | None = None, spec: Any = None) -> dict[
     from wattclass.demo.cluster import ClusterManifest, ClusterSpec, build_cluster, bundled_raw_dir
 
     paths = DemoPaths(Path(out))
-    progress = Progress(total=7, stream=stream or sys.stdout)
+    progress = Progress(total=8, stream=stream or sys.stdout)
     results: dict[str, tuple[str, str]] = {}
     manifest: list[ClusterManifest] = []
     nightly_summary: dict[str, Any] = {}
@@ -246,7 +248,8 @@ def run_demo(out: Path, stream: TextIO | None = None, spec: Any = None) -> dict[
     results["cluster"] = progress.run("Building a demo cluster from the recorded H200 workloads", cluster)
     if results["cluster"][0] != "ok":
         for title, key in (("Telemetry", "telemetry"), ("Nightly", "nightly"), ("Decisions", "decide"),
-                           ("Calibration and what-if", "whatif"), ("Canary", "canary"), ("Report", "report")):
+                           ("Calibration and what-if", "whatif"), ("Canary", "canary"), ("Report", "report"),
+                           ("One job", "job")):
             progress.skip(title, "needs the cluster")
             results[key] = ("skipped", "needs the cluster")
         return results
@@ -323,6 +326,20 @@ def run_demo(out: Path, stream: TextIO | None = None, spec: Any = None) -> dict[
     else:
         progress.skip("Writing the report", "needs telemetry")
         results["report"] = ("skipped", "needs telemetry")
+
+    def one_job() -> str:
+        import pandas as pd
+
+        labels = pd.read_parquet(paths.data_root / "classifier" / "labels" / f"date={date}")
+        job_id = str(labels.sort_values("energy_j", ascending=False)["job_id"].iloc[0])
+        text = run_cli(["job", job_id, "--data-root", str(paths.data_root)])
+        return "wattclass job " + job_id + "\n" + "\n".join("      " + ln for ln in text.strip().splitlines())
+
+    if results["nightly"][0] == "ok":
+        results["job"] = progress.run("The day's largest job at a glance", one_job)
+    else:
+        progress.skip("The day's largest job at a glance", "needs the label store")
+        results["job"] = ("skipped", "needs the label store")
     if nightly_summary:
         from wattclass.fsutil import atomic_write_text
 
@@ -401,6 +418,7 @@ def _summary(paths: DemoPaths, results: dict[str, tuple[str, str]]) -> str:
         if step in ok:
             lines.append(f"  {what + ':':<52}{where}")
     if "nightly" in ok:
+        lines.append(f"One job at a glance:  wattclass job JOBID --data-root {paths.data_root}")
         lines.append(f"Explain one decision: wattclass policy explain --policy {_policy_path()} "
                      f"--table {paths.label_table} --user alice --name train_llm.sh --account llm")
     missing = [k for k, (st, _) in results.items() if st != "ok"]

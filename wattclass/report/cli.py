@@ -22,8 +22,6 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     )
     p.add_argument("--data-root", type=Path, required=True, help="root holding telemetry/date=.../host=.../")
     p.add_argument("--date", help="day to report (YYYY-MM-DD; default: the most recent day)")
-    p.add_argument("--days", type=int, default=1,
-                   help="report this many days ending at --date (default 1; e.g. 30 for a month)")
     p.add_argument("--out", type=Path, default=Path("report.html"), help="HTML file to write")
     p.add_argument(
         "--labels",
@@ -42,24 +40,64 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         "--decisions", type=Path, help="policy decisions CSV/Parquet (default: <root>/decisions.csv)"
     )
     p.add_argument("--title", help="page title")
-    p.add_argument("--policy", type=Path,
-                   help="policy TOML: adds the what-if section (wattclass simulate over the reported day)")
+    p.add_argument(
+        "--policy",
+        type=Path,
+        help="policy TOML: its caps for the savings estimate and the capped shares (default: the caps "
+        "seen in the decisions, else the example policy deploy/policy.example.toml), and the what-if "
+        "section (wattclass simulate over the reported day)",
+    )
     p.add_argument("--response", type=Path, help="with --policy: a site calibration (wattclass calibrate)")
     p.add_argument("--effects-truth", type=Path,
                    help="JSON {\"label/cap\": [runtime, energy]} of injected effects, shown next to the "
                    "measured ones (generated histories, the demo)")
     p.set_defaults(func=_cmd_report)
+    register_job(sub)
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
     from wattclass.report.build import load_inputs, load_whatif_effects, write_report
 
     inputs = load_inputs(
-        args.data_root, args.date, args.labels, args.label_column, args.metrics, args.decisions,
-        days=args.days,
+        args.data_root, args.date, args.labels, args.label_column, args.metrics, args.decisions
     )
-    inputs.whatif_effects_html = load_whatif_effects(args.data_root, inputs.date, args.policy, args.response,
-                                                     args.effects_truth, inputs.provenance)
-    path = write_report(inputs, args.out, args.title)
+    inputs.whatif_effects = load_whatif_effects(args.data_root, inputs.date, args.policy, args.response,
+                                                args.effects_truth, inputs.provenance)
+    path = write_report(inputs, args.out, args.title, args.policy)
     print(f"wrote {path} ({path.stat().st_size / 1024:.0f} KiB)")
+    return 0
+
+
+def register_job(sub: argparse._SubParsersAction[Any]) -> None:
+    """Add ``wattclass job``."""
+    p = sub.add_parser(
+        "job",
+        help="one job at a glance: label, energy, GPU-hours, power, cap and decision, a hint",
+        description="Summarise one job from a data root (seff/jobstats style): the label (confidence, "
+        "source, inputs), measured energy, GPU-hours, mean power per GPU, the power cap it ran under "
+        "(W and %%), the policy decision and its reason, and a one-line hint for the job's owner.",
+    )
+    p.add_argument("job_id", metavar="JOBID", help="Slurm job id (array tasks as 123_4)")
+    p.add_argument("--data-root", type=Path, default=Path("."), help="data root (default .)")
+    p.add_argument("--date", help="YYYY-MM-DD to search when the job is in neither the label store "
+                   "nor the job records (otherwise every day is scanned)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=_cmd_job)
+
+
+def _cmd_job(args: argparse.Namespace) -> int:
+    import dataclasses
+    import datetime as dt
+
+    from wattclass.errors import ConfigError
+    from wattclass.output import emit
+    from wattclass.report.job import human, summarise
+
+    if args.date is not None:
+        try:
+            dt.date.fromisoformat(args.date)
+        except ValueError as exc:
+            raise ConfigError(f"--date {args.date!r}: expected YYYY-MM-DD") from exc
+    s = summarise(args.data_root, str(args.job_id).strip(), args.date)
+    emit(dataclasses.asdict(s), args.json, human)
     return 0

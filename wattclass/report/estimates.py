@@ -25,7 +25,8 @@ H200_PEAK_TFLOPS: dict[str, float] = {
     "fp16_util_pct": 134.0,  # FP16 non-tensor (2 x FP32 on Hopper)
 }
 
-#: docs/design.md's example policy: used for the savings estimate when no decisions are given.
+#: The example policy's caps (deploy/policy.example.toml, docs/design.md): the savings estimate's
+#: caps when no policy or decisions are given.
 DEFAULT_CAPS: dict[str, str] = {"compute": "100%", "memory": "60%", "mixed": "85%", "idle": "40%"}
 
 #: Published anchor for the slowdown of a memory-bound job under a cap (Samsi et al.: a 250->175 W
@@ -57,7 +58,7 @@ def rule_job_labels(w: pd.DataFrame) -> pd.DataFrame:
     )
     counts = (
         pd.DataFrame({"job_id": jw["job_id"].astype(str).to_numpy(), "c": codes})
-        .query("c != @rules.NO_GPM")
+        .query("c >= 0")
         .pivot_table(index="job_id", columns="c", aggfunc="size", fill_value=0)
         .reindex(columns=[rules.IDLE, rules.COMPUTE, rules.MEMORY], fill_value=0)
     )
@@ -214,6 +215,30 @@ def estimate_savings(
         caps=caps,
         slowdown=slowdown,
     )
+
+
+def window_saved_j(w: pd.DataFrame, caps: Mapping[str, str] | None = None) -> pd.Series:
+    """Per window, the energy (J) the caps WOULD have saved with no slowdown; 0 where not capped.
+
+    The same model as ``estimate_savings`` (memory-bound and idle windows draw min(power, cap)),
+    per window so a report can sum it by user or account.
+    """
+    caps = dict(DEFAULT_CAPS if caps is None else caps)
+    out = pd.Series(0.0, index=w.index)
+    m = w["job_id"].notna() & w["label"].isin([lab for lab in CAPPED_LABELS if lab in caps])
+    if not m.any():
+        return out
+    g = w[m]
+    s = window_seconds(g)
+    limit = (
+        g["power_limit_w"].astype(float).fillna(700.0) if "power_limit_w" in g else pd.Series(700.0, g.index)
+    )
+    cw = pd.Series([cap_watts(caps[str(lab)], lw) for lab, lw in zip(g["label"], limit, strict=True)],
+                   index=g.index, dtype=float)
+    p = g["power_avg_w"].astype(float).fillna(g["energy_j"] / s.replace(0, np.nan))
+    new_j = (np.minimum(p, cw) * s).fillna(g["energy_j"])
+    out[m] = (g["energy_j"] - new_j).clip(lower=0).astype(float)
+    return out
 
 
 def caps_from_decisions(decisions: pd.DataFrame | None) -> dict[str, str] | None:

@@ -7,6 +7,7 @@ so a node or CI machine with no display renders the same pictures.
 from __future__ import annotations
 
 import io
+import math
 from collections.abc import Sequence
 
 import matplotlib
@@ -102,6 +103,37 @@ def power_timeline(w: pd.DataFrame, max_gpus: int = 16) -> bytes:
     return to_png(fig)
 
 
+def fleet_power(w: pd.DataFrame, bins: int = 288) -> bytes:
+    """Total power of all GPUs over time, stacked by label: the view that stays readable at 1,000 GPUs.
+
+    Each window's energy goes to the time bin of its midpoint (about ``bins`` bins over the span,
+    each a whole number of windows long: 5 min for a day of 10 s windows); a bin's height is its
+    energy over its length, so the area is the energy.
+    """
+    t0 = w["ts_start"].min()
+    span = max((w["ts_end"].max() - t0).total_seconds(), 1.0)
+    # Bins a whole number of windows wide, so each bin holds as many windows per GPU (else stripes).
+    wlen = float((w["ts_end"] - w["ts_start"]).dt.total_seconds().median() or 1.0)
+    width = max(math.ceil(span / bins / wlen), 1) * wlen
+    bins = max(math.ceil(span / width), 1)
+    s0 = (w["ts_start"] - t0).dt.total_seconds().to_numpy()
+    s1 = (w["ts_end"] - t0).dt.total_seconds().to_numpy()
+    e = w["energy_j"].astype(float).fillna(0).to_numpy()
+    mid = np.clip(((s0 + s1) / 2 // width).astype(int), 0, bins - 1)
+    present = [lab for lab in COLORS if lab in set(w["label"])] + sorted(set(w["label"]) - set(COLORS))
+    lab = w["label"].to_numpy()
+    fig, ax = plt.subplots(figsize=(13, 3.8))
+    xs = (t0 + pd.to_timedelta(np.arange(bins) * width, unit="s")).tz_convert("UTC").tz_localize(None)
+    stack = [np.bincount(mid[lab == n], weights=e[lab == n], minlength=bins) / width / 1e3 for n in present]
+    ax.stackplot(xs.to_numpy(), *stack, labels=present, colors=[color(n) for n in present], step="post")
+    ax.set_ylabel("kW (all GPUs)")
+    ax.set_xlabel("time (UTC)")
+    ax.legend(loc="upper center", ncol=len(present), frameon=False, bbox_to_anchor=(0.5, 1.12))
+    ax.spines[["top", "right"]].set_visible(False)
+    fig.tight_layout()
+    return to_png(fig)
+
+
 def work_per_energy(t: pd.DataFrame) -> bytes:
     """Estimated TFLOP/s per kW by label."""
     fig, ax = plt.subplots(figsize=(6.5, 3.4))
@@ -157,7 +189,9 @@ def savings(t: pd.DataFrame, slowdown: float) -> bytes:
     labels = list(t.index)
     x = np.arange(len(labels))
     kept = (t["energy_kwh"] - t["saved_kwh"]).to_numpy()
-    ax.bar(x, kept, color=[color(lab) for lab in labels], label="energy with caps (estimate)")
+    # The bars take each label's colour (as in every other figure), so the legend says so in words
+    # instead of showing one label's colour for all of them.
+    ax.bar(x, kept, color=[color(lab) for lab in labels])
     ax.bar(
         x,
         t["saved_kwh"].to_numpy(),
@@ -176,8 +210,10 @@ def savings(t: pd.DataFrame, slowdown: float) -> bytes:
         zorder=3,
     )
     ax.set_xticks(x, labels)
-    ax.set_ylabel("kWh")
-    ax.legend(frameon=False, fontsize=8)
+    ax.set_ylabel("kWh (bar colour: the label)")
+    handles, _ = ax.get_legend_handles_labels()
+    handles.insert(0, Patch(facecolor="white", edgecolor="#555", label="energy with caps (estimate)"))
+    ax.legend(handles=handles, frameon=False, fontsize=8)
     ax.spines[["top", "right"]].set_visible(False)
     fig.tight_layout()
     return to_png(fig)

@@ -10,10 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
-
-TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 
 def _ci(r: Mapping[str, Any], k: str) -> str:
@@ -26,21 +23,28 @@ def _ci(r: Mapping[str, Any], k: str) -> str:
     return f"{v:.3f} [{lo:.3f}, {hi:.3f}]"
 
 
-def whatif_effects_section(whatif: Mapping[str, Any] | None, effects: Sequence[Mapping[str, Any]] | None,
-                           truth: Mapping[str, Sequence[float]] | None = None, whatif_why: str = "",
-                           effects_why: str = "") -> str:
-    """HTML of the section (templates/sections/whatif_effects.html.j2)."""
-    import jinja2
-
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True,
-                             undefined=jinja2.StrictUndefined)
+def whatif_effects_vars(whatif: Mapping[str, Any] | None, effects: Sequence[Mapping[str, Any]] | None,
+                        truth: Mapping[str, Sequence[float]] | None = None, whatif_why: str = "",
+                        effects_why: str = "") -> dict[str, Any]:
+    """The variables of templates/sections/whatif_effects.html.j2 (the report's section
+    ``sections.whatif_effects`` hands them to the template)."""
     rows = []
     for r in effects or []:
         t = (truth or {}).get(f"{r['label']}/{r['cap']}")
         rows.append({**r, "runtime": _ci(r, "runtime_ratio"), "energy": _ci(r, "energy_ratio"),
                      "truth_runtime": f"{t[0]:.3f}" if t else "-",
                      "truth_energy": f"{t[1]:.3f}" if t else "-"})
-    return env.get_template("sections/whatif_effects.html.j2").render(
-        whatif=whatif, effects=rows, has_truth=bool(truth),
-        whatif_why=whatif_why or "no policy given (--policy)",
-        effects_why=effects_why or "no canary in the label store yet: set [canary] fraction in the policy")
+    return {"whatif": whatif, "effects": rows, "has_truth": bool(truth),
+            "whatif_why": whatif_why or "no policy given (--policy)",
+            "effects_why": effects_why
+            or "no canary in the label store yet: set [canary] fraction in the policy"}
+
+
+def whatif_effects_section(whatif: Mapping[str, Any] | None, effects: Sequence[Mapping[str, Any]] | None,
+                           truth: Mapping[str, Sequence[float]] | None = None, whatif_why: str = "",
+                           effects_why: str = "") -> str:
+    """HTML of the section alone (templates/sections/whatif_effects.html.j2)."""
+    from wattclass.report.render import environment
+
+    return environment().get_template("sections/whatif_effects.html.j2").render(
+        **whatif_effects_vars(whatif, effects, truth, whatif_why, effects_why))

@@ -1,0 +1,186 @@
+"""dcgm-exporter samples -> telemetry v1 window rows, through the daemon's own WindowBuilder.
+
+Each GPU's series (one per field, split further wherever the job label changed) are merged into
+one timeline keyed by scrape time: every scrape is a poll that carries the energy counter, the
+gauges, the job seen at that scrape and a "GPM mark". The builder then does exactly what it does
+for the daemon: an interval belongs to the job seen at its start; window and job energy are
+counter deltas; gaps are split by time or, past ``max_gap_s``, not attributed.
+
+Counter resets (a driver reload, a GPU reset) follow Prometheus's counter convention: a value
+below the previous one means the counter restarted at 0, so the interval's energy is the new value.
+PROF ratios are averaged per sample over a window's scrapes, as the replay backend averages its
+recorded per-second GPM values, so both paths see the same means on the same recording.
+
+Import boundaries: the scrape at or just before ``start`` is the baseline (not attributed), so the
+interval that crosses ``start`` belongs to this import and consecutive imports with shared bounds
+(``--start`` of one = ``--end`` of the other) neither lose nor double-count energy.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import logging
+import statistics
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from wattclass.gpu.base import GpmMetrics, GpuInfo, GpuSample
+from wattclass.telemetry.prometheus import mapping
+from wattclass.telemetry.prometheus.client import Series
+from wattclass.telemetry.windows import Row, WindowBuilder
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class GpuTimeline:
+    """All samples of one GPU, merged over series; values keyed by scrape time."""
+
+    key: mapping.GpuKey
+    labels: dict[str, str] = field(default_factory=dict)  # identity labels of the first series seen
+    fields: dict[str, dict[float, float]] = field(default_factory=dict)
+    jobs: dict[float, str] = field(default_factory=dict)
+    users: dict[float, str] = field(default_factory=dict)
+
+
+def merge(series_chunks: Iterable[list[Series]], job_label: str, user_label: str | None
+          ) -> dict[mapping.GpuKey, GpuTimeline]:
+    """Group the series of all chunks by GPU; skip series without a UUID (not a GPU's)."""
+    gpus: dict[mapping.GpuKey, GpuTimeline] = {}
+    for chunk in series_chunks:
+        for s in chunk:
+            key = mapping.gpu_key(s.labels)
+            if key is None:
+                continue
+            tl = gpus.get(key)
+            if tl is None:
+                tl = gpus[key] = GpuTimeline(key, dict(s.labels))
+            vals = tl.fields.setdefault(s.labels.get("__name__", ""), {})
+            vals.update(zip(s.t, s.v, strict=True))
+            job = s.labels.get(job_label)
+            if job:
+                tl.jobs.update(dict.fromkeys(s.t, job))
+                user = s.labels.get(user_label) if user_label else None
+                if user:
+                    tl.users.update(dict.fromkeys(s.t, user))
+    return gpus
+
+
+@dataclass(frozen=True)
+class _Mark:
+    """A GPM mark: the index of the scrape it was taken at."""
+
+    i: int
+
+
+class _Prof:
+    """Per-field running sums over the timeline's scrapes, so a window's mean is two lookups."""
+
+    def __init__(self, tl: GpuTimeline, times: list[float]) -> None:
+        self.cum: dict[str, tuple[list[float], list[int]]] = {}
+        for name, (col, scale) in mapping.PROF.items():
+            vals = tl.fields.get(name)
+            if not vals:
+                continue
+            s, n, sums, counts = 0.0, 0, [0.0], [0]
+            for t in times:
+                v = vals.get(t)
+                if v is not None and v == v:  # not NaN
+                    s += v * scale
+                    n += 1
+                sums.append(s)
+                counts.append(n)
+            self.cum[col] = (sums, counts)
+
+    def metrics(self, first: object, second: object) -> GpmMetrics:
+        if not isinstance(first, _Mark) or not isinstance(second, _Mark) or second.i <= first.i:
+            return GpmMetrics()
+        out: dict[str, float | None] = {}
+        for col, (sums, counts) in self.cum.items():
+            n = counts[second.i + 1] - counts[first.i + 1]
+            out[col] = (sums[second.i + 1] - sums[first.i + 1]) / n if n else None
+        return GpmMetrics(**out)
+
+
+def _energy(tl: GpuTimeline, times: list[float]) -> list[int | None]:
+    """The energy counter per scrape, made monotonic across resets (Prometheus's convention)."""
+    vals = tl.fields.get(mapping.ENERGY, {})
+    out: list[int | None] = []
+    offset, prev = 0.0, None
+    for t in times:
+        v = vals.get(t)
+        if v is None:
+            out.append(None)
+            continue
+        if prev is not None and v < prev:
+            log.warning("GPU %s on %s: energy counter went back %.0f -> %.0f mJ at %.0f (reset); "
+                        "counting the new value as that interval's energy",
+                        tl.key.uuid, tl.key.host, prev, v, t)
+            offset += prev
+        prev = v
+        out.append(round(v + offset))
+    return out
+
+
+def _gauge(tl: GpuTimeline, t: float, name: str) -> float | None:
+    for dcgm, (col, scale) in mapping.GAUGES.items():
+        if col == name:
+            v = tl.fields.get(dcgm, {}).get(t)
+            if v is not None:
+                return float(v * scale)
+    return None
+
+
+def scrape_interval(times: list[float]) -> float:
+    """The typical scrape interval (median spacing), 1 s when it cannot be told."""
+    d = [b - a for a, b in itertools.pairwise(times) if b > a]
+    return float(statistics.median(d)) if d else 1.0
+
+
+def gpu_rows(tl: GpuTimeline, start: float, period_s: float, max_gap_s: float = 600.0) -> list[Row]:
+    """The window rows of one GPU's timeline, from the scrape at/before ``start`` on."""
+    base = mapping.ENERGY if tl.fields.get(mapping.ENERGY) else "DCGM_FI_DEV_POWER_USAGE"
+    times = sorted(tl.fields.get(base, {}))
+    if not times:
+        times = sorted({t for vals in tl.fields.values() for t in vals})
+    k = bisect.bisect_right(times, start) - 1
+    times = times[max(k, 0):]
+    if len(times) < 2:
+        return []
+    poll = scrape_interval(times)
+    lab = tl.labels
+    prof = _Prof(tl, times)
+    info = GpuInfo(
+        gpu_index=int(lab.get(mapping.INDEX_LABEL, "0") or 0), uuid=tl.key.uuid,
+        model=lab.get(mapping.MODEL_LABEL, ""), pci_bus_id=lab.get(mapping.PCI_LABEL, ""),
+        fb_total_mib=None, sm_clock_max_mhz=None, power_limit_default_w=None, power_limit_min_w=None,
+        power_limit_max_w=None, gpm_supported=bool(prof.cum),
+    )
+    builder = WindowBuilder(tl.key.host, period_s, poll, max_gap_s=max_gap_s)
+    energy = _energy(tl, times)
+    rows: list[Row] = []
+    for i, t in enumerate(times):
+        g: dict[str, Any] = {c: _gauge(tl, t, c) for c in (
+            "power_w", "power_limit_w", "util_gpu_pct", "util_mem_pct", "sm_clock_mhz", "mem_clock_mhz",
+            "temp_c", "fb_used_mib", "clock_event_reasons")}
+        reasons = g.pop("clock_event_reasons")
+        sample = GpuSample(ts=t, energy_mj=energy[i], clock_event_reasons=int(reasons) if reasons is not None
+                           else None, **g)
+        job_id = tl.jobs.get(t)
+        job = (job_id, tl.users.get(t)) if job_id else None
+        mark = _Mark(i) if info.gpm_supported and builder.needs_gpm(info, sample, job) else None
+        rows += builder.add(info, sample, job, mark, prof.metrics)
+    rows += builder.flush(info, _Mark(len(times) - 1) if info.gpm_supported else None, prof.metrics)
+    for r in rows:
+        r.pop("n_polls", None)
+    return rows
+
+
+def missing_fields(tl: GpuTimeline) -> list[str]:
+    """The fields wattclass reads that this GPU's exporter did not export."""
+    have = {n for n, v in tl.fields.items() if v}
+    out = [mapping.ENERGY] if mapping.ENERGY not in have else []
+    out += [f for f in mapping.RULE_FIELDS if f not in have]
+    return out

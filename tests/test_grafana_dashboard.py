@@ -1,0 +1,123 @@
+"""The exporter and the shipped Grafana dashboard against a real Prometheus.
+
+The telemetry daemon replays the H200 recording in real time (sped up) with its exporter on
+127.0.0.1; a Prometheus started here scrapes it every second; then every panel's PromQL of
+deploy/grafana-wattclass.json must parse and return data through the HTTP API.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from prometheus_server import free_port, have_prometheus, prometheus
+
+from wattclass.jobmap import JobAssignment, write_job_file
+
+pytestmark = pytest.mark.skipif(not have_prometheus(), reason="needs prometheus (apt prometheus)")
+
+REPO = Path(__file__).resolve().parent.parent
+DASHBOARD = REPO / "deploy" / "grafana-wattclass.json"
+RAW = REPO / "wattclass" / "data" / "h200" / "raw"
+UUID = "GPU-807c0827-6a8b-a9eb-a8b2-613c99a8f1a3"
+#: What Grafana substitutes for its variables, at this test's scale.
+GRAFANA_VARS = {"$__rate_interval": "15s", "$__range": "1m", "$__interval": "5s", "$job": "wattclass"}
+
+
+def _query(url: str, expr: str) -> list[dict]:  # type: ignore[type-arg]
+    q = urllib.parse.urlencode({"query": expr})
+    try:
+        with urllib.request.urlopen(f"{url}/api/v1/query?{q}", timeout=10) as r:
+            doc = json.load(r)
+    except urllib.error.HTTPError as exc:  # a PromQL parse or execution error
+        raise AssertionError(f"{expr}: {exc.read().decode()}") from exc
+    assert doc["status"] == "success", doc
+    return doc["data"]["result"]  # type: ignore[no-any-return]
+
+
+def _panel_exprs() -> list[tuple[str, str]]:
+    dash = json.loads(DASHBOARD.read_text())
+    out = []
+    for p in dash["panels"]:
+        for t in p["targets"]:
+            e = t["expr"]
+            for k, v in GRAFANA_VARS.items():
+                e = e.replace(k, v)
+            out.append((p["title"], e))
+    return out
+
+
+@pytest.fixture(scope="module")
+def scraped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    d = tmp_path_factory.mktemp("dash")
+    spool = d / "spool"
+    spool.mkdir(mode=0o755)
+    # What the Prolog writes for a job submitted as memory-bound (the label table's decision).
+    write_job_file(spool, UUID, JobAssignment("777", "alice", 1000, "memory", "rule", "physics"))
+    port = free_port()
+    log = (d / "daemon.log").open("w")
+    daemon = subprocess.Popen(
+        [sys.executable, "-m", "wattclass.cli", "telemetry", "run", "--backend", f"replay:{RAW}",
+         "--data-root", str(d / "root"), "--spool", str(spool), "--metrics-port", str(port),
+         "--speed", "10", "--host", "gpu-h200-03"], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        with prometheus(d / "tsdb", scrape=f"127.0.0.1:{port}", interval_s=1.0) as url:
+            deadline = time.monotonic() + 90
+            while time.monotonic() < deadline:
+                got = _query(url, "count_over_time(wattclass_job_gpu_energy_joules_total[1m])")
+                if got and float(got[0]["value"][1]) >= 20:
+                    break
+                assert daemon.poll() is None, (d / "daemon.log").read_text()[-2000:]
+                time.sleep(1)
+            else:
+                raise AssertionError("Prometheus did not collect 20 scrapes of the exporter in 90 s")
+            yield url
+    finally:
+        daemon.terminate()
+        daemon.wait(timeout=30)
+        log.close()
+
+
+def test_dashboard_is_valid_grafana_json() -> None:
+    dash = json.loads(DASHBOARD.read_text())
+    titles = [p["title"] for p in dash["panels"]]
+    assert len(set(titles)) == len(titles) and len(titles) >= 8
+    ids = [p["id"] for p in dash["panels"]]
+    assert len(set(ids)) == len(ids)
+    for want in ("label", "user", "account", "cap", "saving", "health"):
+        assert any(want in t.lower() for t in titles), want
+    for p in dash["panels"]:
+        assert p["targets"] and all(t["expr"] for t in p["targets"])
+        assert p["datasource"]["uid"] == "${datasource}"
+
+
+def test_every_panel_query_parses_and_returns_data(scraped: str) -> None:
+    empty = [(title, e) for title, e in _panel_exprs() if not _query(scraped, e)]
+    assert not empty, f"panels without data: {empty}"
+
+
+def test_exporter_series_follow_conventions_and_carry_the_job(scraped: str) -> None:
+    labels = _query(scraped, "wattclass_job_label_info")
+    assert {(r["metric"]["job_id"], r["metric"]["label"], r["metric"]["source"]) for r in labels} == {
+        ("777", "memory", "rule")}
+    acct = _query(scraped, "sum by (account) (increase(wattclass_job_gpu_energy_joules_total[1m])"
+                           " * on(job_id) group_left(account) max by (job_id, account) (wattclass_job_info))")
+    assert [r["metric"]["account"] for r in acct] == ["physics"] and float(acct[0]["value"][1]) > 0
+    # The per-GPU energy counter only grows, and by what the windows measured (hundreds of W).
+    inc = _query(scraped, "increase(wattclass_gpu_energy_joules_total[30s])")
+    assert inc and float(inc[0]["value"][1]) > 0
+    ratio = _query(scraped, "max(wattclass_gpu_utilization_ratio)")
+    assert 0 <= float(ratio[0]["value"][1]) <= 1
+    clk = _query(scraped, "max(wattclass_gpu_sm_clock_hertz)")
+    assert float(clk[0]["value"][1]) > 1e8  # hertz, not MHz
+    names = {r["metric"]["__name__"] for r in _query(scraped, '{__name__=~"wattclass_.*"}')}
+    assert not {n for n in names if n.endswith(("_percent", "_mhz"))}
+    assert {"wattclass_gpu_power_cap_watts", "wattclass_wal_unconverted_segments",
+            "wattclass_daemon_last_window_timestamp_seconds"} <= names

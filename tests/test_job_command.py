@@ -1,0 +1,82 @@
+"""`wattclass job JOBID`: one job at a glance from a data root (label store, job records, telemetry)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from wattclass.cli import main
+
+DAY = "2026-11-29"
+
+
+@pytest.fixture
+def root(tmp_path: Path, h200_telemetry: Path) -> Path:
+    r = tmp_path / "root"
+    d = r / "telemetry" / f"date={DAY}" / "host=gpu-h200-03"
+    d.mkdir(parents=True)
+    shutil.copy(h200_telemetry, d / "gpu-h200-03-1.parquet")
+    return r
+
+
+def _json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:  # type: ignore[type-arg]
+    assert main(["job", *argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_job_from_telemetry_alone_uses_the_rule(root: Path, h200_telemetry: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    w = pd.read_parquet(h200_telemetry)
+    j = w[w["job_id"] == "5003"]
+    d = _json(capsys, "5003", "--data-root", str(root), "--date", DAY)
+    assert d["label"] == "memory" and d["source"] == "rule" and d["confidence"] > 0.8
+    assert d["energy_kwh"] == pytest.approx(j["energy_j"].sum() / 3.6e6, rel=1e-9)
+    secs = (j["ts_end"] - j["ts_start"]).dt.total_seconds().sum()
+    assert d["gpu_hours"] == pytest.approx(secs / 3600, rel=1e-9)
+    assert d["mean_power_w_per_gpu"] == pytest.approx(j["energy_j"].sum() / secs, rel=1e-9)
+    assert d["n_gpus"] == 1 and d["hosts"] == ["gpu-h200-03"] and d["user"] == j["user"].iloc[0]
+    assert d["cap_w"] == 700 and d["decision"] == "none" and "Memory-bound" in d["hint"]
+
+
+def test_label_store_and_decision_win_and_narrow_the_scan(root: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    labels = root / "classifier" / "labels" / f"date={DAY}"
+    labels.mkdir(parents=True)
+    pd.DataFrame({"job_id": ["5003"], "user": ["chen"], "label": ["mixed"], "confidence": [0.71],
+                  "source": ["model:v2"], "hosts": ["gpu-h200-03"], "inputs": ["nvml basic counters (model)"],
+                  "start": [pd.Timestamp("2026-11-29T15:56:00Z")],
+                  "end": [pd.Timestamp("2026-11-29T16:30:00Z")],
+                  "account": ["physics"]}).to_parquet(labels / "labels.parquet")
+    jobs = root / "jobs" / f"date={DAY}"
+    jobs.mkdir(parents=True)
+    pd.DataFrame({"job_id": ["5003"], "user": ["chen"], "account": ["physics"], "name": ["decode.sh"],
+                  "admin_comment": ["wattclass:label=memory;conf=0.93;cap=60%;src=rule;mode=enforce"]}
+                 ).to_parquet(jobs / "jobs.parquet")
+    d = _json(capsys, "5003", "--data-root", str(root))
+    assert (d["label"], d["confidence"], d["source"]) == ("mixed", 0.71, "model:v2")
+    assert d["account"] == "physics" and d["name"] == "decode.sh"
+    assert d["decision"] == "cap" and "cap 60% for memory" in d["reason"] and d["cap_pct"] == 60
+    assert d["files_read"] == 1
+    assert main(["job", "5003", "--data-root", str(root)]) == 0
+    text = capsys.readouterr().out
+    assert "Label: mixed   confidence 0.71   source model:v2" in text and "Hint: Mixed phases" in text
+
+
+def test_unknown_job_and_bad_date_name_the_problem(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["job", "999999", "--data-root", str(root)]) == 3
+    assert "job 999999: not found" in capsys.readouterr().err
+    assert main(["job", "5003", "--data-root", str(root), "--date", "29/11"]) == 2
+
+
+def test_without_duckdb_the_same_answer(root: Path, capsys: pytest.CaptureFixture[str],
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    want = _json(capsys, "5003", "--data-root", str(root), "--date", DAY)
+    monkeypatch.setitem(sys.modules, "duckdb", None)  # DuckDB is only in the dev/bench extras
+    got = _json(capsys, "5003", "--data-root", str(root), "--date", DAY)
+    assert got == want

@@ -1,0 +1,100 @@
+"""The exporter's conventions: base units, _ratio, _total counters, label info, health, loopback."""
+
+from __future__ import annotations
+
+import socket
+import urllib.request
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from wattclass.telemetry.metrics import DEFAULT_BIND, Health, LatestWindows, serve
+
+
+def _samples(col: LatestWindows) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    reg = CollectorRegistry()
+    reg.register(col)
+    out = {}
+    for fam in text_string_to_metric_families(generate_latest(reg).decode()):
+        for s in fam.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def _get(samples: dict, name: str, **labels: str) -> float:  # type: ignore[type-arg]
+    hits = [v for (n, ls), v in samples.items() if n == name and labels.items() <= dict(ls).items()]
+    assert len(hits) == 1, (name, labels, hits)
+    return hits[0]
+
+
+ROW = {"gpu_index": 0, "gpu_uuid": "GPU-a", "host": "n1", "power_avg_w": 500.0, "util_gpu_pct": 87.0,
+       "sm_clock_mhz": 1980.0, "sm_util_pct": 42.0, "fb_used_mib": 1024.0, "power_limit_w": 420.0}
+
+
+def test_units_ratios_counters_and_labels() -> None:
+    col = LatestWindows(health=lambda: Health(gpu_errors=3))
+    col.set_wal_state(write_errors=4, backlog_rows=5, unconverted_segments=2)
+    col.set_default_caps({"GPU-a": 700.0})
+    col.update([dict(ROW, ts_end=10.0, energy_j=5000.0, job_id="1", user="a")], {"1": ("memory", "submit")},
+               {"1": "physics"})
+    col.update([dict(ROW, ts_end=20.0, energy_j=3000.0, job_id="2", user="b")])
+    s = _samples(col)
+    assert _get(s, "wattclass_gpu_energy_joules_total", uuid="GPU-a") == 8000.0
+    assert _get(s, "wattclass_job_gpu_energy_joules_total", job_id="1") == 5000.0
+    assert _get(s, "wattclass_job_gpu_energy_joules_total", job_id="2") == 3000.0
+    assert _get(s, "wattclass_gpu_utilization_ratio", job_id="2") == pytest.approx(0.87)
+    assert _get(s, "wattclass_gpu_sm_active_ratio", job_id="2") == pytest.approx(0.42)
+    assert _get(s, "wattclass_gpu_sm_clock_hertz", job_id="2") == 1.98e9
+    assert _get(s, "wattclass_gpu_memory_used_bytes", job_id="2") == 2**30
+    assert _get(s, "wattclass_gpu_power_cap_watts", job_id="2") == 420.0
+    assert _get(s, "wattclass_gpu_power_default_cap_watts", uuid="GPU-a") == 700.0
+    assert _get(s, "wattclass_job_label_info", job_id="1", label="memory", source="submit") == 1.0
+    assert _get(s, "wattclass_job_info", job_id="1", user="a", account="physics") == 1.0
+    assert _get(s, "wattclass_job_info", job_id="2", user="b", account="") == 1.0
+    assert _get(s, "wattclass_daemon_gpu_errors_total") == 3
+    assert _get(s, "wattclass_wal_unconverted_segments") == 2
+    assert _get(s, "wattclass_wal_backlog_rows") == 5
+    assert _get(s, "wattclass_wal_write_errors_total") == 4
+    assert _get(s, "wattclass_daemon_last_window_timestamp_seconds") == 20.0
+    names = {n for n, _ in s}
+    assert not any(n.endswith(("_percent", "_mhz", "_pct")) for n in names)
+
+
+def test_finished_jobs_expire_but_gpu_energy_keeps_counting() -> None:
+    col = LatestWindows(job_ttl_s=100.0)
+    col.update([dict(ROW, ts_end=10.0, energy_j=1.0, job_id="1", user="a")], {"1": ("compute", "submit")})
+    col.update([dict(ROW, ts_end=500.0, energy_j=2.0, job_id="2", user="a")])
+    s = _samples(col)
+    assert not [k for k in s if dict(k[1]).get("job_id") == "1"]
+    assert _get(s, "wattclass_gpu_energy_joules_total", uuid="GPU-a") == 3.0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_endpoint_binds_loopback_by_default() -> None:
+    assert DEFAULT_BIND == "127.0.0.1"
+    port = _free_port()
+    col = LatestWindows()
+    col.update([dict(ROW, ts_end=10.0, energy_j=1.0, job_id="1", user="a")])
+    serve(port, col)
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    assert "wattclass_gpu_power_watts" in body
+    # Nothing listens on the machine's other addresses.
+    others = {a[4][0] for a in socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET)} - {"127.0.0.1"}
+    others = {a for a in others if not a.startswith("127.")}
+    for addr in others:
+        with socket.socket() as s, pytest.raises(OSError):
+            s.settimeout(2)
+            s.connect((addr, port))
+
+
+def test_metrics_bind_without_port_is_a_usage_error(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from wattclass.cli import main
+
+    assert main(["telemetry", "run", "--backend", "replay:/nonexistent", "--data-root", str(tmp_path),
+                 "--metrics-bind", "0.0.0.0"]) == 2

@@ -1,0 +1,317 @@
+"""``wattclass job JOBID``: one job at a glance, in the spirit of seff and jobstats.
+
+What a user or an admin asks about one job: its label (with confidence and where it came from),
+the energy it used (measured), GPU-hours and mean power per GPU, the cap it ran under (watts and
+% of the GPU's limit) with the decision and its reason, and one line of advice for its owner.
+
+Fast on a big store because it reads little: the job's dates and hosts come from the nightly
+label store (or the Slurm job records the fleet generator and the JobsFileClient use), then
+DuckDB reads only the needed columns of those partitions (and of the hours the job ran, where
+files are hourly) with a filter on the job id. Figures: docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from wattclass.errors import DataError
+
+#: Telemetry columns the summary reads (and nothing else).
+READ_COLUMNS: tuple[str, ...] = (
+    "host", "gpu_uuid", "user", "ts_start", "ts_end", "energy_j", "power_limit_w", "power_max_w",
+    "sm_util_pct", "dram_bw_util_pct", "tensor_util_pct", "fp64_util_pct", "fp32_util_pct", "fp16_util_pct",
+)
+#: The GPU default limit assumed when the telemetry never shows an uncapped limit (H200 SXM: 700 W).
+FALLBACK_LIMIT_W = 700.0
+
+
+@dataclass
+class JobSummary:
+    job_id: str
+    user: str | None = None
+    account: str | None = None
+    name: str | None = None
+    start: str | None = None
+    end: str | None = None
+    label: str | None = None
+    confidence: float | None = None
+    source: str | None = None
+    inputs: str | None = None
+    n_gpus: int = 0
+    hosts: list[str] = field(default_factory=list)
+    energy_kwh: float = 0.0
+    gpu_hours: float = 0.0
+    mean_power_w_per_gpu: float | None = None
+    cap_w: float | None = None
+    cap_pct: float | None = None
+    decision: str = ""
+    reason: str = ""
+    hint: str = ""
+    files_read: int = 0
+
+
+# -- finding the job ---------------------------------------------------------------------------
+
+
+def _label_row(root: Path, job_id: str) -> dict[str, Any] | None:
+    """The job's newest row in the nightly label store (job_id filter pushed into each file)."""
+    import pyarrow.dataset as ds
+
+    files = sorted((root / "classifier" / "labels").glob("date=*/labels.parquet"))
+    if not files:
+        return None
+    t = ds.dataset([str(f) for f in files], format="parquet").to_table(filter=ds.field("job_id") == job_id)
+    if t.num_rows == 0:
+        return None
+    return dict(t.to_pandas().iloc[-1])
+
+
+def _job_record(root: Path, job_id: str) -> dict[str, Any] | None:
+    """The job's Slurm record from ``<root>/jobs/date=*/jobs.parquet`` (fleet / JobsFileClient)."""
+    import pyarrow.dataset as ds
+
+    files = sorted((root / "jobs").glob("date=*/jobs.parquet"))
+    if not files:
+        return None
+    t = ds.dataset([str(f) for f in files], format="parquet").to_table(filter=ds.field("job_id") == job_id)
+    return dict(t.to_pandas().iloc[-1]) if t.num_rows else None
+
+
+def _ts(v: Any) -> pd.Timestamp | None:
+    if v is None or (isinstance(v, float) and math.isnan(v)) or pd.isna(v):
+        return None
+    t = pd.Timestamp(v)
+    return t.tz_localize("UTC") if t.tzinfo is None else t.tz_convert("UTC")
+
+
+def telemetry_files(root: Path, start: pd.Timestamp | None, end: pd.Timestamp | None,
+                    hosts: Sequence[str] | None, dates: Sequence[str] | None = None) -> list[Path]:
+    """Files that can hold the job's windows: its dates, its hosts, and its hours where files are
+    hourly (``HH.parquet``); everything under ``dates`` when the span is unknown."""
+    base = root / "telemetry"
+    if start is not None and end is not None:
+        days = pd.date_range(start.normalize(), end.normalize(), freq="D")
+        dates = [d.strftime("%Y-%m-%d") for d in days]
+    elif dates is None:
+        dates = sorted(p.name.removeprefix("date=") for p in base.glob("date=*"))
+    out: list[Path] = []
+    for d in dates:
+        host_dirs = [base / f"date={d}" / f"host={h}" for h in hosts] if hosts else \
+            sorted((base / f"date={d}").glob("host=*"))
+        for hd in host_dirs:
+            for f in sorted(hd.glob("*.parquet")):
+                if start is not None and end is not None and f.stem.isdigit() and len(f.stem) == 2:
+                    h0 = pd.Timestamp(f"{d}T{f.stem}:00:00Z")
+                    if h0 + pd.Timedelta(hours=1) <= start or h0 > end:
+                        continue
+                out.append(f)
+    return out
+
+
+def _read_with_arrow(files: Sequence[Path], job_id: str) -> pd.DataFrame:
+    """The same read with pyarrow alone (DuckDB is optional: the dev and bench extras)."""
+    import pyarrow.dataset as ds
+
+    from wattclass.schema import TELEMETRY_V1
+
+    d = ds.dataset([str(f) for f in files], format="parquet", schema=TELEMETRY_V1)
+    t = d.to_table(columns=list(READ_COLUMNS), filter=ds.field("job_id") == job_id)
+    out: pd.DataFrame = t.to_pandas()
+    return out
+
+
+def read_job_windows(files: Sequence[Path], job_id: str) -> pd.DataFrame:
+    """The job's windows, reading only READ_COLUMNS (DuckDB, job_id filter pushed down)."""
+    if not files:
+        return pd.DataFrame(columns=list(READ_COLUMNS))
+    try:
+        import duckdb
+    except ImportError:
+        return _read_with_arrow(files, job_id)
+    con = duckdb.connect()
+    con.execute("SET threads TO 2")
+    cols = ", ".join(READ_COLUMNS)
+    df = con.execute(
+        f"SELECT {cols} FROM read_parquet(?, union_by_name=true) WHERE job_id = ?",
+        [[str(f) for f in files], job_id],
+    ).df()
+    con.close()
+    return df
+
+
+def discover_hosts(root: Path, start: pd.Timestamp, job_id: str) -> list[str] | None:
+    """The job's hosts from the hour it started (a job keeps its nodes): one small read of two
+    columns instead of every host for every hour it ran. None where files are not hourly."""
+    files = telemetry_files(root, start, start, None)
+    if not files or not all(f.stem.isdigit() for f in files):
+        return None
+    try:
+        import duckdb
+    except ImportError:
+        return sorted(set(_read_with_arrow(files, job_id)["host"].astype(str))) or None
+    con = duckdb.connect()
+    con.execute("SET threads TO 2")
+    rows = con.execute("SELECT DISTINCT host FROM read_parquet(?) WHERE job_id = ?",
+                       [[str(f) for f in files], job_id]).fetchall()
+    con.close()
+    return sorted(str(r[0]) for r in rows) or None
+
+
+# -- summarising -------------------------------------------------------------------------------
+
+
+def _rule_label(w: pd.DataFrame) -> tuple[str | None, float | None, str]:
+    from wattclass.classifier import rules
+
+    codes = rules.window_labels(w["sm_util_pct"].astype(float), w["dram_bw_util_pct"].astype(float),
+                                [w[c].astype(float) for c in rules.COMPUTE_UNITS])
+    if (codes < 0).any() or len(codes) == 0:
+        return None, None, "some windows lack GPM (or a compute pipe): the nightly model labels this job"
+    n = [float((codes == k).sum()) for k in (rules.IDLE, rules.COMPUTE, rules.MEMORY)]
+    lab = rules.job_labels([n[0]], [n[1]], [n[2]])
+    conf = rules.job_confidence([n[0]], [n[1]], [n[2]], lab)
+    return str(rules.label_names(lab)[0]), float(conf[0]), "gpm (computed now; no label store entry)"
+
+
+def _decision(comment_text: Any, label: str | None) -> tuple[str, str, Any]:
+    from wattclass.admincomment import parse_admin_comment
+
+    c = parse_admin_comment(comment_text if isinstance(comment_text, str) else None)
+    if c is None:
+        return ("none", "no wattclass decision in the job's admin_comment: no label was known for this "
+                "user/job name at submission, or wattclass's job_submit is not enabled", None)
+    if c.cap is None:
+        return ("none", f"submitted as {c.label} (confidence {c.confidence:.2f}, {c.source}): the policy "
+                "does not cap this label", c)
+    if c.arm == "control":
+        return ("control", f"canary control: cap {c.cap.text()} decided for {c.label} but this job ran "
+                "uncapped so the cap's effect can be measured", c)
+    if not c.capped_for_real():
+        return ("shadow", f"cap {c.cap.text()} decided for {c.label} (confidence {c.confidence:.2f}) but the "
+                "policy is in shadow mode: logged, not applied", c)
+    return ("cap", f"cap {c.cap.text()} for {c.label} (confidence {c.confidence:.2f}, {c.source})", c)
+
+
+def _hint(s: JobSummary) -> str:
+    e = s.energy_kwh
+    if s.label == "memory":
+        if s.decision == "cap":
+            return (f"Memory-bound: your GPUs waited on HBM, so a {s.cap_pct:.0f}% cap cost little time; "
+                    "nothing to change.")
+        return ("Memory-bound: the GPUs drew high power while waiting on memory bandwidth; larger "
+                "batches or fused kernels raise arithmetic intensity, and a power cap would cost "
+                "little time.")
+    if s.label == "compute":
+        return "Compute-bound: the GPUs' arithmetic units were busy; this job uses its GPUs well."
+    if s.label == "idle":
+        return (f"Mostly idle: {s.gpu_hours:.1f} GPU-hours and {e:.2f} kWh with little GPU work; request "
+                "fewer GPUs or release them when the work ends.")
+    if s.label == "mixed":
+        return ("Mixed phases (compute and memory-bound): profile the memory-bound phase, it is where "
+                "energy goes with little progress.")
+    return "No label yet: the nightly run labels jobs after they end."
+
+
+def summarise(root: Path, job_id: str, date: str | None = None) -> JobSummary:
+    """Everything ``wattclass job`` prints, read from a data root."""
+    root = Path(root)
+    s = JobSummary(job_id=job_id)
+    lab = _label_row(root, job_id)
+    rec = _job_record(root, job_id)
+    start = _ts((lab or {}).get("start")) or _ts((rec or {}).get("start"))
+    end = _ts((lab or {}).get("end")) or _ts((rec or {}).get("end"))
+    hosts_txt = (lab or {}).get("hosts")
+    hosts = sorted(str(hosts_txt).split(",")) if isinstance(hosts_txt, str) and hosts_txt else None
+    if hosts is None and start is not None:
+        hosts = discover_hosts(root, start, job_id)
+    if start is None and date is None and not (root / "telemetry").is_dir():
+        raise DataError(f"{root}: no telemetry/ folder")
+    if start is not None and end is None:
+        # Still running when the records were written: read day by day from its start and stop at
+        # the first later day without its windows (not the whole store).
+        files, parts, day = [], [], start.normalize()
+        newest = max((p.name.removeprefix("date=") for p in (root / "telemetry").glob("date=*")), default="")
+        while day.strftime("%Y-%m-%d") <= newest:
+            fs = telemetry_files(root, max(start, day), day + pd.Timedelta(days=1), hosts)
+            part = read_job_windows(fs, job_id)
+            files += fs
+            if part.empty and day > start.normalize():
+                break
+            parts.append(part)
+            day += pd.Timedelta(days=1)
+        w = pd.concat(parts, ignore_index=True) if parts else read_job_windows([], job_id)
+    else:
+        files = telemetry_files(root, start, end, hosts, [date] if date else None)
+        w = read_job_windows(files, job_id)
+    s.files_read = len(files)
+    if w.empty and lab is None and rec is None:
+        where = f"on {date}" if date else "in the label store, the job records or the telemetry"
+        raise DataError(f"job {job_id}: not found {where} under {root}")
+    for k in ("user", "account", "name"):
+        v = (rec or {}).get(k) if (rec or {}).get(k) is not None else (lab or {}).get(k)
+        setattr(s, k, None if v is None or (isinstance(v, float) and math.isnan(v)) else str(v))
+    if s.user is None and not w.empty and w["user"].notna().any():
+        s.user = str(w["user"].dropna().iloc[0])
+    if not w.empty:
+        ts0, ts1 = pd.to_datetime(w["ts_start"], utc=True), pd.to_datetime(w["ts_end"], utc=True)
+        start, end = start or ts0.min(), end or ts1.max()
+        secs = (ts1 - ts0).dt.total_seconds().clip(lower=0)
+        s.n_gpus = int(w["gpu_uuid"].nunique())
+        s.hosts = sorted(w["host"].unique().tolist())
+        s.energy_kwh = float(w["energy_j"].sum()) / 3.6e6
+        s.gpu_hours = float(secs.sum()) / 3600.0
+        s.mean_power_w_per_gpu = float(w["energy_j"].sum()) / float(secs.sum()) if secs.sum() > 0 else None
+    s.start = start.isoformat() if start is not None else None
+    s.end = end.isoformat() if end is not None else None
+    if lab is not None and lab.get("label") is not None:
+        s.label, s.source = str(lab["label"]), str(lab.get("source"))
+        s.confidence = float(lab["confidence"]) if lab.get("confidence") is not None else None
+        s.inputs = str(lab["inputs"]) if isinstance(lab.get("inputs"), str) else None
+    elif not w.empty:
+        s.label, s.confidence, s.inputs = _rule_label(w)
+        s.source = "rule" if s.label else None
+    s.decision, s.reason, comment = _decision((rec or {}).get("admin_comment"), s.label)
+    if not w.empty and w["power_limit_w"].notna().any():
+        s.cap_w = float(w["power_limit_w"].median())
+        pct_cap = comment is not None and comment.cap is not None and comment.cap.unit == "%"
+        if pct_cap and s.decision == "cap":
+            s.cap_pct = float(comment.cap.value)
+        else:
+            s.cap_pct = 100.0 * s.cap_w / FALLBACK_LIMIT_W if s.cap_w else None
+    s.hint = _hint(s)
+    return s
+
+
+def human(d: dict[str, Any]) -> str:
+    def f(v: Any, fmt: str, unit: str = "") -> str:
+        return "-" if v is None else f"{v:{fmt}}{unit}"
+
+    hosts = d["hosts"]
+    where = f" ({', '.join(hosts[:4])}{', ...' if len(hosts) > 4 else ''})" if hosts else ""
+    lines = [
+        f"Job ID: {d['job_id']}",
+        f"User/Account: {d['user'] or '-'}/{d['account'] or '-'}"
+        + (f"   Name: {d['name']}" if d["name"] else ""),
+        f"Ran: {d['start'] or '-'} .. {d['end'] or '-'}",
+        f"GPUs: {d['n_gpus']} on {len(hosts)} node(s){where}",
+        f"Label: {d['label'] or '-'}   confidence {f(d['confidence'], '.2f')}   source {d['source'] or '-'}",
+    ]
+    if d.get("inputs"):
+        lines.append(f"  from: {d['inputs']}")
+    lines += [
+        f"Energy: {d['energy_kwh']:.3f} kWh (measured)   GPU-hours: {d['gpu_hours']:.2f}   "
+        f"mean power per GPU: {f(d['mean_power_w_per_gpu'], '.0f', ' W')}",
+        f"Power cap: {f(d['cap_w'], '.0f', ' W')} ({f(d['cap_pct'], '.0f', '%')} of the GPU's limit)",
+        f"Decision: {d['decision']}: {d['reason']}",
+        f"Hint: {d['hint']}",
+    ]
+    return "\n".join(lines)
+
+
+# -- CLI -----------------------------------------------------------------------------------------

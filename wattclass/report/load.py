@@ -1,0 +1,196 @@
+"""The report's inputs: telemetry, labels, model metrics, policy decisions found under a data root.
+
+Kept apart from rendering so the sections work on DataFrames whatever their source (a test, the
+demo, a site's own label file), and each missing input is a None the sections explain.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from wattclass.errors import ConfigError, DataError
+
+LABEL_COLUMNS = ("job_id", "user", "label", "confidence", "source", "n_windows", "energy_j", "gpu_hours")
+
+
+@dataclass
+class ReportInputs:
+    """Everything the report is made of, plus where each piece came from (printed in the report)."""
+
+    windows: pd.DataFrame
+    labels: pd.DataFrame | None = None
+    metrics: dict[str, Any] | None = None
+    decisions: pd.DataFrame | None = None
+    provenance: dict[str, str] = field(default_factory=dict)
+    date: str | None = None
+    job_records: pd.DataFrame | None = None  # Slurm records (job_id, user, account...) of the day
+    whatif_effects: dict[str, Any] | None = None  # wattclass.report.whatif (issue 12)
+
+
+def telemetry_dates(root: Path) -> list[str]:
+    """The ``date=YYYY-MM-DD`` partitions under ``<root>/telemetry``, oldest first."""
+    base = Path(root) / "telemetry"
+    return sorted(p.name.removeprefix("date=") for p in base.glob("date=*") if p.is_dir())
+
+
+def read_telemetry_files(files: list[Path]) -> pd.DataFrame:
+    """Read v1 telemetry Parquet files into one DataFrame (each conformed to the v1 schema)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from wattclass.schema import conform
+
+    tables = []
+    for f in files:
+        try:
+            t = pq.read_table(f)
+        except (OSError, pa.ArrowException) as exc:
+            raise DataError(f"{f}: cannot read telemetry Parquet: {exc}") from exc
+        tables.append(conform(t, f))
+    if not tables:
+        raise DataError("no telemetry files to read")
+    df = pa.concat_tables(tables).to_pandas()
+    df["job_id"] = df["job_id"].astype(object).where(df["job_id"].notna(), None)
+    out: pd.DataFrame = df
+    return out
+
+
+def load_telemetry(root: Path, date: str | None = None) -> tuple[pd.DataFrame, str]:
+    """Telemetry of one day under ``<root>/telemetry/date=YYYY-MM-DD/host=*/*.parquet``.
+
+    Without ``date``, the most recent day present.
+    """
+    root = Path(root)
+    dates = telemetry_dates(root)
+    if not dates:
+        raise DataError(f"{root / 'telemetry'}: no date=YYYY-MM-DD telemetry partitions found")
+    if date is None:
+        date = dates[-1]
+    else:
+        try:
+            dt.date.fromisoformat(date)
+        except ValueError as exc:
+            raise ConfigError(f"--date {date!r}: expected YYYY-MM-DD") from exc
+        if date not in dates:
+            raise DataError(f"{root / 'telemetry'}: no telemetry for {date} (have {', '.join(dates)})")
+    files = sorted((root / "telemetry" / f"date={date}").glob("host=*/*.parquet"))
+    if not files:
+        raise DataError(f"{root / 'telemetry' / f'date={date}'}: no host=*/*.parquet files")
+    return read_telemetry_files(files), date
+
+
+def read_table_file(path: Path, what: str) -> pd.DataFrame:
+    """A CSV or Parquet file as a DataFrame (job_id as text), with errors naming the file."""
+    path = Path(path)
+    try:
+        is_parquet = path.suffix == ".parquet"
+        df = pd.read_parquet(path) if is_parquet else pd.read_csv(path, dtype={"job_id": str})
+    except FileNotFoundError as exc:
+        raise DataError(f"{path}: {what} file not found") from exc
+    except Exception as exc:  # pandas raises many types for unreadable files
+        raise DataError(f"{path}: cannot read {what} file: {exc}") from exc
+    if "job_id" in df.columns:
+        df["job_id"] = df["job_id"].astype(str)
+    return df
+
+
+def normalise_labels(df: pd.DataFrame, source: str, label_column: str = "label") -> pd.DataFrame:
+    """Check a label table has job_id and the label column; rename the latter to ``label``."""
+    for col in ("job_id", label_column):
+        if col not in df.columns:
+            raise DataError(f"{source}: labels are missing column {col}")
+    df = df.rename(columns={label_column: "label"}) if label_column != "label" else df
+    df = df.dropna(subset=["label"]).copy()
+    df["label"] = df["label"].astype(str)
+    return df.drop_duplicates("job_id", keep="last")
+
+
+def _newest(paths: list[Path]) -> Path | None:
+    paths = [p for p in paths if p.is_file()]
+    return max(paths, key=lambda p: p.stat().st_mtime) if paths else None
+
+
+def read_model_metrics(path: Path) -> dict[str, Any]:
+    """Model metrics from the classifier's registry.json (the ``current`` model's entry), a
+    model.json (its ``metrics``) or a plain metrics JSON; the result has ``version`` when known."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{path}: model metrics are not valid JSON: {exc}") from exc
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read model metrics: {exc}") from exc
+    if not isinstance(data, dict):
+        raise DataError(f"{path}: model metrics must be a JSON object")
+    if "versions" in data:  # registry
+        cur = data.get("current")
+        entry = next((v for v in data["versions"] if v.get("version") == cur), None)
+        if entry is None:
+            raise DataError(f"{path}: registry's current model {cur!r} has no entry in versions")
+        out = dict(entry.get("metrics") or {})
+        out["version"] = cur
+        newest = data["versions"][-1]
+        if newest.get("version") != cur and newest.get("gate"):
+            out["rejected"] = {"version": newest["version"], **newest["gate"]}
+        if entry.get("gate"):
+            out["gate"] = entry["gate"]
+        return out
+    if isinstance(data.get("metrics"), dict):  # a model.json
+        return {**data["metrics"], "version": data.get("model_version")}
+    return data
+
+
+def load_inputs(
+    root: Path,
+    date: str | None = None,
+    labels_file: Path | None = None,
+    label_column: str = "label",
+    metrics_file: Path | None = None,
+    decisions_file: Path | None = None,
+) -> ReportInputs:
+    """Gather the report's inputs from a data root; explicit files win over the root's layout."""
+    root = Path(root)
+    windows, day = load_telemetry(root, date)
+    prov = {"telemetry": f"{root / 'telemetry' / f'date={day}'} ({len(windows)} windows)"}
+
+    labels = None
+    if labels_file is not None:
+        labels = normalise_labels(read_table_file(labels_file, "labels"), str(labels_file), label_column)
+        prov["labels"] = str(labels_file)
+    else:
+        # The classifier's label store: <root>/classifier/labels/date=D/labels.parquet (nightly).
+        lpath = root / "classifier" / "labels" / f"date={day}" / "labels.parquet"
+        if lpath.is_file():
+            labels = normalise_labels(read_table_file(lpath, "labels"), str(lpath), "label")
+            prov["labels"] = f"{lpath} (nightly label store)"
+    if metrics_file is not None and not Path(metrics_file).is_file():
+        raise DataError(f"{metrics_file}: model metrics file not found")
+    mfile = metrics_file or root / "classifier" / "models" / "registry.json"
+    metrics = None
+    if Path(mfile).is_file():
+        metrics = read_model_metrics(Path(mfile))
+        prov["model metrics"] = f"{mfile} (model {metrics.get('version', '?')})"
+    decisions = None
+    dfile = decisions_file or _newest(
+        [
+            root / "decisions.csv",
+            root / "decisions.parquet",
+            *(root / "decisions").glob("*.csv"),
+            *(root / "decisions").glob("*.parquet"),
+        ]
+    )
+    if dfile is not None:
+        decisions = read_table_file(dfile, "decisions")
+        prov["policy decisions"] = str(dfile)
+    records = None
+    for rfile in (root / "jobs" / f"date={day}" / "jobs.parquet", root / "jobs" / f"date={day}" / "jobs.csv"):
+        if rfile.is_file():
+            records = read_table_file(rfile, "job records")
+            prov["job records"] = f"{rfile} (accounts)"
+            break
+    return ReportInputs(windows, labels, metrics, decisions, prov, day, records)
