@@ -221,20 +221,25 @@ def _load(src: _Source, labels: pd.DataFrame | None, caps: Mapping[str, str] | N
     fleet, bin_s = pd.DataFrame(columns=["bin", "label", "energy_j"]), 0.0
     if len(per_gpu) > max_gpus:
         fleet, bin_s = _fleet(src, jobs, t0, t1, float(per_gpu["secs"].sum()) / max(n_windows, 1))
-    # Per job, the savings model's estimate under its own label's cap: per-user/per-account tables
-    # are sums of these rows (no window needed).
+    return ReportData(
+        jobs=_job_savings(jobs), by_label=t, work_per_energy=wpe, savings=savings, timeline=timeline,
+        t0=t0, t1=t1,
+        n_hosts=len(gpus), n_gpus=len(per_gpu), n_gpus_timeline_of=n_all,
+        n_windows=n_windows, labels_computed=computed, fleet=fleet, fleet_bin_s=bin_s,
+    )
+
+
+def _job_savings(jobs: pd.DataFrame) -> pd.DataFrame:
+    """The per-job table with ``saved_j``: the savings model's estimate under the job's own label's
+    cap, so per-user and per-account tables are sums of these rows (no window needed)."""
+    jobs = jobs.copy()
     jobs["saved_j"] = 0.0
     for lab in est.CAPPED_LABELS:
         if f"saved_j_{lab}" in jobs.columns:
             m = jobs["label"] == lab
             jobs.loc[m, "saved_j"] = jobs.loc[m, f"saved_j_{lab}"].fillna(0.0)
-    out_jobs = jobs[["job_id", "user", "n_windows", "energy_j", "gpu_hours", "label", "confidence", "source",
-                     "saved_j"]]
-    return ReportData(
-        jobs=out_jobs, by_label=t, work_per_energy=wpe, savings=savings, timeline=timeline, t0=t0, t1=t1,
-        n_hosts=len(gpus), n_gpus=len(per_gpu), n_gpus_timeline_of=n_all,
-        n_windows=n_windows, labels_computed=computed, fleet=fleet, fleet_bin_s=bin_s,
-    )
+    return jobs[["job_id", "user", "n_windows", "energy_j", "gpu_hours", "label", "confidence", "source",
+                 "saved_j"]]
 
 
 def _work_per_energy(tf: pd.DataFrame) -> pd.DataFrame:
