@@ -99,3 +99,18 @@ def test_per_job_savings_add_up_to_the_savings_estimate(windows: pd.DataFrame) -
     assert agg.savings.saved_kwh > 0
     assert agg.jobs["saved_j"].sum() / 3.6e6 == pytest.approx(agg.savings.saved_kwh, rel=1e-9)
     assert (agg.jobs.loc[~agg.jobs["label"].isin(est.CAPPED_LABELS), "saved_j"] == 0).all()
+
+
+def test_report_cli_days_reads_the_span(tmp_path: Path, h200_telemetry: Path) -> None:
+    from wattclass.cli import main
+
+    t = pd.read_parquet(h200_telemetry)
+    for d in ("2026-11-01", "2026-11-02"):
+        folder = tmp_path / "telemetry" / f"date={d}" / "host=n1"
+        folder.mkdir(parents=True)
+        t.to_parquet(folder / "00.parquet")
+    out = tmp_path / "r.html"
+    assert main(["report", "--data-root", str(tmp_path), "--days", "2", "--out", str(out)]) == 0
+    page = out.read_text()
+    assert "date=2026-11-01..2026-11-02 (2 files)" in page
+    assert main(["report", "--data-root", str(tmp_path), "--days", "0", "--out", str(out)]) == 2
