@@ -63,3 +63,54 @@ def test_days_read_several_date_partitions(tmp_path: Path, h200_telemetry: Path)
     assert day == "2026-11-03" and read == ["2026-11-02", "2026-11-03"] and len(files) == 2
     inputs = load_inputs(tmp_path, "2026-11-03", days=30)
     assert len(inputs.files) == 3 and "2026-11-01..2026-11-03" in inputs.provenance["telemetry"]
+
+
+def _fleet(windows: pd.DataFrame, n: int) -> pd.DataFrame:
+    copies = []
+    for i in range(n):
+        c = windows.copy()
+        c["host"] = f"node{i:03d}"
+        c["gpu_uuid"] = c["gpu_uuid"] + f"-{i}"
+        c["job_id"] = c["job_id"].where(c["job_id"].isna(), c["job_id"].astype(str) + f"{i:03d}")
+        copies.append(c)
+    return pd.concat(copies, ignore_index=True)
+
+
+def test_fleet_bins_keep_every_joule_per_label(windows: pd.DataFrame) -> None:
+    # Above max_gpus the report plots the fleet's energy per time bin: the bins add up to the
+    # per-label energy, bins are whole windows long and stay about 288 over the span.
+    big = _fleet(windows, 5)
+    agg = report_data.load(windows=big, max_gpus=4)
+    assert agg.n_gpus == 5 * windows["gpu_uuid"].nunique() and len(agg.fleet)
+    per_label = agg.fleet.groupby("label")["energy_j"].sum() / 3.6e6
+    pd.testing.assert_series_equal(per_label.sort_index(), agg.by_label["energy_kwh"].sort_index(),
+                                   check_names=False, rtol=1e-9)
+    assert agg.fleet["bin"].min() >= 0 and agg.fleet["bin"].max() <= 288
+    assert agg.fleet_bin_s > 0
+    small = report_data.load(windows=windows, max_gpus=16)
+    assert small.fleet.empty  # few GPUs: the per-GPU strips, no fleet scan
+
+
+def test_per_job_savings_add_up_to_the_savings_estimate(windows: pd.DataFrame) -> None:
+    # The per-user and per-account tables sum jobs' saved_j: it must total the savings section.
+    labels = est.rule_job_labels(windows)
+    labels.loc[labels.index[:3], "label"] = "memory"
+    agg = report_data.load(windows=windows, labels=labels)
+    assert agg.savings.saved_kwh > 0
+    assert agg.jobs["saved_j"].sum() / 3.6e6 == pytest.approx(agg.savings.saved_kwh, rel=1e-9)
+    assert (agg.jobs.loc[~agg.jobs["label"].isin(est.CAPPED_LABELS), "saved_j"] == 0).all()
+
+
+def test_report_cli_days_reads_the_span(tmp_path: Path, h200_telemetry: Path) -> None:
+    from wattclass.cli import main
+
+    t = pd.read_parquet(h200_telemetry)
+    for d in ("2026-11-01", "2026-11-02"):
+        folder = tmp_path / "telemetry" / f"date={d}" / "host=n1"
+        folder.mkdir(parents=True)
+        t.to_parquet(folder / "00.parquet")
+    out = tmp_path / "r.html"
+    assert main(["report", "--data-root", str(tmp_path), "--days", "2", "--out", str(out)]) == 0
+    page = out.read_text()
+    assert "date=2026-11-01..2026-11-02 (2 files)" in page
+    assert main(["report", "--data-root", str(tmp_path), "--days", "0", "--out", str(out)]) == 2

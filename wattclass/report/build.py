@@ -5,10 +5,13 @@ assets) so it can be mailed, attached to a ticket or opened from a shared folder
 with no network. Structure:
 
 - ``load.py``: finds telemetry, labels, model metrics and policy decisions under a data root;
+- ``data.py``: aggregates the telemetry in DuckDB (per job, per label, per GPU and time bucket):
+  no window is loaded into pandas, so a month of 1,000 GPUs fits (issue 15);
 - ``sections.py``: one function per section, in page order; ``templates/``: the HTML (Jinja2),
   one template per section, editable without reading Python;
-- ``render_report(...)`` here: a pure function of DataFrames/dicts -> HTML (what tests and the
-  demo call); the CLI is in ``wattclass.report.cli`` (registering it must not import pandas).
+- ``render_report(...)`` here: a pure function of telemetry files or DataFrames/dicts -> HTML
+  (what tests and the demo call); the CLI is in ``wattclass.report.cli`` (registering it must not
+  import pandas).
 
 Every estimate (useful work, energy saved) is labelled as an estimate with its assumptions; a
 missing input (no model yet, no decisions) renders as a short "not available: why" note.
@@ -16,7 +19,7 @@ missing input (no model yet, no decisions) renders as a short "not available: wh
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,12 +30,11 @@ from wattclass.report.load import (
     LABEL_COLUMNS,
     ReportInputs,
     load_inputs,
-    load_telemetry,
     normalise_labels,
     read_model_metrics,
     read_table_file,
-    read_telemetry_files,
     telemetry_dates,
+    telemetry_day_files,
 )
 from wattclass.report.sections import decision_keys
 
@@ -41,19 +43,18 @@ __all__ = [
     "ReportInputs",
     "decision_keys",
     "load_inputs",
-    "load_telemetry",
     "normalise_labels",
     "read_model_metrics",
     "read_table_file",
-    "read_telemetry_files",
     "render_report",
     "telemetry_dates",
+    "telemetry_day_files",
     "write_report",
 ]
 
 
 def render_report(
-    windows: pd.DataFrame,
+    telemetry: pd.DataFrame | Sequence[Path],
     labels: pd.DataFrame | None = None,
     metrics: Mapping[str, Any] | None = None,
     decisions: pd.DataFrame | None = None,
@@ -66,7 +67,9 @@ def render_report(
     job_records: pd.DataFrame | None = None,
     whatif_effects: Mapping[str, Any] | None = None,
 ) -> str:
-    """The report as one HTML document. ``windows`` are telemetry v1 rows; see module docstring.
+    """The report as one HTML document. ``telemetry``: telemetry v1 Parquet files (what the CLI
+    passes; aggregated in DuckDB by ``report.data``, never loaded whole) or a DataFrame of windows
+    (tests, the demo; aggregated the same way).
 
     Without ``labels`` the job labels are computed with the classifier's GPM rule
     (``wattclass.classifier.rules``) on the telemetry (windows without GPM do not count).
@@ -74,26 +77,11 @@ def render_report(
     without either, the example policy's caps are used and the page says so. ``job_records``
     (Slurm records with ``account``) give the per-account table where the labels have no account.
     """
+    from wattclass.report import data as report_data
     from wattclass.report import estimates as est
     from wattclass.report import render
     from wattclass.report import sections as sec
 
-    if windows.empty:
-        raise DataError("report: the telemetry has no windows")
-    w = windows.copy()
-    w["job_id"] = w["job_id"].astype(object).where(w["job_id"].notna(), None)
-    w.loc[w["job_id"].notna(), "job_id"] = w.loc[w["job_id"].notna(), "job_id"].astype(str)
-    prov = dict(provenance or {})
-    if labels is None:
-        labels = est.rule_job_labels(w)
-        prov["labels"] = (
-            "computed here with the GPM rule of wattclass.classifier.rules (no label store found)"
-        )
-    w = est.attach_labels(w, labels)
-    acct_src = labels if "account" in labels.columns else job_records
-    if acct_src is not None and {"job_id", "account"} <= set(acct_src.columns) and "account" not in w.columns:
-        acct = acct_src.astype({"job_id": str}).drop_duplicates("job_id", keep="last").set_index("job_id")
-        w["account"] = w["job_id"].map(acct["account"])
     if caps is not None:
         used_caps: dict[str, str] | None = {**est.DEFAULT_CAPS, **dict(caps)}
         src = caps_source or "from the policy"
@@ -104,16 +92,31 @@ def render_report(
             if used_caps is not None
             else "the example policy, deploy/policy.example.toml"
         )
+    if isinstance(telemetry, pd.DataFrame):
+        if telemetry.empty:
+            raise DataError("report: the telemetry has no windows")
+        agg = report_data.load(windows=telemetry, labels=labels, caps=used_caps, max_gpus=max_gpus)
+    else:
+        agg = report_data.load(files=[Path(f) for f in telemetry], labels=labels, caps=used_caps,
+                               max_gpus=max_gpus)
+    prov = dict(provenance or {})
+    if agg.labels_computed:
+        prov["labels"] = (
+            "computed here with the GPM rule of wattclass.classifier.rules (no label store found)"
+        )
+    jobs = agg.jobs.copy()
+    acct_src = labels if labels is not None and "account" in labels.columns else job_records
+    if acct_src is not None and {"job_id", "account"} <= set(acct_src.columns):
+        acct = acct_src.astype({"job_id": str}).drop_duplicates("job_id", keep="last").set_index("job_id")
+        jobs["account"] = jobs["job_id"].astype(str).map(acct["account"])
     data = sec.ReportData(
-        w=w,
+        agg=agg,
         labels=labels,
-        jobs=est.job_table(w, labels),
-        by_label=est.by_label(w),
+        jobs=jobs,
         metrics=metrics,
         decisions=decisions,
         caps=used_caps,
         caps_source=src,
-        savings=est.estimate_savings(w, used_caps),
         provenance=prov,
         max_gpus=max_gpus,
         whatif_effects=whatif_effects,
@@ -181,7 +184,7 @@ def write_report(
         inputs.provenance["policy"] = str(policy)
 
     page = render_report(
-        inputs.windows,
+        inputs.files,
         inputs.labels,
         inputs.metrics,
         inputs.decisions,

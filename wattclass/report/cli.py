@@ -22,6 +22,8 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     )
     p.add_argument("--data-root", type=Path, required=True, help="root holding telemetry/date=.../host=.../")
     p.add_argument("--date", help="day to report (YYYY-MM-DD; default: the most recent day)")
+    p.add_argument("--days", type=int, default=1,
+                   help="report this many days ending at --date (default 1; e.g. 30 for a month)")
     p.add_argument("--out", type=Path, default=Path("report.html"), help="HTML file to write")
     p.add_argument(
         "--labels",
@@ -59,7 +61,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from wattclass.report.build import load_inputs, load_whatif_effects, write_report
 
     inputs = load_inputs(
-        args.data_root, args.date, args.labels, args.label_column, args.metrics, args.decisions
+        args.data_root, args.date, args.labels, args.label_column, args.metrics, args.decisions, args.days
     )
     inputs.whatif_effects = load_whatif_effects(args.data_root, inputs.date, args.policy, args.response,
                                                 args.effects_truth, inputs.provenance)

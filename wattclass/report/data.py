@@ -15,6 +15,7 @@ time, or ``slowdown`` longer), per-job totals; tests/test_report_data.py checks 
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -52,6 +53,8 @@ class ReportData:
     n_gpus_timeline_of: int
     n_windows: int
     labels_computed: bool  # labels came from the GPM rule here (no label store)
+    fleet: pd.DataFrame  # above max_gpus GPUs: bin (int), label, energy_j: the fleet's energy per time bin
+    fleet_bin_s: float  # the width of one fleet bin (s)
 
 
 class _Source:
@@ -214,20 +217,29 @@ def _load(src: _Source, labels: pd.DataFrame | None, caps: Mapping[str, str] | N
     t0, t1 = pd.Timestamp(per_gpu["t0"].min()), pd.Timestamp(per_gpu["t1"].max())
     src.n_gpus_hint = len(per_gpu)
     timeline, n_all = _timeline(src, jobs, max_gpus, t0, t1)
-    # Per job, the savings model's estimate under its own label's cap: per-user/per-account tables
-    # are sums of these rows (no window needed).
+    n_windows = int(per_gpu["n_windows"].sum())
+    fleet, bin_s = pd.DataFrame(columns=["bin", "label", "energy_j"]), 0.0
+    if len(per_gpu) > max_gpus:
+        fleet, bin_s = _fleet(src, jobs, t0, t1, float(per_gpu["secs"].sum()) / max(n_windows, 1))
+    return ReportData(
+        jobs=_job_savings(jobs), by_label=t, work_per_energy=wpe, savings=savings, timeline=timeline,
+        t0=t0, t1=t1,
+        n_hosts=len(gpus), n_gpus=len(per_gpu), n_gpus_timeline_of=n_all,
+        n_windows=n_windows, labels_computed=computed, fleet=fleet, fleet_bin_s=bin_s,
+    )
+
+
+def _job_savings(jobs: pd.DataFrame) -> pd.DataFrame:
+    """The per-job table with ``saved_j``: the savings model's estimate under the job's own label's
+    cap, so per-user and per-account tables are sums of these rows (no window needed)."""
+    jobs = jobs.copy()
     jobs["saved_j"] = 0.0
     for lab in est.CAPPED_LABELS:
         if f"saved_j_{lab}" in jobs.columns:
             m = jobs["label"] == lab
             jobs.loc[m, "saved_j"] = jobs.loc[m, f"saved_j_{lab}"].fillna(0.0)
-    out_jobs = jobs[["job_id", "user", "n_windows", "energy_j", "gpu_hours", "label", "confidence", "source",
-                     "saved_j"]]
-    return ReportData(
-        jobs=out_jobs, by_label=t, work_per_energy=wpe, savings=savings, timeline=timeline, t0=t0, t1=t1,
-        n_hosts=len(gpus), n_gpus=len(per_gpu), n_gpus_timeline_of=n_all,
-        n_windows=int(per_gpu["n_windows"].sum()), labels_computed=computed,
-    )
+    return jobs[["job_id", "user", "n_windows", "energy_j", "gpu_hours", "label", "confidence", "source",
+                 "saved_j"]]
 
 
 def _work_per_energy(tf: pd.DataFrame) -> pd.DataFrame:
@@ -319,3 +331,25 @@ def _timeline(src: _Source, jobs: pd.DataFrame, max_gpus: int, t0: pd.Timestamp,
         "FROM lw GROUP BY ALL ORDER BY host, gpu_index, ts_start")
     df["ts_start"] = pd.to_datetime(df["ts_start"], utc=True)
     return df, n_all
+
+
+def _fleet(src: _Source, jobs: pd.DataFrame, t0: pd.Timestamp, t1: pd.Timestamp, window_s: float,
+           bins: int = 288) -> tuple[pd.DataFrame, float]:
+    """The fleet's energy per time bin and label (the view that stays readable at 1,000 GPUs).
+
+    Each window's energy goes to the bin of its midpoint; about ``bins`` bins over the span, each
+    a whole number of windows long (``window_s``, the mean window) so each bin holds as many
+    windows per GPU (else stripes): 5 min for a day of 10 s windows, 2.5 h for 30 days."""
+    span = max((t1 - t0).total_seconds(), 1.0)
+    wlen = window_s if window_s > 0 else 1.0
+    width = max(math.ceil(span / bins / wlen), 1) * wlen
+    n = max(math.ceil(span / width), 1)
+    src.con.register("fleet_labels", jobs[["job_id", "label"]])
+    secs0 = f"epoch(ts_start) - {t0.timestamp()!r}"
+    secs1 = f"epoch(ts_end) - {t0.timestamp()!r}"
+    df = src.df(
+        f"SELECT least(greatest(CAST(floor((({secs0}) + ({secs1})) / 2 / {width!r}) AS BIGINT), 0), {n - 1}) "
+        "AS bin, CASE WHEN v.job_id IS NULL THEN 'no job' ELSE coalesce(l.label, 'unlabelled') END AS label, "
+        f"sum(coalesce({src.col('v.energy_j')}, 0)) AS energy_j FROM w v LEFT JOIN fleet_labels l "
+        "ON CAST(v.job_id AS VARCHAR) = l.job_id GROUP BY ALL ORDER BY 1, 2")
+    return df, width

@@ -1,7 +1,8 @@
 """The report's inputs: telemetry, labels, model metrics, policy decisions found under a data root.
 
-Kept apart from rendering so the sections work on DataFrames whatever their source (a test, the
-demo, a site's own label file), and each missing input is a None the sections explain.
+Kept apart from rendering so the report works whatever the source (a test's DataFrame, the demo,
+a site's own label file), and each missing input is a None the sections explain. Telemetry is
+only listed here: ``report.data`` aggregates the files in DuckDB, no window goes into pandas.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ LABEL_COLUMNS = ("job_id", "user", "label", "confidence", "source", "n_windows",
 class ReportInputs:
     """Everything the report is made of, plus where each piece came from (printed in the report)."""
 
-    windows: pd.DataFrame
+    files: list[Path]  # telemetry Parquet files (aggregated by report.data, never loaded whole)
     labels: pd.DataFrame | None = None
     metrics: dict[str, Any] | None = None
     decisions: pd.DataFrame | None = None
@@ -39,33 +40,15 @@ def telemetry_dates(root: Path) -> list[str]:
     return sorted(p.name.removeprefix("date=") for p in base.glob("date=*") if p.is_dir())
 
 
-def read_telemetry_files(files: list[Path]) -> pd.DataFrame:
-    """Read v1 telemetry Parquet files into one DataFrame (each conformed to the v1 schema)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+def telemetry_day_files(root: Path, date: str | None = None, days: int = 1
+                        ) -> tuple[list[Path], str, list[str]]:
+    """Telemetry files of ``days`` days ending at ``date`` (default: the most recent day present)
+    under ``<root>/telemetry/date=YYYY-MM-DD/host=*/*.parquet``; returns (files, date, days read).
 
-    from wattclass.schema import conform
-
-    tables = []
-    for f in files:
-        try:
-            t = pq.read_table(f)
-        except (OSError, pa.ArrowException) as exc:
-            raise DataError(f"{f}: cannot read telemetry Parquet: {exc}") from exc
-        tables.append(conform(t, f))
-    if not tables:
-        raise DataError("no telemetry files to read")
-    df = pa.concat_tables(tables).to_pandas()
-    df["job_id"] = df["job_id"].astype(object).where(df["job_id"].notna(), None)
-    out: pd.DataFrame = df
-    return out
-
-
-def load_telemetry(root: Path, date: str | None = None) -> tuple[pd.DataFrame, str]:
-    """Telemetry of one day under ``<root>/telemetry/date=YYYY-MM-DD/host=*/*.parquet``.
-
-    Without ``date``, the most recent day present.
-    """
+    Only listed, never read here: ``report.data`` aggregates them in DuckDB (a month of 1,000
+    GPUs is 259 M windows, issue 15)."""
+    if days < 1:
+        raise ConfigError(f"--days must be at least 1, got {days}")
     root = Path(root)
     dates = telemetry_dates(root)
     if not dates:
@@ -79,10 +62,14 @@ def load_telemetry(root: Path, date: str | None = None) -> tuple[pd.DataFrame, s
             raise ConfigError(f"--date {date!r}: expected YYYY-MM-DD") from exc
         if date not in dates:
             raise DataError(f"{root / 'telemetry'}: no telemetry for {date} (have {', '.join(dates)})")
-    files = sorted((root / "telemetry" / f"date={date}").glob("host=*/*.parquet"))
+    end = dt.date.fromisoformat(date)
+    wanted = [(end - dt.timedelta(days=k)).isoformat() for k in range(days - 1, -1, -1)]
+    read = [d for d in wanted if d in dates]
+    files = [f for d in read for f in sorted((root / "telemetry" / f"date={d}").glob("host=*/*.parquet"))
+             if not f.name.startswith(".")]
     if not files:
         raise DataError(f"{root / 'telemetry' / f'date={date}'}: no host=*/*.parquet files")
-    return read_telemetry_files(files), date
+    return files, date, read
 
 
 def read_table_file(path: Path, what: str) -> pd.DataFrame:
@@ -152,11 +139,17 @@ def load_inputs(
     label_column: str = "label",
     metrics_file: Path | None = None,
     decisions_file: Path | None = None,
+    days: int = 1,
 ) -> ReportInputs:
-    """Gather the report's inputs from a data root; explicit files win over the root's layout."""
+    """Gather the report's inputs from a data root; explicit files win over the root's layout.
+
+    ``days`` days ending at ``date``; labels and job records come from every day read (a job's
+    latest row wins).
+    """
     root = Path(root)
-    windows, day = load_telemetry(root, date)
-    prov = {"telemetry": f"{root / 'telemetry' / f'date={day}'} ({len(windows)} windows)"}
+    files, day, read = telemetry_day_files(root, date, days)
+    span = read[0] if len(read) == 1 else f"{read[0]}..{read[-1]}"
+    prov = {"telemetry": f"{root / 'telemetry'} date={span} ({len(files)} files)"}
 
     labels = None
     if labels_file is not None:
@@ -164,10 +157,12 @@ def load_inputs(
         prov["labels"] = str(labels_file)
     else:
         # The classifier's label store: <root>/classifier/labels/date=D/labels.parquet (nightly).
-        lpath = root / "classifier" / "labels" / f"date={day}" / "labels.parquet"
-        if lpath.is_file():
-            labels = normalise_labels(read_table_file(lpath, "labels"), str(lpath), "label")
-            prov["labels"] = f"{lpath} (nightly label store)"
+        found = [root / "classifier" / "labels" / f"date={d}" / "labels.parquet" for d in read]
+        found = [p for p in found if p.is_file()]
+        if found:
+            parts = [normalise_labels(read_table_file(p, "labels"), str(p), "label") for p in found]
+            labels = pd.concat(parts, ignore_index=True).drop_duplicates("job_id", keep="last")
+            prov["labels"] = f"{found[0] if len(found) == 1 else f'{len(found)} days'} (nightly label store)"
     if metrics_file is not None and not Path(metrics_file).is_file():
         raise DataError(f"{metrics_file}: model metrics file not found")
     mfile = metrics_file or root / "classifier" / "models" / "registry.json"
@@ -188,9 +183,16 @@ def load_inputs(
         decisions = read_table_file(dfile, "decisions")
         prov["policy decisions"] = str(dfile)
     records = None
-    for rfile in (root / "jobs" / f"date={day}" / "jobs.parquet", root / "jobs" / f"date={day}" / "jobs.csv"):
-        if rfile.is_file():
-            records = read_table_file(rfile, "job records")
-            prov["job records"] = f"{rfile} (accounts)"
-            break
-    return ReportInputs(windows, labels, metrics, decisions, prov, day, records)
+    rfiles = []
+    for d in read:
+        for rfile in (root / "jobs" / f"date={d}" / "jobs.parquet", root / "jobs" / f"date={d}" / "jobs.csv"):
+            if rfile.is_file():
+                rfiles.append(rfile)
+                break
+    if rfiles:
+        recs = [read_table_file(f, "job records") for f in rfiles]
+        records = pd.concat(recs, ignore_index=True)
+        if "job_id" in records.columns:
+            records = records.drop_duplicates("job_id", keep="last")
+        prov["job records"] = f"{rfiles[0] if len(rfiles) == 1 else f'{len(rfiles)} days'} (accounts)"
+    return ReportInputs(files, labels, metrics, decisions, prov, day, records)

@@ -103,28 +103,26 @@ def power_timeline(w: pd.DataFrame, max_gpus: int = 16) -> bytes:
     return to_png(fig)
 
 
-def fleet_power(w: pd.DataFrame, bins: int = 288) -> bytes:
+def fleet_power(fleet: pd.DataFrame, t0: pd.Timestamp, t1: pd.Timestamp, width_s: float) -> bytes:
     """Total power of all GPUs over time, stacked by label: the view that stays readable at 1,000 GPUs.
 
-    Each window's energy goes to the time bin of its midpoint (about ``bins`` bins over the span,
-    each a whole number of windows long: 5 min for a day of 10 s windows); a bin's height is its
-    energy over its length, so the area is the energy.
+    ``fleet``: energy per time bin (``bin``, ``label``, ``energy_j``; ``report.data``), bins
+    ``width_s`` long from ``t0``; a bin's height is its energy over its length, so the area is
+    the energy.
     """
-    t0 = w["ts_start"].min()
-    span = max((w["ts_end"].max() - t0).total_seconds(), 1.0)
-    # Bins a whole number of windows wide, so each bin holds as many windows per GPU (else stripes).
-    wlen = float((w["ts_end"] - w["ts_start"]).dt.total_seconds().median() or 1.0)
-    width = max(math.ceil(span / bins / wlen), 1) * wlen
-    bins = max(math.ceil(span / width), 1)
-    s0 = (w["ts_start"] - t0).dt.total_seconds().to_numpy()
-    s1 = (w["ts_end"] - t0).dt.total_seconds().to_numpy()
-    e = w["energy_j"].astype(float).fillna(0).to_numpy()
-    mid = np.clip(((s0 + s1) / 2 // width).astype(int), 0, bins - 1)
-    present = [lab for lab in COLORS if lab in set(w["label"])] + sorted(set(w["label"]) - set(COLORS))
-    lab = w["label"].to_numpy()
+    width = max(float(width_s), 1e-9)
+    bins = max(math.ceil(max((t1 - t0).total_seconds(), 1.0) / width), 1)
+    labels = set(fleet["label"])
+    present = [lab for lab in COLORS if lab in labels] + sorted(labels - set(COLORS))
+    b = fleet["bin"].to_numpy(dtype=int)
+    e = fleet["energy_j"].astype(float).fillna(0).to_numpy()
+    lab = fleet["label"].to_numpy()
     fig, ax = plt.subplots(figsize=(13, 3.8))
-    xs = (t0 + pd.to_timedelta(np.arange(bins) * width, unit="s")).tz_convert("UTC").tz_localize(None)
-    stack = [np.bincount(mid[lab == n], weights=e[lab == n], minlength=bins) / width / 1e3 for n in present]
+    xs = pd.DatetimeIndex(t0 + pd.to_timedelta(np.arange(bins) * width, unit="s"))
+    if xs.tz is not None:
+        xs = xs.tz_convert("UTC").tz_localize(None)
+    stack = [np.bincount(b[lab == n], weights=e[lab == n], minlength=bins)[:bins] / width / 1e3
+             for n in present]
     ax.stackplot(xs.to_numpy(), *stack, labels=present, colors=[color(n) for n in present], step="post")
     ax.set_ylabel("kW (all GPUs)")
     ax.set_xlabel("time (UTC)")

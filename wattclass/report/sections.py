@@ -16,8 +16,8 @@ from typing import Any
 
 import pandas as pd
 
+from wattclass.report import data, plots
 from wattclass.report import estimates as est
-from wattclass.report import plots
 from wattclass.report.render import conf, kwh, num, pct, table
 
 Vars = dict[str, Any]
@@ -25,25 +25,32 @@ Vars = dict[str, Any]
 
 @dataclass
 class ReportData:
-    """Inputs and shared aggregates. ``w``: telemetry windows with a ``label`` column."""
+    """Inputs and shared aggregates. ``agg``: the DuckDB aggregates of the windows (``report.data``;
+    no window is in pandas); ``jobs``: its per-job table, with ``account`` where known."""
 
-    w: pd.DataFrame
+    agg: data.ReportData
     labels: pd.DataFrame | None
     jobs: pd.DataFrame
-    by_label: pd.DataFrame
     metrics: Mapping[str, Any] | None
     decisions: pd.DataFrame | None
     caps: dict[str, str] | None  # per label, from the policy or the decisions; None: the example policy
     caps_source: str
-    savings: est.SavingsResult
     provenance: dict[str, str] = field(default_factory=dict)
     max_gpus: int = 16
     top_n: int = 15
     whatif_effects: Mapping[str, Any] | None = None  # wattclass.report.whatif (issue 12)
 
     @property
+    def by_label(self) -> pd.DataFrame:
+        return self.agg.by_label
+
+    @property
+    def savings(self) -> est.SavingsResult:
+        return self.agg.savings
+
+    @property
     def n_gpus(self) -> int:
-        return len(self.w[["host", "gpu_uuid"]].drop_duplicates())
+        return self.agg.n_gpus
 
 
 # -- sections, in page order -------------------------------------------------------------------
@@ -84,47 +91,38 @@ def energy_by_label(d: ReportData) -> Vars:
     }
 
 
-def _share_by_label(g: pd.DataFrame) -> dict[str, float]:
-    e = g.groupby("label")["energy_j"].sum()
-    tot = float(e.sum())
-    return {
-        lab: float(e.get(lab, 0.0)) / tot if tot > 0 else 0.0
-        for lab in ("compute", "memory", "mixed", "idle")
-    }
-
-
-def _group_table(d: ReportData, key: str, saved_j: pd.Series, capped: set[str]) -> pd.DataFrame:
+def _group_table(d: ReportData, key: str, capped: set[str]) -> pd.DataFrame:
     """Per ``key`` (user or account): energy, GPU-hours, jobs, share by label, capped share, saving.
 
-    Only job windows count. The top ``top_n`` by energy are listed, the rest folded into one row,
-    so the table stays one screen at 1,000 GPUs.
+    Sums over the per-job table (each job's windows carry its label; its estimated saving is
+    ``saved_j``), so only job windows count. The top ``top_n`` by energy are listed, the rest
+    folded into one row, so the table stays one screen at 1,000 GPUs.
     """
-    jw = d.w[d.w["job_id"].notna()].copy()
-    jw["_key"] = jw[key].fillna("(unknown)").astype(str)
-    jw["_s"] = est.window_seconds(jw)
-    jw["_saved"] = saved_j.reindex(jw.index).fillna(0.0)
-    top = jw.groupby("_key")["energy_j"].sum().sort_values(ascending=False)
+    j = d.jobs.copy()
+    j["_key"] = j[key].astype(object).where(j[key].notna(), "(unknown)").astype(str)
+    top = j.groupby("_key")["energy_j"].sum().sort_values(ascending=False, kind="stable")
     keep = list(top.index[: d.top_n])
     n_rest = len(top) - len(keep)
     if n_rest > 0:
-        jw.loc[~jw["_key"].isin(keep), "_key"] = f"({n_rest} others)"
+        j.loc[~j["_key"].isin(keep), "_key"] = f"({n_rest} others)"
         keep.append(f"({n_rest} others)")
     rows = []
     for k in keep:
-        g = jw[jw["_key"] == k]
+        g = j[j["_key"] == k]
         e = float(g["energy_j"].sum())
-        shares = _share_by_label(g)
+        by_lab = g.groupby("label")["energy_j"].sum()
         rows.append(
             {
                 key: k,
                 "jobs": g["job_id"].nunique(),
                 "energy (kWh)": e / 3.6e6,
-                "GPU-hours": float(g["_s"].sum()) / 3600.0,
-                **{f"{lab} share": pct(v) for lab, v in shares.items()},
+                "GPU-hours": float(g["gpu_hours"].sum()),
+                **{f"{lab} share": pct(float(by_lab.get(lab, 0.0)) / e if e > 0 else 0.0)
+                   for lab in ("compute", "memory", "mixed", "idle")},
                 "capped share": pct(
                     float(g.loc[g["label"].isin(capped), "energy_j"].sum()) / e if e > 0 else 0.0
                 ),
-                "est. saving (kWh)": float(g["_saved"].sum()) / 3.6e6,
+                "est. saving (kWh)": float(g["saved_j"].sum()) / 3.6e6,
             }
         )
     return pd.DataFrame(rows)
@@ -134,10 +132,9 @@ def users_accounts(d: ReportData) -> Vars:
     """Per-user and per-account tables: who used the energy, in which kind of jobs, what caps save."""
     caps = d.savings.caps
     capped = {lab for lab, c in caps.items() if lab in est.CAPPED_LABELS and c not in (None, "-", "100%")}
-    saved = est.window_saved_j(d.w, caps)
-    users = _group_table(d, "user", saved, capped)
-    have_acct = "account" in d.w.columns and d.w["account"].notna().any()
-    accounts = _group_table(d, "account", saved, capped) if have_acct else None
+    users = _group_table(d, "user", capped)
+    have_acct = "account" in d.jobs.columns and d.jobs["account"].notna().any()
+    accounts = _group_table(d, "account", capped) if have_acct else None
     return {
         "users": table(users),
         "accounts": table(accounts) if accounts is not None else None,
@@ -149,17 +146,19 @@ def users_accounts(d: ReportData) -> Vars:
 
 def power_over_time(d: ReportData) -> Vars:
     """Per-GPU strips for a small cluster; above ``max_gpus`` the fleet's power stacked by label."""
-    n = len(d.w[["host", "gpu_index"]].drop_duplicates())
-    strips = n <= d.max_gpus
+    a = d.agg
+    strips = a.n_gpus <= d.max_gpus
     return {
-        "n_gpus": n,
+        "n_gpus": a.n_gpus,
         "strips": strips,
-        "png": plots.power_timeline(d.w, d.max_gpus) if strips else plots.fleet_power(d.w),
+        "png": plots.power_timeline(a.timeline, d.max_gpus)
+        if strips
+        else plots.fleet_power(a.fleet, a.t0, a.t1, a.fleet_bin_s),
     }
 
 
 def work_per_energy(d: ReportData) -> Vars:
-    wpe = est.work_per_energy(d.w)
+    wpe = d.agg.work_per_energy
     if wpe.empty:
         return {"png": None, "table": None, "peaks": ""}
     return {
@@ -310,9 +309,9 @@ SECTIONS: tuple[Callable[[ReportData], Vars | None], ...] = (
 
 
 def subtitle(d: ReportData) -> str:
-    t0, t1 = d.w["ts_start"].min(), d.w["ts_end"].max()
+    a = d.agg
     return (
-        f"{t0:%Y-%m-%d %H:%M} – {t1:%Y-%m-%d %H:%M} UTC, {d.w['host'].nunique()} node(s), {d.n_gpus} GPU(s), "
+        f"{a.t0:%Y-%m-%d %H:%M} – {a.t1:%Y-%m-%d %H:%M} UTC, {a.n_hosts} node(s), {a.n_gpus} GPU(s), "
         f"{len(d.jobs)} job(s). Generated {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC."
     )
 
