@@ -51,7 +51,7 @@ CHUNK_FILES = 1000
 BATCH_FILES = 100
 
 _SUMS = ("n_windows", "dur_ms", "energy_j", "n_gpm", "r_idle", "r_compute", "r_memory", "n_shared",
-         "x_idle", "x_compute", "x_memory", "x_pmax")
+         "n_pipe_gap", "x_idle", "x_compute", "x_memory", "x_pmax")
 
 
 @dataclass

@@ -81,12 +81,16 @@ def _val(col: str, dropped: frozenset[str]) -> str:
 
 
 def rule_code_sql(dropped: frozenset[str] = frozenset()) -> str:
-    """``rules.window_labels`` as a SQL expression (NO_GPM = -1)."""
+    """``rules.window_labels`` as a SQL expression (NO_GPM = -1, PIPE_GAP = -2: a memory verdict
+    needs every compute pipe measured)."""
     sm, dram = _val("sm_util_pct", dropped), _val("dram_bw_util_pct", dropped)
-    comp = "greatest(" + ", ".join(_val(u, dropped) for u in rules.COMPUTE_UNITS) + ")"  # NULLs skipped
+    pipes = [_val(u, dropped) for u in rules.COMPUTE_UNITS]
+    comp = "greatest(" + ", ".join(pipes) + ")"  # NULLs skipped
+    gap = " OR ".join(f"({p}) IS NULL" for p in pipes)
     return (f"(CASE WHEN ({sm}) IS NULL OR ({dram}) IS NULL OR ({comp}) IS NULL THEN {rules.NO_GPM} "
             f"WHEN ({sm}) < {rules.SM_ACTIVE_PCT} THEN {rules.IDLE} "
-            f"WHEN ({comp}) >= ({dram}) THEN {rules.COMPUTE} ELSE {rules.MEMORY} END)")
+            f"WHEN ({comp}) >= ({dram}) THEN {rules.COMPUTE} "
+            f"WHEN {gap} THEN {rules.PIPE_GAP} ELSE {rules.MEMORY} END)")
 
 
 @dataclass
@@ -259,8 +263,9 @@ class Scanner:
         part = table.filter(pc.and_(pc.is_valid(table.column("job_id")),
                                     pc.greater(table.column("n_windows"), 0)))
         keep = ["job_id", "host", "user", "n_windows", "dur_ms", "energy_j", "ts_start_ms", "ts_end_ms",
-                "n_gpm", "r_idle", "r_compute", "r_memory", "n_shared"]
-        sums = ["n_windows", "dur_ms", "energy_j", "n_gpm", "r_idle", "r_compute", "r_memory", "n_shared"]
+                "n_gpm", "r_idle", "r_compute", "r_memory", "n_shared", "n_pipe_gap"]
+        sums = ["n_windows", "dur_ms", "energy_j", "n_gpm", "r_idle", "r_compute", "r_memory", "n_shared",
+                "n_pipe_gap"]
         aggs = [(c, "sum") for c in sums] + [("user", "min"), ("ts_start_ms", "min"), ("ts_end_ms", "max")]
         per_job = part.select(keep).group_by(["job_id", "host"], use_threads=False).aggregate(aggs)
         back = {f"{c}_{a}": c for c, a in aggs}
@@ -294,6 +299,7 @@ class Scanner:
             f"count(*) FILTER (WHERE {v} AND code = {rules.COMPUTE}) AS r_compute",
             f"count(*) FILTER (WHERE {v} AND code = {rules.MEMORY}) AS r_memory",
             f"count(*) FILTER (WHERE {v} AND code < 0) AS n_nogpm",
+            f"count(*) FILTER (WHERE {v} AND code = {rules.PIPE_GAP}) AS n_pipe_gap",
             f"count(*) FILTER (WHERE {v} AND sh) AS n_shared",
             f"epoch_ms(min(ts_start) FILTER (WHERE {v})) AS file_t0",
             f"epoch_ms(max(ts_start) FILTER (WHERE {v})) AS file_t1",

@@ -87,8 +87,16 @@ def test_labels_equal_the_former_engine(demo: tuple[Path, dict[str, tuple[str, s
     cols = ["job_id", "user", "label", "confidence", "source", "n_windows", "energy_j", "gpu_hours", "hosts",
             "start", "end", "gpm_share"]
     assert len(ref) == 28 and set(ref["source"]) > {"rule"}  # rule and model labels both
-    pd.testing.assert_frame_equal(labels[cols].reset_index(drop=True), ref[cols].reset_index(drop=True),
-                                  check_exact=False, rtol=1e-9, check_dtype=False)
+    got, ref = labels[cols].reset_index(drop=True), ref[cols].reset_index(drop=True)
+    # The model was retrained since (issue 13): a model-labelled job may differ in its label,
+    # confidence and source alone; rule-labelled jobs and everything the engine computes may not.
+    by_model = ref["source"].astype(str).str.startswith("model").to_numpy()
+    assert (got["source"].astype(str).str.startswith("model").to_numpy() == by_model).all()
+    pd.testing.assert_frame_equal(got[~by_model], ref[~by_model], check_exact=False, rtol=1e-9,
+                                  check_dtype=False)
+    rest = [c for c in cols if c not in ("label", "confidence", "source")]
+    pd.testing.assert_frame_equal(got.loc[by_model, rest], ref.loc[by_model, rest], check_exact=False,
+                                  rtol=1e-9, check_dtype=False)
 
 
 def test_label_table_loads_in_lua(demo: tuple[Path, dict[str, tuple[str, str]], str], tmp_path: Path) -> None:

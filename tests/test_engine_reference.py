@@ -3,7 +3,8 @@
 ``tests/data/former-engine-labels/`` holds the labels the former engine (main before issue 15)
 wrote for the bundled H200 recordings, a small generated fleet-day whose last host has no GPM
 columns, and the demo cluster: GPM rule, model on GPM-less windows, model forced, GPM dropped.
-Every column must match (confidence to its 4 decimals, energy and GPU-hours to 1e-9).
+Every column must match (confidence to its 4 decimals, energy and GPU-hours to 1e-9), except the
+label, confidence and source of jobs the model labels: the model was retrained since (issue 13).
 """
 
 from __future__ import annotations
@@ -54,5 +55,17 @@ def test_labels_equal_the_former_engine(name: str, source: str, drop_gpm: bool, 
     res = label_files_local(files, model, source, drop_columns=GPM_COLUMNS if drop_gpm else ())  # type: ignore[arg-type]
     ref = pd.read_parquet(REF / f"{name}-{source}-{'nogpm' if drop_gpm else 'gpm'}.parquet")
     assert len(ref) > 0
-    pd.testing.assert_frame_equal(res.labels.reset_index(drop=True), ref, check_exact=False, rtol=1e-9,
+    got = res.labels.reset_index(drop=True)
+    assert list(got.columns[: len(ref.columns)]) == list(ref.columns)  # later columns: added since
+    got = got[list(ref.columns)]
+    # The shipped model was retrained after the references were written (issue 13), so a job the
+    # model labels may differ by the model alone: compare its label columns only where the rule
+    # labelled it, and everything the engine itself computes (counts, energy, time, hosts) always.
+    by_model = ref["source"].astype(str).str.startswith("model").to_numpy()
+    model_cols = ["label", "confidence", "source"]
+    assert (got["source"].astype(str).str.startswith("model").to_numpy() == by_model).all()
+    pd.testing.assert_frame_equal(got[~by_model], ref[~by_model], check_exact=False, rtol=1e-9,
                                   check_dtype=False)
+    rest = [c for c in ref.columns if c not in model_cols]
+    pd.testing.assert_frame_equal(got.loc[by_model, rest], ref.loc[by_model, rest], check_exact=False,
+                                  rtol=1e-9, check_dtype=False)
