@@ -70,11 +70,28 @@ def rig() -> Iterator[WattclassRig]:
     shutil.rmtree(root, ignore_errors=True)
 
 
+def wait_quiet(rig: WattclassRig, timeout: float = 20) -> None:
+    """Every earlier job's Epilog has finished: no job files, no cap records, GPUs at default.
+
+    Slurm may report a job done before its Epilog ran; a test that then breaks the GPU backend
+    (the crash tests) would make that late Epilog fail and leave its job file behind, and a stale
+    job file counts as an uncapped neighbour on the GPU for every later job (docs/shared-gpus.md).
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if (set(rig.limits().values()) == {700.0} and not any(rig.caps_dir.glob("*.json"))
+                and not any(rig.jobs_dir.rglob("*.json"))):
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"earlier jobs left state: {rig.limits()} {sorted(rig.caps_dir.glob('*.json'))} "
+                         f"{sorted(rig.jobs_dir.rglob('*.json'))}")
+
+
 @pytest.fixture
 def fresh(rig: WattclassRig) -> Iterator[WattclassRig]:
-    """A good enforce table and all GPUs at default before and after each test."""
+    """A good enforce table, all GPUs at default and no earlier job's state, before each test."""
     write_table(rig)
-    assert set(rig.limits().values()) == {700.0}
+    wait_quiet(rig)
     yield rig
     write_table(rig)
 
