@@ -376,6 +376,18 @@ def epilog(env: Mapping[str, str], backend: GpuBackend, jobs_dir: Path = DEFAULT
     return restored
 
 
+def _drop_files_after_failed_epilog(hook: str, env: Mapping[str, str], jobs_dir: Path) -> None:
+    """The job has ended even when restoring its GPUs failed (a broken GPU backend): its job files
+    must still go, or every later job on those GPUs would count it as a live, uncapped neighbour
+    and stay uncapped. Its cap records stay, for ``reconcile``."""
+    if hook != "epilog":
+        return
+    try:
+        _remove_job_files(Path(jobs_dir), job_env(env))
+    except Exception as exc:  # the Epilog must exit 0 whatever happens
+        log.error("job %s: epilog: cannot remove its job files: %r", env.get("SLURM_JOB_ID", "?"), exc)
+
+
 def _remove_job_files(spool: Path, job: JobEnv) -> None:
     """The job's files in every GPU folder, and legacy per-GPU files naming it."""
     for f in sorted([*spool.glob(f"*/{job.display_id}.json"), *spool.glob("*.json")]):
@@ -510,8 +522,10 @@ def run_hook(hook: str, args: argparse.Namespace, env: Mapping[str, str] | None 
             return 0
     except WattclassError as exc:
         log.error("job %s: %s failed, job continues unchanged: %s", job_id, hook, exc)
+        _drop_files_after_failed_epilog(hook, env, args.jobs_dir)
     except Exception as exc:  # a bug must not drain the node either
         log.exception("job %s: %s crashed, job continues unchanged: %r", job_id, hook, exc)
+        _drop_files_after_failed_epilog(hook, env, args.jobs_dir)
     finally:
         logging.setLogRecordFactory(old_factory)
     return 0 if hook != "reconcile" else 1

@@ -122,6 +122,23 @@ def test_hook_entry_point_exits_zero_on_errors(tmp_path: Path) -> None:
     assert (tmp_path / "p.log").read_text().count("job 11: prolog failed") == 3
 
 
+def test_epilog_with_a_broken_backend_still_removes_the_job_files(tmp_path: Path) -> None:
+    """A stale job file would count as a live, uncapped neighbour for every later job on the GPU."""
+    be = FileStateBackend.create(tmp_path / "g.json", 2)
+    env = {"SLURM_JOB_ID": "42", "SLURM_JOB_GPUS": "0", "SLURM_JOB_USER": "alice", "SLURM_JOB_UID": "1000"}
+    prolog(env, be, lambda _j: MEM, MAP, tmp_path / "jobs", tmp_path / "caps")
+    assert list((tmp_path / "jobs").rglob("42.json"))
+    (tmp_path / "g.json").write_text("{not json")
+    proc = subprocess.run([sys.executable, "-m", "wattclass.plugin.prolog", "epilog", "--backend",
+                           f"filestate:{tmp_path / 'g.json'}", "--jobs-dir", str(tmp_path / "jobs"),
+                           "--state-dir", str(tmp_path / "caps"), "--log", str(tmp_path / "e.log")],
+                          env=dict(os.environ, **env), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "job 42: epilog failed" in (tmp_path / "e.log").read_text()
+    assert not list((tmp_path / "jobs").rglob("42.json"))
+    assert list((tmp_path / "caps").glob("*.json"))  # the cap record stays for reconcile
+
+
 def test_prolog_does_not_import_pandas() -> None:
     code = ("import sys, wattclass.plugin.prolog, wattclass.slurm.commands; "
             "print('pandas' in sys.modules)")
