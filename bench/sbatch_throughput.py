@@ -34,19 +34,28 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from slurm_cluster import SlurmCluster
 
-from wattclass.labeltable import TableEntry, write_label_table
+from wattclass.labeltable import MAX_NAMES_PER_USER, TableEntry, write_label_table
 from wattclass.plugin.install import render_job_submit
 from wattclass.policy import parse_policy
 
 
+def root_names(entries: int) -> int:
+    """How many of the keys are root's (who submits): a user keeps at most MAX_NAMES_PER_USER."""
+    return min(entries, MAX_NAMES_PER_USER)
+
+
 def write_table(table: Path, entries: int) -> None:
-    """``entries`` user + job name keys of root (who submits): half the benchmark's names hit."""
+    """``entries`` user + job name keys: root's (half the benchmark's names hit them), the rest of
+    other users, since the writer keeps at most MAX_NAMES_PER_USER names per user."""
     table.parent.mkdir(parents=True, exist_ok=True)
     table.parent.chmod(0o755)
     pol = parse_policy({"mode": "enforce", "caps": {"memory": "60%"},
                         "placement": {"memory": {"features": ["hbm"]}}})
+    mine = root_names(entries)
     ents = [TableEntry("user_name", "root", f"job-{i}", None, "memory", 0.95, 3, "rule")
-            for i in range(entries)]
+            for i in range(mine)]
+    ents += [TableEntry("user_name", f"u{i // MAX_NAMES_PER_USER:05d}", f"job-{i}", None, "memory", 0.95, 3,
+                        "rule") for i in range(entries - mine)]
     write_label_table(table, ents, pol.table_dict({"hbm"}), max_entries=max(entries, 1))
 
 
@@ -97,7 +106,7 @@ def lua_costs(keys: int, n_submit: int = 20000) -> dict[str, float]:
         script.write_text(render_job_submit(table).replace("local MAX_BYTES = 16 * 1024 * 1024",
                                                            "local MAX_BYTES = 1024 * 1024 * 1024"))
         drv = root / "bench.lua"
-        drv.write_text(f'SCRIPT = "{script}"\nN_SUBMIT = {n_submit}\nKEYS = {keys}\n' + LUA_BENCH)
+        drv.write_text(f'SCRIPT = "{script}"\nN_SUBMIT = {n_submit}\nKEYS = {root_names(keys)}\n' + LUA_BENCH)
         out = subprocess.run(["lua5.1", str(drv)], capture_output=True, text=True, check=True,
                              timeout=600).stdout.split()
         return {"keys": keys, "table_bytes": table.stat().st_size, "load_s": round(float(out[0]), 3),
