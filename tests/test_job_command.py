@@ -80,3 +80,18 @@ def test_without_duckdb_the_same_answer(root: Path, capsys: pytest.CaptureFixtur
     monkeypatch.setitem(sys.modules, "duckdb", None)  # DuckDB is only in the dev/bench extras
     got = _json(capsys, "5003", "--data-root", str(root), "--date", DAY)
     assert got == want
+
+
+def test_a_label_store_day_with_fewer_columns_does_not_hide_another_days_confidence(
+        root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Days of the label store differ in columns (older versions, the canary's generated history):
+    the job's confidence must survive a first day that has no such column."""
+    base = root / "classifier" / "labels"
+    (base / "date=2026-11-01").mkdir(parents=True)
+    pd.DataFrame({"job_id": ["1"], "label": ["memory"], "source": ["rule"]}).to_parquet(
+        base / "date=2026-11-01" / "labels.parquet")
+    (base / f"date={DAY}").mkdir(parents=True)
+    pd.DataFrame({"job_id": ["5003"], "label": ["memory"], "confidence": [0.93], "source": ["rule"],
+                  "hosts": ["gpu-h200-03"]}).to_parquet(base / f"date={DAY}" / "labels.parquet")
+    d = _json(capsys, "5003", "--data-root", str(root), "--date", DAY)
+    assert (d["label"], d["confidence"]) == ("memory", 0.93)

@@ -66,7 +66,14 @@ def _label_row(root: Path, job_id: str) -> dict[str, Any] | None:
     files = sorted((root / "classifier" / "labels").glob("date=*/labels.parquet"))
     if not files:
         return None
-    t = ds.dataset([str(f) for f in files], format="parquet").to_table(filter=ds.field("job_id") == job_id)
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    # Days written by other versions (or the canary's generated history) differ in columns: the
+    # union of every day's schema, not the first file's, or a later day's confidence is lost.
+    schema = pa.unify_schemas([pq.read_schema(f) for f in files], promote_options="permissive")
+    t = ds.dataset([str(f) for f in files], schema=schema, format="parquet").to_table(
+        filter=ds.field("job_id") == job_id)
     if t.num_rows == 0:
         return None
     return dict(t.to_pandas().iloc[-1])
