@@ -34,9 +34,7 @@ Prints one JSON document. Target (issue 15): <= 1 ms CPU per GPU per second, pea
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import random
 import shlex
 import shutil
@@ -49,6 +47,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from benchstamp import emit
 
 #: Job lengths (s) drawn uniformly: short test jobs up to a few minutes (an hour-long job only
 #: lowers the per-second cost: fewer changes).
@@ -391,13 +391,7 @@ def main() -> int:
     lv.add_argument("--uuids", default=None, help="GPU UUIDs by index, comma-separated (default: from NVML)")
     a = ap.parse_args()
     out = run_sim(a) if a.mode == "sim" else run_live(a)
-    out["machine"] = {"cpus": len(os.sched_getaffinity(0)),
-                      "load_avg_1m_at_end": round(os.getloadavg()[0], 2),
-                      "python": platform.python_version(), "platform": platform.platform()}
-    out["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    json.dump(out, sys.stdout, indent=2)
-    sys.stdout.write("\n")
-    return 0
+    return emit(out)
 
 
 if __name__ == "__main__":

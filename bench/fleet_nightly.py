@@ -25,7 +25,6 @@ import argparse
 import contextlib
 import json
 import os
-import platform
 import resource
 import subprocess
 import sys
@@ -34,6 +33,8 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
+
+from benchstamp import emit
 
 HERE = Path(__file__).resolve().parent
 STAGES = ("duckdb", "duckdb-labels", "features", "classify", "nightly")
@@ -170,13 +171,7 @@ def main() -> int:
     if "nightly" in out:
         out["target_nightly_under_600s"] = out["nightly"]["wall_s"] < 600
         out["target_peak_under_8gib"] = out["nightly"]["peak_rss_tree_mib"] < 8192
-    out["machine"] = {"cpus": len(os.sched_getaffinity(0)),
-                      "load_avg_1m_at_end": round(os.getloadavg()[0], 2),
-                      "python": platform.python_version(), "platform": platform.platform()}
-    out["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    json.dump(out, sys.stdout, indent=2)
-    sys.stdout.write("\n")
-    return 0
+    return emit(out)
 
 
 if __name__ == "__main__":

@@ -10,15 +10,12 @@ at ``--date``. Target (issue 15): 30 days of 1,000 GPUs (259 M windows) in at mo
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchstamp import emit
 from fleet_nightly import measure
 
 
@@ -40,13 +37,7 @@ def main() -> int:
             assert isinstance(runs, list)
             runs.append({"days": days, **m, "html_kib": round(html.stat().st_size / 1024),
                          "target_5min_8gib": m["wall_s"] <= 300 and m["peak_rss_tree_mib"] <= 8192})
-    out["machine"] = {"cpus": len(os.sched_getaffinity(0)),
-                      "load_avg_1m_at_end": round(os.getloadavg()[0], 2),
-                      "python": platform.python_version(), "platform": platform.platform()}
-    out["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    json.dump(out, sys.stdout, indent=2)
-    sys.stdout.write("\n")
-    return 0
+    return emit(out)
 
 
 if __name__ == "__main__":
