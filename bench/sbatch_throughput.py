@@ -12,7 +12,10 @@ processes on the machine hits both alike; reports submissions per second per clu
 jobs never run, so only submission is measured. The label table holds ``--entries`` keys so the
 lookup works on a realistic table; half the job names hit it.
 
-    python bench/sbatch_throughput.py [--jobs 1000] [--rounds 2] [--entries 20000] [--json]
+    python bench/sbatch_throughput.py [--jobs 1000] [--rounds 2] [--entries 20000] [--empty-lua] [--json]
+
+``--empty-lua`` adds a third cluster whose job_submit.lua does nothing: Slurm's job_submit/lua
+plugin's own cost, to tell it from wattclass's script.
     python bench/sbatch_throughput.py --lua-sizes 10000,100000,1000000 --json
 """
 
@@ -59,9 +62,18 @@ def write_table(table: Path, entries: int) -> None:
     write_label_table(table, ents, pol.table_dict({"hbm"}), max_entries=max(entries, 1))
 
 
-def make_cluster(root: Path, with_plugin: bool, entries: int) -> SlurmCluster:
-    lua = None
-    if with_plugin:
+EMPTY_LUA = """-- an empty job_submit.lua: what Slurm's job_submit/lua plugin costs by itself
+function slurm_job_submit(job_desc, part_list, submit_uid) return slurm.SUCCESS end
+function slurm_job_modify(job_desc, job_rec, part_list, modify_uid) return slurm.SUCCESS end
+return slurm.SUCCESS
+"""
+
+
+def make_cluster(root: Path, variant: str, entries: int) -> SlurmCluster:
+    """``without``: no job_submit plugin; ``empty``: job_submit/lua with a script that does
+    nothing (the plugin framework's own cost); ``with``: wattclass's job_submit.lua."""
+    lua = EMPTY_LUA if variant == "empty" else None
+    if variant == "with":
         table = root / "labels" / "labels.tsv"
         write_table(table, entries)
         lua = render_job_submit(table)
@@ -69,7 +81,8 @@ def make_cluster(root: Path, with_plugin: bool, entries: int) -> SlurmCluster:
 
 
 LUA_BENCH = r"""
-slurm = { SUCCESS = 0, ERROR = -1, log_info = function() end, log_error = function() end }
+slurm = { SUCCESS = 0, ERROR = -1, log_info = function() end, log_verbose = function() end,
+          log_error = function() end }
 dofile(SCRIPT)
 collectgarbage("collect")
 local kb0 = collectgarbage("count")
@@ -124,20 +137,20 @@ def submit(c: SlurmCluster, name: str) -> float:
     return time.perf_counter() - t0
 
 
-def run_round(jobs: int, entries: int, seed: int) -> dict[str, float]:
-    """Both clusters up at once; submissions alternate in random order so machine noise hits both."""
+def run_round(jobs: int, entries: int, seed: int, variants: list[str]) -> dict[str, float]:
+    """All clusters up at once; submissions alternate in random order so machine noise hits all."""
     rng = random.Random(seed)
-    roots = {v: Path(tempfile.mkdtemp(prefix=f"wattclass-bench-{v}-")) for v in ("without", "with")}
-    clusters = {v: make_cluster(roots[v], v == "with", entries) for v in roots}
+    roots = {v: Path(tempfile.mkdtemp(prefix=f"wattclass-bench-{v}-")) for v in variants}
+    clusters = {v: make_cluster(roots[v], v, entries) for v in roots}
     try:
         for c in clusters.values():
             c.start()
         for c in clusters.values():
             c.sbatch("-H", "-o", "/dev/null", "-J", "warmup")
-        spent = {"without": 0.0, "with": 0.0}
+        spent = dict.fromkeys(variants, 0.0)
         for i in range(jobs):
             name = f"job-{i}" if i % 2 == 0 else f"unknown-{i}"
-            order = ["without", "with"]
+            order = list(variants)
             rng.shuffle(order)
             for v in order:
                 spent[v] += submit(clusters[v], name)
@@ -159,6 +172,9 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--entries", type=int, default=20000)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--empty-lua", action="store_true",
+                    help="also run a third cluster with an empty job_submit.lua: the cost of Slurm's "
+                         "job_submit/lua plugin itself, apart from wattclass's script")
     ap.add_argument("--lua-sizes",
                     help="comma list of table sizes: measure Lua load/per-submission cost only")
     a = ap.parse_args()
@@ -172,9 +188,10 @@ def main() -> int:
                 print(f"{r['keys']:>8} keys ({r['table_bytes'] / 1e6:.1f} MB): load {r['load_s']:.3f} s, "
                       f"{r['lua_mib']} MiB in Lua, {r['per_submission_us']:.1f} us per submission")
         return 0
-    rates: dict[str, list[float]] = {"without": [], "with": []}
+    variants = ["without", "with"] + (["empty"] if a.empty_lua else [])
+    rates: dict[str, list[float]] = {v: [] for v in variants}
     for r in range(a.rounds):
-        got = run_round(a.jobs, a.entries, seed=r)
+        got = run_round(a.jobs, a.entries, seed=r, variants=variants)
         for v, rate in got.items():
             rates[v].append(round(rate, 1))
     med = {k: statistics.median(v) for k, v in rates.items()}
@@ -183,6 +200,10 @@ def main() -> int:
            "ratio": round(med["with"] / med["without"], 4), "target": 0.97}
     out["ratio_per_round"] = [round(w / wo, 4) for w, wo in zip(rates["with"], rates["without"], strict=True)]
     out["pass"] = out["ratio"] >= 0.97
+    if a.empty_lua:
+        out["median_empty_lua"] = round(med["empty"], 1)
+        out["ratio_empty_lua_vs_without"] = round(med["empty"] / med["without"], 4)
+        out["ratio_with_vs_empty_lua"] = round(med["with"] / med["empty"], 4)
     out["load_avg_1m"] = round(os.getloadavg()[0], 2)
     if a.json:
         print(json.dumps(out, indent=2))
@@ -190,6 +211,10 @@ def main() -> int:
         print(f"sbatch/s without plugin {out['median_without']}, with plugin {out['median_with']} "
               f"({a.jobs} sequential submissions x {a.rounds} rounds, {a.entries}-entry table): "
               f"ratio {out['ratio']:.3f} (target >= 0.97) {'PASS' if out['pass'] else 'FAIL'}")
+        if a.empty_lua:
+            print(f"empty job_submit.lua {out['median_empty_lua']} sbatch/s: empty/without "
+                  f"{out['ratio_empty_lua_vs_without']:.3f}, "
+                  f"wattclass/empty {out['ratio_with_vs_empty_lua']:.3f}")
     return 0
 
 

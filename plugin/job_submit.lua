@@ -45,6 +45,8 @@ local have_pwd, ppwd = pcall(require, "posix.pwd")
 local function clip(s)
   if s == nil then return "nil" end
   s = tostring(s)
+  -- the common case, a short printable name, is returned as it is (no gsub callback per byte)
+  if #s <= LOG_MAX and not find(s, "[%c\\\127-\255]") then return s end
   local extra = ""
   if #s > LOG_MAX then
     extra = "...(" .. #s .. " bytes)"
@@ -56,6 +58,15 @@ local function clip(s)
 end
 
 local function log_info(msg) slurm.log_info("%s", msg) end
+-- One line per submitted job goes to the verbose level: a log line costs slurmctld about 35 us
+-- of a submission's ~0.1 ms inside job_submit (docs/benchmarks.md), and admin_comment already
+-- records every decision in the job. SlurmctldDebug=verbose (or `scontrol setdebug verbose`)
+-- shows each job's outcome and reason; problems with the table stay at info/error.
+-- slurm.log(level, msg) is the C function under slurm.log_verbose, without its string.format.
+local slurm_log = type(slurm.log) == "function" and slurm.log or nil
+local function log_job(msg)
+  if slurm_log then slurm_log(1, msg) else slurm.log_verbose("%s", msg) end
+end
 local function log_error(msg) slurm.log_error("%s", msg) end
 
 -- -- the table file: trust checks -------------------------------------------------------------
@@ -248,6 +259,12 @@ local function parse_table(data, truncated)
     start = i + 1
   end
   t.policy.min_confidence = t.policy.min_confidence or 1
+  -- Which job fields the decision can depend on: each one read from job_desc costs slurmctld a
+  -- C call per submission (the account even an accounting lookup), so resolve_submit reads the
+  -- account only when some key or exemption names one, the partition likewise.
+  t.uses_account = next(t.by_account) ~= nil or next(t.policy.exempt.accounts) ~= nil
+  t.uses_partition = next(t.policy.exempt.partitions) ~= nil
+  t.uses_features = t.policy.mode == "enforce" and next(t.policy.features_available) ~= nil
   return t, nil
 end
 
@@ -269,9 +286,11 @@ local function load_table()
   if not have_posix then return nil, "lua-posix (posix.sys.stat) is not available" end
   local st = pstat.lstat(LABEL_TABLE)
   if st == nil then return nil, "label table " .. LABEL_TABLE .. " not found" end
-  local key = st.st_ino .. ":" .. st.st_mtime .. ":" .. st.st_size .. ":" .. st.st_mode .. ":" .. st.st_uid
   local cache = WATTCLASS_TABLE_CACHE
-  if cache ~= nil and cache.key == key then return cache.table, cache.err end
+  if cache ~= nil and cache.ino == st.st_ino and cache.mtime == st.st_mtime and cache.size == st.st_size
+      and cache.mode == st.st_mode and cache.uid == st.st_uid then
+    return cache.table, cache.err
+  end
   local tbl, err = nil, nil
   local why = unsafe(LABEL_TABLE, st, false) or unsafe_folders(LABEL_TABLE)
   if why then
@@ -284,7 +303,8 @@ local function load_table()
       tbl, err = nil, "label table has no policy (written without --policy): nothing to decide"
     end
   end
-  WATTCLASS_TABLE_CACHE = { key = key, table = tbl, err = err }
+  WATTCLASS_TABLE_CACHE = { ino = st.st_ino, mtime = st.st_mtime, size = st.st_size, mode = st.st_mode,
+                            uid = st.st_uid, table = tbl, err = err }
   return tbl, err
 end
 
@@ -321,7 +341,10 @@ end
 -- True when any of the strings (tres_per_node, tres_per_job, ...) asks for at least one GPU.
 local function requests_gpu(specs)
   for _, spec in ipairs(specs) do
-    if type(spec) == "string" and spec ~= "" then
+    if type(spec) == "string" and spec ~= "" and not find(spec, ",", 1, true) then
+      local n = gpu_count(spec)  -- one item, the usual case: no list to build
+      if n ~= nil and n > 0 then return true end
+    elseif type(spec) == "string" and spec ~= "" then
       for _, item in ipairs(split_commas(spec)) do
         local n = gpu_count(item)
         if n ~= nil and n > 0 then return true end
@@ -345,19 +368,39 @@ end
 
 -- The most specific key whose confidence reaches min_conf; else the most specific key found
 -- (low = true), else nil.
-local function lookup(t, user, name, account, min_conf)
-  local cands = {}
-  if user ~= nil and name ~= nil then
-    cands[#cands + 1] = { "user_name", field(field(t.by_user_name, user), name) }
+-- record() of an entry's text, parsed once per table (t.records) and reused by later jobs.
+local function cached_record(t, s)
+  if s == nil then return nil end
+  local memo = t.records
+  if memo == nil then
+    memo = {}
+    t.records = memo
   end
-  if user ~= nil then cands[#cands + 1] = { "user", field(t.by_user, user) } end
-  if account ~= nil then cands[#cands + 1] = { "account", field(t.by_account, account) } end
+  local rec = memo[s]
+  if rec == nil then
+    rec = record(s) or false
+    memo[s] = rec
+  end
+  return rec or nil
+end
+
+-- (Written without a list of candidates: this runs inside every submission, where each table
+-- built costs slurmctld time.)
+local function lookup(t, user, name, account, min_conf)
   local low_key, low_rec = nil, nil
-  for _, c in ipairs(cands) do
-    local rec = record(c[2])
+  for i = 1, 3 do
+    local key, rec = nil, nil
+    if i == 1 then
+      if user ~= nil and name ~= nil then key, rec = "user_name", field(field(t.by_user_name, user), name) end
+    elseif i == 2 then
+      if user ~= nil then key, rec = "user", field(t.by_user, user) end
+    elseif account ~= nil then
+      key, rec = "account", field(t.by_account, account)
+    end
+    rec = cached_record(t, rec)
     if rec ~= nil then
-      if (tonumber(rec.confidence) or 0) >= min_conf then return c[1], rec, false end
-      if low_rec == nil then low_key, low_rec = c[1], rec end
+      if (tonumber(rec.confidence) or 0) >= min_conf then return key, rec, false end
+      if low_rec == nil then low_key, low_rec = key, rec end
     end
   end
   return low_key, low_rec, true
@@ -377,6 +420,7 @@ end
 local function canary_arm(policy, mode, user, now)
   local threshold = tonumber(policy.canary_threshold) or 0
   if threshold <= 0 then return nil end
+  now = now or os.time()
   local key = (user or "") .. "\n" .. string.format("%d", math.floor(now / 86400))
   local h = 0
   for i = 1, #key do h = (h * 257 + string.byte(key, i)) % 2147483647 end
@@ -414,8 +458,13 @@ local function decide(t, user, name, account, partition, user_features, gpu_requ
   if type(dec) ~= "table" then return "none", "no_decision", nil, nil, label, conf end
   local mode = "shadow"
   if policy.mode == "enforce" then mode = "enforce" end
-  local comment = format_comment(label, conf, dec.cap, rec.source or "", mode)
-  local arm = dec.cap ~= nil and canary_arm(policy, mode, user, now or os.time()) or nil
+  -- the comment depends on the record and the table's policy only: built once per record
+  local comment = rec.comment
+  if comment == nil then
+    comment = format_comment(label, conf, dec.cap, rec.source or "", mode)
+    rec.comment = comment
+  end
+  local arm = dec.cap ~= nil and canary_arm(policy, mode, user, now) or nil
   if arm then comment = comment .. ";arm=" .. arm end
   return mode, mode, comment, placement(policy, dec, mode, user_features), label, conf
 end
@@ -445,15 +494,32 @@ local function gpu_specs(job_desc, job_rec)
   return specs
 end
 
+-- True when any GPU field of job_desc asks for a GPU; stops at the first that does.
+local function desc_requests_gpu(job_desc)
+  for _, k in ipairs(GPU_FIELDS) do
+    local v = job_desc[k]
+    if v ~= nil and v ~= "" and requests_gpu({ v }) then return true end
+  end
+  return false
+end
+
 -- The fields as Slurm will resolve them: no -p means the default partition; no -A means the
 -- user's default account (nil without slurmdbd, so account keys and exemptions need -A then).
-local function resolve_submit(job_desc, part_list)
-  return {
-    user = job_desc.user_name, name = job_desc.name,
-    account = nonempty(job_desc.account) or nonempty(job_desc.default_account),
-    partition = nonempty(job_desc.partition) or default_partition(part_list),
-    features = job_desc.features, gpu = requests_gpu(gpu_specs(job_desc, nil)),
-  }
+-- Each job_desc field is a C call inside slurmctld (one submission is a few ms, and this runs
+-- in it): a job without a GPU request reads nothing else, and the account and partition are
+-- read only when the table can use them (decide() gives the same answer without them then), and
+-- the user's constraint only when the table may add placement features.
+local function resolve_submit(t, job_desc, part_list, name)
+  local j = { user = job_desc.user_name, name = name, gpu = desc_requests_gpu(job_desc) }
+  if not j.gpu then return j end
+  if t.uses_features then j.features = job_desc.features end
+  if t.uses_account then
+    j.account = nonempty(job_desc.account) or nonempty(job_desc.default_account)
+  end
+  if t.uses_partition then
+    j.partition = nonempty(job_desc.partition) or default_partition(part_list)
+  end
+  return j
 end
 
 local function decide_job(t, j)
@@ -462,23 +528,24 @@ end
 
 local function submit(job_desc, part_list)
   local t, err = load_table()
-  local jname = clip(job_desc.name)
+  local name = job_desc.name
+  local jname = clip(name)
   if t == nil then
     log_info("wattclass: job name=" .. jname .. " unchanged: " .. tostring(err))
     return
   end
-  local j = resolve_submit(job_desc, part_list)
+  local j = resolve_submit(t, job_desc, part_list, name)
   local status, reason, comment, features = decide_job(t, j)
   local who = "wattclass: job name=" .. jname .. " user=" .. clip(j.user)
   if status == "none" then
-    log_info(who .. " unchanged: " .. reason)
+    log_job(who .. " unchanged: " .. reason)
     return
   end
   local old = job_desc.admin_comment
   if old ~= nil and old ~= "" then comment = old .. " " .. comment end
   job_desc.admin_comment = comment
   if features ~= nil then job_desc.features = features end
-  log_info(who .. " " .. status .. " " .. clip(comment) .. " features=" .. clip(features))
+  log_job(who .. " " .. status .. " " .. clip(comment) .. " features=" .. clip(features))
 end
 
 -- -- slurm_job_modify --------------------------------------------------------------------------

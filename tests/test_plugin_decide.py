@@ -29,6 +29,7 @@ NAMES = ["train.sh", 'a"b', "x\ny", "100%", "%d%s", "a.b*c+d?[e]^$(f)", "]]==]",
 DRIVER = r"""
 slurm = { SUCCESS = 0, ERROR = -1, LOG = {},
   log_info = function(fmt, ...) slurm.LOG[#slurm.LOG + 1] = string.format(fmt, ...) end,
+  log_verbose = function(fmt, ...) slurm.LOG[#slurm.LOG + 1] = string.format(fmt, ...) end,
   log_error = function(fmt, ...) slurm.LOG[#slurm.LOG + 1] = "ERR " .. string.format(fmt, ...) end }
 dofile(SCRIPT)
 local function hex(s)
@@ -111,7 +112,7 @@ def lua_table_eval(table: Path, expr: str, tmp: Path) -> str:
     script = tmp / "job_submit_eval.lua"
     script.write_text(render_job_submit(table))
     drv.write_text("slurm = { SUCCESS = 0, ERROR = -1, log_info = function() end,\n"
-                   "  log_error = function() end }\n"
+                   "  log_verbose = function() end, log_error = function() end }\n"
                    f"dofile({lua_value(str(script))})\n"
                    f"local t, err = wattclass_read_table({lua_value(str(table))})\n"
                    "if t == nil then error(err) end\n"
@@ -200,7 +201,8 @@ GPU_SPECS = {
 }
 
 GPU_DRIVER = r"""
-slurm = { SUCCESS = 0, ERROR = -1, log_info = function() end, log_error = function() end }
+slurm = { SUCCESS = 0, ERROR = -1, log_info = function() end, log_verbose = function() end,
+          log_error = function() end }
 dofile(SCRIPT)
 for i, c in ipairs(CASES) do
   print(i .. " " .. tostring(wattclass_requests_gpu({ c.spec })))
@@ -237,10 +239,80 @@ def test_exempt_only_when_every_partition_is_and_low_keys_fall_through(tmp_path:
     assert decide(table, "bob", "x", None, "main", gpu_request=False).reason == "no_gpu_request"
 
 
+# -- the submission path reads only the job fields a decision can use ------------------------------
+READS_DRIVER = r"""
+slurm = { SUCCESS = 0, ERROR = -1, log_info = function() end, log_verbose = function() end,
+          log_error = function(fmt, ...) print("ERR " .. string.format(fmt, ...)) end }
+dofile(SCRIPT)
+-- job_desc as slurmctld gives it: every read is a C call, so count them (slurmctld's cost)
+for i, c in ipairs(CASES) do
+  local reads, fields = {}, { user_name = c.user, name = c.name, account = c.account,
+                              default_account = c.default_account, tres_per_node = c.gpus }
+  local jd = setmetatable({}, {
+    __index = function(_, k) reads[#reads + 1] = k; return fields[k] end,
+    __newindex = function(_, k, v) fields[k] = v end })
+  local parts = { main = setmetatable({}, { __index = function(_, k)
+    reads[#reads + 1] = "part." .. k; if k == "flag_default" then return 1 end end }) }
+  slurm_job_submit(jd, parts, 0)
+  table.sort(reads)
+  print(i .. " " .. tostring(fields.admin_comment) .. " " .. table.concat(reads, ","))
+end
+"""
+
+
+def _reads(table: Path, cases: list[dict[str, Any]], tmp: Path) -> list[tuple[str, str, set[str]]]:
+    rows = _run_lua(render_job_submit(table), cases, tmp, driver=READS_DRIVER)
+    return [(r[1], r[2] if len(r) > 2 else "", set(r[2].split(",")) if len(r) > 2 else set()) for r in rows]
+
+
+def test_submission_reads_only_the_job_fields_the_table_can_use(tmp_path: Path) -> None:
+    """Each job_desc field is a C call inside slurmctld's submission RPC (about 5 us each, with a
+    default account an accounting lookup besides); the hook cost sbatch 3% of its throughput.
+    A job without a GPU request reads the GPU fields and nothing of the decision; a table with no
+    account key and no account or partition exemption never reads account, default_account,
+    partition or the partition list. A table that can use them still does (the parity test above
+    covers those decisions)."""
+    pol = parse_policy({"mode": "enforce", "min_confidence": 0.8, "caps": {"memory": "60%"}})
+    plain = tmp_path / "plain.tsv"
+    write_label_table(plain, [TableEntry("user_name", "alice", "train", None, "memory", 0.9, 3, "rule")],
+                      pol.table_dict(set()))
+    cases = [{"user": "alice", "name": "train", "gpus": "gres:gpu:1"},
+             {"user": "alice", "name": "train", "gpus": None},
+             {"user": "alice", "name": "other", "gpus": "gres/gpu:2", "default_account": "physics"}]
+    rows = _reads(plain, cases, tmp_path)
+    assert rows[0][0].startswith("wattclass:label=memory;"), rows[0]
+    for _comment, _, reads in rows:
+        assert not reads & {"account", "default_account", "partition", "part.flag_default"}, reads
+    assert rows[1][0] == "nil" and not reads_beyond_gpu(rows[1][2]), rows[1]
+    assert rows[2][0] == "nil", rows[2]
+
+    with_acct = tmp_path / "acct.tsv"
+    pol = parse_policy({"mode": "enforce", "min_confidence": 0.8, "caps": {"memory": "60%"},
+                        "exempt": {"partitions": ["main"]}})
+    write_label_table(with_acct, [TableEntry("account", None, None, "physics", "memory", 0.9, 3, "rule")],
+                      pol.table_dict(set()))
+    rows = _reads(with_acct, [cases[2]], tmp_path)
+    # exempt: main, the default partition, read because the table exempts a partition
+    assert rows[0][0] == "nil" and {"default_account", "part.flag_default"} <= rows[0][2], rows
+    pol = parse_policy({"mode": "enforce", "min_confidence": 0.8, "caps": {"memory": "60%"}})
+    write_label_table(with_acct, [TableEntry("account", None, None, "physics", "memory", 0.9, 3, "rule")],
+                      pol.table_dict(set()))
+    rows = _reads(with_acct, [cases[2]], tmp_path)
+    assert rows[0][0].startswith("wattclass:label=memory;") and "default_account" in rows[0][2], rows
+
+
+def reads_beyond_gpu(reads: set[str]) -> set[str]:
+    """Fields read by a job without a GPU request beyond the GPU fields, its name and its user."""
+    from wattclass.plugin.decide import GPU_FIELDS
+
+    return reads - set(GPU_FIELDS) - {"name", "user_name"}
+
+
 # -- item 13: the table is data, parsed with plain string functions, with a byte limit --------------
 LOAD_DRIVER = r"""
 slurm = { SUCCESS = 0, ERROR = -1, LOG = {},
   log_info = function(fmt, ...) slurm.LOG[#slurm.LOG + 1] = string.format(fmt, ...) end,
+  log_verbose = function(fmt, ...) slurm.LOG[#slurm.LOG + 1] = string.format(fmt, ...) end,
   log_error = function(fmt, ...) slurm.LOG[#slurm.LOG + 1] = "ERR " .. string.format(fmt, ...) end }
 dofile(SCRIPT)
 local t, err = wattclass_load_table()
@@ -367,7 +439,8 @@ def test_huge_job_name_gives_a_short_log_line(tmp_path: Path) -> None:
 
 # -- issue 12: the canary arm -------------------------------------------------------------------------
 CANARY_DRIVER = r"""
-slurm = { SUCCESS = 0, ERROR = -1, log_info = function() end, log_error = function() end }
+slurm = { SUCCESS = 0, ERROR = -1, log_info = function() end, log_verbose = function() end,
+          log_error = function() end }
 dofile(SCRIPT)
 local t = wattclass_load_table()
 for i, c in ipairs(CASES) do

@@ -8,6 +8,7 @@ filestate backend for the caps. In CI (CI=true) a cluster that cannot start FAIL
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -19,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from slurm_cluster import ClusterError, WattclassRig, daemons_available
+from slurm_cluster import ClusterError, SlurmCluster, WattclassRig, daemons_available
 
 from wattclass.labeltable import TableEntry, write_label_table
 from wattclass.policy import parse_policy
@@ -382,8 +383,19 @@ def test_every_way_of_asking_for_a_gpu_is_decided(fresh: WattclassRig, gpus: lis
     wait_restored(fresh)
 
 
+@contextlib.contextmanager
+def verbose_ctld(c: SlurmCluster) -> Iterator[None]:
+    """slurmctld at the verbose level, where job_submit.lua writes one line per job."""
+    subprocess.run(["scontrol", "setdebug", "verbose"], env=c.env, check=True, timeout=30)
+    try:
+        yield
+    finally:
+        subprocess.run(["scontrol", "setdebug", "info"], env=c.env, check=True, timeout=30)
+
+
 def test_job_without_gpus_gets_no_decision(fresh: WattclassRig) -> None:
-    job_id = fresh.cluster.sbatch("-o", "/dev/null", "-J", "mem-train", "-H")
+    with verbose_ctld(fresh.cluster):
+        job_id = fresh.cluster.sbatch("-o", "/dev/null", "-J", "mem-train", "-H")
     try:
         job = fresh.cluster.job(job_id)
         assert not job.get("admin_comment") and not job.get("features")
@@ -393,13 +405,29 @@ def test_job_without_gpus_gets_no_decision(fresh: WattclassRig) -> None:
     assert "unchanged: no_gpu_request" in log
 
 
+def test_per_job_lines_stay_out_of_the_info_log(fresh: WattclassRig) -> None:
+    """A log line costs slurmctld ~35 us of the submission (docs/benchmarks.md): at the default
+    info level job_submit.lua writes none per job; admin_comment records the decision."""
+    log = fresh.root / "log" / "slurmctld.log"
+    before = log.stat().st_size
+    job_id = fresh.cluster.sbatch("-o", "/dev/null", "-J", "mem-train", "-H", "--gres=gpu:1")
+    try:
+        assert fresh.cluster.job(job_id)["admin_comment"] == MEM
+    finally:
+        subprocess.run(["scancel", job_id], env=fresh.cluster.env, check=False, timeout=30)
+    with log.open(errors="replace") as fh:
+        fh.seek(before)
+        assert "wattclass: job name=" not in fh.read()
+
+
 def test_huge_job_name_adds_little_to_slurmctld_log(fresh: WattclassRig) -> None:
     c = fresh.cluster
     log = fresh.root / "log" / "slurmctld.log"
     before = log.stat().st_size
-    for _ in range(5):  # job_submit.lua sees the name; Slurm 22.05 then rejects it as too long
-        subprocess.run(["sbatch", "-o", "/dev/null", "-H", "--gres=gpu:1", "-J", "%" * 100_000],
-                       input="#!/bin/sh\ntrue\n", env=c.env, capture_output=True, text=True, timeout=30)
+    with verbose_ctld(c):  # where the per-job line is written
+        for _ in range(5):  # job_submit.lua sees the name; Slurm 22.05 then rejects it as too long
+            subprocess.run(["sbatch", "-o", "/dev/null", "-H", "--gres=gpu:1", "-J", "%" * 100_000],
+                           input="#!/bin/sh\ntrue\n", env=c.env, capture_output=True, text=True, timeout=30)
     grown = log.stat().st_size - before
     assert grown < 5 * 3000, grown  # was 400 KB per submission
     tail = log.read_text(errors="replace")[-5 * 3000:]
