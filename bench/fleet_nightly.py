@@ -90,19 +90,20 @@ def measure(cmd: list[str], env: dict[str, str] | None = None) -> dict[str, Any]
 
 
 def features_child(root: Path, date: str, workers: int) -> None:
-    """Run the feature stage alone exactly as nightly does, print JSON (child process)."""
-    from wattclass.classifier.engine import label_files_local
+    """Run the feature stage alone as nightly runs it (same engine call, sample and model pass),
+    print JSON (child process). The model is given as a loader, as ``wattclass classify`` gives
+    it: LightGBM loads only if a window needs the model (nightly loads it anyway, to retrain)."""
+    from wattclass.classifier.engine import SAMPLE_PER_JOB, label_files_local
     from wattclass.classifier.model import default_model_dir, load_model
-    from wattclass.classifier.nightly import SAMPLE_PER_JOB
     from wattclass.classifier.reader import telemetry_files
 
     files = telemetry_files([root], date=date)
-    model = load_model(default_model_dir())
     t0 = time.perf_counter()
-    res = label_files_local(files, model, "auto", sample_per_job=SAMPLE_PER_JOB,
-                            sample_prefix=date, workers=workers)
+    res = label_files_local(files, lambda: load_model(default_model_dir()), "auto",
+                            sample_per_job=SAMPLE_PER_JOB, sample_prefix=date, workers=workers)
     wall = time.perf_counter() - t0
     json.dump({"stage_wall_s": round(wall, 2), "files": res.n_files, "windows": res.n_windows,
+               "model_loaded": "lightgbm" in sys.modules, "report": res.report.summary(),
                "jobs": len(res.labels), "sample_windows": len(res.sample),
                "by_label": res.labels["label"].value_counts().to_dict()}, sys.stdout)
 

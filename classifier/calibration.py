@@ -12,7 +12,6 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from scipy.optimize import minimize
 
 from wattclass.classifier import rules
 
@@ -38,6 +37,8 @@ def fit_calibration(conf: npt.ArrayLike, correct: npt.ArrayLike) -> dict[str, fl
         s = ab[0] * z + ab[1]
         nll = np.sum(np.logaddexp(0, s) - t * s)
         return float(nll + CAL_PRIOR * ((ab[0] - 1.0) ** 2 + ab[1] ** 2))
+
+    from scipy.optimize import minimize  # only to fit: loading a model must not import it
 
     res = minimize(loss, np.array([1.0, 0.0]), method="L-BFGS-B", bounds=[(0.05, 20.0), (-10.0, 10.0)])
     return {"a": float(res.x[0]), "b": float(res.x[1])}

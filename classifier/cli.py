@@ -111,7 +111,12 @@ def cmd_classify(args: argparse.Namespace) -> int:
     from wattclass.output import emit
     from wattclass.schema import GPM_COLUMNS
 
-    model = None if args.source == "rule" else _load(args.model, required=args.source == "model")
+    model: Any = None
+    if args.source != "rule":
+        # The default model is loaded (LightGBM imported) only if a window needs it; a model named
+        # with --model is checked before the scan, as the user asked for that one.
+        model = (_load(args.model, required=args.source == "model") if args.model or args.source == "model"
+                 else lambda: _load(None, required=False))
     files = telemetry_files(args.telemetry, date=args.date)
     if not files:
         from wattclass.errors import DataError

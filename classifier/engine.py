@@ -18,6 +18,11 @@ Engines:
 Input rules (``validity``, issue 9): a file DuckDB cannot read or one lacking a required column is
 skipped with a warning naming it; impossible rows are rejected and duplicate windows dropped in
 the DuckDB pass itself; all of it is counted in the result's ``report`` (the night's summary).
+
+Imports: the scan needs DuckDB, pyarrow and numpy only. pandas (the per-job table), SciPy (the
+rule's confidence) and LightGBM (the model) are imported after it, where they are used, and the
+model may be given as a loader that is called only when a window needs it (``ModelSource``): a
+fleet whose GPUs all export GPM never loads LightGBM to be labelled (issue 15).
 """
 
 from __future__ import annotations
@@ -26,27 +31,55 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from wattclass.classifier.features import feature_matrix, window_features
-from wattclass.classifier.labeling import LabelResult, Source, _empty_labels, decide
-from wattclass.classifier.model import TrainingSet, WindowModel
 from wattclass.classifier.scan import Scanner
 from wattclass.classifier.validity import InputReport
 from wattclass.errors import DataError
 
 if TYPE_CHECKING:
+    import pandas as pd
     from distributed import Client
+
+    from wattclass.classifier.labeling import LabelResult
+    from wattclass.classifier.model import TrainingSet, WindowModel
+
+Source: TypeAlias = Literal["auto", "rule", "model"]  # labeling.Source, without importing pandas
+#: A model, or a loader returning one (or None: no usable model) called only when a window needs it.
+ModelSource: TypeAlias = "WindowModel | Callable[[], WindowModel | None] | None"
+
+
+class _Model:
+    """A ``ModelSource`` resolved at most once, on first use."""
+
+    def __init__(self, model: ModelSource) -> None:
+        self._given = model
+        self._loaded = model is None or not callable(model)
+        self._model: WindowModel | None = None if callable(model) else model
+
+    @property
+    def given(self) -> bool:
+        """Whether there is a model or a loader (the labels may use one)."""
+        return self._given is not None
+
+    def get(self) -> WindowModel | None:
+        if not self._loaded:
+            loader = self._given
+            assert callable(loader)
+            self._model = loader()
+            self._loaded = True
+        return self._model
 
 log = logging.getLogger("wattclass.classifier")
 
 #: Files per Dask task.
 CHUNK_FILES = 1000
+#: GPM windows the nightly samples per job for retraining (a seeded random draw; see scan.py).
+SAMPLE_PER_JOB = 16
 #: Kept for callers of the former pyarrow engine; DuckDB reads all files of a chunk at once.
 BATCH_FILES = 100
 
@@ -71,6 +104,8 @@ class ChunkResult:
 def _model_counts(scanner: Scanner, files: Sequence[Path], model: WindowModel, forced: bool,
                   drop_columns: Sequence[str]) -> pa.Table | None:
     """Per (job, host): the model's window classes and summed top probability (x_*)."""
+    from wattclass.classifier.features import feature_matrix, window_features
+
     parts = []
     for batch in scanner.model_batches(files, forced, drop_columns):
         proba = model.predict_proba(feature_matrix(window_features(batch)))
@@ -92,6 +127,9 @@ def _sum_by_key(t: pa.Table, cols: Sequence[str]) -> pa.Table:
 
 def _sample(rows: pa.Table | None, per_job: int, prefix: str) -> tuple[TrainingSet, np.ndarray]:
     """The sampled GPM windows (``Scanner.sample``) as a TrainingSet, at most ``per_job`` a job."""
+    from wattclass.classifier.features import feature_matrix, window_features
+    from wattclass.classifier.model import TrainingSet
+
     if rows is None or rows.num_rows == 0:
         return TrainingSet.concat([]), np.zeros(0, dtype=np.uint64)
     jobs = np.asarray(rows.column("job_id").to_pylist(), dtype=object)
@@ -119,7 +157,7 @@ def _smallest_per_group(groups: np.ndarray, h: np.ndarray, n: int) -> np.ndarray
 
 def label_chunk(
     files: Sequence[Path],
-    model: WindowModel | None,
+    model: ModelSource,
     source: Source = "auto",
     drop_columns: Sequence[str] = (),
     sample_per_job: int = 0,
@@ -131,23 +169,25 @@ def label_chunk(
 ) -> ChunkResult:
     """Partials (and sample) of a run of files; also a Dask task. ``batch_files`` is ignored."""
     files = list(files)
+    lazy = _Model(model)
     scanner = Scanner(threads)
     try:
         res = scanner.partials(files, drop_columns)
         part = res.partials
         sampled = scanner.sample(res.files, sample_per_job, seed, drop_columns)
         x = None
-        if model is not None and source != "rule" and part.num_rows:
+        if lazy.given and source != "rule" and part.num_rows:
             forced = source == "model"
             mfiles = res.files if forced else res.nogpm_files
-            if mfiles:
-                x = _model_counts(scanner, [Path(f) for f in mfiles], model, forced, drop_columns)
+            m = lazy.get() if mfiles else None
+            if m is not None:
+                x = _model_counts(scanner, [Path(f) for f in mfiles], m, forced, drop_columns)
     finally:
         scanner.close()
     if on_file is not None and files:
         on_file(len(files) - 1, files[-1])
     sample, sample_h = _sample(sampled, sample_per_job, sample_prefix)
-    part = _with_model_counts(part, x, model is not None and source != "rule", source == "model")
+    part = _with_model_counts(part, x, lazy.given and source != "rule", source == "model")
     report = InputReport()
     for f, why in res.skipped:
         reason, _, detail = why.partition(": ")
@@ -190,6 +230,8 @@ def merge_partials(parts: Sequence[pa.Table]) -> pa.Table | None:
 
 def finalize(partials: pa.Table) -> pd.DataFrame:
     """One row per job (sorted by job_id) with what ``labeling.decide`` reads."""
+    import pandas as pd
+
     df = partials.to_pandas()
     g = df.groupby("job_id", sort=True)
     jobs = g[list(_SUMS)].sum()
@@ -210,11 +252,20 @@ def finalize(partials: pa.Table) -> pd.DataFrame:
     return out
 
 
-def _combine(results: Sequence[ChunkResult], model: WindowModel | None, source: Source,
+def _combine(results: Sequence[ChunkResult], model: _Model, source: Source,
              sample_per_job: int = 0) -> LabelResult:
     """Merge chunk results and decide every job's label."""
+    from wattclass.classifier.labeling import LabelResult, _empty_labels, decide
+    from wattclass.classifier.model import TrainingSet
+
     merged = merge_partials([r.partials for r in results if r.partials is not None])
-    labels = decide(finalize(merged), model, source) if merged is not None else _empty_labels()
+    if merged is None:
+        labels = _empty_labels()
+    else:
+        jobs = finalize(merged)
+        # The model decides only jobs with a window the rule cannot label (or all, when forced).
+        needs = source == "model" or (source == "auto" and bool((jobs["n_gpm"] < jobs["n_windows"]).any()))
+        labels = decide(jobs, model.get() if needs else None, source)
     samples = [r.sample for r in results]
     sample = TrainingSet.concat(samples)
     if len(results) > 1 and len(sample) and sample_per_job > 0:
@@ -227,9 +278,11 @@ def _combine(results: Sequence[ChunkResult], model: WindowModel | None, source: 
                        report)
 
 
-def _require_model(model: WindowModel | None, source: Source) -> None:
-    if source == "model" and model is None:
+def _require_model(model: ModelSource, source: Source) -> _Model:
+    lazy = _Model(model)
+    if source == "model" and lazy.get() is None:
         raise DataError("--source model needs a model, and none could be loaded")
+    return lazy
 
 
 def chunks_of(files: Sequence[Path], chunk_files: int = CHUNK_FILES) -> list[list[Path]]:
@@ -240,7 +293,7 @@ def chunks_of(files: Sequence[Path], chunk_files: int = CHUNK_FILES) -> list[lis
 
 def label_files_local(
     files: Sequence[Path],
-    model: WindowModel | None,
+    model: ModelSource,
     source: Source = "auto",
     drop_columns: Sequence[str] = (),
     on_file: Callable[[int, Path], None] | None = None,
@@ -256,17 +309,18 @@ def label_files_local(
     ``chunk_files`` > 0 splits the files into separately scanned chunks merged afterwards (what
     the Dask engine does; the labels are the same); 0 scans them all at once.
     """
-    _require_model(model, source)
+    lazy = _require_model(model, source)
     chunks = chunks_of(files, chunk_files) if chunk_files > 0 else [list(files)]
-    results = [label_chunk(c, model, source, drop_columns, sample_per_job, sample_prefix, seed, on_file,
+    given = lazy.get if lazy.given else None  # each chunk loads it through this one, at most once
+    results = [label_chunk(c, given, source, drop_columns, sample_per_job, sample_prefix, seed, on_file,
                            batch_files, threads=workers) for c in chunks if c]
-    return _combine(results, model, source, sample_per_job)
+    return _combine(results, lazy, source, sample_per_job)
 
 
 def label_files_dask(
     client: Client,
     files: Sequence[Path],
-    model: WindowModel | None,
+    model: ModelSource,
     source: Source = "auto",
     drop_columns: Sequence[str] = (),
     on_file: Callable[[int, Path], None] | None = None,
@@ -280,9 +334,10 @@ def label_files_dask(
     Workers read the files themselves, so the telemetry must be on storage they all see (the
     shared file system a Slurm site has anyway). The model is scattered once, not sent per task.
     """
-    _require_model(model, source)
+    lazy = _require_model(model, source)
     chunks = chunks_of(files, chunk_files)
-    model_f: Any = client.scatter(model, broadcast=True) if model is not None else None
+    resolved = lazy.get()  # the workers cannot call a loader of this process
+    model_f: Any = client.scatter(resolved, broadcast=True) if resolved is not None else None
     futures = [client.submit(label_chunk, c, model_f, source, tuple(drop_columns), sample_per_job,
                              sample_prefix, seed, pure=False) for c in chunks]
     results: list[ChunkResult] = []
@@ -292,7 +347,7 @@ def label_files_dask(
         done += len(chunk)
         if on_file is not None:
             on_file(done - 1, chunk[-1])
-    return _combine(results, model, source, sample_per_job)
+    return _combine(results, lazy, source, sample_per_job)
 
 
 def train_model_dask(client: Client, ts: TrainingSet, version: str) -> WindowModel:
@@ -315,6 +370,7 @@ def train_model_dask(client: Client, ts: TrainingSet, version: str) -> WindowMod
         DEFAULT_PARAMS,
         FORMAT_VERSION,
         NUM_ROUNDS,
+        WindowModel,
         _job_weights,
         train_model,
         training_summary,

@@ -26,9 +26,8 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import lightgbm as lgb
 import numpy as np
 import numpy.typing as npt
 
@@ -38,6 +37,9 @@ from wattclass.classifier.calibration import apply_calibration, ece, fit_calibra
 from wattclass.classifier.features import FEATURES
 from wattclass.errors import DataError
 from wattclass.fsutil import atomic_write_text
+
+if TYPE_CHECKING:  # LightGBM (and the SciPy and scikit-learn it imports) loads only to train or predict
+    import lightgbm as lgb
 
 FORMAT_VERSION = 1
 MODEL_FILE = "model.txt"
@@ -137,6 +139,8 @@ def fit_booster(
     ts: TrainingSet, params: Mapping[str, Any] | None = None, rounds: int = NUM_ROUNDS
 ) -> lgb.Booster:
     """Train the window classifier on a training set (every job weighted equally)."""
+    import lightgbm as lgb
+
     if len(np.unique(ts.y)) < 2:
         raise DataError("training set has windows of fewer than two classes; cannot train a model")
     p = dict(DEFAULT_PARAMS if params is None else params)
@@ -424,6 +428,8 @@ def load_model(directory: Path) -> WindowModel:
         raise DataError(f"{meta_path}: model needs features this wattclass does not compute: {missing}")
     if list(meta["features"]) != list(FEATURES):
         raise DataError(f"{meta_path}: model feature order differs from this wattclass's FEATURES")
+    import lightgbm as lgb
+
     try:
         booster = lgb.Booster(model_file=str(d / MODEL_FILE))
     except (lgb.basic.LightGBMError, OSError) as exc:

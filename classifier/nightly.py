@@ -42,7 +42,7 @@ import pandas as pd
 from wattclass.admincomment import parse_admin_comment
 from wattclass.classifier import rules
 from wattclass.classifier.effects import effects_from_history
-from wattclass.classifier.engine import label_files_dask, label_files_local, train_model_dask
+from wattclass.classifier.engine import SAMPLE_PER_JOB, label_files_dask, label_files_local, train_model_dask
 from wattclass.classifier.labeling import LabelResult
 from wattclass.classifier.model import (
     TrainingSet,
@@ -66,9 +66,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("wattclass.classifier")
 
-#: Bound the retraining cost whatever the cluster size.
-#: GPM windows sampled per job for retraining (a seeded random draw; see classifier/scan.py).
-SAMPLE_PER_JOB = 16
+#: Bound the retraining cost whatever the cluster size. SAMPLE_PER_JOB (engine): GPM windows
+#: sampled per job for retraining.
 MAX_WINDOWS_PER_JOB = 16
 MAX_TRAIN_JOBS = 1500
 #: The canary comparison looks back this far: long enough for repeats, short enough for drift.

@@ -35,7 +35,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -82,15 +81,30 @@ def _val(col: str, dropped: frozenset[str]) -> str:
 
 def rule_code_sql(dropped: frozenset[str] = frozenset()) -> str:
     """``rules.window_labels`` as a SQL expression (NO_GPM = -1, PIPE_GAP = -2: a memory verdict
-    needs every compute pipe measured)."""
+    needs every compute pipe measured).
+
+    Most windows have all six GPM values: their sum is then a number (NULL if one is NULL, NaN if
+    one is NaN, or if infinities of both signs meet), and the three-way test on the raw columns
+    decides. The others take the full
+    chain, where NaN reads as missing."""
     sm, dram = _val("sm_util_pct", dropped), _val("dram_bw_util_pct", dropped)
     pipes = [_val(u, dropped) for u in rules.COMPUTE_UNITS]
     comp = "greatest(" + ", ".join(pipes) + ")"  # NULLs skipped
     gap = " OR ".join(f"({p}) IS NULL" for p in pipes)
-    return (f"(CASE WHEN ({sm}) IS NULL OR ({dram}) IS NULL OR ({comp}) IS NULL THEN {rules.NO_GPM} "
+    full = (f"CASE WHEN ({sm}) IS NULL OR ({dram}) IS NULL OR ({comp}) IS NULL THEN {rules.NO_GPM} "
             f"WHEN ({sm}) < {rules.SM_ACTIVE_PCT} THEN {rules.IDLE} "
             f"WHEN ({comp}) >= ({dram}) THEN {rules.COMPUTE} "
-            f"WHEN {gap} THEN {rules.PIPE_GAP} ELSE {rules.MEMORY} END)")
+            f"WHEN {gap} THEN {rules.PIPE_GAP} ELSE {rules.MEMORY} END")
+    six = ("sm_util_pct", "dram_bw_util_pct", *rules.COMPUTE_UNITS)
+    if any(c in dropped for c in six):
+        return f"({full})"
+    raw = {c: _q(c) for c in six}
+    total = " + ".join(f"CAST({c} AS DOUBLE)" for c in raw.values())
+    present = f"(({total}) <= CAST('infinity' AS DOUBLE))"
+    quick = (f"CASE WHEN {raw['sm_util_pct']} < {rules.SM_ACTIVE_PCT} THEN {rules.IDLE} "
+             f"WHEN greatest({', '.join(raw[u] for u in rules.COMPUTE_UNITS)}) >= {raw['dram_bw_util_pct']} "
+             f"THEN {rules.COMPUTE} ELSE {rules.MEMORY} END")
+    return f"(CASE WHEN {present} THEN {quick} ELSE {full} END)"
 
 
 @dataclass
@@ -109,11 +123,15 @@ _REJECT_REASONS = (REJECT_NULL, REJECT_TIME, REJECT_ENERGY, REJECT_POWER)
 
 
 def _reject_sql(absent: frozenset[str]) -> str:
-    """``validity.impossible_rows`` as a SQL code: 0 valid, else 1 + the first broken rule."""
+    """``validity.impossible_rows`` as a SQL code: 0 valid, else 1 + the first broken rule.
+
+    Nearly every row is valid, so a cheap test of the common case comes first and only the rows
+    it does not pass get the full rule chain (NULL, NaN and infinity fail the cheap test: a
+    comparison with NULL is NULL, and DuckDB orders NaN above every number)."""
     def f(c: str) -> str:
         return "CAST(NULL AS DOUBLE)" if c in absent else f"CAST({_q(c)} AS DOUBLE)"
 
-    dur = "(epoch_ms(ts_end) - epoch_ms(ts_start)) / 1000.0"
+    dur = "((epoch_ms(ts_end) - epoch_ms(ts_start)) / 1000.0)"
     e = f("energy_j")
     bad_e = f"({e} IS NOT NULL AND (isnan({e}) OR isinf({e}) OR {e} < 0))"
 
@@ -121,30 +139,42 @@ def _reject_sql(absent: frozenset[str]) -> str:
         return f"coalesce(CASE WHEN isnan({x}) THEN 0 ELSE {x} END, 0) > {MAX_GPU_POWER_W!r}"
 
     mean_w = f"CASE WHEN {bad_e} THEN NULL ELSE {e} / {dur} END"
-    return ("CASE WHEN ts_start IS NULL OR ts_end IS NULL OR gpu_uuid IS NULL THEN 1 "
+    full = ("CASE WHEN ts_start IS NULL OR ts_end IS NULL OR gpu_uuid IS NULL THEN 1 "
             f"WHEN epoch_ms(ts_end) <= epoch_ms(ts_start) THEN 2 WHEN {bad_e} THEN 3 "
             f"WHEN {over(f('power_avg_w'))} OR {over(f('power_max_w'))} OR {over(mean_w)} THEN 4 ELSE 0 END")
+    # Valid for sure: no NULL key, a forward window, a finite energy >= 0 whose mean power and both
+    # power columns are at most MAX_GPU_POWER_W (a missing power column: only the mean counts).
+    powers = [f"{f(c)} <= {MAX_GPU_POWER_W!r}" for c in ("power_avg_w", "power_max_w") if c not in absent]
+    ok = " AND ".join(["gpu_uuid IS NOT NULL", "epoch_ms(ts_end) > epoch_ms(ts_start)", f"{e} >= 0",
+                       f"{e} / {dur} <= {MAX_GPU_POWER_W!r}", *powers])
+    return f"CASE WHEN {ok} THEN 0 ELSE {full} END"
 
 
-def _overlapping_files(t: pa.Table) -> bool:
-    """Whether two files share a host and a GPU range and their window-start ranges meet."""
+def _overlapping_files(con: Any, per_file: pa.Table) -> bool:
+    """Whether two files of a host share a GPU range and their window-start ranges meet.
 
-    df = t.select(["filename", "host", "file_t0", "file_t1", "uuid_lo", "uuid_hi"]).to_pandas()
-    df = df.dropna(subset=["file_t0"])
-    f = df.groupby(["host", "filename"], sort=False).agg(
-        t0=("file_t0", "min"), t1=("file_t1", "max"), lo=("uuid_lo", "min"), hi=("uuid_hi", "max"))
-    f = f.reset_index()
-    for _, g in f.groupby("host", sort=False):
-        if len(g) < 2:
-            continue
-        g = g.sort_values("t0")
-        t0, t1 = g["t0"].to_numpy(), g["t1"].to_numpy()
-        lo, hi = g["lo"].to_numpy(), g["hi"].to_numpy()
-        for i in range(1, len(g)):
-            j = np.flatnonzero(t1[:i] >= t0[i])  # earlier-starting files still open at this start
-            if len(j) and np.any((lo[j] <= hi[i]) & (hi[j] >= lo[i])):
-                return True
-    return False
+    ``per_file``: host, filename, t0, t1 (first and last window start, ms) and lo, hi (the smallest
+    and largest gpu_uuid) of each file's valid rows on each host."""
+    name = "wattclass_files"
+    con.register(name, per_file)
+    try:
+        return bool(con.sql(f"SELECT EXISTS (SELECT 1 FROM {name} a JOIN {name} b ON a.host = b.host "
+                            "AND a.filename < b.filename AND a.t0 <= b.t1 AND b.t0 <= a.t1 "
+                            "AND a.lo <= b.hi AND b.lo <= a.hi)").fetchall()[0][0])
+    finally:
+        con.unregister(name)
+
+
+def _meeting_hosts(con: Any, per_file: pa.Table) -> list[str]:
+    """Hosts with two files whose window-start ranges meet (``per_file``: host, filename, t0, t1)."""
+    name = "wattclass_spans"
+    con.register(name, per_file)
+    try:
+        rows = con.sql(f"SELECT DISTINCT a.host FROM {name} a JOIN {name} b ON a.host = b.host "
+                       "AND a.filename < b.filename AND a.t0 <= b.t1 AND b.t0 <= a.t1").fetchall()
+    finally:
+        con.unregister(name)
+    return sorted(r[0] for r in rows)
 
 
 class Scanner:
@@ -241,78 +271,107 @@ class Scanner:
     def partials(self, files: Sequence[Path], drop_columns: Sequence[str] = ()) -> ScanResult:
         """Per (job_id, host) over the valid, de-duplicated windows (``validity``'s rules).
 
-        Grouped by file too, which costs little and gives each file's time range: files whose
-        ranges overlap on a GPU may hold the same windows twice, and only then is the scan run
-        again with an exact de-duplication (first row of each (gpu_uuid, job_id, ts_start) in
-        file order kept), as a normal night has no such files."""
+        The pass groups by (job, host, file, reject code, rule code): every aggregate then runs
+        without a per-row filter, the reject and rule counts are the groups' row counts, and each
+        file's time range falls out. Files whose window-start ranges meet on a host may hold the
+        same windows twice: only then are their GPU ranges read, and if two of them share one, the
+        scan is run again with an exact de-duplication (first row of each (gpu_uuid, job_id,
+        ts_start) in file order kept), as a normal night has no such files."""
         table, good, bad = self._run(lambda fs: self._pass_sql(fs, drop_columns, dedup=False),
                                      list(files))
         if table is None:
             return ScanResult(_empty_partials(), 0, [], bad, {}, 0)
-        rejected = {reason: int(pc.sum(table.column(f"bad_{k}")).as_py() or 0)
-                    for k, reason in enumerate(_REJECT_REASONS, start=1)}
+        valid_mask = pc.equal(table.column("bad"), 0)
+        rejects = table.filter(pc.invert(valid_mask)).group_by("bad", use_threads=False).aggregate(
+            [("n_windows", "sum")])
+        by_code = dict(zip(rejects.column("bad").to_pylist(), rejects.column("n_windows_sum").to_pylist(),
+                           strict=True))
+        rejected = {reason: int(by_code.get(k, 0)) for k, reason in enumerate(_REJECT_REASONS, start=1)}
+        table = table.filter(valid_mask)
         dups = 0
-        if _overlapping_files(table):
+        if self._overlap(good, table):
             log.info("telemetry files overlap in time on a GPU: de-duplicating windows exactly")
             valid = int(pc.sum(table.column("n_windows")).as_py() or 0)
             table = self.con.sql(self._pass_sql(good, drop_columns, dedup=True)).to_arrow_table()
+            table = table.filter(pc.equal(table.column("bad"), 0))
             dups = valid - int(pc.sum(table.column("n_windows")).as_py() or 0)
         n_windows = int(pc.sum(table.column("n_windows")).as_py() or 0)
-        nogpm = pc.filter(table.column("filename"), pc.and_(pc.is_valid(table.column("job_id")),
-                                                             pc.greater(table.column("n_nogpm"), 0)))
-        part = table.filter(pc.and_(pc.is_valid(table.column("job_id")),
-                                    pc.greater(table.column("n_windows"), 0)))
-        keep = ["job_id", "host", "user", "n_windows", "dur_ms", "energy_j", "ts_start_ms", "ts_end_ms",
-                "n_gpm", "r_idle", "r_compute", "r_memory", "n_shared", "n_pipe_gap"]
+        part = table.filter(pc.is_valid(table.column("job_id")))
+        nogpm = pc.unique(pc.filter(part.column("filename"), pc.less(part.column("code"), 0)))
+        code, n = part.column("code"), part.column("n_windows")
+
+        def where(cond: pa.ChunkedArray) -> pa.ChunkedArray:
+            return pc.if_else(cond, n, 0)
+
+        cols = {"job_id": part.column("job_id"), "host": part.column("host"), "user": part.column("user"),
+                "n_windows": n, "dur_ms": part.column("dur_ms"), "energy_j": part.column("energy_j"),
+                "ts_start_ms": part.column("ts_start_ms"), "ts_end_ms": part.column("ts_end_ms"),
+                "n_gpm": where(pc.greater_equal(code, 0)), "r_idle": where(pc.equal(code, rules.IDLE)),
+                "r_compute": where(pc.equal(code, rules.COMPUTE)),
+                "r_memory": where(pc.equal(code, rules.MEMORY)), "n_shared": part.column("n_shared"),
+                "n_pipe_gap": where(pc.equal(code, rules.PIPE_GAP))}
         sums = ["n_windows", "dur_ms", "energy_j", "n_gpm", "r_idle", "r_compute", "r_memory", "n_shared",
                 "n_pipe_gap"]
         aggs = [(c, "sum") for c in sums] + [("user", "min"), ("ts_start_ms", "min"), ("ts_end_ms", "max")]
-        per_job = part.select(keep).group_by(["job_id", "host"], use_threads=False).aggregate(aggs)
+        per_job = pa.table(cols).group_by(["job_id", "host"], use_threads=False).aggregate(aggs)
         back = {f"{c}_{a}": c for c, a in aggs}
         per_job = per_job.rename_columns([back.get(n, n) for n in per_job.column_names])
         return ScanResult(per_job, n_windows, good, bad, {k: v for k, v in rejected.items() if v},
-                          dups, sorted(set(nogpm.to_pylist())))
+                          dups, sorted(nogpm.to_pylist()))
+
+    def _overlap(self, files: list[Path], valid: pa.Table) -> bool:
+        """Whether two of ``files`` may hold the same windows (``valid``: the pass's valid groups).
+
+        Window-start ranges first (the pass has them); only the files of a host where two ranges
+        meet are read again for their GPU ranges (``_overlapping_files``)."""
+        spans = valid.group_by(["host", "filename"], use_threads=False).aggregate(
+            [("ts_start_ms", "min"), ("file_t1", "max")]).rename_columns(["host", "filename", "t0", "t1"])
+        hosts = _meeting_hosts(self.con, spans)
+        if not hosts:
+            return False
+        names = set(pc.filter(spans.column("filename"),
+                              pc.is_in(spans.column("host"), pa.array(hosts, spans.column("host").type)))
+                    .to_pylist())
+        some = [f for f in files if str(f) in names]
+        ranges = self.con.sql(
+            "SELECT host, filename, epoch_ms(min(ts_start)) AS t0, epoch_ms(max(ts_start)) AS t1, "
+            "min(gpu_uuid) AS lo, max(gpu_uuid) AS hi FROM (SELECT host, filename, ts_start, "
+            f"CAST(gpu_uuid AS VARCHAR) AS gpu_uuid, {_reject_sql(self._absent)} AS bad "
+            f"FROM {self._source(some, filename=True)}) WHERE bad = 0 GROUP BY host, filename"
+        ).to_arrow_table()
+        return _overlapping_files(self.con, ranges)
 
     def _pass_sql(self, fs: list[Path], drop_columns: Sequence[str], dedup: bool) -> str:
         dropped = frozenset(drop_columns) | self._absent
         code = rule_code_sql(dropped)
-        energy = "CASE WHEN isnan(energy_j) THEN 0.0 ELSE coalesce(energy_j, 0.0) END"
         user = "CAST(NULL AS VARCHAR)" if "user" in self._absent else '"user"'
-        # labeling._shared_windows: other jobs held the GPU, and it is not a MIG instance's row
-        # with the instance's own GPM (docs/shared-gpus.md)
-        shared = ("FALSE" if "shared_jobs" in self._absent else
-                  "(coalesce(CAST(shared_jobs AS DOUBLE), 0) > 1 AND NOT (coalesce(CAST("
-                  + ("NULL" if "share_basis" in self._absent else "share_basis")
-                  + f" AS VARCHAR), '') = 'mig' AND ({code}) >= 0))")
-        sel = ["job_id", "host", f'{user} AS "user"', "ts_start", "ts_end", f"{energy} AS e",
-               f"{code} AS code", "filename", f"{_reject_sql(self._absent)} AS bad",
-               "CAST(gpu_uuid AS VARCHAR) AS gpu_uuid", f"{shared} AS sh"]
-        v = "bad = 0"
-        aggs = [
-            f'min("user") FILTER (WHERE {v}) AS "user"', f"count(*) FILTER (WHERE {v}) AS n_windows",
-            f"CAST(sum(epoch_ms(ts_end) - epoch_ms(ts_start)) FILTER (WHERE {v}) AS BIGINT) AS dur_ms",
-            f"sum(e) FILTER (WHERE {v}) AS energy_j",
-            f"epoch_ms(min(ts_start) FILTER (WHERE {v})) AS ts_start_ms",
-            f"epoch_ms(max(ts_end) FILTER (WHERE {v})) AS ts_end_ms",
-            f"count(*) FILTER (WHERE {v} AND code >= 0) AS n_gpm",
-            f"count(*) FILTER (WHERE {v} AND code = {rules.IDLE}) AS r_idle",
-            f"count(*) FILTER (WHERE {v} AND code = {rules.COMPUTE}) AS r_compute",
-            f"count(*) FILTER (WHERE {v} AND code = {rules.MEMORY}) AS r_memory",
-            f"count(*) FILTER (WHERE {v} AND code < 0) AS n_nogpm",
-            f"count(*) FILTER (WHERE {v} AND code = {rules.PIPE_GAP}) AS n_pipe_gap",
-            f"count(*) FILTER (WHERE {v} AND sh) AS n_shared",
-            f"epoch_ms(min(ts_start) FILTER (WHERE {v})) AS file_t0",
-            f"epoch_ms(max(ts_start) FILTER (WHERE {v})) AS file_t1",
-            f"min(gpu_uuid) FILTER (WHERE {v}) AS uuid_lo", f"max(gpu_uuid) FILTER (WHERE {v}) AS uuid_hi",
-            *[f"count(*) FILTER (WHERE bad = {k}) AS bad_{k}" for k in range(1, len(_REJECT_REASONS) + 1)],
-        ]
+        sel = ["job_id", "host", f'{user} AS "user"', "ts_start", "ts_end",
+               # beside the reject code, so that DuckDB computes epoch_ms once per row for both
+               "epoch_ms(ts_end) - epoch_ms(ts_start) AS ms",
+               # NaN energy is rejected (bad = 3): a valid row's energy is a number or NULL
+               "coalesce(CAST(energy_j AS DOUBLE), 0.0) AS e", f"CAST({code} AS TINYINT) AS code",
+               "filename", f"CAST({_reject_sql(self._absent)} AS TINYINT) AS bad"]
+        if dedup:
+            sel.append("gpu_uuid")
+        n_shared = "CAST(0 AS BIGINT) AS n_shared"
+        if "shared_jobs" not in self._absent:
+            # labeling._shared_windows: other jobs held the GPU, and it is not a MIG instance's row
+            # with the instance's own GPM (docs/shared-gpus.md)
+            basis = "NULL" if "share_basis" in self._absent else "share_basis"
+            sel.append(f"(coalesce(CAST(shared_jobs AS DOUBLE), 0) > 1 AND NOT (coalesce(CAST({basis} AS "
+                       f"VARCHAR), '') = 'mig' AND ({code}) >= 0)) AS sh")
+            n_shared = "count(*) FILTER (WHERE sh) AS n_shared"
+        aggs = ['min("user") AS "user"', "count(*) AS n_windows",
+                "CAST(sum(ms) AS BIGINT) AS dur_ms", "sum(e) AS energy_j",
+                "epoch_ms(min(ts_start)) AS ts_start_ms", "epoch_ms(max(ts_end)) AS ts_end_ms",
+                "epoch_ms(max(ts_start)) AS file_t1", n_shared]
         rows = f"SELECT {', '.join(sel)} FROM {self._source(fs, filename=True)}"
         if dedup:  # the first row of each key in file order; rejected rows never shadow a valid one
             rows = (f"SELECT * FROM ({rows}) QUALIFY row_number() OVER (PARTITION BY gpu_uuid, job_id, "
                     "ts_start, bad = 0 ORDER BY filename) = 1 OR bad <> 0")
         # Windows without a job are grouped too (per host and file): they count as windows read.
-        return (f"SELECT job_id, host, filename, {', '.join(aggs)} FROM ({rows}) "
-                "GROUP BY job_id, host, filename")
+        keys = "job_id, host, filename, bad, code"
+        return f"SELECT {keys}, {', '.join(aggs)} FROM ({rows}) GROUP BY {keys}"
 
     # -- the retraining sample ------------------------------------------------------------------
     def sample(self, files: Sequence[Path], per_job: int, seed: int, drop_columns: Sequence[str] = ()

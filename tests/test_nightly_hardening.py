@@ -100,6 +100,26 @@ def test_duplicate_and_impossible_rows_are_dropped_and_counted(
     assert s["rejected_rows"]["power above 3000 W"] == 1
 
 
+def test_energy_beyond_the_power_limit_over_its_window_is_rejected(
+    root: Path, tmp_path: Path, h200_telemetry: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """validity's third power check: energy_j over the window's duration. Both power columns
+    are plausible here, only the energy says 4 kW; the DuckDB scan once divided by the duration
+    in ms and then by 1,000 again, so the row passed (issue 15)."""
+    rc, clean = nightly(root, tmp_path, capsys)
+    assert rc == 0
+    bad = pq.read_table(h200_telemetry).slice(0, 2).to_pandas()
+    bad["job_id"] = "999"
+    dur_s = (bad["ts_end"] - bad["ts_start"]).dt.total_seconds()
+    bad["energy_j"] = [4000.0 * dur_s.iloc[0], 2900.0 * dur_s.iloc[1]]  # 4 kW: rejected; 2.9 kW: kept
+    pq.write_table(pa.Table.from_pandas(bad, schema=pq.read_schema(h200_telemetry), preserve_index=False),
+                   part(root) / "hot-energy.parquet")
+    rc, s = nightly(root, tmp_path, capsys)
+    assert rc == 0
+    assert s["rejected_rows"] == {"count": 1, "power above 3000 W": 1}
+    assert s["windows"] == clean["windows"] + 1 and s["jobs"] == clean["jobs"] + 1
+
+
 def test_rows_with_null_times_or_gpu_are_rejected_not_fatal(
     root: Path, tmp_path: Path, h200_telemetry: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
