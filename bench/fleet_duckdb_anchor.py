@@ -67,16 +67,36 @@ _RULE = ("CASE WHEN sm_util_pct IS NULL OR dram_bw_util_pct IS NULL OR greatest(
          "THEN 1 ELSE 2 END")
 
 
+#: Issue 9's row rules (classifier/validity.py), plainly: 0 valid, else the first rule broken.
+_REJECT = ("CASE WHEN ts_start IS NULL OR ts_end IS NULL OR gpu_uuid IS NULL THEN 1 "
+           "WHEN ts_end <= ts_start THEN 2 "
+           "WHEN energy_j IS NOT NULL AND (isnan(energy_j) OR isinf(energy_j) OR energy_j < 0) THEN 3 "
+           "WHEN coalesce(CASE WHEN isnan(power_avg_w) THEN 0 ELSE power_avg_w END, 0) > 3000 "
+           "OR coalesce(CASE WHEN isnan(power_max_w) THEN 0 ELSE power_max_w END, 0) > 3000 "
+           "OR coalesce(energy_j / ((epoch_ms(ts_end) - epoch_ms(ts_start)) / 1000.0), 0) > 3000 THEN 4 "
+           "ELSE 0 END")
+
+
 def build_query(glob: str, which: str = "classic") -> str:
     """The per-job aggregate query over the Parquet files matching ``glob``.
 
     ``classic``: mean/min/max/std of 23 telemetry values per job (the anchor of issue 6);
-    ``labels``: exactly the per-job aggregates the labels need (``LABEL_AGGREGATES``).
+    ``labels``: exactly the per-job aggregates the labels need (``LABEL_AGGREGATES``);
+    ``labels-rules``: ``labels`` plus the work issue 9's input rules require of any engine: every
+    row is read (windows without a job count too), with the columns the rules test (gpu_uuid,
+    power_avg_w, power_max_w); each row gets its reject code, and the groups are per (job, file,
+    reject code), so that rejected rows are counted per reason, left out of the label aggregates,
+    and each file's window-start range is known for the duplicate check.
     """
     if which == "labels":
         return (f"SELECT job_id, {', '.join(LABEL_AGGREGATES)} FROM (SELECT *, {_RULE} AS c FROM "
                 f"read_parquet('{glob}', hive_partitioning = false)) "
                 "WHERE job_id IS NOT NULL GROUP BY job_id")
+    if which == "labels-rules":
+        return (f"SELECT job_id, filename, b, {', '.join(LABEL_AGGREGATES)}, min(ts_start) AS file_t0, "
+                f"max(ts_start) AS file_t1 FROM (SELECT *, {_RULE} AS c, {_REJECT} AS b FROM "
+                f"read_parquet('{glob}', hive_partitioning = false, filename = true)) "
+                "GROUP BY job_id, filename, b")
     aggs = [
         "count(*) AS n_windows",
         "sum(energy_j) AS energy_j",
@@ -109,7 +129,9 @@ def _child(glob: str, out: str, threads: int, memory_limit: str, tmp: str, which
     t0 = time.perf_counter()
     con.execute(f"COPY ({build_query(glob, which)}) TO '{out}' (FORMAT parquet)")
     wall = time.perf_counter() - t0
-    jobs, windows = con.execute(f"SELECT count(*), sum(n_windows) FROM read_parquet('{out}')").fetchone()
+    where = " WHERE job_id IS NOT NULL AND b = 0" if which == "labels-rules" else ""
+    jobs, windows = con.execute(f"SELECT count(DISTINCT job_id), sum(n_windows) FROM read_parquet('{out}')"
+                                f"{where}").fetchone()
     json.dump(
         {
             "query_wall_s": round(wall, 3),
@@ -127,8 +149,9 @@ def main() -> int:
     ap.add_argument("--date", required=True, help="YYYY-MM-DD")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--memory-limit", default="8GB")
-    ap.add_argument("--aggregates", choices=("classic", "labels"), default="classic",
-                    help="classic: 97 aggregates of 23 values; labels: what the labels need")
+    ap.add_argument("--aggregates", choices=("classic", "labels", "labels-rules"), default="classic",
+                    help="classic: 97 aggregates of 23 values; labels: what the labels need; "
+                    "labels-rules: labels plus the work of issue 9's input rules (build_query)")
     ap.add_argument("--_child", nargs=5, metavar=("GLOB", "OUT", "THREADS", "MEM", "SET"),
                     help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -163,7 +186,8 @@ def main() -> int:
         "files": len(files),
         "bytes_on_disk": sum(f.stat().st_size for f in files),
         "aggregates": args.aggregates,
-        "aggregates_per_job": 5 + 4 * len(VALUES) if args.aggregates == "classic" else len(LABEL_AGGREGATES),
+        "aggregates_per_job": (5 + 4 * len(VALUES) if args.aggregates == "classic"
+                               else len(LABEL_AGGREGATES) + 2 * (args.aggregates == "labels-rules")),
         "threads": args.threads,
         "memory_limit": args.memory_limit,
         **child,

@@ -1,19 +1,25 @@
 """Benchmark: the nightly run over one fleet day, against DuckDB's group-by, in one run.
 
-Three measurements on the same files, one after the other, each in its own process tree whose
-wall time and peak memory (RSS of the whole tree, summed over its processes, sampled every
-0.1 s; and the largest single process from getrusage) are its own:
+Measurements on the same files, one after the other, each in its own process tree whose wall
+time, CPU time and peak memory (RSS of the whole tree, summed over its processes, sampled every
+0.1 s; and the largest single process from getrusage) are its own, with the machine's 1-minute
+load average as each began and ended:
 
-1. ``duckdb``: bench/fleet_duckdb_anchor.py -- DuckDB's own per-job aggregates of the day;
+1. anchors, bench/fleet_duckdb_anchor.py: ``duckdb`` (classic: 97 per-job aggregates),
+   ``duckdb-labels`` (exactly the 11 per-job aggregates the labels need) and ``duckdb-rules``
+   (labels plus the work issue 9's input rules require: every row, the rule columns, a reject
+   code per row, groups per job, file and reject code);
 2. ``features``: wattclass's feature stage alone (``classifier.engine.label_files_local``, the
-   code nightly runs: scan, window features, rule codes, model on GPM-less windows, per-job
-   partial aggregates, merge, job labels), with ``--workers`` DuckDB threads;
-3. ``nightly``: ``wattclass nightly`` end to end (features, Slurm-record join from the day's
+   code nightly runs: scan with the input rules, rule codes, model on GPM-less windows, retraining
+   sample, per-job partial aggregates, merge, job labels), with ``--workers`` DuckDB threads;
+3. ``classify``: ``wattclass classify`` end to end;
+4. ``nightly``: ``wattclass nightly`` end to end (features, Slurm-record join from the day's
    jobs file, label store, retraining with its promotion gate, label table), on a scratch data
    root whose telemetry/ and jobs/ link to the fleet day's, so the fleet folder is not written.
 
-Prints one JSON document: the figures, windows/s, and features/duckdb wall-time ratio (target
-<= 2), nightly wall (target < 600 s) and peak RSS (target < 8 GiB).
+Prints one JSON document: the figures, windows/s, the wall-time ratios of each stage to each
+anchor (issue 15: feature stage <= 1.2x, classify and nightly <= 2x), nightly wall (target
+< 600 s) and peak RSS (target < 8 GiB).
 
   python bench/fleet_nightly.py --data-root /work/fleet10k --date 2026-03-01
   python bench/fleet_nightly.py --data-root /tmp/fleet-small --date 2026-03-01 --skip duckdb
@@ -37,7 +43,8 @@ from typing import Any
 from benchstamp import emit
 
 HERE = Path(__file__).resolve().parent
-STAGES = ("duckdb", "duckdb-labels", "features", "classify", "nightly")
+STAGES = ("duckdb", "duckdb-labels", "duckdb-rules", "features", "classify", "nightly")
+ANCHORS = (("duckdb", "classic"), ("duckdb-labels", "labels"), ("duckdb-rules", "labels-rules"))
 
 
 def _tree_rss(pid: int) -> int:
@@ -58,6 +65,7 @@ def _tree_rss(pid: int) -> int:
 
 def measure(cmd: list[str], env: dict[str, str] | None = None) -> dict[str, Any]:
     """Run ``cmd``; its wall time, stdout, and peak RSS (tree sum and largest process)."""
+    load0 = os.getloadavg()[0]
     ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     before = ru0.ru_maxrss
     t0 = time.perf_counter()
@@ -86,7 +94,8 @@ def measure(cmd: list[str], env: dict[str, str] | None = None) -> dict[str, Any]
     cpu = (ru1.ru_utime + ru1.ru_stime) - (ru0.ru_utime + ru0.ru_stime)
     return {"wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "peak_rss_tree_mib": round(peak[0] / 2**20, 1),
             "peak_rss_largest_process_mib": round(largest / 1024, 1) if largest > before else None,
-            "stdout": out}
+            # the 1-minute load average of the machine (2 cores shared) as the stage began and ended
+            "load_1m": [round(load0, 2), round(os.getloadavg()[0], 2)], "stdout": out}
 
 
 def features_child(root: Path, date: str, workers: int) -> None:
@@ -123,7 +132,7 @@ def main() -> int:
     py = sys.executable
     out: dict[str, Any] = {"benchmark": "nightly feature stage and end-to-end vs DuckDB group-by",
                            "data_root": str(a.data_root), "date": a.date, "workers": a.workers}
-    for stage, which in (("duckdb", "classic"), ("duckdb-labels", "labels")):
+    for stage, which in ANCHORS:
         if stage in a.skip:
             continue
         m = measure([py, str(HERE / "fleet_duckdb_anchor.py"), "--data-root", str(a.data_root),
@@ -157,14 +166,14 @@ def main() -> int:
                           "status": s.get("status"), "jobs": s.get("jobs"), "windows": s.get("windows"),
                           "retrain": s.get("retrain"), "table_entries": (s.get("table") or {}).get("entries")}
     scanned = (out.get("features") or out.get("nightly") or {}).get("windows")  # rows both engines read
-    for k in ("duckdb", "duckdb-labels", "features"):
+    for k in ("duckdb", "duckdb-labels", "duckdb-rules", "features"):
         if k in out and scanned:
             wall = out[k]["query_wall_s"] if k.startswith("duckdb") else out[k]["stage_wall_s"]
             out[k]["windows_per_s"] = round(scanned / max(wall, 1e-9))
     # Issue 15: feature stage <= 1.2x, classify and nightly end to end <= 2x the DuckDB group-by;
     # against both anchors (the classic 97 aggregates, and just the aggregates the labels need).
     ratios: dict[str, float] = {}
-    for anchor in ("duckdb", "duckdb-labels"):
+    for anchor in ("duckdb", "duckdb-labels", "duckdb-rules"):
         for stage in ("features", "classify", "nightly"):
             if anchor in out and stage in out:
                 ratios[f"{stage}_vs_{anchor}"] = round(out[stage]["wall_s"] / out[anchor]["wall_s"], 2)

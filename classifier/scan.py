@@ -297,7 +297,7 @@ class Scanner:
             dups = valid - int(pc.sum(table.column("n_windows")).as_py() or 0)
         n_windows = int(pc.sum(table.column("n_windows")).as_py() or 0)
         part = table.filter(pc.is_valid(table.column("job_id")))
-        nogpm = pc.unique(pc.filter(part.column("filename"), pc.less(part.column("code"), 0)))
+        nogpm = pc.unique(pc.filter(part.column("file_index"), pc.less(part.column("code"), 0)))
         code, n = part.column("code"), part.column("n_windows")
 
         def where(cond: pa.ChunkedArray) -> pa.ChunkedArray:
@@ -317,22 +317,21 @@ class Scanner:
         back = {f"{c}_{a}": c for c, a in aggs}
         per_job = per_job.rename_columns([back.get(n, n) for n in per_job.column_names])
         return ScanResult(per_job, n_windows, good, bad, {k: v for k, v in rejected.items() if v},
-                          dups, sorted(nogpm.to_pylist()))
+                          dups, sorted(str(good[i]) for i in nogpm.to_pylist()))
 
     def _overlap(self, files: list[Path], valid: pa.Table) -> bool:
         """Whether two of ``files`` may hold the same windows (``valid``: the pass's valid groups).
 
         Window-start ranges first (the pass has them); only the files of a host where two ranges
         meet are read again for their GPU ranges (``_overlapping_files``)."""
-        spans = valid.group_by(["host", "filename"], use_threads=False).aggregate(
+        spans = valid.group_by(["host", "file_index"], use_threads=False).aggregate(
             [("ts_start_ms", "min"), ("file_t1", "max")]).rename_columns(["host", "filename", "t0", "t1"])
         hosts = _meeting_hosts(self.con, spans)
         if not hosts:
             return False
-        names = set(pc.filter(spans.column("filename"),
-                              pc.is_in(spans.column("host"), pa.array(hosts, spans.column("host").type)))
-                    .to_pylist())
-        some = [f for f in files if str(f) in names]
+        index = pc.filter(spans.column("filename"),
+                          pc.is_in(spans.column("host"), pa.array(hosts, spans.column("host").type)))
+        some = [files[i] for i in sorted(set(index.to_pylist()))]
         ranges = self.con.sql(
             "SELECT host, filename, epoch_ms(min(ts_start)) AS t0, epoch_ms(max(ts_start)) AS t1, "
             "min(gpu_uuid) AS lo, max(gpu_uuid) AS hi FROM (SELECT host, filename, ts_start, "
@@ -350,9 +349,9 @@ class Scanner:
                "epoch_ms(ts_end) - epoch_ms(ts_start) AS ms",
                # NaN energy is rejected (bad = 3): a valid row's energy is a number or NULL
                "coalesce(CAST(energy_j AS DOUBLE), 0.0) AS e", f"CAST({code} AS TINYINT) AS code",
-               "filename", f"CAST({_reject_sql(self._absent)} AS TINYINT) AS bad"]
+               "file_index", f"CAST({_reject_sql(self._absent)} AS TINYINT) AS bad"]
         if dedup:
-            sel.append("gpu_uuid")
+            sel += ["gpu_uuid", "filename"]
         n_shared = "CAST(0 AS BIGINT) AS n_shared"
         if "shared_jobs" not in self._absent:
             # labeling._shared_windows: other jobs held the GPU, and it is not a MIG instance's row
@@ -365,12 +364,12 @@ class Scanner:
                 "CAST(sum(ms) AS BIGINT) AS dur_ms", "sum(e) AS energy_j",
                 "epoch_ms(min(ts_start)) AS ts_start_ms", "epoch_ms(max(ts_end)) AS ts_end_ms",
                 "epoch_ms(max(ts_start)) AS file_t1", n_shared]
-        rows = f"SELECT {', '.join(sel)} FROM {self._source(fs, filename=True)}"
+        rows = f"SELECT {', '.join(sel)} FROM {self._source(fs, filename=dedup)}"
         if dedup:  # the first row of each key in file order; rejected rows never shadow a valid one
             rows = (f"SELECT * FROM ({rows}) QUALIFY row_number() OVER (PARTITION BY gpu_uuid, job_id, "
                     "ts_start, bad = 0 ORDER BY filename) = 1 OR bad <> 0")
         # Windows without a job are grouped too (per host and file): they count as windows read.
-        keys = "job_id, host, filename, bad, code"
+        keys = "job_id, host, file_index, bad, code"  # file_index: the file's place in ``fs``
         return f"SELECT {keys}, {', '.join(aggs)} FROM ({rows}) GROUP BY {keys}"
 
     # -- the retraining sample ------------------------------------------------------------------

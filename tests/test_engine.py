@@ -8,6 +8,8 @@ import shutil
 from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
@@ -130,3 +132,39 @@ def test_nightly_dask_and_local_store_identical_labels(fleet: Path, tmp_path: Pa
     assert s_dask["retrain"]["retrained"] and s_local["retrain"]["retrained"]
     meta = (tmp_path / "dask" / "classifier").rglob("model.json")
     assert any("DaskLGBMClassifier" in p.read_text() for p in meta)
+
+
+def test_files_overlapping_in_time_are_deduplicated_only_when_they_share_a_gpu(
+    fleet: Path, model, tmp_path: Path, caplog  # type: ignore[no-untyped-def]
+) -> None:
+    """Issue 15: the scan reads GPU ranges only of files whose time ranges meet on a host, and runs
+    the exact de-duplication only if two of them also share a GPU."""
+    root = tmp_path / "root"
+    shutil.copytree(fleet / "telemetry", root / "telemetry")
+    ref = label_chunk(_files(root), model, "rule")
+    one = _files(root)[0]
+    t = pq.read_table(one)
+    gpus = sorted(set(t.column("gpu_uuid").to_pylist()))
+    assert len(gpus) > 2
+    # one file split into two of the same hour, on disjoint GPUs: time ranges meet, GPUs do not
+    mask = pc.is_in(t.column("gpu_uuid"), pa.array(gpus[:2]))
+    pq.write_table(t.filter(mask), one)
+    pq.write_table(t.filter(pc.invert(mask)), one.with_name("split.parquet"))
+    with caplog.at_level(logging.INFO, logger="wattclass.classifier"):
+        split = label_chunk(_files(root), model, "rule")
+    assert "de-duplicating" not in caplog.text
+    assert split.n_windows == ref.n_windows and split.report.duplicate_windows == 0
+    # the same hour's rows of one GPU again in a third file: now two files share a GPU
+    pq.write_table(t.filter(pc.equal(t.column("gpu_uuid"), gpus[0])), one.with_name("again.parquet"))
+    with caplog.at_level(logging.INFO, logger="wattclass.classifier"):
+        again = label_chunk(_files(root), model, "rule")
+    assert "de-duplicating" in caplog.text
+    assert again.n_windows == ref.n_windows
+    assert again.report.duplicate_windows == pc.sum(pc.equal(t.column("gpu_uuid"), gpus[0])).as_py()
+    pd.testing.assert_frame_equal(merged_labels(again), merged_labels(ref))
+
+
+def merged_labels(res) -> pd.DataFrame:  # type: ignore[no-untyped-def]
+    from wattclass.classifier.engine import _combine, _Model
+
+    return _combine([res], _Model(None), "rule").labels.reset_index(drop=True)
