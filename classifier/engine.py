@@ -172,9 +172,9 @@ def label_chunk(
     lazy = _Model(model)
     scanner = Scanner(threads)
     try:
-        res = scanner.partials(files, drop_columns)
+        res = scanner.partials(files, drop_columns, sample_per_job, seed)
         part = res.partials
-        sampled = scanner.sample(res.files, sample_per_job, seed, drop_columns)
+        sampled = res.sample
         x = None
         if lazy.given and source != "rule" and part.num_rows:
             forced = source == "model"

@@ -116,6 +116,9 @@ class ScanResult:
     rejected: dict[str, int]  # impossible rows per reason (validity)
     duplicates: int  # duplicate windows dropped
     nogpm_files: list[str] = field(default_factory=list)  # files holding job windows without GPM
+    #: the retraining sample (``Scanner.partials`` with ``sample_per_job``): job_id, h (the draw's
+    #: hash), code and the model's input columns; at most ``sample_per_job`` windows a job
+    sample: pa.Table | None = None
 
 
 #: validity's row rules in order; a row is counted under the first it breaks.
@@ -186,6 +189,7 @@ class Scanner:
         self.con = duckdb.connect(config={"threads": threads or os.cpu_count() or 1})
         self.con.execute("SET preserve_insertion_order = false")
         self._union = False
+        self._names: dict[Path, set[str]] = {}  # columns of each file, when the files differ
         self._absent: frozenset[str] = frozenset()  # columns no file of the scan has (read as NULL)
 
     def close(self) -> None:
@@ -232,6 +236,7 @@ class Scanner:
                 log.warning("skipping telemetry file %s (%s): %s", f, SKIP_BAD_TYPE, ", ".join(wrong))
                 continue
             seen.update(names)
+            self._names[Path(f)] = set(names)
             good.append(f)
         self._absent = frozenset(TELEMETRY_V1.names) - seen
         return good, bad
@@ -268,7 +273,8 @@ class Scanner:
         return self.con.sql(sql_for(good)).to_arrow_table(), good, bad
 
     # -- the one pass -------------------------------------------------------------------------
-    def partials(self, files: Sequence[Path], drop_columns: Sequence[str] = ()) -> ScanResult:
+    def partials(self, files: Sequence[Path], drop_columns: Sequence[str] = (), sample_per_job: int = 0,
+                 seed: int = 0) -> ScanResult:
         """Per (job_id, host) over the valid, de-duplicated windows (``validity``'s rules).
 
         The pass groups by (job, host, file, reject code, rule code): every aggregate then runs
@@ -276,11 +282,16 @@ class Scanner:
         file's time range falls out. Files whose window-start ranges meet on a host may hold the
         same windows twice: only then are their GPU ranges read, and if two of them share one, the
         scan is run again with an exact de-duplication (first row of each (gpu_uuid, job_id,
-        ts_start) in file order kept), as a normal night has no such files."""
-        table, good, bad = self._run(lambda fs: self._pass_sql(fs, drop_columns, dedup=False),
-                                     list(files))
+        ts_start) in file order kept), as a normal night has no such files.
+
+        With ``sample_per_job``, the same pass draws the retraining sample (``_pass_sql``)."""
+        table, good, bad = self._run(
+            lambda fs: self._pass_sql(fs, drop_columns, dedup=False, sample=(sample_per_job, seed)),
+            list(files))
         if table is None:
             return ScanResult(_empty_partials(), 0, [], bad, {}, 0)
+        sample = _sample_rows(table) if sample_per_job > 0 else None
+        order = _sample_first(good, sample_per_job, seed)[0]  # the files in file_index order
         valid_mask = pc.equal(table.column("bad"), 0)
         rejects = table.filter(pc.invert(valid_mask)).group_by("bad", use_threads=False).aggregate(
             [("n_windows", "sum")])
@@ -289,11 +300,12 @@ class Scanner:
         rejected = {reason: int(by_code.get(k, 0)) for k, reason in enumerate(_REJECT_REASONS, start=1)}
         table = table.filter(valid_mask)
         dups = 0
-        if self._overlap(good, table):
+        if self._overlap(order, table):
             log.info("telemetry files overlap in time on a GPU: de-duplicating windows exactly")
             valid = int(pc.sum(table.column("n_windows")).as_py() or 0)
             table = self.con.sql(self._pass_sql(good, drop_columns, dedup=True)).to_arrow_table()
             table = table.filter(pc.equal(table.column("bad"), 0))
+            order = good
             dups = valid - int(pc.sum(table.column("n_windows")).as_py() or 0)
         n_windows = int(pc.sum(table.column("n_windows")).as_py() or 0)
         part = table.filter(pc.is_valid(table.column("job_id")))
@@ -317,7 +329,7 @@ class Scanner:
         back = {f"{c}_{a}": c for c, a in aggs}
         per_job = per_job.rename_columns([back.get(n, n) for n in per_job.column_names])
         return ScanResult(per_job, n_windows, good, bad, {k: v for k, v in rejected.items() if v},
-                          dups, sorted(str(good[i]) for i in nogpm.to_pylist()))
+                          dups, sorted(str(order[i]) for i in nogpm.to_pylist()), sample)
 
     def _overlap(self, files: list[Path], valid: pa.Table) -> bool:
         """Whether two of ``files`` may hold the same windows (``valid``: the pass's valid groups).
@@ -340,31 +352,42 @@ class Scanner:
         ).to_arrow_table()
         return _overlapping_files(self.con, ranges)
 
-    def _pass_sql(self, fs: list[Path], drop_columns: Sequence[str], dedup: bool) -> str:
-        dropped = frozenset(drop_columns) | self._absent
-        code = rule_code_sql(dropped)
-        user = "CAST(NULL AS VARCHAR)" if "user" in self._absent else '"user"'
-        sel = ["job_id", "host", f'{user} AS "user"', "ts_start", "ts_end",
-               # beside the reject code, so that DuckDB computes epoch_ms once per row for both
-               "epoch_ms(ts_end) - epoch_ms(ts_start) AS ms",
-               # NaN energy is rejected (bad = 3): a valid row's energy is a number or NULL
-               "coalesce(CAST(energy_j AS DOUBLE), 0.0) AS e", f"CAST({code} AS TINYINT) AS code",
-               "file_index", f"CAST({_reject_sql(self._absent)} AS TINYINT) AS bad"]
-        if dedup:
-            sel += ["gpu_uuid", "filename"]
-        n_shared = "CAST(0 AS BIGINT) AS n_shared"
-        if "shared_jobs" not in self._absent:
-            # labeling._shared_windows: other jobs held the GPU, and it is not a MIG instance's row
-            # with the instance's own GPM (docs/shared-gpus.md)
-            basis = "NULL" if "share_basis" in self._absent else "share_basis"
-            sel.append(f"(coalesce(CAST(shared_jobs AS DOUBLE), 0) > 1 AND NOT (coalesce(CAST({basis} AS "
-                       f"VARCHAR), '') = 'mig' AND ({code}) >= 0)) AS sh")
-            n_shared = "count(*) FILTER (WHERE sh) AS n_shared"
+    def _pass_sql(self, fs: list[Path], drop_columns: Sequence[str], dedup: bool,
+                  sample: tuple[int, int] = (0, 0)) -> str:
+        """The pass's SQL over ``fs``. With ``sample`` = (per job, seed) > 0, the files the sample is
+        drawn from (``_sample_first``) are read in a branch of their own that also reads the
+        model's input columns, and each group keeps its ``per job`` GPM windows of smallest hash
+        (``arg_min``); the other files' rows carry no sample columns. Their file_index then counts
+        in ``_sample_first``'s order."""
+        per_job, seed = sample
+        if per_job <= 0 or dedup:
+            sel = self._row_sql(self._absent, drop_columns, dedup)
+            rows = f"SELECT {', '.join(sel)} FROM {self._source(fs, filename=dedup)}"
+        else:
+            order, n = _sample_first(fs, per_job, seed)
+            drawn, rest = order[:n], order[n:]
+            absent = self._branch_absent(drawn)
+            dropped = frozenset(drop_columns) | absent
+            code = rule_code_sql(dropped)
+            h = f"hash(job_id, host, gpu_index, ts_start, {int(seed)})"
+            cols = ", ".join(f"{_q(c)} := {_val(c, dropped)}" for c in INPUT_COLUMNS)
+            sel = [*self._row_sql(absent, drop_columns, False), f"{h} AS h",
+                   f"struct_pack(h := {h}, code := {code}, {cols}) AS s"]
+            rows = f"SELECT {', '.join(sel)} FROM {self._source(drawn)}"
+            if rest:
+                sel = [c if c != "file_index" else f"file_index + {n} AS file_index"
+                       for c in self._row_sql(self._branch_absent(rest), drop_columns, False)]
+                rows += f" UNION ALL BY NAME SELECT {', '.join(sel)} FROM {self._source(rest)}"
+        n_shared = ("CAST(0 AS BIGINT) AS n_shared" if "shared_jobs" in self._absent
+                    else "count(*) FILTER (WHERE sh) AS n_shared")
         aggs = ['min("user") AS "user"', "count(*) AS n_windows",
                 "CAST(sum(ms) AS BIGINT) AS dur_ms", "sum(e) AS energy_j",
                 "epoch_ms(min(ts_start)) AS ts_start_ms", "epoch_ms(max(ts_end)) AS ts_end_ms",
                 "epoch_ms(max(ts_start)) AS file_t1", n_shared]
-        rows = f"SELECT {', '.join(sel)} FROM {self._source(fs, filename=dedup)}"
+        if per_job > 0 and not dedup:
+            # the draw of the former separate pass: GPM windows of a job, whatever their reject code
+            aggs.append(f"arg_min(s, h, {int(per_job)}) FILTER (WHERE h IS NOT NULL AND job_id IS NOT NULL "
+                        "AND code >= 0) AS sample")
         if dedup:  # the first row of each key in file order; rejected rows never shadow a valid one
             rows = (f"SELECT * FROM ({rows}) QUALIFY row_number() OVER (PARTITION BY gpu_uuid, job_id, "
                     "ts_start, bad = 0 ORDER BY filename) = 1 OR bad <> 0")
@@ -372,26 +395,38 @@ class Scanner:
         keys = "job_id, host, file_index, bad, code"  # file_index: the file's place in ``fs``
         return f"SELECT {keys}, {', '.join(aggs)} FROM ({rows}) GROUP BY {keys}"
 
-    # -- the retraining sample ------------------------------------------------------------------
-    def sample(self, files: Sequence[Path], per_job: int, seed: int, drop_columns: Sequence[str] = ()
-               ) -> pa.Table | None:
-        """Up to ``per_job`` GPM windows per job, a seeded random draw (by hash) from a seeded
-        random share of the files: job_id, h (the hash), code and the model's input columns."""
-        import hashlib
+    def _branch_absent(self, files: Sequence[Path]) -> frozenset[str]:
+        """Columns none of ``files`` has (read as NULL): the scan's, or, when the files differ
+        (read by name), those of this part of them, as a part cannot name a column it lacks."""
+        if not self._union:
+            return self._absent
+        from wattclass.schema import TELEMETRY_V1
 
-        if per_job <= 0 or not files:
-            return None
-        n = min(len(files), max(SAMPLE_MIN_FILES, -(-len(files) // SAMPLE_FILE_SHARE)))
-        key = {f: hashlib.blake2b(f"{seed}:{f}".encode(), digest_size=8).digest() for f in map(str, files)}
-        chosen = sorted(files, key=lambda f: key[str(f)])[:n]
-        dropped = frozenset(drop_columns) | self._absent
-        code = rule_code_sql(dropped)
-        cols = ", ".join(f"{_val(c, dropped)} AS {_q(c)}" for c in INPUT_COLUMNS)
-        sql = (f"SELECT * FROM (SELECT job_id, hash(job_id, host, gpu_index, ts_start, {int(seed)}) AS h, "
-               f"{code} AS code, {cols} FROM {self._source(chosen)} WHERE job_id IS NOT NULL) "
-               "WHERE code >= 0 QUALIFY row_number() OVER (PARTITION BY job_id ORDER BY h) "
-               f"<= {int(per_job)}")
-        return self.con.sql(sql).to_arrow_table()
+        have: set[str] = set()
+        for f in files:
+            have.update(self._names.get(Path(f), ()))
+        return frozenset(TELEMETRY_V1.names) - have
+
+    def _row_sql(self, absent: frozenset[str], drop_columns: Sequence[str], dedup: bool) -> list[str]:
+        """The per-row columns of the pass, for files lacking ``absent``."""
+        code = rule_code_sql(frozenset(drop_columns) | absent)
+        user = "CAST(NULL AS VARCHAR)" if "user" in absent else '"user"'
+        sel = ["job_id", "host", f'{user} AS "user"', "ts_start", "ts_end",
+               # beside the reject code, so that DuckDB computes epoch_ms once per row for both
+               "epoch_ms(ts_end) - epoch_ms(ts_start) AS ms",
+               # NaN energy is rejected (bad = 3): a valid row's energy is a number or NULL
+               "coalesce(CAST(energy_j AS DOUBLE), 0.0) AS e", f"CAST({code} AS TINYINT) AS code",
+               "file_index", f"CAST({_reject_sql(absent)} AS TINYINT) AS bad"]
+        if dedup:
+            sel += ["gpu_uuid", "filename"]
+        if "shared_jobs" not in self._absent:
+            # labeling._shared_windows: other jobs held the GPU, and it is not a MIG instance's row
+            # with the instance's own GPM (docs/shared-gpus.md)
+            basis = "NULL" if "share_basis" in absent else "share_basis"
+            sel.append("FALSE AS sh" if "shared_jobs" in absent else
+                       f"(coalesce(CAST(shared_jobs AS DOUBLE), 0) > 1 AND NOT (coalesce(CAST({basis} AS "
+                       f"VARCHAR), '') = 'mig' AND ({code}) >= 0)) AS sh")
+        return sel
 
     # -- the model pass -------------------------------------------------------------------------
     def model_batches(self, files: Sequence[Path], all_job_windows: bool,
@@ -460,3 +495,31 @@ def _names(path: Path) -> tuple[str, ...] | None:
 
 def _empty_partials() -> pa.Table:
     return pa.table({"job_id": pa.array([], pa.string()), "host": pa.array([], pa.string())})
+
+
+def _sample_first(files: Sequence[Path], per_job: int, seed: int) -> tuple[list[Path], int]:
+    """``files`` with the n the retraining sample is drawn from first (n = 0 without a sample).
+
+    One file in SAMPLE_FILE_SHARE (at least SAMPLE_MIN_FILES), chosen by a seeded hash of its name."""
+    import hashlib
+
+    files = list(files)
+    if per_job <= 0 or not files:
+        return files, 0
+    n = min(len(files), max(SAMPLE_MIN_FILES, -(-len(files) // SAMPLE_FILE_SHARE)))
+    key = {f: hashlib.blake2b(f"{seed}:{f}".encode(), digest_size=8).digest() for f in map(str, files)}
+    chosen = sorted(files, key=lambda f: key[str(f)])[:n]
+    picked = set(chosen)
+    return chosen + [f for f in files if f not in picked], n
+
+
+def _sample_rows(table: pa.Table) -> pa.Table:
+    """The pass's per-group sample lists as rows: job_id, h, code and the model's input columns."""
+    lists = table.column("sample").combine_chunks()
+    flat = pc.list_flatten(lists)
+    job = pc.take(table.column("job_id"), pc.list_parent_indices(lists))
+    if len(flat) == 0:
+        return pa.table({"job_id": job, "h": pa.array([], pa.uint64()), "code": pa.array([], pa.int32()),
+                         **{c: pa.array([], pa.float64()) for c in INPUT_COLUMNS}})
+    return pa.table({"job_id": job, "h": flat.field("h"), "code": flat.field("code"),
+                     **{c: flat.field(c) for c in INPUT_COLUMNS}})

@@ -76,6 +76,53 @@ def test_sample_keeps_at_most_n_windows_per_job_whatever_the_split(fleet: Path, 
     assert key(other.sample) != key(res.sample)
 
 
+def test_sample_drawn_in_the_pass_equals_a_window_query_of_the_draw(
+    fleet: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 15 folded the sample into the main pass (arg_min per group; the drawn files read in a
+    branch of their own, each branch with its own columns when the files differ): its rows must be
+    those of the former separate query, the ``per_job`` GPM windows of smallest hash of each job
+    in the drawn files. Here the files differ twice: the last host has no GPM columns, and one
+    file alone has power_std_w (a model input), drawn for some seeds and not for others."""
+    import duckdb
+
+    from wattclass.classifier import scan
+    from wattclass.classifier.features import INPUT_COLUMNS
+
+    root = tmp_path / "root"
+    shutil.copytree(fleet / "telemetry", root / "telemetry")
+    files = _files(root)
+    t = pq.read_table(files[0])
+    pq.write_table(t.append_column("power_std_w", pc.multiply(t.column("power_avg_w"), 0.01)), files[0])
+    monkeypatch.setattr(scan, "SAMPLE_MIN_FILES", 2)
+    monkeypatch.setattr(scan, "SAMPLE_FILE_SHARE", 3)
+    con = duckdb.connect()
+    drawn_with_it = set()
+    for seed in range(8):
+        scanner = scan.Scanner(1)
+        try:
+            res = scanner.partials(files, (), 3, seed)
+        finally:
+            scanner.close()
+        order, n = scan._sample_first(files, 3, seed)
+        assert n == 3 and res.sample is not None
+        drawn_with_it.add(files[0] in order[:n])
+        names = {c for f in order[:n] for c in pq.read_schema(f).names}
+        cols = ", ".join(f'CASE WHEN isnan("{c}") THEN NULL ELSE CAST("{c}" AS DOUBLE) END AS "{c}"'
+                         if c in names else f'CAST(NULL AS DOUBLE) AS "{c}"' for c in INPUT_COLUMNS)
+        lst = ", ".join(f"'{f}'" for f in order[:n])
+        ref = con.sql(
+            f"SELECT * FROM (SELECT job_id, hash(job_id, host, gpu_index, ts_start, {seed}) AS h, "
+            f"{scan.rule_code_sql(frozenset(GPM_COLUMNS) - names)} AS code, {cols} FROM "
+            f"read_parquet([{lst}], union_by_name = true) WHERE job_id IS NOT NULL) WHERE code >= 0 "
+            "QUALIFY row_number() OVER (PARTITION BY job_id ORDER BY h) <= 3").df()
+        got = res.sample.to_pandas().sort_values(["job_id", "h"]).groupby("job_id").head(3)  # as _sample
+        pd.testing.assert_frame_equal(got.sort_values(["job_id", "h"]).reset_index(drop=True)[ref.columns],
+                                      ref.sort_values(["job_id", "h"]).reset_index(drop=True),
+                                      check_dtype=False)
+    assert drawn_with_it == {True, False}
+
+
 def test_bad_files_in_a_batch(fleet: Path, model, tmp_path: Path, caplog) -> None:  # type: ignore[no-untyped-def]
     root = tmp_path / "root"
     shutil.copytree(fleet / "telemetry", root / "telemetry")
