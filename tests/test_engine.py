@@ -215,3 +215,23 @@ def merged_labels(res) -> pd.DataFrame:  # type: ignore[no-untyped-def]
     from wattclass.classifier.engine import _combine, _Model
 
     return _combine([res], _Model(None), "rule").labels.reset_index(drop=True)
+
+
+def test_model_loader_is_called_only_when_a_window_needs_the_model(fleet: Path, model) -> None:  # type: ignore[no-untyped-def]
+    """Issue 15: ``wattclass classify`` hands the default model over as a loader, so that a fleet
+    whose GPUs all export GPM is labelled without importing LightGBM; the labels are the same."""
+    calls: list[int] = []
+
+    def loader():  # type: ignore[no-untyped-def]
+        calls.append(1)
+        return model
+
+    files = _files(fleet)
+    with_gpm = [f for f in files if "sm_util_pct" in pq.read_schema(f).names]
+    assert 0 < len(with_gpm) < len(files)
+    lazy = label_files_local(with_gpm, loader, "auto").labels
+    assert calls == []
+    pd.testing.assert_frame_equal(lazy, label_files_local(with_gpm, model, "auto").labels)
+    lazy = label_files_local(files, loader, "auto").labels  # the last host has no GPM: model needed
+    assert calls == [1]
+    pd.testing.assert_frame_equal(lazy, label_files_local(files, model, "auto").labels)
