@@ -46,10 +46,11 @@ def test_fleet_nightly_runs_every_stage(tiny_fleet: Path) -> None:
     assert out["features"]["windows"] == out["nightly"]["windows"] >= out["duckdb"]["job_windows"] > 0
     jobs = out["features"]["jobs"]
     assert jobs == out["duckdb"]["jobs"] == out["nightly"]["jobs"] == out["classify"]["jobs"]
-    assert out["duckdb-labels"]["jobs"] == out["duckdb"]["jobs"]
+    assert out["duckdb-labels"]["jobs"] == out["duckdb-rules"]["jobs"] == out["duckdb"]["jobs"]
+    assert out["duckdb-rules"]["job_windows"] == out["duckdb"]["job_windows"]  # a clean day: no rejects
     assert out["nightly"]["status"] == "ok" and out["features"]["cpu_s"] > 0
     assert set(out["wall_ratios"]) == {f"{s}_vs_{a}" for s in ("features", "classify", "nightly")
-                                       for a in ("duckdb", "duckdb-labels")}
+                                       for a in ("duckdb", "duckdb-labels", "duckdb-rules")}
 
 
 def test_report_scale_tiny(tiny_fleet: Path) -> None:

@@ -98,7 +98,9 @@ def test_sample_drawn_in_the_pass_equals_a_window_query_of_the_draw(
     monkeypatch.setattr(scan, "SAMPLE_FILE_SHARE", 3)
     con = duckdb.connect()
     drawn_with_it = set()
-    for seed in range(8):
+    for seed in range(60):  # the draw hashes the file paths (a tmp folder): seeds until both cases
+        if seed >= 4 and drawn_with_it == {True, False}:
+            break
         scanner = scan.Scanner(1)
         try:
             res = scanner.partials(files, (), 3, seed)
