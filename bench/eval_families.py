@@ -19,7 +19,13 @@ decision with the policy's ``min_confidence``: below it the job is ``unsure`` (t
 nothing), counted as *not correct* in the accuracy, with the coverage beside it; ECE of the
 calibrated confidence.
 
-    python bench/eval_families.py [--min-confidence 0.8] [--json]     # ~2-4 min on 2 cores
+    python bench/eval_families.py [--kind K] [--min-confidence 0.8] [--json]     # ~15-60 s on 2 cores
+    python bench/eval_families.py --test wattclass/data/h200/sweep-heldout        # frozen held-out runs
+    python bench/eval_families.py --raw wattclass/data/h200/{raw,collected,sweep,sweep-heldout}  # LOFO-195
+
+``--test``: train once on ``--raw`` (default: the bundled recordings), calibration nested the same
+way, and score the jobs of the ``--test`` recordings (the 61 sweep-heldout runs were frozen as a
+test set before the roofline-margin model was chosen; docs/benchmarks.md, issue 13).
 """
 
 from __future__ import annotations
@@ -68,7 +74,7 @@ def held_out(train: Any, test: Any, families: dict[str, str], kind: str,
 
 
 def lofo(ts: Any, families: dict[str, str], inner_folds: int = 5, cost_aware: bool = False,
-         kind: str = "lightgbm-window-multiclass") -> dict[str, Any]:
+         kind: str = "roofline-margin") -> dict[str, Any]:
     """Out-of-family predictions for every job: label, raw and calibrated confidence."""
 
     keys, truth = ts.job_truth()
@@ -160,14 +166,16 @@ def main() -> int:
                     help="also weigh compute windows by a cost-chosen factor (nested; not the shipped model)")
     ap.add_argument("--drop-features", default="",
                     help="comma-separated FEATURES left out (ablation), e.g. power_std_frac,clock_std_frac")
-    ap.add_argument("--kind", default="lightgbm-window-multiclass",
-                    help="model kind (classifier/model.py MODEL_KINDS; default: the multiclass window model)")
+    ap.add_argument("--kind", default=None,
+                    help="model kind (classifier/model.py MODEL_KINDS; default: the shipped model's, "
+                         "DEFAULT_KIND = roofline-margin; h200-20261130 was lightgbm-window-multiclass)")
     ap.add_argument("--test", type=Path, nargs="*", default=None,
                     help="held-out recordings: train on --raw (default: the bundled ones) once, test on "
                          "these (no leave-one-family-out)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
-    from wattclass.classifier.model import MODEL_KINDS
+    from wattclass.classifier.model import DEFAULT_KIND, MODEL_KINDS
+    a.kind = a.kind or DEFAULT_KIND
     if a.kind not in MODEL_KINDS:
         raise SystemExit(f"--kind: unknown model kind {a.kind!r} (known: {', '.join(MODEL_KINDS)})")
     if a.drop_features and a.kind != "lightgbm-window-multiclass":

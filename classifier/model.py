@@ -73,7 +73,10 @@ NUM_ROUNDS = 150
 KIND_MULTICLASS = "lightgbm-window-multiclass"
 KIND_MARGIN = "roofline-margin"
 MODEL_KINDS: tuple[str, ...] = (KIND_MULTICLASS, KIND_MARGIN)
-DEFAULT_KIND = KIND_MULTICLASS
+#: What ``wattclass model train`` builds and the shipped model is: roofline-margin since issue 13
+#: (chosen on leave-one-family-out of the 134 jobs before the 61 held-out runs were looked at;
+#: docs/benchmarks.md, docs/measurements/issue13-preregistration-2026-11-30.md).
+DEFAULT_KIND = KIND_MARGIN
 #: Training uses only windows at least this long (see TrainingSet.trainable); jobs' truth uses all.
 MIN_TRAIN_WINDOW_S = 5.0
 
@@ -187,19 +190,31 @@ def fit_windows(
     if ts.margin is None:
         raise DataError("a roofline-margin model needs the GPM roofline margin of its training windows "
                         "(TrainingSet.margin; training.training_set records it)")
+    # One window class only (a retraining sample without idle windows) still trains: LightGBM's
+    # binary booster then predicts that class everywhere.
     active = ts.y != rules.IDLE
-    if active.all() or not active.any():
-        raise DataError("training set needs idle and active windows to train a roofline-margin model")
     data = lgb.Dataset(ts.X, label=active.astype(np.int64), weight=_job_weights(ts.group),
                        feature_name=list(FEATURES), free_raw_data=True)
     booster = lgb.train(stage_params(kind, params), data, num_boost_round=rounds)
-    act = ts.subset(active)
+    return booster, fit_margin_stage(ts, families)
+
+
+def fit_margin_stage(ts: TrainingSet, families: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The roofline-margin model's second stage (classifier/margin.py) on the active windows of
+    ``ts`` that have a margin; sigma's folds hold out whole families (jobs without one: their own)."""
+    if ts.margin is None:
+        raise DataError("a roofline-margin model needs the GPM roofline margin of its training windows "
+                        "(TrainingSet.margin; training.training_set records it)")
+    act = ts.subset(ts.y != rules.IDLE)
     assert act.margin is not None
     act = act.subset(np.isfinite(act.margin))
     assert act.margin is not None
+    if len(act) == 0:
+        raise DataError("training set has no active window with a GPM roofline margin; "
+                        "cannot train a roofline-margin model")
     keys, inv = np.unique(act.group, return_inverse=True)
     fold = family_folds(keys, families or {}, SIGMA_FOLDS)[inv]
-    return booster, fit_margin(act.X, act.margin, _job_weights(act.group), fold)
+    return fit_margin(act.X, act.margin, _job_weights(act.group), fold)
 
 
 def window_proba(booster: lgb.Booster, kind: str, margin: Mapping[str, Any] | None, X: F32) -> F64:
