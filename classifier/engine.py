@@ -318,11 +318,11 @@ def train_model_dask(client: Client, ts: TrainingSet, version: str,
     from wattclass import __version__
     from wattclass.classifier.features import FEATURES
     from wattclass.classifier.model import (
-        FORMAT_VERSION,
         KIND_MARGIN,
         NUM_ROUNDS,
         _job_weights,
         fit_margin_stage,
+        format_version_for,
         stage_params,
         train_model,
         training_summary,
@@ -349,7 +349,7 @@ def train_model_dask(client: Client, ts: TrainingSet, version: str,
     est.fit(X, dy, sample_weight=dw, feature_name=list(FEATURES))
     booster = est.to_local().booster_
     meta: dict[str, Any] = {
-        "format_version": FORMAT_VERSION,
+        "format_version": format_version_for(kind),
         "wattclass_version": __version__,
         "model_version": version,
         "created": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),

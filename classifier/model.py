@@ -1,3 +1,4 @@
+# long: data set, folds, CV, both model kinds and the file format are one contract (split: import cycles)
 """The LightGBM model that labels jobs where GPM is missing, and its evaluation.
 
 Why a *window-level* model aggregated to jobs (not one row per job): real training data is a few
@@ -14,9 +15,14 @@ the expected calibration error (ECE) of the job confidence. Confidences are reca
 two-parameter logistic map on out-of-fold predictions (Platt scaling of logit(confidence));
 the reported ECE is cross-fitted (each fold's map is fitted on the other folds), so it is honest.
 
+Kinds (issue 13): ``lightgbm-window-multiclass`` is the LightGBM window classifier described
+here; ``roofline-margin`` (the shipped kind) replaces its compute/memory split by the regression
+of the GPM roofline margin in classifier/margin.py behind a binary idle-vs-active booster. Both
+give window probabilities over idle/compute/memory, so everything downstream is the same.
+
 Model files: ``model.txt`` (LightGBM text) + ``model.json`` (metadata: format version, wattclass
-version, features, classes, calibration, metrics, training data summary). A file written by a newer
-format version is refused with a message that says so.
+version, kind, features, classes, calibration, margin map, metrics, training data summary). A file
+written by a newer format version is refused with a message that says so.
 """
 
 from __future__ import annotations
@@ -40,7 +46,10 @@ from wattclass.classifier.margin import SIGMA_FOLDS, fit_margin, memory_probabil
 from wattclass.errors import DataError
 from wattclass.fsutil import atomic_write_text
 
-FORMAT_VERSION = 1
+#: The newest model-file format this wattclass reads. 2: the roofline-margin kind (its model.json
+#: carries the margin map, and an older wattclass would read its binary booster as the multiclass
+#: one); multiclass models are still written as format 1, so an older wattclass keeps reading them.
+FORMAT_VERSION = 2
 MODEL_FILE = "model.txt"
 META_FILE = "model.json"
 
@@ -162,6 +171,11 @@ def fit_booster(
     data = lgb.Dataset(ts.X, label=ts.y.astype(np.int64), weight=_job_weights(ts.group),
                        feature_name=list(FEATURES), free_raw_data=True)
     return lgb.train(p, data, num_boost_round=rounds)
+
+
+def format_version_for(kind: str) -> int:
+    """The model-file format a model of ``kind`` is written in (see FORMAT_VERSION)."""
+    return 1 if kind == KIND_MULTICLASS else FORMAT_VERSION
 
 
 def stage_params(kind: str, params: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -465,7 +479,7 @@ def train_model(
           if evaluate else None)
     booster, margin = fit_windows(ts.subset(ts.trainable(min_window_s)), kind, families=families)
     meta: dict[str, Any] = {
-        "format_version": FORMAT_VERSION,
+        "format_version": format_version_for(kind),
         "wattclass_version": __version__,
         "model_version": version,
         "created": created,

@@ -69,6 +69,11 @@ def test_roofline_model_round_trips_and_refuses_a_file_without_its_map(real_set:
                                                                        tmp_path: Path) -> None:
     m = M.train_model(real_set, "t-margin", evaluate=False, kind=M.KIND_MARGIN)
     assert m.meta["kind"] == M.KIND_MARGIN and m.meta["params"]["objective"] == "binary"
+    # format 2: an older wattclass (reads format 1) refuses it instead of misreading the booster;
+    # multiclass models stay format 1, readable by older versions
+    assert m.meta["format_version"] == 2 == M.FORMAT_VERSION
+    multi = M.train_model(real_set, "t-multi", evaluate=False, kind=M.KIND_MULTICLASS)
+    assert multi.meta["format_version"] == 1 and "margin" not in multi.meta
     assert m.meta["margin"]["sigma"] > 0
     m.save(tmp_path / "m")
     back = M.load_model(tmp_path / "m")
