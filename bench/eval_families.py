@@ -74,8 +74,13 @@ def held_out(train: Any, test: Any, families: dict[str, str], kind: str,
 
 
 def lofo(ts: Any, families: dict[str, str], inner_folds: int = 5, cost_aware: bool = False,
-         kind: str = "roofline-margin") -> dict[str, Any]:
-    """Out-of-family predictions for every job: label, raw and calibrated confidence."""
+         kind: str = "roofline-margin", extra: Any = None) -> dict[str, Any]:
+    """Out-of-family predictions for every job: label, raw and calibrated confidence.
+
+    ``extra``: windows added to the training side of every fold and never tested (to ask whether
+    new recordings help on the families already held).
+    """
+    from wattclass.classifier.model import TrainingSet
 
     keys, truth = ts.job_truth()
     fam_of_window = np.asarray([families.get(g, g) for g in ts.group], dtype=object)
@@ -86,7 +91,8 @@ def lofo(ts: Any, families: dict[str, str], inner_folds: int = 5, cost_aware: bo
     weights: dict[str, float] = {}
     for fam in sorted(set(fam_of_window)):
         test_w = fam_of_window == fam
-        k, p, r, c, weights[fam] = predict_unseen(ts.subset(~test_w), ts.subset(test_w), families, kind,
+        train = ts.subset(~test_w) if extra is None else TrainingSet.concat([ts.subset(~test_w), extra])
+        k, p, r, c, weights[fam] = predict_unseen(train, ts.subset(test_w), families, kind,
                                                   inner_folds, cost_aware)
         for key, pi, ri, ci in zip(k, p, r, c, strict=True):
             i = index[key]
@@ -172,6 +178,9 @@ def main() -> int:
     ap.add_argument("--test", type=Path, nargs="*", default=None,
                     help="held-out recordings: train on --raw (default: the bundled ones) once, test on "
                          "these (no leave-one-family-out)")
+    ap.add_argument("--extra", type=Path, nargs="*", default=None,
+                    help="recordings added to the training side of every leave-one-family-out fold, "
+                         "never tested (does new data help on the families held?)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     from wattclass.classifier.model import DEFAULT_KIND, MODEL_KINDS
@@ -188,9 +197,10 @@ def main() -> int:
     from wattclass.schema import GPM_COLUMNS, conform
 
     sources = a.raw or bundled_training_sources()
-    families = job_families([*sources, *(a.test or [])])
+    families = job_families([*sources, *(a.test or []), *(a.extra or [])])
     with tempfile.TemporaryDirectory(prefix="wattclass-lofo-") as tmp:
         test_ts = training_set(a.test, max_windows_per_job=0) if a.test else None
+        extra_ts = training_set(a.extra, max_windows_per_job=0) if a.extra else None
         roots = materialize(sources, Path(tmp))
         for f in telemetry_files(roots)[:10]:  # the model never reads GPM
             for _, t in iter_tables([f]):
@@ -201,14 +211,16 @@ def main() -> int:
     if a.drop_features:
         ts = drop_features(ts, [f.strip() for f in a.drop_features.split(",") if f.strip()])
     if test_ts is not None:
-        res = held_out(ts, test_ts, families, a.kind, cost_aware=a.cost_aware)
+        train = ts if extra_ts is None else type(ts).concat([ts, extra_ts])
+        res = held_out(train, test_ts, families, a.kind, cost_aware=a.cost_aware)
     else:
-        res = lofo(ts, families, cost_aware=a.cost_aware, kind=a.kind)
+        res = lofo(ts, families, cost_aware=a.cost_aware, kind=a.kind, extra=extra_ts)
     out = summarize(res, families, a.min_confidence)
     out["protocol"] = "train on sources, test on held-out" if test_ts is not None else "leave one family out"
     out["kind"] = a.kind
     out["sources"] = [str(s) for s in sources]
     out["test_sources"] = [str(s) for s in a.test or []]
+    out["extra_training_sources"] = [str(s) for s in a.extra or []]
     out["cost_aware"] = a.cost_aware
     out["dropped_features"] = a.drop_features
     if a.json:
