@@ -64,6 +64,9 @@ MODEL_BATCH_ROWS = 1 << 18
 #: cost as much as the pass itself. The nightly retrains on at most a few thousand jobs anyway.
 SAMPLE_FILE_SHARE = 8
 SAMPLE_MIN_FILES = 64
+#: A sampled window's columns: the model's inputs, and the GPM columns of the roofline margin (the
+#: margin model's target).
+SAMPLE_COLUMNS: tuple[str, ...] = (*INPUT_COLUMNS, "dram_bw_util_pct", *rules.COMPUTE_UNITS)
 
 
 @dataclass
@@ -301,7 +304,7 @@ class Scanner:
             dropped = frozenset(drop_columns) | absent
             code = rule_code_sql(dropped)
             h = f"hash(job_id, host, gpu_index, ts_start, {int(seed)})"
-            cols = ", ".join(f"{_q(c)} := {_val(c, dropped)}" for c in INPUT_COLUMNS)
+            cols = ", ".join(f"{_q(c)} := {_val(c, dropped)}" for c in SAMPLE_COLUMNS)
             sel = [*self._row_sql(absent, drop_columns, False), f"{h} AS h",
                    f"struct_pack(h := {h}, code := {code}, {cols}) AS s"]
             rows = f"SELECT {', '.join(sel)} FROM {self._source(drawn)}"
@@ -445,12 +448,12 @@ def _sample_first(files: Sequence[Path], per_job: int, seed: int) -> tuple[list[
 
 
 def _sample_rows(table: pa.Table) -> pa.Table:
-    """The pass's per-group sample lists as rows: job_id, h, code and the model's input columns."""
+    """The pass's per-group sample lists as rows: job_id, h, code and SAMPLE_COLUMNS."""
     lists = table.column("sample").combine_chunks()
     flat = pc.list_flatten(lists)
     job = pc.take(table.column("job_id"), pc.list_parent_indices(lists))
     if len(flat) == 0:
         return pa.table({"job_id": job, "h": pa.array([], pa.uint64()), "code": pa.array([], pa.int32()),
-                         **{c: pa.array([], pa.float64()) for c in INPUT_COLUMNS}})
+                         **{c: pa.array([], pa.float64()) for c in SAMPLE_COLUMNS}})
     return pa.table({"job_id": job, "h": flat.field("h"), "code": flat.field("code"),
-                     **{c: flat.field(c) for c in INPUT_COLUMNS}})
+                     **{c: flat.field(c) for c in SAMPLE_COLUMNS}})

@@ -87,7 +87,6 @@ def test_sample_drawn_in_the_pass_equals_a_window_query_of_the_draw(
     import duckdb
 
     from wattclass.classifier import scan
-    from wattclass.classifier.features import INPUT_COLUMNS
 
     root = tmp_path / "root"
     shutil.copytree(fleet / "telemetry", root / "telemetry")
@@ -111,7 +110,7 @@ def test_sample_drawn_in_the_pass_equals_a_window_query_of_the_draw(
         drawn_with_it.add(files[0] in order[:n])
         names = {c for f in order[:n] for c in pq.read_schema(f).names}
         cols = ", ".join(f'CASE WHEN isnan("{c}") THEN NULL ELSE CAST("{c}" AS DOUBLE) END AS "{c}"'
-                         if c in names else f'CAST(NULL AS DOUBLE) AS "{c}"' for c in INPUT_COLUMNS)
+                         if c in names else f'CAST(NULL AS DOUBLE) AS "{c}"' for c in scan.SAMPLE_COLUMNS)
         lst = ", ".join(f"'{f}'" for f in order[:n])
         ref = con.sql(
             f"SELECT * FROM (SELECT job_id, hash(job_id, host, gpu_index, ts_start, {seed}) AS h, "
