@@ -7,8 +7,9 @@ as possible:
   the daemon calls only at window closes, job changes, gaps and the first poll: on the H200 VM
   (driver 580) that one read costs milliseconds, alone or inside FieldValues, while every
   other call below costs microseconds (docs/benchmarks.md, "Per NVML call");
-* one batched ``nvmlDeviceGetFieldValues`` for the instantaneous power and the enforced power
-  limit, *without* the energy field (per-GPU fallback to PowerUsage / EnforcedPowerLimit when a
+* one batched ``nvmlDeviceGetFieldValues`` for the instantaneous power, the enforced power
+  limit and the 1 s average power (the daemon splits an energy span between job segments with
+  it), *without* the energy field (per-GPU fallback to PowerUsage / EnforcedPowerLimit when a
   field id is rejected by an older driver, decided once per GPU);
 * utilization, SM and memory clocks, clock-event reasons, temperature, memory info (each a few
   microseconds, so every poll: ``fb_used_mib`` is a per-window maximum and needs every poll);
@@ -77,6 +78,9 @@ _NO_DATA = 20
 _UNKNOWN = 999
 _LOST_CODES = frozenset({_GPU_IS_LOST, _TIMEOUT, _UNKNOWN})
 _UNSUPPORTED_CODES = frozenset({_NOT_SUPPORTED, _FUNCTION_NOT_FOUND, _NO_DATA})
+
+#: nvml.h NVML_FI_DEV_POWER_AVERAGE, for pynvml versions that predate the constant.
+_FI_POWER_AVERAGE = 185
 
 #: How many GPM sample buffers each GPU rotates through: the daemon holds at most two
 #: (window start, window end) plus the one being filled.
@@ -204,11 +208,14 @@ class NvmlBackend(GpuBackend):
         return list(self._infos)
 
     # -- polling -------------------------------------------------------------------------------
-    def _power(self, index: int, h: Any) -> tuple[float | None, float | None]:
-        """Instant power (W) and enforced limit (W): one FieldValues call, no energy field."""
+    def _power(self, index: int, h: Any) -> tuple[float | None, float | None, float | None]:
+        """Instant power, enforced limit and 1 s average power (W): one FieldValues call, no
+        energy field. The average is None where the field fails (and on the fallback path:
+        PowerUsage is an average only from Ampere on, so it is not taken for one)."""
         nv = self._nv
         if self._field_ok.get(index, True):
-            ids = [nv.NVML_FI_DEV_POWER_INSTANT, nv.NVML_FI_DEV_POWER_CURRENT_LIMIT]
+            ids = [nv.NVML_FI_DEV_POWER_INSTANT, nv.NVML_FI_DEV_POWER_CURRENT_LIMIT,
+                   getattr(nv, "NVML_FI_DEV_POWER_AVERAGE", _FI_POWER_AVERAGE)]
             try:
                 vals = nv.nvmlDeviceGetFieldValues(h, ids)
             except nv.NVMLError as exc:
@@ -216,17 +223,18 @@ class NvmlBackend(GpuBackend):
                     raise
                 self._field_ok[index] = False
             else:
-                power, limit = (_field_value(nv, v) for v in vals)
+                power, limit, avg = (_field_value(nv, v) for v in vals)
+                avg_w = avg / 1e3 if avg is not None else None
                 if power is not None:
                     if limit is None:
                         lim = self._opt(nv.nvmlDeviceGetEnforcedPowerLimit, h)
-                        return power / 1e3, lim / 1e3 if lim is not None else None
-                    return power / 1e3, limit / 1e3
+                        return power / 1e3, lim / 1e3 if lim is not None else None, avg_w
+                    return power / 1e3, limit / 1e3, avg_w
                 # Instant power field missing on this driver: use the getters from now on.
                 self._field_ok[index] = False
         p = self._opt(nv.nvmlDeviceGetPowerUsage, h)
         lim = self._opt(nv.nvmlDeviceGetEnforcedPowerLimit, h)
-        return (p / 1e3 if p is not None else None, lim / 1e3 if lim is not None else None)
+        return (p / 1e3 if p is not None else None, lim / 1e3 if lim is not None else None, None)
 
     @nvml_errors
     def energy_mj(self, index: int) -> int | None:
@@ -241,7 +249,7 @@ class NvmlBackend(GpuBackend):
         import time
 
         ts = time.time()
-        power, limit = self._power(index, h)
+        power, limit, avg = self._power(index, h)
         util = self._opt(nv.nvmlDeviceGetUtilizationRates, h)
         sm = self._opt(nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_SM)
         mem_clk = self._opt(nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_MEM)
@@ -260,6 +268,7 @@ class NvmlBackend(GpuBackend):
             clock_event_reasons=int(reasons) if reasons is not None else None,
             temp_c=float(temp) if temp is not None else None,
             fb_used_mib=mem.used / 2**20 if mem is not None else None,
+            power_avg_w=avg,
         )
 
     # -- GPM -------------------------------------------------------------------------------------
