@@ -221,7 +221,7 @@ def run_sim(args: argparse.Namespace) -> dict[str, Any]:
         "jobs_without_file": sum(not j.with_file for j in jobs),
         "roll_seconds": args.roll_seconds, "parquet_files": len(files), "rows": daemon.stats.rows,
         "energy_reads": daemon.stats.energy_reads, "process_queries": daemon.attributor.process_queries,
-        "energy_every_windows": daemon.cfg.energy_every_windows,
+        "energy_every_windows": getattr(daemon.cfg, "energy_every_windows", None),  # None: before issue 15
         "energy_reads_per_gpu_s": round(daemon.stats.energy_reads / (seconds * args.gpus), 4),
         "cpu_s": round(cpu, 3), "driver_cpu_s_excluded": round(driver_cpu_s[0], 3),
         "wall_s": round(wall, 2), "profiled": bool(args.profile),

@@ -50,9 +50,11 @@ RECORDINGS = ("raw", "collected", "sweep", "sweep-heldout", "live-check")
 class _Replay(ReplayBackend):
     """The recording, optionally with the counter in every sample and/or synthetic jobs."""
 
-    def __init__(self, folder: Path, every_poll: bool, synthetic_seed: int | None) -> None:
+    def __init__(self, folder: Path, every_poll: bool, synthetic_seed: int | None,
+                 power: str = "average") -> None:
         super().__init__(folder, realtime=False)
         self.every_poll = every_poll
+        self.power = power
         if synthetic_seed is not None:
             rng = random.Random(synthetic_seed)
             n = 0
@@ -69,11 +71,14 @@ class _Replay(ReplayBackend):
 
     def sample(self, index: int) -> GpuSample:
         s = super().sample(index)
+        if self.power != "average":  # the split's fallbacks: instantaneous power only, or none
+            s = s._replace(power_avg_w=None, power_w=s.power_w if self.power == "instant" else None)
         return s._replace(energy_mj=super().energy_mj(index)) if self.every_poll else s
 
 
-def _run(folder: Path, every_poll: bool, every_windows: int, seed: int | None) -> tuple[list[dict], _Replay]:
-    backend = _Replay(folder, every_poll, seed)
+def _run(folder: Path, every_poll: bool, every_windows: int, seed: int | None, power: str = "average"
+         ) -> tuple[list[dict], _Replay]:
+    backend = _Replay(folder, every_poll, seed, power)
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="split-") as tmp:
         d = Daemon(backend, DaemonConfig(data_root=Path(tmp), host="bench", once=True,
@@ -101,7 +106,7 @@ def _quantile(xs: list[float], q: float) -> float:
     return s[lo] + (s[hi] - s[lo]) * (k - lo)
 
 
-def compare(every_windows: int, seed: int | None) -> dict[str, Any]:
+def compare(every_windows: int, seed: int | None, power: str = "average") -> dict[str, Any]:
     errs: list[float] = []
     abs_j = 0.0
     total_j = 0.0
@@ -110,7 +115,7 @@ def compare(every_windows: int, seed: int | None) -> dict[str, Any]:
     for name in RECORDINGS:
         folder = DATA / name
         exact_rows, _ = _run(folder, True, 1, seed)
-        rows, backend = _run(folder, False, every_windows, seed)
+        rows, backend = _run(folder, False, every_windows, seed, power)
         delta = sum(backend.counter_delta_j(g.gpu_index) for g in backend.gpus())
         telescope.append(abs(sum(r["energy_j"] for r in rows) / delta - 1))
         exact, ours = _per_job(exact_rows), _per_job(rows)
@@ -125,6 +130,8 @@ def compare(every_windows: int, seed: int | None) -> dict[str, Any]:
                 worst = (abs(err), f"{name} job {job} ({e:.0f} J exact, {ours[job]:.0f} J split)")
     return {
         "energy_every_windows": every_windows,
+        "split_by": {"average": "1 s average power", "instant": "trapezoid of instantaneous power",
+                     "none": "time (no power readings)"}[power],
         "jobs": "recorded" if seed is None else f"synthetic 5-60 s, seed {seed}",
         "n_jobs": len(errs),
         "abs_rel_error_median_pct": round(100 * _quantile(errs, 0.5), 4),
@@ -177,6 +184,8 @@ def main() -> int:
         results.append(compare(n, None))
         for seed in range(a.synthetic_seeds):
             results.append(compare(n, seed))
+    for power in ("instant", "none"):  # the fallbacks, for comparison (every window, recorded jobs)
+        results.append(compare(1, None, power))
     return emit({"recordings": [f"wattclass/data/h200/{r}" for r in RECORDINGS],
                  "interval_estimate": interval_rules(), "results": results,
                  "wall_s": round(time.perf_counter() - t0, 1)})

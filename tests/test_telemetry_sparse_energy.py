@@ -213,3 +213,29 @@ def test_flush_without_a_last_read_leaves_energy_unknown_not_guessed() -> None:
         _poll_protocol(b, ts, None)
     (row,) = b.flush(INFO, None, lambda a, c: GpmMetrics())
     assert row["energy_j"] is None and row["n_polls"] == 2
+
+
+def test_gap_gets_the_rest_of_the_span_by_time_after_the_polled_intervals() -> None:
+    """The polls before a gap have their 1 s average power; the gap has no reading, so it takes
+    what the counter says is left, spread over the windows it covers by time."""
+    b = WindowBuilder("h", 10, 1)
+    job = ("1", "ann")
+
+    def poll(ts: float, e: int | None) -> list[dict]:
+        s = GpuSample(ts, e, 310.0, 700.0, 90.0, 40.0, 1800.0, 3200.0, 0, 60.0, 1000.0, power_avg_w=300.0)
+        if e is None:
+            assert not b.needs_energy(INFO, s, job)
+        return b.add(INFO, s, job, None, lambda a, c: GpmMetrics())
+
+    rows = poll(100.5, 1_000_000)
+    for ts in (101.5, 102.5, 103.5, 104.5):
+        rows += poll(ts, None)
+    gap = GpuSample(125.5, None, 310.0, 700.0, None, None, None, None, None, None, None, power_avg_w=300.0)
+    assert b.needs_energy(INFO, gap, job)  # a gap ends in a counter read
+    rows += poll(125.5, 11_000_000)  # 10 kJ since 100.5
+    by_start = {r["ts_start"]: r["energy_j"] for r in rows}
+    rest_j = 10_000 - 4 * 300.0  # 4 polled seconds at 300 W; the 21 s gap has the rest
+    assert by_start[100.5] == pytest.approx(4 * 300.0 + rest_j * 5.5 / 21, rel=1e-12)
+    assert by_start[110.0] == pytest.approx(rest_j * 10 / 21, rel=1e-12)
+    (last,) = b.flush(INFO, None, lambda a, c: GpmMetrics())
+    assert sum(by_start.values()) + last["energy_j"] == pytest.approx(10_000, rel=1e-12)

@@ -162,6 +162,7 @@ class FakeNvml:
         186,
         190,
     )
+    NVML_FI_DEV_POWER_AVERAGE = 185
     NVML_VALUE_TYPE_DOUBLE, NVML_VALUE_TYPE_UNSIGNED_INT, NVML_VALUE_TYPE_UNSIGNED_LONG = 0, 1, 2
     NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, NVML_VALUE_TYPE_SIGNED_LONG_LONG, NVML_VALUE_TYPE_SIGNED_INT = 3, 4, 5
     NVML_VALUE_TYPE_UNSIGNED_SHORT = 6
@@ -210,7 +211,7 @@ class FakeNvml:
         for fid in ids:
             v = V()
             v.ullVal = 123456
-            v.uiVal = 250000
+            v.uiVal = 250000 if fid != 185 else 240000
             fv = type(
                 "FV",
                 (),
@@ -265,6 +266,9 @@ def test_nvml_unsupported_fields_are_none_and_lost_gpu_is_typed() -> None:
     # The cheap poll never touches the energy counter (docs/benchmarks.md, "Per NVML call") ...
     assert s.energy_mj is None and s.power_w == 250.0
     assert nv.energy_calls == 0 and 83 not in nv.field_ids
+    # The 1 s average power (what the energy split between job segments uses) comes in the same
+    # FieldValues call as the instantaneous power: no extra NVML call.
+    assert s.power_avg_w == 240.0 and nv.field_ids == [186, 190, 185]
     # ... which is read on its own, only when asked for.
     assert b.energy_mj(0) == 123456 and nv.energy_calls == 1
     assert s.power_limit_w == 700.0  # field rejected -> per-field fallback
