@@ -40,6 +40,10 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     n.add_argument("--policy", type=Path, default=None, help="policy TOML to embed in the table")
     n.add_argument("--table-out", type=Path, default=None,
                    help="label table path (default: DATA_ROOT/classifier/label_table.tsv)")
+    n.add_argument("--table-group", default="auto", metavar="GROUP",
+                   help="group that may read the label table, which holds users' job names: the "
+                   "table is then 0640 root:GROUP (slurmctld's group, e.g. slurm). 'auto' (default): "
+                   "the group 'slurm' if it exists, else 'none'; 'none': 0644, readable by every user")
     n.add_argument("--no-retrain", action="store_true", help="label only; never train a new model")
     n.add_argument("--workers", type=int, default=0,
                    help="threads of the DuckDB scan (default 0: every core)")
@@ -159,6 +163,27 @@ def _slurm_client(jobs_file: Path | None) -> Any:
         return None
 
 
+def table_group_id(spec: str) -> int | None:
+    """The gid for ``--table-group``: a group name or number, 'auto' or 'none'."""
+    import grp
+
+    if spec == "none":
+        return None
+    if spec == "auto":
+        try:
+            return grp.getgrnam("slurm").gr_gid
+        except KeyError:
+            log.warning("no group 'slurm' here: the label table is written 0644, so every user can "
+                        "read the job names in it; pass --table-group with slurmctld's group")
+            return None
+    if spec.isdigit():
+        return int(spec)
+    try:
+        return grp.getgrnam(spec).gr_gid
+    except KeyError as exc:
+        raise ConfigError(f"--table-group {spec!r}: no such group") from exc
+
+
 def cmd_nightly(args: argparse.Namespace) -> int:
     from wattclass.classifier.nightly import NightlyOptions, run_nightly
     from wattclass.classifier.training import bundled_training_sources
@@ -178,7 +203,8 @@ def cmd_nightly(args: argparse.Namespace) -> int:
     opts = NightlyOptions(data_root=args.data_root, date=date, table_out=table_out, policy=policy,
                           retrain=not args.no_retrain, base_training=tuple(bundled_training_sources()),
                           workers=max(0, args.workers), engine=args.engine, scheduler=args.scheduler,
-                          dask_config=args.dask_config, lock_timeout_s=max(0.0, args.lock_timeout))
+                          dask_config=args.dask_config, lock_timeout_s=max(0.0, args.lock_timeout),
+                          table_group=table_group_id(args.table_group))
     if args.engine != "dask" and (args.scheduler or args.dask_config):
         raise ConfigError("--scheduler and --dask-config need --engine dask")
     jobs_file = args.jobs_file

@@ -89,6 +89,7 @@ class NightlyOptions:
     scheduler: str | None = None  # dask: address of a running scheduler
     dask_config: Path | None = None  # dask: cluster TOML (classifier/scaleout.py); neither: a LocalCluster
     lock_timeout_s: float = 0.0  # wait this long for another run's lock on the classifier folder
+    table_group: int | None = None  # gid that may read the label table (0640); None: 0644
 
 
 def _join_slurm(labels: pd.DataFrame, slurm: SlurmClient | None, date: str) -> pd.DataFrame:
@@ -278,7 +279,8 @@ def _run(
     history = store.label_history(since)
     entries = build_entries(history, now=day_end)
     # Past labeltable's limits (entries, bytes, names) keys are dropped (logged; counted here).
-    dropped = write_label_table(opts.table_out, entries, opts.policy, generated_at=dt.datetime.now(dt.UTC))
+    dropped = write_label_table(opts.table_out, entries, opts.policy, generated_at=dt.datetime.now(dt.UTC),
+                                group=opts.table_group)
     summary["table"] = {"path": str(opts.table_out), "entries": len(entries) - dropped, "dropped": dropped,
                         "by_level": pd.Series([e.level for e in entries]).value_counts().to_dict()}
     effects_hist = store.label_history((day_end - dt.timedelta(days=EFFECT_DAYS)).strftime("%Y-%m-%d"))

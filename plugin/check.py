@@ -105,7 +105,10 @@ def _check_table(path: Path) -> str:
     if t["policy"] is None:
         raise WattclassError(f"{path}: written without a policy; job_submit.lua decides nothing")
     n = sum(len(v) for v in t["by_user_name"].values()) + len(t["by_user"]) + len(t["by_account"])
-    return f"{path}: {n} keys, generated {t['generated_at']}, mode {t['policy'].get('mode')}"
+    perm = path.stat().st_mode & 0o777
+    seen_by = ("readable by every user (job names; nightly --table-group hides them)" if perm & 0o004
+               else f"{perm:04o}, group {path.stat().st_gid} only")
+    return f"{path}: {n} keys, generated {t['generated_at']}, mode {t['policy'].get('mode')}, {seen_by}"
 
 
 def _check_backend(spec: str) -> str:

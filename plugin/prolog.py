@@ -58,8 +58,10 @@ from wattclass.jobmap import (
 )
 from wattclass.logsafe import ClipFilter
 from wattclass.plugin.sharedcaps import (
+    JobEnded,
     gpu_lock,
     leave_shared,
+    never_ended,
     record_jobs,
     register,
     resolve_targets,
@@ -198,10 +200,13 @@ def prolog(
     state_dir: Path = DEFAULT_STATE,
     dry_run: bool = False,
     hpc_job_dir: Path | None = None,
+    job_ended: JobEnded | None = None,
 ) -> list[dict[str, Any]]:
     """Apply the job's cap (see module docstring); returns one plan entry per GPU.
 
     ``hpc_job_dir``: also write dcgm-exporter's job mapping there (``--hpc-job-mapping-dir``).
+    ``job_ended``: Slurm's answer whether another job on the GPU has ended (its Epilog never
+    ran); such jobs no longer hold the GPU uncapped. None: every job file counts.
     """
     job = job_env(env)
     targets = resolve_targets(backend, job.gpus, gpu_map)
@@ -252,7 +257,8 @@ def prolog(
         if dry_run or (comment is not None and comment.mode != "enforce" and not comment.capped_for_real()):
             continue
         entry.update(register(backend, g, job.job_id, job.display_id, target, jobs_dir,
-                                     _record_path(state_dir, g.uuid), read_record))
+                              _record_path(state_dir, g.uuid), read_record,
+                              job_ended if job_ended is not None else never_ended))
         if target is not None:
             entry["action"] = "capped"
             log.info("job %s: capped GPU %s (%s) label=%s cap=%s: %s W -> %.1f W (jobs on it: %s)",
@@ -516,7 +522,8 @@ def run_hook(hook: str, args: argparse.Namespace, env: Mapping[str, str] | None 
                 get_comment = fixed_comment
             gpu_map = load_gpu_map(args.gpu_map) if args.gpu_map else discover_gpu_map(backend)
             plan = prolog(env, backend, get_comment, gpu_map, args.jobs_dir, args.state_dir,
-                          dry_run=args.dry_run, hpc_job_dir=args.hpc_job_mapping_dir)
+                          dry_run=args.dry_run, hpc_job_dir=args.hpc_job_mapping_dir,
+                          job_ended=slurm.job_ended)
             if args.dry_run:
                 print(json.dumps(plan, indent=2))
             return 0

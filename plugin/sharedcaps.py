@@ -30,12 +30,42 @@ from typing import Any
 from wattclass.errors import ConfigError, DataError, GpuError
 from wattclass.fsutil import atomic_write_text, ensure_trusted_dir
 from wattclass.gpu.base import GpuBackend, GpuInfo
-from wattclass.jobmap import jobs_on_gpu
+from wattclass.jobmap import jobs_on_gpu, remove_job_file
 
 log = logging.getLogger("wattclass.plugin.prolog")
 
 #: ``read_record`` of the Prolog: the record at a path, None if none, DataError if unusable.
 RecordReader = Callable[[Path], "dict[str, Any] | None"]
+
+#: Whether Slurm says a job has ended: True (ended or unknown to slurmctld), False (alive), None
+#: (cannot tell: kept, as before the check existed). ``CommandSlurmClient.job_ended``.
+JobEnded = Callable[[str], "bool | None"]
+
+
+def never_ended(_job_id: str) -> bool | None:
+    return None
+
+
+def drop_ended(backend: GpuBackend, jobs_dir: Path, g: GpuInfo, job_ids: list[str],
+               job_ended: JobEnded) -> list[str]:
+    """``job_ids`` without the jobs Slurm says have ended, whose job files on ``g`` are removed.
+
+    A job whose Epilog never ran (slurmd killed mid-job, node not rebooted) leaves its job file
+    and its place in the GPU's cap record: as an uncapped neighbour it would keep every later
+    job on that GPU uncapped. When Slurm cannot answer, the job is kept (fail-open, as before).
+    """
+    uuids = [g.uuid, *(m.uuid for m in backend.mig_instances(g.gpu_index))]
+    alive = []
+    for j in job_ids:
+        if job_ended(j) is True:
+            log.warning("GPU %s: job %s has ended without its Epilog: its job file and its place in "
+                        "the cap record are dropped", g.uuid, j)
+            for u in uuids:
+                with contextlib.suppress(OSError):
+                    remove_job_file(jobs_dir, u, j)
+        else:
+            alive.append(j)
+    return alive
 
 
 def record_jobs(rec: Mapping[str, Any]) -> dict[str, float | None]:
@@ -127,11 +157,13 @@ def apply_limit(backend: GpuBackend, g: GpuInfo, watts: float, why: str) -> None
 
 
 def register(backend: GpuBackend, g: GpuInfo, job_id: str, display_id: str, target: float | None,
-             jobs_dir: Path, rec_path: Path, read_record: RecordReader) -> dict[str, Any]:
+             jobs_dir: Path, rec_path: Path, read_record: RecordReader,
+             job_ended: JobEnded = never_ended) -> dict[str, Any]:
     """Add the job to the GPU's cap record and enforce the highest allowed limit.
 
     An uncapped job joins only an existing record (nothing to protect it from otherwise); a capped
-    one creates the record, first adding the job map's other jobs on the GPU as uncapped.
+    one creates the record, first adding the job map's other jobs on the GPU as uncapped. Other
+    jobs that Slurm says have ended (``job_ended``) are dropped from both first.
     """
     ensure_trusted_dir(rec_path.parent)
     with gpu_lock(rec_path):
@@ -141,6 +173,10 @@ def register(backend: GpuBackend, g: GpuInfo, job_id: str, display_id: str, targ
         except DataError as exc:  # unusable leftover: the GPU's default is the limit to go back to
             log.error("job %s: %s; recording the default limit instead", job_id, exc)
             old, jobs = {"previous_w": g.power_limit_default_w}, None
+        if jobs is not None:
+            others = [j for j in jobs if j != job_id]
+            alive = set(drop_ended(backend, jobs_dir, g, others, job_ended)) if others else set()
+            jobs = {j: v for j, v in jobs.items() if j == job_id or j in alive}
         if old is None and target is None:
             return {"jobs": [job_id]}
         current = backend.power_limit_w(g.gpu_index)
@@ -150,7 +186,8 @@ def register(backend: GpuBackend, g: GpuInfo, job_id: str, display_id: str, targ
         if previous is None:
             raise GpuError(f"GPU {g.uuid}: no current power limit to record")
         if jobs is None:
-            jobs = dict.fromkeys(neighbours(backend, jobs_dir, g, display_id))
+            found = neighbours(backend, jobs_dir, g, display_id)
+            jobs = dict.fromkeys(drop_ended(backend, jobs_dir, g, found, job_ended) if found else [])
         jobs[job_id] = target
         limit = effective_limit(previous, jobs)
         write_record(rec_path, previous, jobs, limit)  # before touching the GPU

@@ -11,10 +11,12 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
+from wattclass.classifier.cli import table_group_id
 from wattclass.classifier.model import FORMAT_VERSION, default_model_dir
 from wattclass.classifier.table import build_entries, index_entries, lookup
 from wattclass.cli import main
-from wattclass.labeltable import write_label_table
+from wattclass.errors import ConfigError
+from wattclass.labeltable import TableEntry, write_label_table
 from wattclass.schema import GPM_COLUMNS
 
 DATE = "2026-11-29"
@@ -155,6 +157,10 @@ def test_nightly_end_to_end(data_root: tuple[Path, Path], tmp_path: Path,
     assert len(reg["versions"]) == 2 and reg["versions"][0]["promoted"]
     assert _lua(table, "t.by_user_name.dana.fft_c64.label") == "memory"
     assert _lua(table, "t.by_account.bio.n") == "4"  # dana's four jobs
+    st = table.stat()  # --table-group auto: root:slurm 0640 where the group exists, else 0644
+    want = table_group_id("auto")
+    assert (st.st_mode & 0o777, st.st_gid if want is not None else None) == (
+        (0o640, want) if want is not None else (0o644, None))
     # a day without data: summary says so, the table is left exactly as it was, and (issue 9
     # item 17) the exit code is 7 unless --allow-empty
     before = table.read_bytes(), table.stat().st_mtime_ns
@@ -168,6 +174,28 @@ def test_nightly_end_to_end(data_root: tuple[Path, Path], tmp_path: Path,
                "--table-out", str(table), "--json", "--allow-empty"])
     assert rc == 0
     assert json.loads(capsys.readouterr().out)["status"] == "no telemetry"
+
+
+def test_label_table_readable_only_by_slurmctlds_group(tmp_path: Path) -> None:
+    """The table's keys are users' job names: with a group it is 0640 root:group (slurmctld reads
+    it, other users cannot), job_submit.lua's loader still trusts it, and folders it creates are
+    0755 so slurmctld can reach it. Before, it was always 0644."""
+    import grp
+
+    gid = grp.getgrnam("nogroup").gr_gid
+    path = tmp_path / "etc" / "wattclass" / "labels.tsv"
+    entries = [TableEntry("user_name", "alice", "train", None, "memory", 0.9, 3, "rule")]
+    write_label_table(path, entries, {"mode": "shadow", "min_confidence": 0.8}, group=gid)
+    st = path.stat()
+    assert (st.st_mode & 0o777, st.st_gid) == (0o640, gid)
+    assert path.parent.stat().st_mode & 0o777 == 0o755
+    assert _lua(path, "t.by_user_name.alice.train.label") == "memory"
+    write_label_table(path, entries, {"mode": "shadow", "min_confidence": 0.8})
+    assert path.stat().st_mode & 0o777 == 0o644
+    assert table_group_id("none") is None
+    assert table_group_id("nogroup") == gid and table_group_id(str(gid)) == gid
+    with pytest.raises(ConfigError, match="no-such-group"):
+        table_group_id("no-such-group")
 
 
 def test_nightly_without_slurm_never_takes_users_from_telemetry(

@@ -42,6 +42,24 @@ def test_job_from_telemetry_alone_uses_the_rule(root: Path, h200_telemetry: Path
     assert d["cap_w"] == 700 and d["decision"] == "none" and "Memory-bound" in d["hint"]
 
 
+def test_cap_share_comes_from_the_gpu_model_not_a_guess(root: Path, h200_telemetry: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """Without a % cap in the comment, the % is the limit over the model's default limit; on a
+    model wattclass does not know it is not shown (it used to assume 700 W for every GPU)."""
+    d = _json(capsys, "5003", "--data-root", str(root), "--date", DAY)
+    assert d["cap_pct"] == pytest.approx(100.0)  # an H200 at its 700 W default
+    f = next(root.rglob("*.parquet"))
+    w = pd.read_parquet(f)
+    w["gpu_model"] = "NVIDIA L40S"
+    w.to_parquet(f)
+    d = _json(capsys, "5003", "--data-root", str(root), "--date", DAY)
+    assert d["cap_w"] == 700 and d["cap_pct"] is None
+    w["gpu_model"] = "NVIDIA A100-SXM4-80GB"
+    w["power_limit_w"] = 300.0
+    w.to_parquet(f)
+    assert _json(capsys, "5003", "--data-root", str(root), "--date", DAY)["cap_pct"] == pytest.approx(75.0)
+
+
 def test_label_store_and_decision_win_and_narrow_the_scan(root: Path,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
     labels = root / "classifier" / "labels" / f"date={DAY}"

@@ -74,7 +74,9 @@ def parse_limits(text: str, where: str = "--limits") -> tuple[float, float, floa
 
 def known_limits(model: str) -> tuple[float, float, float]:
     """NVML limits of a known GPU model ("H200", "NVIDIA H200", "h100"); ConfigError if unknown."""
-    key = model.upper().replace("NVIDIA", "").strip().split()[0] if model.strip() else ""
+    # NVML's names: "NVIDIA H200", "NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3"
+    tokens = re.split(r"[\s_-]+", model.upper().replace("NVIDIA", "").strip())
+    key = tokens[0] if tokens else ""
     if key not in KNOWN_LIMITS_W:
         raise ConfigError(f"--gpu-model {model!r}: unknown (known: {', '.join(KNOWN_LIMITS_W)}); "
                           "give --limits DEFAULT,MIN,MAX instead")

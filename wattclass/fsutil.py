@@ -48,20 +48,27 @@ def make_dirs(path: Path, mode: int = 0o755) -> None:
 
 
 @contextlib.contextmanager
-def atomic_writer(path: Path, mode: int = 0o644, binary: bool = True) -> Iterator[IO[bytes]]:
+def atomic_writer(path: Path, mode: int = 0o644, binary: bool = True, group: int | None = None,
+                  dir_mode: int | None = None) -> Iterator[IO[bytes]]:
     """Yield a file that replaces ``path`` atomically when the block ends without error.
 
     On error the temporary file is removed and ``path`` is left as it was. Missing folders are
-    created with the file's mode plus search bits, whatever the umask (``make_dirs``).
+    created with ``dir_mode``, by default the file's mode plus search bits, whatever the umask
+    (``make_dirs``). ``group``: the file's group id, set before the rename (so the file never
+    appears with another group), for files one daemon's group may read and others may not.
     """
     path = Path(path)
-    make_dirs(path.parent, mode | (mode & 0o444) >> 2)  # a file 0644 gets folders 0755, 0600 gets 0700
+    if dir_mode is None:
+        dir_mode = mode | (mode & 0o444) >> 2  # a file 0644 gets folders 0755, 0600 gets 0700
+    make_dirs(path.parent, dir_mode)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
             yield fh
             fh.flush()
             os.fsync(fh.fileno())
+        if group is not None:
+            os.chown(tmp, -1, group)
         os.chmod(tmp, mode)
         os.replace(tmp, path)
         fsync_dir(path.parent)

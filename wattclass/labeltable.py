@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
 from wattclass.errors import ConfigError, DataError
-from wattclass.fsutil import atomic_write_text
+from wattclass.fsutil import atomic_writer
 
 TABLE_VERSION = 2
 HEADER = "wattclass-labels"
@@ -303,8 +303,14 @@ def write_label_table(
     policy: Mapping[str, Any] | None = None,
     generated_at: dt.datetime | None = None,
     max_entries: int = MAX_ENTRIES,
+    group: int | None = None,
 ) -> int:
-    """Write the table atomically to ``path`` (mode 0644); returns how many entries were dropped.
+    """Write the table atomically to ``path``; returns how many entries were dropped.
+
+    With ``group`` (the group slurmctld runs in) the table is 0640 root:group: its keys are
+    users' job names, which Slurm's PrivateData may hide from other users; without, 0644.
+    Folders it creates are 0755 either way (their names are no secret, and slurmctld must
+    reach the file).
 
     Past ``max_entries``, or past what job_submit.lua reads (``MAX_BYTES``, policy lines
     included), the least confident entries are dropped and a WARNING says how many (see
@@ -315,7 +321,9 @@ def write_label_table(
     if dropped:
         log.warning("label table %s: %d entries over the limit of %d dropped (least confident first; "
                     "at most %d bytes)", path, dropped, max_entries, MAX_BYTES)
-    atomic_write_text(Path(path), render_table(kept, policy, generated_at), mode=0o644)
+    data = render_table(kept, policy, generated_at).encode("utf-8")
+    with atomic_writer(Path(path), 0o640 if group is not None else 0o644, group=group, dir_mode=0o755) as fh:
+        fh.write(data)
     return dropped
 
 

@@ -24,11 +24,27 @@ from wattclass.errors import DataError
 
 #: Telemetry columns the summary reads (and nothing else).
 READ_COLUMNS: tuple[str, ...] = (
-    "host", "gpu_uuid", "user", "ts_start", "ts_end", "energy_j", "power_limit_w", "power_max_w",
+    "host", "gpu_uuid", "gpu_model", "user", "ts_start", "ts_end", "energy_j", "power_limit_w", "power_max_w",
     "sm_util_pct", "dram_bw_util_pct", "tensor_util_pct", "fp64_util_pct", "fp32_util_pct", "fp16_util_pct",
 )
-#: The GPU default limit assumed when the telemetry never shows an uncapped limit (H200 SXM: 700 W).
-FALLBACK_LIMIT_W = 700.0
+
+
+def _default_limit_w(w: pd.DataFrame) -> float | None:
+    """The default power limit of the job's GPUs, from their model (``caps.KNOWN_LIMITS_W``);
+    None when the model is unknown or the job ran on several models: the % is then not shown
+    rather than guessed (it used to assume an H200's 700 W for every GPU)."""
+    from wattclass.caps import known_limits
+    from wattclass.errors import ConfigError
+
+    if "gpu_model" not in w.columns:
+        return None
+    models = {str(m) for m in w["gpu_model"].dropna().unique()}
+    if len(models) != 1:
+        return None
+    try:
+        return known_limits(models.pop())[0]
+    except ConfigError:
+        return None
 
 
 @dataclass
@@ -290,7 +306,8 @@ def summarise(root: Path, job_id: str, date: str | None = None) -> JobSummary:
         if pct_cap and s.decision == "cap":
             s.cap_pct = float(comment.cap.value)
         else:
-            s.cap_pct = 100.0 * s.cap_w / FALLBACK_LIMIT_W if s.cap_w else None
+            default_w = _default_limit_w(w)
+            s.cap_pct = 100.0 * s.cap_w / default_w if s.cap_w and default_w else None
     s.hint = _hint(s)
     return s
 

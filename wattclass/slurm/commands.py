@@ -28,6 +28,7 @@ import datetime as dt
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -41,6 +42,14 @@ from wattclass.slurm.client import SlurmClient
 DEFAULT_TIMEOUT_S = 10.0
 ADMIN_COMMENT_WIDTH = 4096
 log = logging.getLogger(__name__)
+
+
+#: Job ids as the Prolog writes them in job files: plain, array task (123_4), het component (123+0).
+JOB_DISPLAY_ID = re.compile(r"[0-9]+(?:_[0-9]+|\+[0-9]+)?")
+
+#: Job states after which a job holds no GPU (squeue's long names).
+ENDED_STATES = frozenset({"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
+                          "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "REVOKED", "SPECIAL_EXIT"})
 
 
 def run_slurm(argv: Sequence[str], *, timeout: float = DEFAULT_TIMEOUT_S,
@@ -239,6 +248,25 @@ class CommandSlurmClient(SlurmClient):
         out = self.run(["squeue", "--noheader", "--states=all", "--jobs", str(job_id),
                         "--Format", f"admin_comment:{ADMIN_COMMENT_WIDTH}"]).strip()
         return None if out in ("", "(null)") else out
+
+    def job_ended(self, display_id: str) -> bool | None:
+        """Whether slurmctld says the job has ended: True when it reports an end state or no
+        longer knows the id, False while it runs (or is pending, completing, suspended), None
+        when it cannot tell (squeue failed or timed out, or an id it cannot take).
+
+        For the Prolog's liveness check of job files left by jobs whose Epilog never ran
+        (slurmd killed mid-job): such a file would hold its GPU as an uncapped neighbour forever.
+        """
+        if not JOB_DISPLAY_ID.fullmatch(str(display_id)):
+            return None
+        try:
+            out = self.run(["squeue", "--noheader", "--states=all", "--jobs", str(display_id),
+                            "--Format", "State:32"]).split()
+        except SlurmError as exc:
+            return True if "invalid job id" in str(exc).lower() else None
+        if not out:
+            return True
+        return all(state.upper().rstrip("+") in ENDED_STATES for state in out)
 
     def nodes(self) -> list[dict[str, Any]]:
         """Nodes as slurmctld describes them: ``sinfo --json``'s ``nodes`` on 22.05; 23.02+ moved
