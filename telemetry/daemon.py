@@ -71,8 +71,9 @@ class DaemonConfig:
 class Stats:
     """CPU-time accounting for the overhead benchmark (thread time, seconds).
 
-    GPU polls fall in three kinds: cheap (no energy counter), energy (counter read, no window
-    closed: a job change, a gap, the first poll) and window closes (counter read, rows out).
+    GPU polls fall in three kinds: cheap (no energy counter, possibly a window closed and held
+    for its counter read), energy (counter read, no rows out: a gap, the first poll) and window
+    closes (counter read, rows out).
     """
 
     polls: int = 0

@@ -299,8 +299,8 @@ class WindowBuilder:
             log.warning("GPU %d (%s): no poll for %.0f s; %s J in that gap not attributed",
                         info.gpu_index, info.uuid, b - a, f"{gap_mj[0] / 1e3:.1f}" if known else "?")
             if not point:  # no counter after the gap: the span before it stays unknown
-                for seg, _, _ in st.pending:
-                    seg.energy_known = False
+                for before, _, _ in st.pending:
+                    before.energy_known = False
                 st.pending = []
             self._close(st, gpm_end=None, gpm_fn=gpm_fn)
             st.continuous = False

@@ -145,7 +145,7 @@ class GpuBackend(abc.ABC):
 
         Separate from ``sample`` because on an H200 VM this one read costs milliseconds while
         every other field costs microseconds (docs/benchmarks.md, "Per NVML call"); the window
-        builder asks for it only at window closes, job changes, gaps and the first poll.
+        builder asks for it only at (every N-th) window close, after a gap and at the first poll.
         """
         return self.sample(index).energy_mj
 

@@ -4,7 +4,8 @@ Why this call set: the daemon polls every GPU every second, so each poll uses as
 as possible:
 
 * the energy counter only in ``energy_mj`` (``nvmlDeviceGetTotalEnergyConsumption``), which
-  the daemon calls only at window closes, job changes, gaps and the first poll: on the H200 VM
+  the daemon calls only at (every second) window close, after gaps and at the first poll, never
+  at a job change (telemetry.windows, "sparse energy"): on the H200 VM
   (driver 580) that one read costs milliseconds, alone or inside FieldValues, while every
   other call below costs microseconds (docs/benchmarks.md, "Per NVML call");
 * one batched ``nvmlDeviceGetFieldValues`` for the instantaneous power, the enforced power
