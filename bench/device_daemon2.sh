@@ -9,9 +9,12 @@
 #        bash /work/wt/daemon2/bench/device_daemon2.sh carry /work/main
 #      (old/: telemetry/, wattclass/gpu/, wattclass/jobmap.py at 9cbd968; new/: the same from
 #      branch daemon2, plus the bench files this run needs);
-#   2. on the device, from the repository root, with carry [".carry/daemon2"]:
+#   2. on the device (kind nvidia-h200-x2), from the repository root, with carry [".carry/daemon2"],
+#      timeout 600 s:
 #        bash .carry/daemon2/new/bench/device_daemon2.sh run
-#      Writes two files to $OUT (the JSON result and the driver's stderr); about 7.5 minutes.
+#      Writes two files to $OUT (the JSON result and the driver's stderr) and prints a summary;
+#      about 7.5 minutes (420 s measured, plus start-up, loads and the final Parquet reads).
+#      SECONDS_MEASURED=N changes the measured time.
 set -euo pipefail
 
 OLD_COMMIT=9cbd968
@@ -55,6 +58,7 @@ run)
     [ -n "${NO_PROBE:-}" ] || extra+=(--nvml-probe)
     [ -z "${UUIDS:-}" ] || extra+=(--uuids "$UUIDS")
     cd /tmp
+    export CUDA_DEVICE_ORDER=PCI_BUS_ID  # a job's CUDA device N is NVML's GPU N (its job file's UUID)
     date -u +"start %FT%TZ" >&2
     nvidia-smi --query-gpu=index,name,driver_version,power.draw,power.limit --format=csv >&2 || true
     PYTHONPATH=/tmp/d2new python3 "$bench/daemon_lifecycle.py" live --seconds "${SECONDS_MEASURED:-420}" \
