@@ -293,8 +293,8 @@ class WindowBuilder:
         st.prev = sample
         job_before, st.prev_job = st.prev_job, job
         if b - a > self.max_gap:
-            # The cheap polls before the gap get their share of the span by time; the gap's
-            # energy is unobserved.
+            # The polls before the gap get their measured share of the span (``_settle``); the
+            # gap's energy is unobserved.
             gap_mj, known = self._settle(info, st, e, [b - a]) if point else ([0.0], False)
             log.warning("GPU %d (%s): no poll for %.0f s; %s J in that gap not attributed",
                         info.gpu_index, info.uuid, b - a, f"{gap_mj[0] / 1e3:.1f}" if known else "?")
@@ -315,7 +315,7 @@ class WindowBuilder:
         single = len(pieces) == 1
         shares: list[float] | None = None
         known = True
-        if point and not single:  # a gap: split the whole span by time before windows close
+        if point and not single:  # a gap across windows: settle the span before windows close
             shares, known = self._settle(info, st, e, [hi - lo for lo, hi in pieces])
         for n, (lo, hi) in enumerate(pieces):
             last = n == len(pieces) - 1
