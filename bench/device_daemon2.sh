@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Issue 15 (branch daemon2): the node daemon before (main at 9cbd968) and after this branch, side by
 # side on the H200 x2 over a ~7-minute job lifecycle (bench/daemon_lifecycle.py live), with the
-# energy counter read every window (new_n1) and every second window (new_n2, the default), plus
-# a 1 Hz timing of each NVML call (--nvml-probe).
+# energy counter read every window (new_n1), every second window (new_n2, the default) and every
+# third (new_n3), plus a 1 Hz timing of each NVML call (--nvml-probe).
 #
 # Two steps:
 #   1. on the CPU machine, put both daemons' files under .carry/daemon2/ of a checkout of main:
@@ -66,6 +66,7 @@ run)
         --daemon "old=env PYTHONPATH=/tmp/d2old $run_daemon" \
         --daemon "new_n1=env PYTHONPATH=/tmp/d2new $run_daemon --energy-every-windows 1" \
         --daemon "new_n2=env PYTHONPATH=/tmp/d2new $run_daemon --energy-every-windows 2" \
+        --daemon "new_n3=env PYTHONPATH=/tmp/d2new $run_daemon --energy-every-windows 3" \
         --load-cmd "${LOAD_CMD:-python3 $bench/gpu_load.py}" \
         > "$out/h200x2-daemon2-lifecycle.json" 2> >(tee "$out/h200x2-daemon2-lifecycle.stderr" >&2)
     date -u +"end %FT%TZ" >&2
