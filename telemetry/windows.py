@@ -7,51 +7,41 @@ by the first poll at or after ``(k+1)P`` -- at that very poll, with no waiting.
 
 Why sparse energy: reading the cumulative energy counter is the one expensive NVML call
 (milliseconds of CPU against microseconds for every other field: docs/benchmarks.md, "Per NVML
-call"), so the daemon reads it only at *energy points*: the first poll, the poll that closes
-every ``energy_every_windows``-th window (default every window), the poll after a gap or a GPU
-error, and shutdown (``needs_energy``). A job change is *not* an energy point: on a node with
-short jobs those reads were a third of the daemon's CPU (issue 15).
+call"), so it is read only at *energy points* (``needs_energy``): the first poll, the poll that
+closes every ``energy_every_windows``-th window (the daemon's default: every second), the poll
+after a gap or GPU error, and shutdown; never at a job change (issue 15: with short jobs those
+reads were a third of the daemon's CPU).
 
-Energy is the counter difference between consecutive energy points (a *span*). A span whose
-intervals all belong to one segment (one window, one job: the common case) gets the whole
-delta. A span that covers several segments (a job change inside a window; several windows when
-``energy_every_windows`` > 1; a gap) is split across them in proportion to each interval's
-integrated power: ``p * (b - a)`` with ``p`` the 1 s average power read at the poll that ends
-the interval (``GpuSample.power_avg_w``: it covers exactly the interval at a 1 s poll, and on
-the bundled H200 recordings it gives a 1 s interval's energy to ~3 J mean error), else the
-trapezoid ``(p_a + p_b) / 2`` of the instantaneous readings at the interval's two polls (~27 J
-mean error; docs/benchmarks.md, "Energy split at job changes"). If an interval of the span has
-no power reading at all, the whole span is split by time. The last share takes the
-remainder, so the shares add up to the counter delta: window energies are still counter
-differences over each span and telescope exactly to the counter; only the split *inside* a span
-between its job segments is an estimate (its error on real recordings: docs/benchmarks.md).
-With ``energy_every_windows`` > 1, windows closed before the span's energy point are held
-(``_Closed``) and come out at that point, up to ``energy_every_windows - 1`` windows late. A
-window holding a job key that ``exact_key`` marks (the daemon's composite keys of shared and
-MIG GPUs, whose per-job split needs the window's own activity) always closes at an energy point.
-A backend that returns the counter on every poll just makes every poll an energy point (the
-old exact-per-interval result).
+The counter delta between two energy points (a *span*) goes whole to the span's segment when it
+has one (one window, one job); otherwise (a job change inside a window, held windows, a gap) it
+is split in proportion to each interval's integrated power ``p * (b - a)``: ``p`` is the 1 s
+average power read at the poll ending the interval (``GpuSample.power_avg_w``; ~3 J mean error
+per 1 s interval on the H200 recordings), else the trapezoid of the instantaneous readings at
+both ends (~27 J), and the whole span goes by time if an interval has no power at all. The last
+share takes the remainder, so windows still telescope exactly to the counter; only the split
+between a span's segments is an estimate (docs/benchmarks.md, "Energy split at job changes").
+Windows closed before their span's energy point are held (``_Closed``) and come out with it, up
+to ``energy_every_windows - 1`` windows late; a window holding an ``exact_key`` job (the
+daemon's composite keys of shared and MIG GPUs, whose per-job split needs the window's own
+activity) always closes at an energy point. A backend that returns the counter on every poll
+makes every poll an energy point (exact per interval).
 
 * A job change inside a window gives one row per job (segment); all segments of a window
   share the window's GPM metrics (one GPM snapshot pair per window spans the whole window).
-* A gap longer than ``split_gap_s`` (missed polls, GPU that stopped answering) ends in an
-  energy point. The polled intervals before it since the last energy point get their
-  integrated power (scaled down if that is more than the delta), and the gap -- the one
-  stretch with no reading -- gets the rest, split over the windows it covers in proportion to
-  time (the windows after the gap's first carry the job only if it was seen on both sides of
-  the gap, else none); the parts still add up to the counter delta. Without power readings the
-  whole span goes by time. A gap longer than ``max_gap_s`` restarts the baseline (the energy of
-  the gap is unobserved, logged; the polls before it get their share as above).
+* A gap longer than ``split_gap_s`` (missed polls, a GPU that stopped answering) ends in an
+  energy point: the polled intervals before it get their integrated power (scaled down if more
+  than the delta), the gap, with no reading, the rest, by time over the windows it covers (the
+  windows after its first carry the job only if it was seen on both sides). A gap longer than
+  ``max_gap_s`` restarts the baseline (its energy is unobserved, logged).
 * The counter going backwards is a wrap (near 2**64) or a driver reload (the interval's
   energy is unknown; counted as 0 and logged).
 
 Row bounds: a window that follows a closed one (or starts exactly on the grid) begins at the
 grid time ``kP``; the first window after start-up or an outage begins at its first poll; a job
 segment begins/ends at the poll where the job changed; ``ts_end`` is ``(k+1)P`` or the last
-poll of a flushed partial window. ``power_avg_w`` divides by the time the counter delta covers.
-
-Rows are plain dicts keyed by TELEMETRY_V1 column names with ``ts_start``/``ts_end`` as epoch
-seconds; the WAL stores them as they are and the sink converts to Arrow.
+poll of a flushed partial window. ``power_avg_w`` is the segment's energy over the time it covers.
+Rows are plain dicts keyed by TELEMETRY_V1 column names, ``ts_start``/``ts_end`` in epoch seconds
+(the WAL stores them as they are; the sink converts to Arrow).
 """
 
 from __future__ import annotations
