@@ -28,6 +28,11 @@ through the process list), 2 s gaps with no job and no file between jobs.
       --daemon "python -m wattclass.cli telemetry run --backend nvml --roll-seconds 60" \
       --load-cmd "python gemm.py"
 
+``--nvml-probe`` (live) also times each of the daemon's NVML calls once per second per GPU in the
+driver process (cold, as the daemon makes them) and back to back (hot). Each new daemon logs its
+poll loop's CPU per kind of poll at stop; the JSON carries that line (``poll_loop``).
+``bench/device_daemon2.sh`` runs the old and the new daemon this way on the H200 x2.
+
 Prints one JSON document. Target (issue 15): <= 1 ms CPU per GPU per second, peak RSS <= 150 MB.
 """
 
