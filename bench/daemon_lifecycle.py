@@ -380,6 +380,8 @@ def _probe_calls(nv: Any) -> dict[str, Any]:
     fields = [nv.NVML_FI_DEV_POWER_INSTANT, nv.NVML_FI_DEV_POWER_CURRENT_LIMIT, avg]
     return {
         "FieldValues[power_instant,limit,average]": lambda h: nv.nvmlDeviceGetFieldValues(h, fields),
+        "FieldValues[power_instant,limit] (before issue 15's split)":
+            lambda h: nv.nvmlDeviceGetFieldValues(h, fields[:2]),
         "UtilizationRates": nv.nvmlDeviceGetUtilizationRates,
         "ClockInfo[SM]": lambda h: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM),
         "ClockInfo[MEM]": lambda h: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM),
@@ -433,7 +435,8 @@ def nvml_probe(gpus: int, stop: threading.Event, out: dict[str, Any]) -> None:
 
         out["cold_1hz"] = {k: stats(v) for k, v in cold.items()}
         out["hot_back_to_back"] = {k: stats(v) for k, v in hot.items()}
-        cheap = [k for k in calls if k not in ("TotalEnergyConsumption", "ComputeRunningProcesses")]
+        cheap = [k for k in calls if k not in ("TotalEnergyConsumption", "ComputeRunningProcesses")
+                 and "before" not in k]
         out["cheap_fields_cpu_us_per_poll"] = {
             "cold_1hz": round(sum(out["cold_1hz"][k].get("cpu_us_mean", 0.0) for k in cheap), 1),
             "hot": round(sum(out["hot_back_to_back"][k].get("cpu_us_mean", 0.0) for k in cheap), 1)}
