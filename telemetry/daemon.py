@@ -86,6 +86,8 @@ class Stats:
     energy_reads: int = 0
     wal_appends: int = 0
     wal_cpu_s: float = 0.0
+    rolls: int = 0  # WAL segments converted to Parquet
+    roll_cpu_s: float = 0.0
     rows: int = 0
     energy_j: float = 0.0
     gpu_errors: int = 0
@@ -100,7 +102,8 @@ class Stats:
         return (f"polls={self.polls} cheap={self.gpu_polls}x{ms(self.poll_cpu_s, self.gpu_polls)}ms "
                 f"energy={self.energy_polls}x{ms(self.energy_poll_cpu_s, self.energy_polls)}ms "
                 f"close={self.closes}x{ms(self.close_cpu_s, self.closes)}ms "
-                f"reads={self.energy_reads} wal={self.wal_appends}x{ms(self.wal_cpu_s, self.wal_appends)}ms")
+                f"reads={self.energy_reads} wal={self.wal_appends}x{ms(self.wal_cpu_s, self.wal_appends)}ms "
+                f"roll={self.rolls}x{ms(self.roll_cpu_s, self.rolls)}ms")
 
 
 class Daemon:
@@ -301,8 +304,11 @@ class Daemon:
     def _convert_pending(self) -> None:
         while self.pending_segments:
             seg = self.pending_segments[0]
+            c0 = time.thread_time()
             try:
                 self.sink.convert(seg)
+                self.stats.rolls += 1
+                self.stats.roll_cpu_s += time.thread_time() - c0
             except OSError as exc:
                 log.error("PARQUET WRITE FAILED for %s (%s): WAL segment kept, retry in %g s",
                           seg, exc.strerror or exc, self.cfg.retry_s)
