@@ -2,11 +2,11 @@
 
 The window builder keeps one segment per job key; for a GPU that several jobs hold, the daemon
 gives it one *composite* key per set of jobs (``shared:<id>,<id>`` or, for a MIG GPU,
-``mig:<instance>=<ids>;...``), so a segment's energy is the GPU's energy over it (the counter
-delta of its window, split by integrated power where the set changes inside the window:
-telemetry.windows). Meanwhile this module gathers, per GPU and
-composite key, what the split needs: per-process SM utilisation samples and memory held (mapped
-to jobs through the attributor), or per-instance GPM activity on MIG. When the builder closes a
+``mig:<instance>=<ids>;...``), so a segment's energy is the GPU's energy over it (its window's
+counter delta, split by integrated power where the set changes inside the window:
+telemetry.windows; such a window always closes at a counter read). Meanwhile this module
+gathers, per GPU and composite key, what the split needs: per-process SM utilisation samples
+and memory held (mapped to jobs through the attributor), or per-instance GPM activity on MIG. When the builder closes a
 composite row, ``split`` replaces it with one row per job (per instance on MIG) whose energies
 add up to the row's to the millijoule (``sharing.split_mj``).
 
