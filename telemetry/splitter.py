@@ -6,9 +6,9 @@ gives it one *composite* key per set of jobs (``shared:<id>,<id>`` or, for a MIG
 counter delta, split by integrated power where the set changes inside the window:
 telemetry.windows; such a window always closes at a counter read). Meanwhile this module
 gathers, per GPU and composite key, what the split needs: per-process SM utilisation samples
-and memory held (mapped to jobs through the attributor), or per-instance GPM activity on MIG. When the builder closes a
-composite row, ``split`` replaces it with one row per job (per instance on MIG) whose energies
-add up to the row's to the millijoule (``sharing.split_mj``).
+and memory held (mapped to jobs through the attributor), or per-instance GPM activity on MIG.
+When the builder closes a composite row, ``split`` replaces it with one row per job (per
+instance on MIG) whose energies add up to the row's to the millijoule (``sharing.split_mj``).
 
 Columns added to every row (docs/shared-gpus.md): ``share_ratio`` (the job's share of the GPU's
 energy in the window; 1 for a sole job), ``shared_jobs`` (jobs on the GPU or instance's parent),
