@@ -26,8 +26,13 @@ daemon's composite keys of shared and MIG GPUs, whose per-job split needs the wi
 activity) always closes at an energy point. A backend that returns the counter on every poll
 makes every poll an energy point (exact per interval).
 
-* A job change inside a window gives one row per job (segment); all segments of a window
-  share the window's GPM metrics (one GPM snapshot pair per window spans the whole window).
+* A job change inside a window gives one row per job (segment). GPM snapshots are taken at a
+  window's first poll, at each job change and at its close: a segment ending at a change gets
+  the span up to it, the window's last one the rest. A span under ``MIN_GPM_SPAN_S`` (a stop
+  milliseconds after a GPM point) or without a snapshot at its start (a window begun inside a
+  gap) gets no GPM metrics (null), not a ratio over no time or the next job's activity.
+* NaN or infinite readings are missing ones (``telemetry.readings``): every number in a row is
+  finite or null (one NaN used to crash the daemon's stop: H200 run of 2026-11-30).
 * A gap longer than ``split_gap_s`` (missed polls, a GPU that stopped answering) ends in an
   energy point: the polled intervals before it get their integrated power (scaled down if more
   than the delta), the gap, with no reading, the rest, by time over the windows it covers (the
@@ -61,6 +66,7 @@ from wattclass.gpu.base import (
     GpuSample,
 )
 from wattclass.schema import GPM_COLUMNS
+from wattclass.telemetry.readings import MIN_GPM_SPAN_S, NonFinite, interval_power_w, proportional
 
 log = logging.getLogger(__name__)
 
@@ -139,6 +145,7 @@ class _GpuState:
     window: int | None = None
     segments: dict[str | None, _Segment] = field(default_factory=dict)
     gpm_start: object | None = None
+    gpm_ts: float = 0.0  # the poll that took gpm_start
     prev_job: Job = None
     continuous: bool = False  # the last window closed at a boundary poll: the next one is whole
     window_a: float = 0.0  # start of the open window's first interval
@@ -161,24 +168,6 @@ class _Closed:
     whole: bool
     window_a: float
     gpm: GpmMetrics
-
-
-def _proportional(total: float, weights: list[float]) -> list[float]:
-    w = sum(weights)
-    return [total * x / w for x in weights] if w > 0 else [0.0] * len(weights)
-
-
-def _rate_w(a: GpuSample, b: GpuSample) -> float | None:
-    """The mean power of the interval ``(a, b]`` (W): the 1 s average read at ``b``, else the
-    trapezoid of the instantaneous readings at both ends (one end if one is missing)."""
-    if b.power_avg_w is not None:
-        return b.power_avg_w
-    p_a, p_b = a.power_w, b.power_w
-    if p_a is None:
-        return p_b
-    if p_b is None:
-        return p_a
-    return (p_a + p_b) / 2
 
 
 class WindowBuilder:
@@ -209,6 +198,7 @@ class WindowBuilder:
         self.split_gap = split_gap_s if split_gap_s is not None else 2.5 * poll_s
         self.max_gap = max_gap_s
         self._gpus: dict[int, _GpuState] = {}
+        self.nonfinite = NonFinite()  # non-finite readings are missing ones (telemetry.readings)
 
     def _state(self, info: GpuInfo) -> _GpuState:
         st = self._gpus.get(info.gpu_index)
@@ -263,13 +253,14 @@ class WindowBuilder:
         A sample with ``energy_mj`` set is an energy point; one without is a cheap poll, unless
         ``needs_energy`` says it had to carry the counter (then the energy is unknown, null).
         """
+        sample = self.nonfinite.sample(info, sample)
         st = self._state(info)
         prev = st.prev
         e = sample.energy_mj
         if prev is None:
             st.prev = sample
             st.prev_job = job
-            st.gpm_start = gpm
+            st.gpm_start, st.gpm_ts = gpm, sample.ts
             st.anchor_mj = e
             st.pending = []
             return []
@@ -279,7 +270,7 @@ class WindowBuilder:
             return self._release(st)
         point = e is not None or self.needs_energy(info, sample, job)
         a, b = prev.ts, sample.ts
-        rate = _rate_w(prev, sample)
+        rate = interval_power_w(prev, sample)
         st.prev = sample
         job_before, st.prev_job = st.prev_job, job
         if b - a > self.max_gap:
@@ -294,7 +285,7 @@ class WindowBuilder:
                 st.pending = []
             self._close(st, gpm_end=None, gpm_fn=gpm_fn)
             st.continuous = False
-            st.gpm_start = gpm
+            st.gpm_start, st.gpm_ts = gpm, b
             return self._release(st)
         pieces: list[tuple[float, float]] = []
         if b - a > self.split_gap and self._win(b) > self._win(a):
@@ -337,20 +328,27 @@ class WindowBuilder:
             if self._win(hi) > w:
                 self._close(st, gpm_end=gpm if last else None, gpm_fn=gpm_fn)
                 st.continuous = True
-        if gpm is not None and job != job_before and st.gpm_start is not None:
-            # The job changed at this poll and the window is still open: the segment that just
-            # ended takes the GPM between the last GPM point and this one.
-            ended = st.segments.get(job_before[0] if job_before else None)
-            if ended is not None and ended.gpm is None:
-                ended.gpm = self._gpm(st, st.gpm_start, gpm, gpm_fn)
+        if gpm is not None and job != job_before:
+            # The job changed at this poll and the window is still open: the segments that end
+            # here take the GPM between the last GPM point and this one (none if the window
+            # began in a gap, where nothing was measured: not the next job's activity).
+            ended = None
+            for seg in st.segments.values():
+                if seg.gpm is None:
+                    ended = ended or self._gpm(st, st.gpm_start, gpm, gpm_fn, b - st.gpm_ts)
+                    seg.gpm = ended
         if gpm is not None:
-            st.gpm_start = gpm
+            st.gpm_start, st.gpm_ts = gpm, b
         return self._release(st)
 
-    @staticmethod
-    def _gpm(st: _GpuState, first: object, second: object, gpm_fn: GpmFn) -> GpmMetrics:
+    def _gpm(self, st: _GpuState, first: object | None, second: object, gpm_fn: GpmFn,
+             span_s: float) -> GpmMetrics:
+        """GPM metrics between two snapshots, finite or null; null for a span too short to mean
+        anything (``MIN_GPM_SPAN_S``) or without a first snapshot."""
+        if first is None or span_s < MIN_GPM_SPAN_S:
+            return GpmMetrics()
         try:
-            return gpm_fn(first, second)
+            return self.nonfinite.gpm(st.info, gpm_fn(first, second))
         except Exception as exc:  # a GPM failure must not lose the window's energy
             log.warning("GPU %d: GPM metrics failed: %s", st.info.gpu_index, exc)
             return GpmMetrics()
@@ -382,15 +380,15 @@ class WindowBuilder:
                 return [], True
         est_mj = [w * 1e3 for _, _, w in pending if w is not None]
         if len(est_mj) != len(pending) or (not extra and sum(est_mj) <= 0):
-            parts = _proportional(delta, [d for _, d, _ in pending] + extra)  # no power: by time
+            parts = proportional(delta, [d for _, d, _ in pending] + extra)  # no power: by time
         elif not extra:
-            parts = _proportional(delta, est_mj)
+            parts = proportional(delta, est_mj)
         else:
             polled = sum(est_mj)
             if polled >= delta:
-                parts = _proportional(delta, est_mj) + [0.0] * len(extra)
+                parts = proportional(delta, est_mj) + [0.0] * len(extra)
             else:
-                parts = est_mj + _proportional(delta - polled, extra)
+                parts = est_mj + proportional(delta - polled, extra)
         if parts:
             parts[-1] = delta - sum(parts[:-1])
         for (seg, _, _), part in zip(pending, parts, strict=False):
@@ -446,8 +444,8 @@ class WindowBuilder:
             st.window = None
             return
         gpm = GpmMetrics()
-        if st.gpm_start is not None and gpm_end is not None:
-            gpm = self._gpm(st, st.gpm_start, gpm_end, gpm_fn)
+        if gpm_end is not None and st.prev is not None:  # the window's GPM span ends at its last poll
+            gpm = self._gpm(st, st.gpm_start, gpm_end, gpm_fn, st.prev.ts - st.gpm_ts)
         w0 = st.window * self.period
         st.held.append(_Closed(list(st.segments.values()), w0, w0 + self.period, st.window_whole,
                                st.window_a, gpm))

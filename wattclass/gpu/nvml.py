@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -226,11 +227,13 @@ class NvmlBackend(GpuBackend):
             else:
                 power, limit, avg = (_field_value(nv, v) for v in vals)
                 avg_w = avg / 1e3 if avg is not None else None
-                if power is not None:
+                # A NaN reading of a working field is no reading this poll, not a missing field.
+                if power is not None or vals[0].nvmlReturn == 0:
+                    power_w = power / 1e3 if power is not None else None
                     if limit is None:
                         lim = self._opt(nv.nvmlDeviceGetEnforcedPowerLimit, h)
-                        return power / 1e3, lim / 1e3 if lim is not None else None, avg_w
-                    return power / 1e3, limit / 1e3, avg_w
+                        return power_w, lim / 1e3 if lim is not None else None, avg_w
+                    return power_w, limit / 1e3, avg_w
                 # Instant power field missing on this driver: use the getters from now on.
                 self._field_ok[index] = False
         p = self._opt(nv.nvmlDeviceGetPowerUsage, h)
@@ -342,7 +345,7 @@ class NvmlBackend(GpuBackend):
             mg.metrics[i].metricId = mid
         nv.nvmlGpmMetricsGet(mg)
         vals = {
-            name: (float(mg.metrics[i].value) if mg.metrics[i].nvmlReturn == 0 else None)
+            name: (_finite(float(mg.metrics[i].value)) if mg.metrics[i].nvmlReturn == 0 else None)
             for i, (name, _) in enumerate(GPM_METRIC_IDS)
         }
         return GpmMetrics(**vals)
@@ -409,14 +412,20 @@ def _s(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
+def _finite(v: float) -> float | None:
+    """A double NVML computed (a field, a GPM ratio) can be NaN or infinite: that is no reading."""
+    return v if math.isfinite(v) else None
+
+
 def _field_value(nv: Any, fv: Any) -> float | None:
-    """Decode one nvmlFieldValue_t; None when the field failed (e.g. NOT_SUPPORTED)."""
+    """Decode one nvmlFieldValue_t; None when the field failed (e.g. NOT_SUPPORTED) or is not
+    a finite number."""
     if fv.nvmlReturn != 0:
         return None
     t = fv.valueType
     v = fv.value
     if t == nv.NVML_VALUE_TYPE_DOUBLE:
-        return float(v.dVal)
+        return _finite(float(v.dVal))
     if t == nv.NVML_VALUE_TYPE_UNSIGNED_INT:
         return float(v.uiVal)
     if t in (nv.NVML_VALUE_TYPE_UNSIGNED_LONG, nv.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG):
