@@ -6,7 +6,9 @@ the WAL (one fsync per poll that closed anything), roll the WAL into Parquet whe
 period turns over, and retry rolls that failed (disk full) without ever dropping the WAL.
 Windows whose WAL append failed stay in memory and go first into the next append; while any
 are held, or a segment waits for its Parquet file, the daemon says so (ERROR log, the
-``wattclass_wal_*`` metrics), and it exits non-zero if any remain unpersisted at stop.
+``wattclass_wal_*`` metrics), and it exits non-zero if any remain unpersisted at stop. Stopping
+never gives up half-way: whatever fails while the last windows are written, the rest of the stop
+runs (roll, lock release) and rows not in the WAL are reported LOST (ERROR, exit code 1).
 The WAL folder is locked (``wattclass.lockfile``) for the daemon's life: a second daemon on the
 same folder would convert and delete the first one's open segment, so it refuses to start.
 A GPU that errors is logged once (and again every few minutes while it stays down) and retried
@@ -91,6 +93,8 @@ class Stats:
     rows: int = 0
     energy_j: float = 0.0
     gpu_errors: int = 0
+    nonfinite_readings: int = 0  # NaN/inf GPU readings taken as missing (telemetry.readings)
+    nonfinite_values: int = 0  # row values the WAL wrote as null (telemetry.wal.scrub)
 
     def summary(self) -> str:
         """One line for the log at stop: counts and mean thread CPU per kind of GPU poll (the
@@ -103,7 +107,8 @@ class Stats:
                 f"energy={self.energy_polls}x{ms(self.energy_poll_cpu_s, self.energy_polls)}ms "
                 f"close={self.closes}x{ms(self.close_cpu_s, self.closes)}ms "
                 f"reads={self.energy_reads} wal={self.wal_appends}x{ms(self.wal_cpu_s, self.wal_appends)}ms "
-                f"roll={self.rolls}x{ms(self.roll_cpu_s, self.rolls)}ms")
+                f"roll={self.rolls}x{ms(self.roll_cpu_s, self.rolls)}ms "
+                f"nonfinite={self.nonfinite_readings}/{self.nonfinite_values}")
 
 
 class Daemon:
@@ -138,6 +143,7 @@ class Daemon:
         self.writer = wal.WalWriter(self.wal_dir)
         self.lock = FolderLock(self.wal_dir, "telemetry daemon")
         self.pending_segments: list[Path] = []
+        self.lost_at_stop = 0  # GPUs whose last windows could not even be closed at stop
         self.stats = Stats()
         self._gpu_down: dict[int, float] = {}
         self._next_retry = 0.0
@@ -256,6 +262,8 @@ class Daemon:
         self.stats.wal_cpu_s += time.thread_time() - c0
         self.stats.rows += len(rows)
         self.stats.energy_j += sum(r["energy_j"] or 0.0 for r in rows)
+        self.stats.nonfinite_readings = self.builder.nonfinite.count
+        self.stats.nonfinite_values = self.writer.nonfinite_values
         if self.collector is not None and rows:
             jobs: dict[str, JobAssignment] = {}
             for uuid in {str(r["gpu_uuid"]) for r in rows if r.get("job_id")}:
@@ -274,14 +282,16 @@ class Daemon:
                                          len(self.pending_segments))
 
     def unpersisted(self) -> tuple[int, int]:
-        """(rows only in memory, WAL segments not yet in Parquet)."""
-        return len(self.writer.pending), len(self.pending_segments)
+        """(rows only in memory, WAL segments not yet in Parquet); a GPU whose last windows could
+        not be closed at stop counts as one row (their number is unknown)."""
+        return len(self.writer.pending) + self.lost_at_stop, len(self.pending_segments)
 
     def health(self) -> Health:
         """What the exporter reports about the daemon itself."""
         from wattclass.telemetry.metrics import Health
 
-        return Health(gpu_errors=self.stats.gpu_errors)
+        return Health(gpu_errors=self.stats.gpu_errors, nonfinite_readings=self.builder.nonfinite.count,
+                      nonfinite_values=self.writer.nonfinite_values)
 
     def maybe_roll(self, now: float) -> None:
         epoch = math.floor(now / self.cfg.roll_s)
@@ -342,34 +352,55 @@ class Daemon:
 
     def shutdown(self) -> None:
         """Settle the energy of the last polls, close every open window, make it durable, roll
-        everything to Parquet."""
+        everything to Parquet. Each step runs whatever the one before raised (module docstring)."""
+        try:
+            self._write_last_windows()
+            try:
+                self.roll()  # what is in the WAL is intact either way
+            except Exception:
+                log.exception("shutdown: closing the WAL segment failed; it is converted on next start")
+            if self.writer.pending:
+                log.error("shutdown: %d window row(s) could not be written to the WAL and are LOST; "
+                          "exiting non-zero", len(self.writer.pending))
+            if self.pending_segments:
+                log.error("shutdown: %d WAL segment(s) not yet in Parquet, kept in %s; converted on "
+                          "next start", len(self.pending_segments), self.wal_dir)
+            log.info("stopped: %d window row(s), %.1f J", self.stats.rows, self.stats.energy_j)
+            log.info("poll-loop CPU: %s", self.stats.summary())
+        finally:
+            self.lock.release()
+
+    def _write_last_windows(self) -> None:
+        """The last polls' rows into the WAL; rows that cannot be written stay in
+        ``writer.pending`` (counted as LOST by ``shutdown``)."""
         rows: list[Row] = []
         for info in self.gpus:
-            if self.builder.unsettled(info):  # one last poll with the counter (replay: same sample)
-                try:
-                    rows += self._poll_gpu(info, force_energy=True)[0]
-                except GpuError as exc:
-                    log.warning("GPU %d: final energy reading failed (%s); its last polls' energy "
-                                "is unknown", info.gpu_index, exc)
-        for info in self.gpus:
-            if self.builder.has_open(info):
-                rows += self.splitter.split(info, self.builder.flush(info, self._gpm_final(info),
-                                                                     self._gpm_fn(info)))
-        self.record(rows)
+            try:
+                if self.builder.unsettled(info):  # one last poll with the counter (replay: same sample)
+                    try:
+                        rows += self._poll_gpu(info, force_energy=True)[0]
+                    except GpuError as exc:
+                        log.warning("GPU %d: final energy reading failed (%s); its last polls' energy "
+                                    "is unknown", info.gpu_index, exc)
+                if self.builder.has_open(info):
+                    rows += self.splitter.split(info, self.builder.flush(info, self._gpm_final(info),
+                                                                         self._gpm_fn(info)))
+            except Exception:  # a bug must not cost the other GPUs' windows, nor the roll
+                log.exception("shutdown: closing the windows of GPU %d failed; they are LOST",
+                              info.gpu_index)
+                self.lost_at_stop += 1
         deadline = time.monotonic() + self.cfg.stop_retry_s
-        while self.writer.pending and time.monotonic() < deadline:  # disk full: space may come back
+        while True:
+            try:
+                self.record(rows)
+            except Exception:  # not a full disk (no exception: retried below); rows stay pending
+                log.exception("shutdown: writing %d window row(s) to the WAL failed",
+                              len(self.writer.pending))
+                return
+            rows = []
+            if not self.writer.pending or time.monotonic() >= deadline:  # disk full: space may come back
+                return
             time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
-            self.record([])
-        self.roll()  # what is in the WAL is intact either way
-        if self.writer.pending:
-            log.error("shutdown: %d window row(s) could not be written to the WAL (disk full?) and "
-                      "are LOST; exiting non-zero", len(self.writer.pending))
-        if self.pending_segments:
-            log.error("shutdown: %d WAL segment(s) not yet in Parquet, kept in %s; converted on "
-                      "next start", len(self.pending_segments), self.wal_dir)
-        log.info("stopped: %d window row(s), %.1f J", self.stats.rows, self.stats.energy_j)
-        log.info("poll-loop CPU: %s", self.stats.summary())
-        self.lock.release()
 
     def _gpm_final(self, info: GpuInfo) -> object | None:
         if not info.gpm_supported:
