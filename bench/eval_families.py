@@ -19,7 +19,13 @@ decision with the policy's ``min_confidence``: below it the job is ``unsure`` (t
 nothing), counted as *not correct* in the accuracy, with the coverage beside it; ECE of the
 calibrated confidence.
 
-    python bench/eval_families.py [--min-confidence 0.8] [--json]     # ~2-4 min on 2 cores
+    python bench/eval_families.py [--kind K] [--min-confidence 0.8] [--json]     # ~15-60 s on 2 cores
+    python bench/eval_families.py --test wattclass/data/h200/sweep-heldout        # frozen held-out runs
+    python bench/eval_families.py --raw wattclass/data/h200/{raw,collected,sweep,sweep-heldout}  # LOFO-195
+
+``--test``: train once on ``--raw`` (default: the bundled recordings), calibration nested the same
+way, and score the jobs of the ``--test`` recordings (the 61 sweep-heldout runs were frozen as a
+test set before the roofline-margin model was chosen; docs/benchmarks.md, issue 13).
 """
 
 from __future__ import annotations
@@ -36,16 +42,45 @@ import numpy as np
 CODE = {"idle": 0, "compute": 1, "memory": 2, "mixed": 3}
 
 
-def lofo(ts: Any, families: dict[str, str], inner_folds: int = 5, cost_aware: bool = False) -> dict[str, Any]:
-    """Out-of-family predictions for every job: label, raw and calibrated confidence."""
+def predict_unseen(train: Any, test: Any, families: dict[str, str], kind: str, inner_folds: int = 5,
+                   cost_aware: bool = False) -> tuple[Any, Any, Any, Any, float]:
+    """Fit on ``train`` (calibration nested on its family-grouped out-of-fold predictions), predict
+    the jobs of ``test``: (job keys, labels, raw confidence, calibrated confidence, compute weight)."""
     from wattclass.classifier.calibration import apply_calibration
     from wattclass.classifier.model import (
         MIN_TRAIN_WINDOW_S,
         cross_validate,
-        fit_booster,
+        fit_windows,
         job_predictions,
         weigh,
+        window_proba,
     )
+
+    inner = cross_validate(train, inner_folds, seed=0, families=families, cost_aware=cost_aware, kind=kind)
+    booster, margin = fit_windows(train.subset(train.trainable(MIN_TRAIN_WINDOW_S)), kind, families=families)
+    proba = weigh(window_proba(booster, kind, margin, test.X), inner["compute_weight"])
+    k, p, r = job_predictions(proba, test.group)
+    return k, p, r, apply_calibration(r, inner["calibration"], p), inner["compute_weight"]
+
+
+def held_out(train: Any, test: Any, families: dict[str, str], kind: str,
+             cost_aware: bool = False) -> dict[str, Any]:
+    """Train on one set of recordings, test on another (the frozen held-out runs)."""
+    keys, truth = test.job_truth()
+    k, pred, raw, conf, w = predict_unseen(train, test, families, kind, cost_aware=cost_aware)
+    assert (k == keys).all()
+    return {"keys": keys, "truth": truth, "pred": pred, "raw": raw, "conf": conf,
+            "compute_weights": {"all": w}}
+
+
+def lofo(ts: Any, families: dict[str, str], inner_folds: int = 5, cost_aware: bool = False,
+         kind: str = "roofline-margin", extra: Any = None) -> dict[str, Any]:
+    """Out-of-family predictions for every job: label, raw and calibrated confidence.
+
+    ``extra``: windows added to the training side of every fold and never tested (to ask whether
+    new recordings help on the families already held).
+    """
+    from wattclass.classifier.model import TrainingSet
 
     keys, truth = ts.job_truth()
     fam_of_window = np.asarray([families.get(g, g) for g in ts.group], dtype=object)
@@ -56,14 +91,9 @@ def lofo(ts: Any, families: dict[str, str], inner_folds: int = 5, cost_aware: bo
     weights: dict[str, float] = {}
     for fam in sorted(set(fam_of_window)):
         test_w = fam_of_window == fam
-        train = ts.subset(~test_w)
-        inner = cross_validate(train, inner_folds, seed=0, families=families, cost_aware=cost_aware)
-        booster = fit_booster(train.subset(train.trainable(MIN_TRAIN_WINDOW_S)))
-        test = ts.subset(test_w)
-        proba = weigh(np.asarray(booster.predict(test.X)), inner["compute_weight"])
-        weights[fam] = inner["compute_weight"]
-        k, p, r = job_predictions(proba, test.group)
-        c = apply_calibration(r, inner["calibration"], p)
+        train = ts.subset(~test_w) if extra is None else TrainingSet.concat([ts.subset(~test_w), extra])
+        k, p, r, c, weights[fam] = predict_unseen(train, ts.subset(test_w), families, kind,
+                                                  inner_folds, cost_aware)
         for key, pi, ri, ci in zip(k, p, r, c, strict=True):
             i = index[key]
             pred[i], raw[i], conf[i] = pi, ri, ci
@@ -81,7 +111,7 @@ def drop_features(ts: Any, names: list[str]) -> Any:
         raise SystemExit(f"--drop-features: unknown feature(s) {', '.join(unknown)}")
     keep = [i for i, f in enumerate(F.FEATURES) if f not in names]
     M.FEATURES = tuple(F.FEATURES[i] for i in keep)  # type: ignore[misc]
-    return M.TrainingSet(ts.X[:, keep], ts.y, ts.group, ts.sources, ts.dur)
+    return M.TrainingSet(ts.X[:, keep], ts.y, ts.group, ts.sources, ts.dur, ts.margin)
 
 
 def summarize(res: dict[str, Any], families: dict[str, str], min_conf: float) -> dict[str, Any]:
@@ -115,9 +145,13 @@ def summarize(res: dict[str, Any], families: dict[str, str], min_conf: float) ->
             "ece_raw": ece(res["raw"][m], correct[m]) if n else float("nan"),
         }
 
-    sweep = np.asarray([k.startswith("sweep:") for k in keys])
-    out = {"min_confidence": min_conf, "all": block(np.ones(len(keys), bool)),
-           "named_87": block(~sweep), "sweep": block(sweep), "families": {}}
+    src = np.asarray([str(k).split(":", 1)[0] for k in keys], dtype=object)
+    named = np.isin(src, ["raw", "collected"])
+    out = {"min_confidence": min_conf, "all": block(np.ones(len(keys), bool)), "families": {}}
+    blocks = (("named_87", named), ("sweep", src == "sweep"), ("sweep_heldout", src == "sweep-heldout"))
+    for name, m in blocks:
+        if m.any():
+            out[name] = block(m)
     for f in sorted(set(fam)):
         out["families"][f] = block(fam == f)
     wrong = [f"{k} [{families.get(k, k)}] {rules.JOB_LABELS[t]}->{rules.JOB_LABELS[p]} conf {c:.2f}"
@@ -138,8 +172,23 @@ def main() -> int:
                     help="also weigh compute windows by a cost-chosen factor (nested; not the shipped model)")
     ap.add_argument("--drop-features", default="",
                     help="comma-separated FEATURES left out (ablation), e.g. power_std_frac,clock_std_frac")
+    ap.add_argument("--kind", default=None,
+                    help="model kind (classifier/model.py MODEL_KINDS; default: the shipped model's, "
+                         "DEFAULT_KIND = roofline-margin; h200-20261130 was lightgbm-window-multiclass)")
+    ap.add_argument("--test", type=Path, nargs="*", default=None,
+                    help="held-out recordings: train on --raw (default: the bundled ones) once, test on "
+                         "these (no leave-one-family-out)")
+    ap.add_argument("--extra", type=Path, nargs="*", default=None,
+                    help="recordings added to the training side of every leave-one-family-out fold, "
+                         "never tested (does new data help on the families held?)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
+    from wattclass.classifier.model import DEFAULT_KIND, MODEL_KINDS
+    a.kind = a.kind or DEFAULT_KIND
+    if a.kind not in MODEL_KINDS:
+        raise SystemExit(f"--kind: unknown model kind {a.kind!r} (known: {', '.join(MODEL_KINDS)})")
+    if a.drop_features and a.kind != "lightgbm-window-multiclass":
+        raise SystemExit("--drop-features works with the multiclass kind only")
 
     from wattclass.classifier import features as F
     from wattclass.classifier.reader import iter_tables, telemetry_files
@@ -148,8 +197,10 @@ def main() -> int:
     from wattclass.schema import GPM_COLUMNS, conform
 
     sources = a.raw or bundled_training_sources()
-    families = job_families(sources)
+    families = job_families([*sources, *(a.test or []), *(a.extra or [])])
     with tempfile.TemporaryDirectory(prefix="wattclass-lofo-") as tmp:
+        test_ts = training_set(a.test, max_windows_per_job=0) if a.test else None
+        extra_ts = training_set(a.extra, max_windows_per_job=0) if a.extra else None
         roots = materialize(sources, Path(tmp))
         for f in telemetry_files(roots)[:10]:  # the model never reads GPM
             for _, t in iter_tables([f]):
@@ -159,9 +210,17 @@ def main() -> int:
         ts = training_set(roots, max_windows_per_job=0)
     if a.drop_features:
         ts = drop_features(ts, [f.strip() for f in a.drop_features.split(",") if f.strip()])
-    res = lofo(ts, families, cost_aware=a.cost_aware)
+    if test_ts is not None:
+        train = ts if extra_ts is None else type(ts).concat([ts, extra_ts])
+        res = held_out(train, test_ts, families, a.kind, cost_aware=a.cost_aware)
+    else:
+        res = lofo(ts, families, cost_aware=a.cost_aware, kind=a.kind, extra=extra_ts)
     out = summarize(res, families, a.min_confidence)
+    out["protocol"] = "train on sources, test on held-out" if test_ts is not None else "leave one family out"
+    out["kind"] = a.kind
     out["sources"] = [str(s) for s in sources]
+    out["test_sources"] = [str(s) for s in a.test or []]
+    out["extra_training_sources"] = [str(s) for s in a.extra or []]
     out["cost_aware"] = a.cost_aware
     out["dropped_features"] = a.drop_features
     if a.json:
@@ -180,7 +239,7 @@ def _line(name: str, b: dict[str, Any]) -> str:
 
 
 def print_report(out: dict[str, Any]) -> None:
-    print(f"leave-one-family-out, {out['all']['jobs']} real H200 jobs, "
+    print(f"{out['protocol']}, model kind {out['kind']}, {out['all']['jobs']} real H200 test jobs, "
           f"{len(out['families'])} families; truth = GPM job rule {out['truth_counts']}; "
           f"model inputs: basic NVML only")
     print(f"unsure = calibrated confidence < min_confidence {out['min_confidence']:g} (policy does nothing)")
@@ -189,8 +248,9 @@ def print_report(out: dict[str, Any]) -> None:
     for f, b in out["families"].items():
         print(_line(f, b))
     print("-" * 96)
-    for name in ("named_87", "sweep", "all"):
-        print(_line(name, out[name]))
+    for name in ("named_87", "sweep", "sweep_heldout", "all"):
+        if name in out:
+            print(_line(name, out[name]))
     a = out["all"]
     print(f"\nall: accuracy {a['accuracy']:.3f} (unsure counted wrong: {a['accuracy_unsure_wrong']:.3f}, "
           f"coverage {a['coverage']:.3f}); compute called memory {a['compute_called_memory']}/"

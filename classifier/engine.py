@@ -33,8 +33,10 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from wattclass.classifier.features import feature_matrix, window_features
+from wattclass.classifier import rules
+from wattclass.classifier.features import column_f64, feature_matrix, window_features
 from wattclass.classifier.labeling import LabelResult, Source, _empty_labels, decide
+from wattclass.classifier.margin import roofline_margin
 from wattclass.classifier.model import TrainingSet, WindowModel
 from wattclass.classifier.scan import Scanner
 from wattclass.classifier.validity import InputReport
@@ -101,7 +103,9 @@ def _sample(rows: pa.Table | None, per_job: int, prefix: str) -> tuple[TrainingS
     X = feature_matrix(window_features(rows))
     y = rows.column("code").to_numpy().astype(np.int8)
     group = np.asarray([f"{prefix}:{j}" for j in jobs], dtype=object)
-    return TrainingSet(X, y, group, [prefix]), h
+    margin = roofline_margin([column_f64(rows, c) for c in rules.COMPUTE_UNITS],
+                             column_f64(rows, "dram_bw_util_pct"))
+    return TrainingSet(X, y, group, [prefix], margin=margin), h
 
 
 def _smallest_per_group(groups: np.ndarray, h: np.ndarray, n: int) -> np.ndarray:
@@ -295,13 +299,16 @@ def label_files_dask(
     return _combine(results, model, source, sample_per_job)
 
 
-def train_model_dask(client: Client, ts: TrainingSet, version: str) -> WindowModel:
+def train_model_dask(client: Client, ts: TrainingSet, version: str,
+                     kind: str = "lightgbm-window-multiclass") -> WindowModel:
     """Fit the window model with LightGBM's Dask estimator on ``client``'s workers.
 
     Same parameters, rounds, features and per-job weights as ``model.train_model`` (which the
     local engine uses); the rows are split over the workers and LightGBM trains data-parallel
     across them. A training set that lacks one of the three window classes is fitted here with
     ``train_model`` instead: the sklearn-style estimator would renumber the classes it saw.
+    For a roofline-margin model the workers train its binary idle-vs-active booster and the
+    client fits the second stage (a closed-form ridge regression on the sample's active windows).
     """
     import datetime as dt
 
@@ -309,21 +316,25 @@ def train_model_dask(client: Client, ts: TrainingSet, version: str) -> WindowMod
     import lightgbm as lgb
 
     from wattclass import __version__
-    from wattclass.classifier import rules
     from wattclass.classifier.features import FEATURES
     from wattclass.classifier.model import (
-        DEFAULT_PARAMS,
-        FORMAT_VERSION,
+        KIND_MARGIN,
         NUM_ROUNDS,
         _job_weights,
+        fit_margin_stage,
+        format_version_for,
+        stage_params,
         train_model,
         training_summary,
     )
 
-    y = ts.y.astype(np.int64)
-    if set(np.unique(y).tolist()) != set(range(len(rules.WINDOW_CLASSES))):
+    margin_kind = kind == KIND_MARGIN
+    # the roofline-margin model's booster is binary: idle vs active windows
+    y = (ts.y != rules.IDLE).astype(np.int64) if margin_kind else ts.y.astype(np.int64)
+    n_classes = 2 if margin_kind else len(rules.WINDOW_CLASSES)
+    if set(np.unique(y).tolist()) != set(range(n_classes)):
         log.info("training set lacks a window class: fitting the candidate locally")
-        return train_model(ts, version, evaluate=False)
+        return train_model(ts, version, evaluate=False, kind=kind)
     n_workers = max(1, len(client.scheduler_info().get("workers", {})))
     rows = max(1, -(-len(y) // n_workers))
     # Rows in a seeded random order: each worker's part must hold every class (LightGBM's Dask
@@ -332,25 +343,29 @@ def train_model_dask(client: Client, ts: TrainingSet, version: str) -> WindowMod
     X = da.from_array(np.asarray(ts.X, dtype=np.float32)[perm], chunks=(rows, ts.X.shape[1]))
     dy = da.from_array(y[perm], chunks=(rows,))
     dw = da.from_array(_job_weights(ts.group)[perm], chunks=(rows,))
-    params = {k: v for k, v in DEFAULT_PARAMS.items() if k not in ("objective", "num_class")}
-    est = lgb.DaskLGBMClassifier(client=client, objective="multiclass", n_estimators=NUM_ROUNDS, **params)
+    params = {k: v for k, v in stage_params(kind).items() if k not in ("objective", "num_class")}
+    est = lgb.DaskLGBMClassifier(client=client, objective="binary" if margin_kind else "multiclass",
+                                 n_estimators=NUM_ROUNDS, **params)
     est.fit(X, dy, sample_weight=dw, feature_name=list(FEATURES))
     booster = est.to_local().booster_
     meta: dict[str, Any] = {
-        "format_version": FORMAT_VERSION,
+        "format_version": format_version_for(kind),
         "wattclass_version": __version__,
         "model_version": version,
         "created": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "kind": "lightgbm-window-multiclass",
-        "trained_with": f"lightgbm.DaskLGBMClassifier on {n_workers} worker(s)",
+        "kind": kind,
+        "trained_with": f"lightgbm.DaskLGBMClassifier on {n_workers} worker(s)"
+                        + ("; margin map fitted on the client" if margin_kind else ""),
         "aggregation": "argmax window counts + docs/design.md job rule",
         "features": list(FEATURES),
         "window_classes": list(rules.WINDOW_CLASSES),
         "job_labels": list(rules.JOB_LABELS),
-        "params": dict(DEFAULT_PARAMS),
+        "params": stage_params(kind),
         "num_rounds": NUM_ROUNDS,
         "calibration": None,
         "metrics": None,
         "training_data": training_summary(ts),
     }
+    if margin_kind:
+        meta["margin"] = fit_margin_stage(ts)
     return WindowModel(booster, meta)

@@ -1,3 +1,4 @@
+# long: data set, folds, CV, both model kinds and the file format are one contract (split: import cycles)
 """The LightGBM model that labels jobs where GPM is missing, and its evaluation.
 
 Why a *window-level* model aggregated to jobs (not one row per job): real training data is a few
@@ -14,9 +15,14 @@ the expected calibration error (ECE) of the job confidence. Confidences are reca
 two-parameter logistic map on out-of-fold predictions (Platt scaling of logit(confidence));
 the reported ECE is cross-fitted (each fold's map is fitted on the other folds), so it is honest.
 
+Kinds (issue 13): ``lightgbm-window-multiclass`` is the LightGBM window classifier described
+here; ``roofline-margin`` (the shipped kind) replaces its compute/memory split by the regression
+of the GPM roofline margin in classifier/margin.py behind a binary idle-vs-active booster. Both
+give window probabilities over idle/compute/memory, so everything downstream is the same.
+
 Model files: ``model.txt`` (LightGBM text) + ``model.json`` (metadata: format version, wattclass
-version, features, classes, calibration, metrics, training data summary). A file written by a newer
-format version is refused with a message that says so.
+version, kind, features, classes, calibration, margin map, metrics, training data summary). A file
+written by a newer format version is refused with a message that says so.
 """
 
 from __future__ import annotations
@@ -36,10 +42,14 @@ from wattclass import __version__
 from wattclass.classifier import rules
 from wattclass.classifier.calibration import apply_calibration, ece, fit_calibration_by_label
 from wattclass.classifier.features import FEATURES
+from wattclass.classifier.margin import SIGMA_FOLDS, fit_margin, memory_probability
 from wattclass.errors import DataError
 from wattclass.fsutil import atomic_write_text
 
-FORMAT_VERSION = 1
+#: The newest model-file format this wattclass reads. 2: the roofline-margin kind (its model.json
+#: carries the margin map, and an older wattclass would read its binary booster as the multiclass
+#: one); multiclass models are still written as format 1, so an older wattclass keeps reading them.
+FORMAT_VERSION = 2
 MODEL_FILE = "model.txt"
 META_FILE = "model.json"
 
@@ -64,6 +74,18 @@ DEFAULT_PARAMS: dict[str, Any] = {
     "deterministic": True,
 }
 NUM_ROUNDS = 150
+
+#: Model kinds. ``lightgbm-window-multiclass``: one LightGBM over idle/compute/memory windows
+#: (h200-20261130 and before). ``roofline-margin`` (issue 13): LightGBM idle-vs-active with the
+#: same settings, then P(memory | active) from the regression of the GPM roofline margin in
+#: classifier/margin.py.
+KIND_MULTICLASS = "lightgbm-window-multiclass"
+KIND_MARGIN = "roofline-margin"
+MODEL_KINDS: tuple[str, ...] = (KIND_MULTICLASS, KIND_MARGIN)
+#: What ``wattclass model train`` builds and the shipped model is: roofline-margin since issue 13
+#: (chosen on leave-one-family-out of the 134 jobs before the 61 held-out runs were looked at;
+#: docs/benchmarks.md, docs/measurements/issue13-preregistration-2026-11-30.md).
+DEFAULT_KIND = KIND_MARGIN
 #: Training uses only windows at least this long (see TrainingSet.trainable); jobs' truth uses all.
 MIN_TRAIN_WINDOW_S = 5.0
 
@@ -82,13 +104,17 @@ class TrainingSet:
     sources: list[str] = field(default_factory=list)
     #: Window lengths in seconds (NaN or None = unknown, treated as a full window).
     dur: F64 | None = None
+    #: GPM roofline margin per window (``margin.roofline_margin``; None = not recorded): the
+    #: target of the roofline-margin model's second stage.
+    margin: F64 | None = None
 
     def __len__(self) -> int:
         return len(self.y)
 
     def subset(self, mask: npt.NDArray[np.bool_]) -> TrainingSet:
         dur = None if self.dur is None else self.dur[mask]
-        return TrainingSet(self.X[mask], self.y[mask], self.group[mask], self.sources, dur)
+        margin = None if self.margin is None else self.margin[mask]
+        return TrainingSet(self.X[mask], self.y[mask], self.group[mask], self.sources, dur, margin)
 
     def trainable(self, min_window_s: float = 0.0) -> npt.NDArray[np.bool_]:
         """Windows fit to learn from: at least ``min_window_s`` long (unknown lengths pass).
@@ -121,6 +147,8 @@ class TrainingSet:
             [src for s in sets for src in s.sources],
             None if all(s.dur is None for s in sets) else np.concatenate(
                 [s.dur if s.dur is not None else np.full(len(s), np.nan) for s in sets]),
+            None if all(s.margin is None for s in sets) else np.concatenate(
+                [s.margin if s.margin is not None else np.full(len(s), np.nan) for s in sets]),
         )
 
 
@@ -143,6 +171,77 @@ def fit_booster(
     data = lgb.Dataset(ts.X, label=ts.y.astype(np.int64), weight=_job_weights(ts.group),
                        feature_name=list(FEATURES), free_raw_data=True)
     return lgb.train(p, data, num_boost_round=rounds)
+
+
+def format_version_for(kind: str) -> int:
+    """The model-file format a model of ``kind`` is written in (see FORMAT_VERSION)."""
+    return 1 if kind == KIND_MULTICLASS else FORMAT_VERSION
+
+
+def stage_params(kind: str, params: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """LightGBM parameters of a kind's booster (the roofline-margin model's is binary)."""
+    p = dict(DEFAULT_PARAMS if params is None else params)
+    if kind == KIND_MARGIN:
+        p.pop("num_class", None)
+        p["objective"] = "binary"
+    return p
+
+
+def fit_windows(
+    ts: TrainingSet, kind: str = DEFAULT_KIND, params: Mapping[str, Any] | None = None,
+    rounds: int = NUM_ROUNDS, families: Mapping[str, str] | None = None,
+) -> tuple[lgb.Booster, dict[str, Any] | None]:
+    """Fit a window model of ``kind`` on ``ts`` (already the windows to learn from).
+
+    Returns the booster and, for ``roofline-margin``, the margin map (plain data). ``families``
+    (job key -> family) groups the folds of the margin map's out-of-family residual spread; jobs
+    without one are their own family.
+    """
+    if kind == KIND_MULTICLASS:
+        return fit_booster(ts, params, rounds), None
+    if kind != KIND_MARGIN:
+        raise DataError(f"unknown model kind {kind!r} (known: {', '.join(MODEL_KINDS)})")
+    if ts.margin is None:
+        raise DataError("a roofline-margin model needs the GPM roofline margin of its training windows "
+                        "(TrainingSet.margin; training.training_set records it)")
+    # One window class only (a retraining sample without idle windows) still trains: LightGBM's
+    # binary booster then predicts that class everywhere.
+    active = ts.y != rules.IDLE
+    data = lgb.Dataset(ts.X, label=active.astype(np.int64), weight=_job_weights(ts.group),
+                       feature_name=list(FEATURES), free_raw_data=True)
+    booster = lgb.train(stage_params(kind, params), data, num_boost_round=rounds)
+    return booster, fit_margin_stage(ts, families)
+
+
+def fit_margin_stage(ts: TrainingSet, families: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The roofline-margin model's second stage (classifier/margin.py) on the active windows of
+    ``ts`` that have a margin; sigma's folds hold out whole families (jobs without one: their own)."""
+    if ts.margin is None:
+        raise DataError("a roofline-margin model needs the GPM roofline margin of its training windows "
+                        "(TrainingSet.margin; training.training_set records it)")
+    act = ts.subset(ts.y != rules.IDLE)
+    assert act.margin is not None
+    act = act.subset(np.isfinite(act.margin))
+    assert act.margin is not None
+    if len(act) == 0:
+        raise DataError("training set has no active window with a GPM roofline margin; "
+                        "cannot train a roofline-margin model")
+    keys, inv = np.unique(act.group, return_inverse=True)
+    fold = family_folds(keys, families or {}, SIGMA_FOLDS)[inv]
+    return fit_margin(act.X, act.margin, _job_weights(act.group), fold)
+
+
+def window_proba(booster: lgb.Booster, kind: str, margin: Mapping[str, Any] | None, X: F32) -> F64:
+    """Window class probabilities (idle, compute, memory) of a fitted window model."""
+    if len(X) == 0:
+        return np.zeros((0, 3))
+    p = np.asarray(booster.predict(X, num_threads=1), dtype=np.float64)
+    if kind == KIND_MULTICLASS:
+        return p
+    if margin is None:
+        raise DataError("roofline-margin model without its margin map")
+    q = memory_probability(X, margin)
+    return np.column_stack([1.0 - p, p * (1.0 - q), p * q])
 
 
 def job_from_counts(
@@ -249,7 +348,7 @@ def family_folds(keys: npt.NDArray[np.object_], families: Mapping[str, str], n_f
 def cross_validate(
     ts: TrainingSet, n_folds: int = 5, seed: int = 0, params: Mapping[str, Any] | None = None,
     rounds: int = NUM_ROUNDS, min_window_s: float = MIN_TRAIN_WINDOW_S,
-    families: Mapping[str, str] | None = None, cost_aware: bool = False,
+    families: Mapping[str, str] | None = None, cost_aware: bool = False, kind: str = DEFAULT_KIND,
 ) -> dict[str, Any]:
     """Grouped k-fold CV at job level; returns metrics and the out-of-fold predictions.
 
@@ -279,8 +378,8 @@ def cross_validate(
         if len(np.unique(ts.y[train])) < 2:
             oof[test] = np.bincount(ts.y[train].astype(np.int64), minlength=3) / max(train.sum(), 1)
             continue
-        booster = fit_booster(ts.subset(train), params, rounds)
-        oof[test] = booster.predict(ts.X[test])
+        booster, margin = fit_windows(ts.subset(train), kind, params, rounds, families)
+        oof[test] = window_proba(booster, kind, margin, ts.X[test])
     compute_weight = choose_compute_weight(oof, ts.group, truth) if cost_aware else 1.0
     oof = weigh(oof, compute_weight)
     pkeys, pred, raw_conf = job_predictions(oof, ts.group)
@@ -347,10 +446,12 @@ class WindowModel:
 
     def predict_proba(self, X: F32) -> F64:
         """Window class probabilities, compute weighted by the model's cost-aware ``compute_weight``."""
-        if len(X) == 0:
-            return np.zeros((0, 3))
-        proba = np.asarray(self.booster.predict(X, num_threads=1), dtype=np.float64)
+        proba = window_proba(self.booster, self.kind, self.meta.get("margin"), X)
         return weigh(proba, float(self.meta.get("compute_weight") or 1.0))
+
+    @property
+    def kind(self) -> str:
+        return str(self.meta.get("kind") or KIND_MULTICLASS)
 
     def calibrate(self, conf: npt.ArrayLike, labels: npt.ArrayLike | None = None) -> F64:
         """Calibrated job confidence; ``labels`` (job label codes) select per-label maps."""
@@ -367,28 +468,28 @@ class WindowModel:
 def train_model(
     ts: TrainingSet, version: str, n_folds: int = 5, seed: int = 0, evaluate: bool = True,
     created: str | None = None, min_window_s: float = MIN_TRAIN_WINDOW_S,
-    families: Mapping[str, str] | None = None,
+    families: Mapping[str, str] | None = None, kind: str = DEFAULT_KIND,
 ) -> WindowModel:
     """Cross-validate (for metrics and calibration), then fit on every trainable window.
 
     ``created`` goes into the metadata as given (None: omitted), never the wall clock, so that
     rebuilding from the same data gives byte-identical model files.
     """
-    cv = (cross_validate(ts, n_folds, seed, min_window_s=min_window_s, families=families)
+    cv = (cross_validate(ts, n_folds, seed, min_window_s=min_window_s, families=families, kind=kind)
           if evaluate else None)
-    booster = fit_booster(ts.subset(ts.trainable(min_window_s)))
+    booster, margin = fit_windows(ts.subset(ts.trainable(min_window_s)), kind, families=families)
     meta: dict[str, Any] = {
-        "format_version": FORMAT_VERSION,
+        "format_version": format_version_for(kind),
         "wattclass_version": __version__,
         "model_version": version,
         "created": created,
         "min_train_window_s": min_window_s,
-        "kind": "lightgbm-window-multiclass",
+        "kind": kind,
         "aggregation": "argmax window counts + docs/design.md job rule",
         "features": list(FEATURES),
         "window_classes": list(rules.WINDOW_CLASSES),
         "job_labels": list(rules.JOB_LABELS),
-        "params": {k: v for k, v in DEFAULT_PARAMS.items()},
+        "params": stage_params(kind),
         "num_rounds": NUM_ROUNDS,
         "calibration": cv["calibration"] if cv else None,
         "cv_grouping": ("family" if families is not None else "job") if cv else None,
@@ -397,6 +498,8 @@ def train_model(
                     if cv else None),
         "training_data": training_summary(ts),
     }
+    if margin is not None:
+        meta["margin"] = margin
     return WindowModel(booster, meta)
 
 
@@ -424,6 +527,12 @@ def load_model(directory: Path) -> WindowModel:
         raise DataError(f"{meta_path}: model needs features this wattclass does not compute: {missing}")
     if list(meta["features"]) != list(FEATURES):
         raise DataError(f"{meta_path}: model feature order differs from this wattclass's FEATURES")
+    kind = meta.get("kind") or KIND_MULTICLASS
+    if kind not in MODEL_KINDS:
+        raise DataError(f"{meta_path}: unknown model kind {kind!r} "
+                        f"(this wattclass knows {', '.join(MODEL_KINDS)})")
+    if kind == KIND_MARGIN and not isinstance(meta.get("margin"), dict):
+        raise DataError(f"{meta_path}: roofline-margin model without its 'margin' map")
     try:
         booster = lgb.Booster(model_file=str(d / MODEL_FILE))
     except (lgb.basic.LightGBMError, OSError) as exc:

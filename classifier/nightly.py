@@ -175,7 +175,9 @@ def _retrain(store: ClassifierStore, registry: ModelRegistry, current: WindowMod
     is_new = np.char.startswith(ts.group.astype(str), new_prefix)
     if not is_new.any():
         return {"retrained": False, "reason": "no GPM-labelled windows sampled today"}
-    cv = cross_validate(ts, seed=opts.seed)
+    # The candidate is of the incumbent's kind: a nightly never switches model kinds by itself.
+    kind = current.kind
+    cv = cross_validate(ts, seed=opts.seed, kind=kind)
     jobs = cv["jobs"]
     new_mask = np.char.startswith(np.asarray(jobs["key"], dtype=str), new_prefix)
     cand_acc = float((np.asarray(jobs["pred"])[new_mask] == np.asarray(jobs["truth"])[new_mask]).mean())
@@ -188,9 +190,9 @@ def _retrain(store: ClassifierStore, registry: ModelRegistry, current: WindowMod
     promoted = should_promote({"accuracy": cand_acc}, {"accuracy": inc_acc})
     version = registry.new_version(f"nightly-{opts.date.replace('-', '')}")
     if client is None:
-        model = train_model(ts, version, evaluate=False)
+        model = train_model(ts, version, evaluate=False, kind=kind)
     else:
-        model = train_model_dask(client, ts, version)
+        model = train_model_dask(client, ts, version, kind=kind)
     model.meta["calibration"] = cv["calibration"]
     model.meta["metrics"] = {k2: v for k2, v in cv.items() if k2 not in ("jobs", "calibration")}
     registry.add(model, promoted=promoted, gate=gate)

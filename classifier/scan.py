@@ -328,7 +328,9 @@ class Scanner:
         chosen = sorted(files, key=lambda f: key[str(f)])[:n]
         dropped = frozenset(drop_columns) | self._absent
         code = rule_code_sql(dropped)
-        cols = ", ".join(f"{_val(c, dropped)} AS {_q(c)}" for c in INPUT_COLUMNS)
+        # the model's inputs, and the GPM columns of the roofline margin (the margin model's target)
+        cols = ", ".join(f"{_val(c, dropped)} AS {_q(c)}"
+                         for c in (*INPUT_COLUMNS, "dram_bw_util_pct", *rules.COMPUTE_UNITS))
         sql = (f"SELECT * FROM (SELECT job_id, hash(job_id, host, gpu_index, ts_start, {int(seed)}) AS h, "
                f"{code} AS code, {cols} FROM {self._source(chosen)} WHERE job_id IS NOT NULL) "
                "WHERE code >= 0 QUALIFY row_number() OVER (PARTITION BY job_id ORDER BY h) "

@@ -61,8 +61,10 @@ class ClassifierStore:
 
     # ---- training samples
     def write_sample(self, date: str, ts: TrainingSet) -> None:
+        margin = ts.margin if ts.margin is not None else np.full(len(ts), np.nan)
         t = pa.table({**{f: ts.X[:, i] for i, f in enumerate(FEATURES)},
-                      "window_class": ts.y, "group": ts.group.astype(str)})
+                      "window_class": ts.y, "group": ts.group.astype(str),
+                      "roofline_margin": np.asarray(margin, dtype=np.float64)})
         _write_parquet(self.root / "training" / f"date={date}" / "windows.parquet", t)
 
     def samples(self) -> TrainingSet:
@@ -78,7 +80,10 @@ class ClassifierStore:
                                  for f in FEATURES]).astype(np.float32)
             y = t.column("window_class").to_numpy().astype(np.int8)
             group = np.asarray(t.column("group").to_pylist(), dtype=object)
-            parts.append(TrainingSet(X, y, group, [p.parent.name]))
+            # samples written before the roofline-margin model: no margin (NaN, not trained on)
+            margin = (t.column("roofline_margin").to_numpy(zero_copy_only=False).astype(np.float64)
+                      if "roofline_margin" in t.column_names else nan)
+            parts.append(TrainingSet(X, y, group, [p.parent.name], margin=margin))
         return TrainingSet.concat(parts)
 
     # ---- canary effects

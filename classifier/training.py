@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 
 from wattclass.classifier import rules
 from wattclass.classifier.features import column_f64, durations_s, feature_matrix, window_features
+from wattclass.classifier.margin import roofline_margin
 from wattclass.classifier.model import TrainingSet
 from wattclass.classifier.reader import iter_tables, telemetry_files
 from wattclass.classifier.replay import materialize
@@ -46,7 +47,9 @@ def labelled_windows(table: pa.Table, prefix: str) -> TrainingSet:
     X = feature_matrix(window_features(table))[keep]
     jobs = np.asarray(job.to_numpy(zero_copy_only=False), dtype=object)[keep]
     group = np.asarray([f"{prefix}:{j}" for j in jobs], dtype=object)
-    return TrainingSet(X, codes[keep], group, [prefix], durations_s(table)[keep])
+    margin = roofline_margin([column_f64(table, c) for c in rules.COMPUTE_UNITS],
+                             column_f64(table, "dram_bw_util_pct"))[keep]
+    return TrainingSet(X, codes[keep], group, [prefix], durations_s(table)[keep], margin)
 
 
 def thin(ts: TrainingSet, max_windows_per_job: int) -> TrainingSet:

@@ -96,6 +96,21 @@ def test_eval_families_leaves_whole_families_out_and_counts_unsure_as_wrong() ->
     assert a["compute_called_memory_acted"] <= a["compute_called_memory"] <= a["compute_jobs"]
 
 
+def test_eval_families_trains_once_and_scores_held_out_recordings() -> None:
+    out = json.loads(_run(str(BENCH / "eval_families.py"), "--raw", str(H200_RAW), "--test",
+                          str(H200_RAW.parent / "sweep"), "--kind", "roofline-margin", "--json", timeout=300))
+    assert out["protocol"] == "train on sources, test on held-out" and out["kind"] == "roofline-margin"
+    assert out["all"]["jobs"] == 47 == out["sweep"]["jobs"] and "named_87" not in out
+    assert all(w.startswith("sweep:") for w in out["wrong"])
+
+    # --extra: more training data on every fold's training side, never on the test side
+    out = json.loads(_run(str(BENCH / "eval_families.py"), "--raw", str(H200_RAW), "--extra",
+                          str(H200_RAW.parent / "sweep"), "--json", timeout=300))
+    assert out["protocol"] == "leave one family out" and out["all"]["jobs"] == 21
+    assert out["extra_training_sources"] == [str(H200_RAW.parent / "sweep")]
+    assert all(w.startswith("raw:") for w in out["wrong"])
+
+
 def test_colocation_collect_fake_and_analyse(tmp_path: Path) -> None:
     """The co-location recorder on a fake NVML with tiny CPU workloads, then the analysis (on the
     stored H200 recording: the fake's pairs have no meaningful solo references)."""

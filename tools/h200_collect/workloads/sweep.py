@@ -23,6 +23,18 @@ Families (``plan`` draws runs from them; each run's parameters go into runs.csv 
 * ``gpt2_eager``    GPT-2-like training in eager PyTorch, fp32 or autocast, small to medium.
 * ``elementwise``   framework elementwise/normalisation chains (layernorm, softmax, GELU, add).
 * ``duty_mix``      compute / memory / idle phases alternating with a period of 1-5 s.
+
+Ridge families (issue 13; weight 0: drawn only when FAMILIES names them, so the plans of earlier
+seeds stay what they were). They aim at the region where the GPM-less model made its costly
+errors -- work a few percent on the compute side of the ridge that NVML cannot tell from
+memory-bound training (DLRM training, batch-256 decode, a skinny fp32 GEMM):
+
+* ``gemm_ridge``    GEMMs with M from 16 to 1024 rows (log-uniform) on fp32, tf32, bf16, fp16:
+                    weight streaming to just past the ridge.
+* ``dlrm_mix``      DLRM-like recommender (embedding bags + bottom/top MLPs), random table count,
+                    rows, width, bag and batch, training or inference: gather vs MLP share varies.
+* ``decode_batch``  KV-cache decode of the 3.1B GQA GPT at batch 32-512: the weight-read /
+                    matmul balance crosses the ridge around batch 100-300.
 """
 
 from __future__ import annotations
@@ -487,6 +499,76 @@ def b_duty(p: dict[str, Any]) -> Callable[[Ctx], Job]:
     return build
 
 
+# --------------------------------------------------------------------------- ridge families (issue 13)
+
+
+def p_gemm_ridge(rng: random.Random) -> dict[str, Any]:
+    return {"dtype": rng.choice(["fp32", "fp32", "tf32", "bf16", "fp16"]),
+            "m": round(_loguniform(rng, 16, 1024)),
+            "k": rng.choice([4096, 8192, 16384]), "n": rng.choice([4096, 8192, 16384])}
+
+
+def p_dlrm_mix(rng: random.Random) -> dict[str, Any]:
+    return {"tables": rng.choice([2, 4, 8, 16]), "rows_m": rng.choice([0.5, 1, 2, 4]),
+            "dim": rng.choice([32, 64, 128, 256]), "batch": rng.choice([1024, 4096, 16384, 65536]),
+            "bag": rng.choice([1, 4, 16, 64]), "train": rng.random() < 0.6}
+
+
+def b_dlrm_mix(p: dict[str, Any]) -> Callable[[Ctx], Job]:
+    def build(c: Ctx) -> Job:
+        t = c.torch
+        T, dim, B, bag = int(p["tables"]), int(p["dim"]), int(p["batch"]), int(p["bag"])
+        rows = int(float(p["rows_m"]) * 1_000_000)
+        while T * rows * dim * 4 > 24e9:  # the tables stay under 24 GB
+            rows //= 2
+        while B * bag * T * dim * 4 > 4e9 and B > 256:  # one batch's gathered rows under 4 GB
+            B //= 2
+        if c.small:
+            T, rows, dim, B, bag = 2, 100, 8, 8, 2
+        with t.device(c.dev):
+            m = c.nn.DLRM(T, rows, dim)
+        opt = t.optim.SGD(m.parameters(), lr=0.01)
+        dense = t.randn(B, 13, device=c.dev)
+        idx = t.randint(0, rows, (T, B * bag), device=c.dev)
+        offsets = t.arange(0, B * bag, bag, device=c.dev)
+        y = t.randint(0, 2, (B,), device=c.dev).float()
+        F = t.nn.functional
+
+        def step() -> None:
+            for _ in range(4):
+                if p["train"]:
+                    loss = F.binary_cross_entropy_with_logits(m(dense, idx, offsets), y)
+                    opt.zero_grad(set_to_none=True)
+                    loss.backward()
+                    opt.step()
+                else:
+                    with t.no_grad():
+                        m(dense, idx, offsets)
+        return Job(step, 4.0 * B * bag * T * dim * 4, "B", [m, opt, dense, idx, offsets, y])
+    return build
+
+
+def p_decode_batch(rng: random.Random) -> dict[str, Any]:
+    return {"batch": rng.choice([32, 64, 96, 128, 192, 256, 384, 512]),
+            "ctx": rng.choice([256, 512, 1024, 2048])}
+
+
+def b_decode_batch(p: dict[str, Any]) -> Callable[[Ctx], Job]:
+    def build(c: Ctx) -> Job:
+        from h200_collect.models import _gpt_3b
+        from h200_collect.workloads.nets import _decoder
+
+        B, L = int(p["batch"]), int(p["ctx"])
+        while B * (L + 128) > 512 * 1024 and L > 256:  # KV cache under ~34 GB
+            L //= 2
+        model = _gpt_3b(c)
+        B, L = c.n(B, 2), c.n(L, 16)
+        step, caches = _decoder(c, model, B, L, gen=c.n(128, 8), tokens=c.n(8, 2))
+        n_params = sum(q.numel() for q in model.parameters())
+        return Job(step, 2.0 * n_params * B * c.n(8, 2), "FLOP", [model, caches])
+    return build
+
+
 # --------------------------------------------------------------------------- the plan
 
 
@@ -505,6 +587,10 @@ FAMILIES: dict[str, tuple[Callable[[random.Random], dict[str, Any]],
     "gpt2_eager": (p_gpt2, b_gpt2, 1.0),
     "elementwise": (p_elementwise, b_elementwise, 1.0),
     "duty_mix": (p_duty, b_duty, 1.2),
+    # weight 0: only when FAMILIES names them (earlier seeds keep their plans)
+    "gemm_ridge": (p_gemm_ridge, b_gemm_sweep, 0.0),
+    "dlrm_mix": (p_dlrm_mix, b_dlrm_mix, 0.0),
+    "decode_batch": (p_decode_batch, b_decode_batch, 0.0),
 }
 
 
@@ -515,8 +601,10 @@ def intended_label(family: str, p: dict[str, Any]) -> str:
         esize = FMA_TYPES[p["dtype"]][4]
         ai = FMA_TYPES[p["dtype"]][5] * p["iters"] / (2 * esize)
         return "compute" if ai > ridge else "memory"
-    if family == "gemm_sweep":
+    if family in ("gemm_sweep", "gemm_ridge"):
         return "compute" if p["m"] >= 256 else "memory"
+    if family == "decode_batch":
+        return "compute" if p["batch"] >= 192 else "memory"
     if family == "duty_mix":
         return "mixed"
     if family in ("attn_prefill", "conv", "mlp_train", "gpt2_eager"):
@@ -534,7 +622,8 @@ def plan(seed: int, count: int, families: tuple[str, ...] = ()) -> list[Workload
     if unknown:
         raise SystemExit(f"FAMILIES names unknown sweep families: {', '.join(unknown)} "
                          f"(known: {', '.join(FAMILIES)})")
-    weights = [FAMILIES[f][2] for f in names]
+    # a family named in FAMILIES is drawn even if its plan weight is 0 (the ridge families)
+    weights = [FAMILIES[f][2] or (1.0 if families else 0.0) for f in names]
     out: list[Workload] = []
     for i in range(count):
         fam = rng.choices(names, weights)[0]

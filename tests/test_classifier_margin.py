@@ -1,0 +1,139 @@
+"""The roofline-margin model (issue 13): its target, its physical signs, its file format and refusals."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from wattclass.classifier import margin as G
+from wattclass.classifier import model as M
+from wattclass.classifier.features import FEATURES
+from wattclass.classifier.training import training_set
+from wattclass.errors import DataError
+
+DATA = Path(__file__).resolve().parent.parent / "wattclass" / "data" / "h200"
+
+
+@pytest.fixture(scope="module")
+def real_set() -> M.TrainingSet:
+    return training_set([DATA / "telemetry.parquet"])
+
+
+def test_margin_is_the_log_ratio_of_the_busiest_pipe_to_dram_and_nan_without_gpm() -> None:
+    nan = np.nan
+    pipes = [np.array([80.0, 10.0, nan, 5.0]), np.array([20.0, nan, nan, nan])]
+    dram = np.array([40.0, 60.0, 30.0, nan])
+    m = G.roofline_margin(pipes, dram)
+    assert m[0] == pytest.approx(np.log(81 / 41)) and m[0] > 0  # compute side
+    assert m[1] == pytest.approx(np.log(11 / 61)) and m[1] < 0  # memory side
+    assert np.isnan(m[2]) and np.isnan(m[3])  # no pipe measured / no DRAM: no margin
+
+
+def test_training_windows_carry_the_margin_with_the_rule_sign(real_set: M.TrainingSet) -> None:
+    assert real_set.margin is not None and len(real_set.margin) == len(real_set)
+    from wattclass.classifier import rules
+
+    c, mem = real_set.y == rules.COMPUTE, real_set.y == rules.MEMORY
+    assert (real_set.margin[c] >= -0.05).all()  # the rule: busiest pipe >= DRAM (the +1 shifts a tie)
+    assert (real_set.margin[mem] < 0.05).all()
+    sub = real_set.subset(c)
+    assert sub.margin is not None and len(sub.margin) == c.sum()
+
+
+def _window(**kw: float) -> np.ndarray:
+    base = {f: np.nan for f in FEATURES}
+    base.update({"power_frac": 0.85, "clock_frac": 1.0, "util_mem_pct": 40.0, "util_gpu_pct": 95.0})
+    base.update(kw)
+    return np.array([[base[f] for f in FEATURES]], dtype=np.float32)
+
+
+def test_shipped_model_is_the_roofline_margin_kind_and_follows_the_mechanism() -> None:
+    m = M.load_model(M.default_model_dir())
+    assert m.kind == M.KIND_MARGIN and m.meta["margin"]["inputs"] == list(G.MARGIN_INPUTS)
+    q = lambda **kw: float(G.memory_probability(_window(**kw), m.meta["margin"])[0])  # noqa: E731
+    # more memory-controller activity at the same power and clock: more memory-bound
+    assert q(util_mem_pct=20) < q(util_mem_pct=50) < q(util_mem_pct=90)
+    # the power cap pulling the clock down at full power: compute-bound
+    assert q(power_frac=1.0, clock_frac=0.75) < 0.3
+    # streaming at full clock with most of the power explained by memory traffic: memory-bound
+    assert q(power_frac=0.8, clock_frac=1.0, util_mem_pct=95) > 0.8
+    # window probabilities are a distribution
+    p = m.predict_proba(np.vstack([_window(), _window(util_gpu_pct=0, power_frac=0.2, util_mem_pct=0)]))
+    assert p.shape == (2, 3) and np.allclose(p.sum(axis=1), 1.0) and (p >= 0).all()
+
+
+def test_roofline_model_round_trips_and_refuses_a_file_without_its_map(real_set: M.TrainingSet,
+                                                                       tmp_path: Path) -> None:
+    m = M.train_model(real_set, "t-margin", evaluate=False, kind=M.KIND_MARGIN)
+    assert m.meta["kind"] == M.KIND_MARGIN and m.meta["params"]["objective"] == "binary"
+    # format 2: an older wattclass (reads format 1) refuses it instead of misreading the booster;
+    # multiclass models stay format 1, readable by older versions
+    assert m.meta["format_version"] == 2 == M.FORMAT_VERSION
+    multi = M.train_model(real_set, "t-multi", evaluate=False, kind=M.KIND_MULTICLASS)
+    assert multi.meta["format_version"] == 1 and "margin" not in multi.meta
+    assert m.meta["margin"]["sigma"] > 0
+    m.save(tmp_path / "m")
+    back = M.load_model(tmp_path / "m")
+    assert np.allclose(back.predict_proba(real_set.X), m.predict_proba(real_set.X))
+    meta = json.loads((tmp_path / "m" / "model.json").read_text())
+    del meta["margin"]
+    (tmp_path / "m" / "model.json").write_text(json.dumps(meta))
+    with pytest.raises(DataError, match="without its 'margin' map"):
+        M.load_model(tmp_path / "m")
+    meta["kind"] = "quantum-forest"
+    (tmp_path / "m" / "model.json").write_text(json.dumps(meta))
+    with pytest.raises(DataError, match="unknown model kind 'quantum-forest'"):
+        M.load_model(tmp_path / "m")
+
+
+def test_roofline_model_needs_margins_to_train(real_set: M.TrainingSet) -> None:
+    no_margin = M.TrainingSet(real_set.X, real_set.y, real_set.group, real_set.sources, real_set.dur)
+    with pytest.raises(DataError, match="needs the GPM roofline margin"):
+        M.fit_windows(no_margin, M.KIND_MARGIN)
+    all_nan = M.TrainingSet(real_set.X, real_set.y, real_set.group, real_set.sources, real_set.dur,
+                            np.full(len(real_set), np.nan))
+    with pytest.raises(DataError, match="no active window with a GPM roofline margin"):
+        M.fit_windows(all_nan, M.KIND_MARGIN)
+    with pytest.raises(DataError, match="unknown model kind"):
+        M.fit_windows(real_set, "nope")
+
+
+def test_sigma_is_the_out_of_family_residual_spread() -> None:
+    rng = np.random.default_rng(3)
+    n = 400
+    X = np.full((n, len(FEATURES)), np.nan, dtype=np.float32)
+    col = {f: i for i, f in enumerate(FEATURES)}
+    X[:, col["util_mem_pct"]] = rng.uniform(0, 100, n)
+    X[:, col["clock_frac"]] = rng.uniform(0.7, 1.0, n)
+    X[:, col["power_frac"]] = rng.uniform(0.3, 1.0, n)
+    inp = G.margin_inputs(X)
+    truth = 2.0 - 0.05 * inp[:, 0] + 0.5 * inp[:, 3]  # a linear margin in the inputs
+    noise = rng.normal(0, 0.3, n)
+    fold = np.arange(n) % 5
+    fit = G.fit_margin(X, truth + noise, np.ones(n), fold, alpha=1e-6)
+    assert fit["sigma"] == pytest.approx(0.3, rel=0.15)
+    pred = G.predict_margin(X, fit)
+    assert np.corrcoef(pred, truth)[0, 1] > 0.98
+    # a window predicted on the ridge is a coin toss; far from it, sure
+    q = G.memory_probability(X, fit)
+    from scipy.stats import norm
+
+    assert np.allclose(q, norm.cdf(-pred / fit["sigma"]), atol=1e-9)
+    lo, hi = pred.argmin(), pred.argmax()
+    assert pred[lo] < -1.2 < 1.2 < pred[hi] and q[lo] > 0.99 > 0.01 > q[hi]
+
+
+def test_retraining_samples_keep_their_margin(real_set: M.TrainingSet, tmp_path: Path) -> None:
+    from wattclass.classifier.store import ClassifierStore
+
+    store = ClassifierStore(tmp_path)
+    store.write_sample("2026-11-30", real_set)
+    back = store.samples()
+    assert back.margin is not None and real_set.margin is not None
+    assert np.allclose(back.margin, real_set.margin, equal_nan=True)
+    # a nightly candidate of the roofline kind trains from them
+    _booster, margin = M.fit_windows(back, M.KIND_MARGIN)
+    assert margin is not None and margin["sigma"] > 0
