@@ -28,12 +28,18 @@ through the process list), 2 s gaps with no job and no file between jobs.
       --daemon "python -m wattclass.cli telemetry run --backend nvml --roll-seconds 60" \
       --load-cmd "python gemm.py"
 
+``--nvml-probe`` (live) also times each of the daemon's NVML calls once per second per GPU in the
+driver process (cold, as the daemon makes them) and back to back (hot). Each new daemon logs its
+poll loop's CPU per kind of poll at stop; the JSON carries that line (``poll_loop``).
+``bench/device_daemon2.sh`` runs the old and the new daemon this way on the H200 x2.
+
 Prints one JSON document. Target (issue 15): <= 1 ms CPU per GPU per second, peak RSS <= 150 MB.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import random
 import shlex
@@ -111,6 +117,7 @@ def run_sim(args: argparse.Namespace) -> dict[str, Any]:
     events: list[tuple[float, int, Job]] = sorted(
         [(j.start, 1, j) for j in jobs] + [(j.end, 0, j) for j in jobs], key=lambda e: (e[0], e[1]))
     cpu_at_first_poll: list[float] = []
+    driver_cpu_s = [0.0]  # the job driver's own file work (job files, /proc entries): not the daemon's
 
     class SimBackend(GpuBackend):
         """GPUs in virtual time; the job driver runs inside the clock (see module docstring)."""
@@ -163,6 +170,7 @@ def run_sim(args: argparse.Namespace) -> dict[str, Any]:
         def sleep_until(self, t: float, stop: threading.Event) -> None:
             if not cpu_at_first_poll:
                 cpu_at_first_poll.append(_self_cpu_s())
+            c0 = _self_cpu_s()
             while self.next_event < len(events) and events[self.next_event][0] <= t:
                 et, starting, job = events[self.next_event]
                 self.next_event += 1
@@ -185,6 +193,7 @@ def run_sim(args: argparse.Namespace) -> dict[str, Any]:
                     if job.with_file:
                         remove_job_file(spool, self.gpus()[job.gpu].uuid, job.job_id)
             self.t = max(self.t, t)
+            driver_cpu_s[0] += _self_cpu_s() - c0
 
         def exhausted(self) -> bool:
             return self.t >= t0 + seconds
@@ -192,6 +201,8 @@ def run_sim(args: argparse.Namespace) -> dict[str, Any]:
     backend = SimBackend()
     cfg = DaemonConfig(data_root=data_root, host="simnode", roll_s=args.roll_seconds, job_spool=spool,
                        proc_root=proc_root)
+    if args.energy_every_windows is not None:
+        cfg.energy_every_windows = args.energy_every_windows
     daemon = Daemon(backend, cfg)
     prof = None
     if args.profile:
@@ -206,7 +217,7 @@ def run_sim(args: argparse.Namespace) -> dict[str, Any]:
     if prof is not None:
         prof.disable()
         prof.dump_stats(args.profile)
-    cpu = cpu_end - cpu_at_first_poll[0]
+    cpu = cpu_end - cpu_at_first_poll[0] - driver_cpu_s[0]
     files = sorted((data_root / "telemetry").rglob("*.parquet"))
     shutil.rmtree(tmp, ignore_errors=True)
     return {
@@ -215,7 +226,10 @@ def run_sim(args: argparse.Namespace) -> dict[str, Any]:
         "jobs_without_file": sum(not j.with_file for j in jobs),
         "roll_seconds": args.roll_seconds, "parquet_files": len(files), "rows": daemon.stats.rows,
         "energy_reads": daemon.stats.energy_reads, "process_queries": daemon.attributor.process_queries,
-        "cpu_s": round(cpu, 3), "wall_s": round(wall, 2), "profiled": bool(args.profile),
+        "energy_every_windows": getattr(daemon.cfg, "energy_every_windows", None),  # None: before issue 15
+        "energy_reads_per_gpu_s": round(daemon.stats.energy_reads / (seconds * args.gpus), 4),
+        "cpu_s": round(cpu, 3), "driver_cpu_s_excluded": round(driver_cpu_s[0], 3),
+        "wall_s": round(wall, 2), "profiled": bool(args.profile),
         "cpu_ms_per_gpu_s": round(cpu * 1e3 / (seconds * args.gpus), 4),
         "peak_rss_mb": round(_self_hwm_mb(), 1),
         "imported_heavy": sorted(m for m in ("pandas", "matplotlib", "lightgbm", "scipy", "duckdb")
@@ -224,8 +238,7 @@ def run_sim(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _self_cpu_s() -> float:
-    t = os.times()
-    return t.user + t.system
+    return time.process_time()  # user + system of this process, at nanosecond resolution
 
 
 def _self_hwm_mb() -> float:
@@ -293,6 +306,12 @@ def run_live(args: argparse.Namespace) -> dict[str, Any]:
     for r in runs:
         assert r.proc is not None
         r.cpu_start, r.t_start = _proc_cpu_s(r.proc.pid), time.time()
+    probe: dict[str, Any] = {}
+    probe_stop = threading.Event()
+    probe_thread = None
+    if args.nvml_probe:
+        probe_thread = threading.Thread(target=nvml_probe, args=(args.gpus, probe_stop, probe), daemon=True)
+        probe_thread.start()
     t0 = time.time()
     jobs = schedule(args.gpus, t0, args.seconds, args.seed)
     events = sorted([(j.start, 1, j) for j in jobs] + [(j.end, 0, j) for j in jobs],
@@ -325,6 +344,7 @@ def run_live(args: argparse.Namespace) -> dict[str, Any]:
             if job.with_file:  # the Epilog removes it after the processes are gone
                 remove_job_file(spool, uuids[job.gpu], job.job_id)
     elapsed = time.time() - t0
+    probe_stop.set()
     out_runs = []
     for r in runs:
         assert r.proc is not None and r.cpu_start is not None and r.t_start is not None
@@ -340,11 +360,88 @@ def run_live(args: argparse.Namespace) -> dict[str, Any]:
             "cpu_s": round(cpu, 3), "cpu_ms_per_gpu_s": round(cpu * 1e3 / (span * args.gpus), 3),
             "peak_rss_mb": round(hwm, 1), "rss_end_mb": r.rss_samples_mb[-1] if r.rss_samples_mb else None,
             "parquet_files": len(files), "rows": _rows(files), "jobs_seen": _jobs(files),
+            "energy_j": round(_energy_j(files), 1),
+            "poll_loop": next((ln.split("poll-loop CPU: ", 1)[1] for ln in log_text.splitlines()
+                               if "poll-loop CPU: " in ln), None),
             "log_tail": log_text[-1500:],
         })
+    if probe_thread is not None:
+        probe_thread.join(120)
     shutil.rmtree(tmp, ignore_errors=True)
     return {"mode": "live", "gpus": args.gpus, "seconds": round(elapsed, 1), "jobs": len(jobs),
-            "jobs_without_file": sum(not j.with_file for j in jobs), "daemons": out_runs}
+            "job_lengths_s": sorted({round(j.end - j.start) for j in jobs}),
+            "jobs_without_file": sum(not j.with_file for j in jobs), "daemons": out_runs,
+            "nvml_probe": probe or None}
+
+
+#: The daemon's per-poll NVML calls, and the expensive counter, for ``--nvml-probe``.
+def _probe_calls(nv: Any) -> dict[str, Any]:
+    avg = getattr(nv, "NVML_FI_DEV_POWER_AVERAGE", 185)
+    fields = [nv.NVML_FI_DEV_POWER_INSTANT, nv.NVML_FI_DEV_POWER_CURRENT_LIMIT, avg]
+    return {
+        "FieldValues[power_instant,limit,average]": lambda h: nv.nvmlDeviceGetFieldValues(h, fields),
+        "FieldValues[power_instant,limit] (before issue 15's split)":
+            lambda h: nv.nvmlDeviceGetFieldValues(h, fields[:2]),
+        "UtilizationRates": nv.nvmlDeviceGetUtilizationRates,
+        "ClockInfo[SM]": lambda h: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM),
+        "ClockInfo[MEM]": lambda h: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM),
+        "CurrentClocksEventReasons": nv.nvmlDeviceGetCurrentClocksEventReasons,
+        "Temperature": lambda h: nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU),
+        "MemoryInfo": nv.nvmlDeviceGetMemoryInfo,
+        "ComputeRunningProcesses": nv.nvmlDeviceGetComputeRunningProcesses,
+        "TotalEnergyConsumption": nv.nvmlDeviceGetTotalEnergyConsumption,
+    }
+
+
+def nvml_probe(gpus: int, stop: threading.Event, out: dict[str, Any]) -> None:
+    """Thread CPU (and wall) per NVML call made once per second per GPU, as the daemon makes them
+    (cold: whatever the driver caches has expired), then the same calls back to back (hot: how
+    the earlier "Per NVML call" figures were taken). The energy counter only every 10th second."""
+    import statistics
+
+    import pynvml as nv
+
+    nv.nvmlInit()
+    try:
+        hs = [nv.nvmlDeviceGetHandleByIndex(i) for i in range(gpus)]
+        calls = _probe_calls(nv)
+
+        def timed(fn: Any, h: Any) -> tuple[float, float]:
+            c0, w0 = time.thread_time_ns(), time.perf_counter_ns()
+            with contextlib.suppress(nv.NVMLError):
+                fn(h)
+            return (time.thread_time_ns() - c0) / 1e3, (time.perf_counter_ns() - w0) / 1e3
+
+        cold: dict[str, list[tuple[float, float]]] = {k: [] for k in calls}
+        k = 0
+        t = time.time()
+        while not stop.is_set():
+            stop.wait(max(0.0, t + 1.0 - time.time()))
+            t += 1.0
+            k += 1
+            for h in hs:
+                for name, fn in calls.items():
+                    if name != "TotalEnergyConsumption" or k % 10 == 0:
+                        cold[name].append(timed(fn, h))
+        hot = {name: [timed(fn, hs[0]) for _ in range(10 if name == "TotalEnergyConsumption" else 200)]
+               for name, fn in calls.items()}
+
+        def stats(xs: list[tuple[float, float]]) -> dict[str, float]:
+            if not xs:
+                return {}
+            return {"n": len(xs), "cpu_us_mean": round(statistics.fmean(c for c, _ in xs), 1),
+                    "cpu_us_median": round(statistics.median(c for c, _ in xs), 1),
+                    "wall_us_mean": round(statistics.fmean(w for _, w in xs), 1)}
+
+        out["cold_1hz"] = {k: stats(v) for k, v in cold.items()}
+        out["hot_back_to_back"] = {k: stats(v) for k, v in hot.items()}
+        cheap = [k for k in calls if k not in ("TotalEnergyConsumption", "ComputeRunningProcesses")
+                 and "before" not in k]
+        out["cheap_fields_cpu_us_per_poll"] = {
+            "cold_1hz": round(sum(out["cold_1hz"][k].get("cpu_us_mean", 0.0) for k in cheap), 1),
+            "hot": round(sum(out["hot_back_to_back"][k].get("cpu_us_mean", 0.0) for k in cheap), 1)}
+    finally:
+        nv.nvmlShutdown()
 
 
 def _nvml_uuids(n: int) -> list[str]:
@@ -361,6 +458,13 @@ def _rows(files: list[Path]) -> int:
     import pyarrow.parquet as pq
 
     return sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+
+
+def _energy_j(files: list[Path]) -> float:
+    import pyarrow.parquet as pq
+
+    return sum(sum(x for x in pq.read_table(f, columns=["energy_j"]).column("energy_j").to_pylist() if x)
+               for f in files)
 
 
 def _jobs(files: list[Path]) -> int:
@@ -381,6 +485,7 @@ def main() -> int:
     s.add_argument("--roll-seconds", type=float, default=60.0)
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--profile", default=None, help="write a cProfile here (adds profiler overhead)")
+    s.add_argument("--energy-every-windows", type=int, default=None, help="default: the daemon's")
     lv = sub.add_parser("live")
     lv.add_argument("--gpus", type=int, default=2)
     lv.add_argument("--seconds", type=float, default=180.0)
@@ -389,6 +494,8 @@ def main() -> int:
     lv.add_argument("--seed", type=int, default=0)
     lv.add_argument("--startup-timeout", type=float, default=90.0)
     lv.add_argument("--uuids", default=None, help="GPU UUIDs by index, comma-separated (default: from NVML)")
+    lv.add_argument("--nvml-probe", action="store_true",
+                    help="also time each NVML call at 1 Hz (cold) and back to back (hot), in this process")
     a = ap.parse_args()
     out = run_sim(a) if a.mode == "sim" else run_live(a)
     return emit(out)

@@ -42,6 +42,11 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
                      help="write-ahead log folder, on local disk (default DATA_ROOT/wal/HOST)")
     run.add_argument("--roll-seconds", type=float, default=3600.0,
                      help="roll the WAL into Parquet this often (default 3600)")
+    run.add_argument("--energy-every-windows", type=int, default=None, metavar="N",
+                     help="read the energy counter (the one costly NVML call) at every N-th window "
+                          "close; windows in between wait up to N-1 windows for it and share its delta "
+                          "by integrated power (default 2; docs/benchmarks.md, \"Energy split at job "
+                          "changes\")")
     run.add_argument("--once", action="store_true",
                      help="replay: play the whole recording as fast as possible, flush, exit")
     run.add_argument("--speed", type=float, default=1.0, help="replay speed in real-time mode (default 1)")
@@ -119,6 +124,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         job_spool=spool,
         proc_root=args.proc_root,
     )
+    if args.energy_every_windows is not None:
+        cfg.energy_every_windows = args.energy_every_windows
     stop = threading.Event()
     # Fail on an unwritable data root before touching the GPUs.
     from wattclass.fsutil import ensure_writable_dir

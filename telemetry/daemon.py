@@ -6,7 +6,9 @@ the WAL (one fsync per poll that closed anything), roll the WAL into Parquet whe
 period turns over, and retry rolls that failed (disk full) without ever dropping the WAL.
 Windows whose WAL append failed stay in memory and go first into the next append; while any
 are held, or a segment waits for its Parquet file, the daemon says so (ERROR log, the
-``wattclass_wal_*`` metrics), and it exits non-zero if any remain unpersisted at stop.
+``wattclass_wal_*`` metrics), and it exits non-zero if any remain unpersisted at stop. Stopping
+never gives up half-way: whatever fails while the last windows are written, the rest of the stop
+runs (roll, lock release) and rows not in the WAL are reported LOST (ERROR, exit code 1).
 The WAL folder is locked (``wattclass.lockfile``) for the daemon's life: a second daemon on the
 same folder would convert and delete the first one's open segment, so it refuses to start.
 A GPU that errors is logged once (and again every few minutes while it stays down) and retried
@@ -31,7 +33,7 @@ from wattclass.lockfile import FolderLock
 from wattclass.telemetry import wal
 from wattclass.telemetry.attribution import Attributor
 from wattclass.telemetry.sink import ParquetSink
-from wattclass.telemetry.splitter import Splitter
+from wattclass.telemetry.splitter import Splitter, is_composite
 from wattclass.telemetry.windows import Row, WindowBuilder
 
 if TYPE_CHECKING:  # prometheus_client is only needed with --metrics-port
@@ -40,6 +42,7 @@ if TYPE_CHECKING:  # prometheus_client is only needed with --metrics-port
 log = logging.getLogger(__name__)
 
 GPU_ERROR_RELOG_S = 300.0
+DEFAULT_ENERGY_EVERY_WINDOWS = 2
 
 
 @dataclass
@@ -56,6 +59,11 @@ class DaemonConfig:
     proc_root: Path = Path("/proc")
     #: At stop, how long to keep retrying a WAL append that fails (disk full) before giving up.
     stop_retry_s: float = 10.0
+    #: Read the energy counter at every N-th window close (telemetry.windows, "sparse energy").
+    #: 2: half the reads of 1 for the same per-job accuracy on the H200 recordings (0.15 %
+    #: median, ~1 % worst job either way: docs/benchmarks.md, "Energy split at job changes");
+    #: windows come out up to one window late.
+    energy_every_windows: int = DEFAULT_ENERGY_EVERY_WINDOWS
 
     def resolved_wal_dir(self) -> Path:
         return self.wal_dir if self.wal_dir is not None else Path(self.data_root) / "wal" / self.host
@@ -65,8 +73,9 @@ class DaemonConfig:
 class Stats:
     """CPU-time accounting for the overhead benchmark (thread time, seconds).
 
-    GPU polls fall in three kinds: cheap (no energy counter), energy (counter read, no window
-    closed: a job change, a gap, the first poll) and window closes (counter read, rows out).
+    GPU polls fall in three kinds: cheap (no energy counter, possibly a window closed and held
+    for its counter read), energy (counter read, no rows out: a gap, the first poll) and window
+    closes (counter read, rows out).
     """
 
     polls: int = 0
@@ -79,9 +88,27 @@ class Stats:
     energy_reads: int = 0
     wal_appends: int = 0
     wal_cpu_s: float = 0.0
+    rolls: int = 0  # WAL segments converted to Parquet
+    roll_cpu_s: float = 0.0
     rows: int = 0
     energy_j: float = 0.0
     gpu_errors: int = 0
+    nonfinite_readings: int = 0  # NaN/inf GPU readings taken as missing (telemetry.readings)
+    nonfinite_values: int = 0  # row values the WAL wrote as null (telemetry.wal.scrub)
+
+    def summary(self) -> str:
+        """One line for the log at stop: counts and mean thread CPU per kind of GPU poll (the
+        live benchmark reads it to say where the daemon's CPU went without a profiler)."""
+
+        def ms(cpu_s: float, n: int) -> str:
+            return f"{cpu_s * 1e3 / n:.3f}" if n else "-"
+
+        return (f"polls={self.polls} cheap={self.gpu_polls}x{ms(self.poll_cpu_s, self.gpu_polls)}ms "
+                f"energy={self.energy_polls}x{ms(self.energy_poll_cpu_s, self.energy_polls)}ms "
+                f"close={self.closes}x{ms(self.close_cpu_s, self.closes)}ms "
+                f"reads={self.energy_reads} wal={self.wal_appends}x{ms(self.wal_cpu_s, self.wal_appends)}ms "
+                f"roll={self.rolls}x{ms(self.roll_cpu_s, self.rolls)}ms "
+                f"nonfinite={self.nonfinite_readings}/{self.nonfinite_values}")
 
 
 class Daemon:
@@ -97,12 +124,18 @@ class Daemon:
             raise WattclassError(
                 f"--period ({cfg.period_s}) must be >= --poll ({cfg.poll_s}) and both > 0"
             )
+        if cfg.energy_every_windows < 1:
+            raise WattclassError(f"--energy-every-windows must be >= 1, not {cfg.energy_every_windows}")
         self.backend = backend
         self.cfg = cfg
         self.stop = stop or threading.Event()
         self.sink = sink or ParquetSink(cfg.data_root)
         self.collector = collector
-        self.builder = WindowBuilder(cfg.host, cfg.period_s, cfg.poll_s)
+        # A shared or MIG GPU's composite segment is split per job with the window's own
+        # activity (telemetry.splitter), so its window never waits for a later counter read.
+        self.builder = WindowBuilder(cfg.host, cfg.period_s, cfg.poll_s,
+                                     energy_every_windows=cfg.energy_every_windows,
+                                     exact_key=is_composite)
         jobmap = JobMapReader(cfg.job_spool) if cfg.job_spool is not None else None
         self.attributor = Attributor(backend, jobmap, cfg.proc_root)
         self.splitter = Splitter(backend, self.attributor)
@@ -110,6 +143,7 @@ class Daemon:
         self.writer = wal.WalWriter(self.wal_dir)
         self.lock = FolderLock(self.wal_dir, "telemetry daemon")
         self.pending_segments: list[Path] = []
+        self.lost_at_stop = 0  # GPUs whose last windows could not even be closed at stop
         self.stats = Stats()
         self._gpu_down: dict[int, float] = {}
         self._next_retry = 0.0
@@ -174,7 +208,7 @@ class Daemon:
 
     def _poll_gpu(self, info: GpuInfo, force_energy: bool = False) -> tuple[list[Row], bool]:
         """Poll one GPU: cheap fields, job, then the energy counter only where the builder
-        needs it (window close, job change, gap, first poll) or ``force_energy``.
+        needs it (window close, gap, first poll; not a job change) or ``force_energy``.
 
         Returns the closed rows and whether the counter was read.
         """
@@ -228,6 +262,8 @@ class Daemon:
         self.stats.wal_cpu_s += time.thread_time() - c0
         self.stats.rows += len(rows)
         self.stats.energy_j += sum(r["energy_j"] or 0.0 for r in rows)
+        self.stats.nonfinite_readings = self.builder.nonfinite.count
+        self.stats.nonfinite_values = self.writer.nonfinite_values
         if self.collector is not None and rows:
             jobs: dict[str, JobAssignment] = {}
             for uuid in {str(r["gpu_uuid"]) for r in rows if r.get("job_id")}:
@@ -246,14 +282,16 @@ class Daemon:
                                          len(self.pending_segments))
 
     def unpersisted(self) -> tuple[int, int]:
-        """(rows only in memory, WAL segments not yet in Parquet)."""
-        return len(self.writer.pending), len(self.pending_segments)
+        """(rows only in memory, WAL segments not yet in Parquet); a GPU whose last windows could
+        not be closed at stop counts as one row (their number is unknown)."""
+        return len(self.writer.pending) + self.lost_at_stop, len(self.pending_segments)
 
     def health(self) -> Health:
         """What the exporter reports about the daemon itself."""
         from wattclass.telemetry.metrics import Health
 
-        return Health(gpu_errors=self.stats.gpu_errors)
+        return Health(gpu_errors=self.stats.gpu_errors, nonfinite_readings=self.builder.nonfinite.count,
+                      nonfinite_values=self.writer.nonfinite_values)
 
     def maybe_roll(self, now: float) -> None:
         epoch = math.floor(now / self.cfg.roll_s)
@@ -276,8 +314,11 @@ class Daemon:
     def _convert_pending(self) -> None:
         while self.pending_segments:
             seg = self.pending_segments[0]
+            c0 = time.thread_time()
             try:
                 self.sink.convert(seg)
+                self.stats.rolls += 1
+                self.stats.roll_cpu_s += time.thread_time() - c0
             except OSError as exc:
                 log.error("PARQUET WRITE FAILED for %s (%s): WAL segment kept, retry in %g s",
                           seg, exc.strerror or exc, self.cfg.retry_s)
@@ -311,33 +352,55 @@ class Daemon:
 
     def shutdown(self) -> None:
         """Settle the energy of the last polls, close every open window, make it durable, roll
-        everything to Parquet."""
+        everything to Parquet. Each step runs whatever the one before raised (module docstring)."""
+        try:
+            self._write_last_windows()
+            try:
+                self.roll()  # what is in the WAL is intact either way
+            except Exception:
+                log.exception("shutdown: closing the WAL segment failed; it is converted on next start")
+            if self.writer.pending:
+                log.error("shutdown: %d window row(s) could not be written to the WAL and are LOST; "
+                          "exiting non-zero", len(self.writer.pending))
+            if self.pending_segments:
+                log.error("shutdown: %d WAL segment(s) not yet in Parquet, kept in %s; converted on "
+                          "next start", len(self.pending_segments), self.wal_dir)
+            log.info("stopped: %d window row(s), %.1f J", self.stats.rows, self.stats.energy_j)
+            log.info("poll-loop CPU: %s", self.stats.summary())
+        finally:
+            self.lock.release()
+
+    def _write_last_windows(self) -> None:
+        """The last polls' rows into the WAL; rows that cannot be written stay in
+        ``writer.pending`` (counted as LOST by ``shutdown``)."""
         rows: list[Row] = []
         for info in self.gpus:
-            if self.builder.unsettled(info):  # one last poll with the counter (replay: same sample)
-                try:
-                    rows += self._poll_gpu(info, force_energy=True)[0]
-                except GpuError as exc:
-                    log.warning("GPU %d: final energy reading failed (%s); its last polls' energy "
-                                "is unknown", info.gpu_index, exc)
-        for info in self.gpus:
-            if self.builder.has_open(info):
-                rows += self.splitter.split(info, self.builder.flush(info, self._gpm_final(info),
-                                                                     self._gpm_fn(info)))
-        self.record(rows)
+            try:
+                if self.builder.unsettled(info):  # one last poll with the counter (replay: same sample)
+                    try:
+                        rows += self._poll_gpu(info, force_energy=True)[0]
+                    except GpuError as exc:
+                        log.warning("GPU %d: final energy reading failed (%s); its last polls' energy "
+                                    "is unknown", info.gpu_index, exc)
+                if self.builder.has_open(info):
+                    rows += self.splitter.split(info, self.builder.flush(info, self._gpm_final(info),
+                                                                         self._gpm_fn(info)))
+            except Exception:  # a bug must not cost the other GPUs' windows, nor the roll
+                log.exception("shutdown: closing the windows of GPU %d failed; they are LOST",
+                              info.gpu_index)
+                self.lost_at_stop += 1
         deadline = time.monotonic() + self.cfg.stop_retry_s
-        while self.writer.pending and time.monotonic() < deadline:  # disk full: space may come back
+        while True:
+            try:
+                self.record(rows)
+            except Exception:  # not a full disk (no exception: retried below); rows stay pending
+                log.exception("shutdown: writing %d window row(s) to the WAL failed",
+                              len(self.writer.pending))
+                return
+            rows = []
+            if not self.writer.pending or time.monotonic() >= deadline:  # disk full: space may come back
+                return
             time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
-            self.record([])
-        self.roll()  # what is in the WAL is intact either way
-        if self.writer.pending:
-            log.error("shutdown: %d window row(s) could not be written to the WAL (disk full?) and "
-                      "are LOST; exiting non-zero", len(self.writer.pending))
-        if self.pending_segments:
-            log.error("shutdown: %d WAL segment(s) not yet in Parquet, kept in %s; converted on "
-                      "next start", len(self.pending_segments), self.wal_dir)
-        log.info("stopped: %d window row(s), %.1f J", self.stats.rows, self.stats.energy_j)
-        self.lock.release()
 
     def _gpm_final(self, info: GpuInfo) -> object | None:
         if not info.gpm_supported:

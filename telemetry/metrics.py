@@ -14,9 +14,11 @@ site's existing PromQL habits work. What is served:
 * ``wattclass_job_label_info{job_id,label,source}``: the label the job was submitted with, where
   the Prolog recorded it in the GPU's job file; ``wattclass_job_info{job_id,user,account}`` so
   dashboards can sum by account (``* on(job_id) group_left(account)``);
-* daemon health: last window time, GPU errors, and the WAL's state (``wattclass_wal_write_errors_total``,
-  ``wattclass_wal_backlog_rows`` held in memory, ``wattclass_wal_unconverted_segments`` waiting for
-  Parquet).
+* daemon health: last window time, GPU errors, non-finite GPU readings taken as missing
+  (``wattclass_daemon_nonfinite_readings_total``), and the WAL's state
+  (``wattclass_wal_write_errors_total``, ``wattclass_wal_backlog_rows`` held in memory,
+  ``wattclass_wal_unconverted_segments`` waiting for Parquet, ``wattclass_wal_nonfinite_values_total``
+  row values written as null).
 
 Privacy: ``job_id`` and ``user`` per GPU are what Slurm's ``PrivateData=jobs,users`` hides from
 other users; the endpoint has no authentication, so it binds 127.0.0.1 unless the site opens it
@@ -70,6 +72,10 @@ class Health:
     """The daemon's state as the exporter reports it."""
 
     gpu_errors: int = 0
+    #: GPU readings that were NaN or infinite, taken as missing (telemetry.readings)
+    nonfinite_readings: int = 0
+    #: Row values the WAL wrote as null (not finite: a bug upstream; telemetry.wal.scrub)
+    nonfinite_values: int = 0
     # The WAL's state comes through ``set_wal_state`` (the daemon publishes it on every append).
 
 
@@ -213,6 +219,12 @@ class LatestWindows(Collector):
             g.add_metric([], last_ts)
         yield g
         yield CounterMetricFamily("wattclass_daemon_gpu_errors", "GPU polls that failed", value=h.gpu_errors)
+        yield CounterMetricFamily("wattclass_daemon_nonfinite_readings",
+                                  "GPU readings (or GPM metrics) that were NaN or infinite, taken as "
+                                  "missing", value=h.nonfinite_readings)
+        yield CounterMetricFamily("wattclass_wal_nonfinite_values",
+                                  "Window row values written to the WAL as null because they were not "
+                                  "finite (a bug; the ERROR log names the column)", value=h.nonfinite_values)
 
 
 def _labels(r: dict[str, Any]) -> list[str]:

@@ -2,12 +2,13 @@
 
 The window builder keeps one segment per job key; for a GPU that several jobs hold, the daemon
 gives it one *composite* key per set of jobs (``shared:<id>,<id>`` or, for a MIG GPU,
-``mig:<instance>=<ids>;...``), so the counter is read exactly where the set changes and a
-segment's energy is the GPU's counter delta over it. Meanwhile this module gathers, per GPU and
-composite key, what the split needs: per-process SM utilisation samples and memory held (mapped
-to jobs through the attributor), or per-instance GPM activity on MIG. When the builder closes a
-composite row, ``split`` replaces it with one row per job (per instance on MIG) whose energies
-add up to the row's to the millijoule (``sharing.split_mj``).
+``mig:<instance>=<ids>;...``), so a segment's energy is the GPU's energy over it (its window's
+counter delta, split by integrated power where the set changes inside the window:
+telemetry.windows; such a window always closes at a counter read). Meanwhile this module
+gathers, per GPU and composite key, what the split needs: per-process SM utilisation samples
+and memory held (mapped to jobs through the attributor), or per-instance GPM activity on MIG.
+When the builder closes a composite row, ``split`` replaces it with one row per job (per
+instance on MIG) whose energies add up to the row's to the millijoule (``sharing.split_mj``).
 
 Columns added to every row (docs/shared-gpus.md): ``share_ratio`` (the job's share of the GPU's
 energy in the window; 1 for a sole job), ``shared_jobs`` (jobs on the GPU or instance's parent),
@@ -269,6 +270,11 @@ class Splitter:
 
 def _composite(job_id: str) -> bool:
     return job_id.startswith((SHARED_PREFIX, MIG_PREFIX))
+
+
+def is_composite(job: Job | None) -> bool:
+    """Whether a builder job key stands for several jobs (a shared GPU or a MIG GPU's instances)."""
+    return job is not None and _composite(job[0])
 
 
 __all__ = ["SHARE_COLUMNS", "Splitter"]

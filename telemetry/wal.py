@@ -11,6 +11,14 @@ last whole record (``ftruncate``, which needs no free space) and keeps the rows 
 retry with the next append; if even the cut fails, the segment is closed and the next append
 starts a new one, so a torn record can only ever be a segment's *last* bytes.
 
+One bad value never costs a row: a value JSON cannot hold (NaN, infinity, an object) is written as
+null, with an ERROR naming the column, GPU and window, and counted (``nonfinite_values``, the
+``wattclass_wal_nonfinite_values_total`` metric). The window builder makes no such values (its
+readings are finite or missing: telemetry.readings), so this is the last line of defence; before
+it, one NaN made the append raise and the daemon crash at stop with its last rows unwritten
+(H200 run of 2026-11-30, issue 15). Rows stay in ``pending`` until their record is on disk, so
+whatever else fails in an append, the daemon still knows which rows it has not persisted.
+
 Reading is defensive as well: ``read_segment`` skips a bad record and resynchronises on the
 next valid frame (magic + length + CRC) instead of giving up, so one damaged record never costs
 the records after it; a bad tail (nothing valid after it) is cut off.
@@ -26,6 +34,7 @@ import contextlib
 import errno
 import json
 import logging
+import math
 import os
 import struct
 import time
@@ -48,6 +57,36 @@ PREFIX, SUFFIX = "wal-", ".log"
 def encode(rows: list[dict[str, Any]]) -> bytes:
     payload = json.dumps(rows, separators=(",", ":"), allow_nan=False).encode()
     return _HEADER.pack(MAGIC, len(payload), zlib.crc32(payload)) + payload
+
+
+def _plain(v: object) -> bool:
+    if isinstance(v, float):
+        return math.isfinite(v)
+    if v is None or isinstance(v, str | int):
+        return True
+    try:
+        json.dumps(v, allow_nan=False)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def scrub(rows: list[dict[str, Any]]) -> int:
+    """Set every value JSON cannot hold to None, in place (so the exporter and the stats see what
+    the WAL holds); one ERROR per row naming its columns, GPU and window. Returns the count."""
+    n = 0
+    for r in rows:
+        bad = [k for k, v in r.items() if not _plain(v)]
+        if not bad:
+            continue
+        log.error("WAL: %s written as null in the row of GPU %s (%s), window %s-%s, job %s: not a "
+                  "finite number or plain value (a bug upstream; the rest of the row is kept)",
+                  ", ".join(f"{k}={r[k]!r}"[:80] for k in bad), r.get("gpu_index"), r.get("gpu_uuid"),
+                  r.get("ts_start"), r.get("ts_end"), r.get("job_id"))
+        for k in bad:
+            r[k] = None
+        n += len(bad)
+    return n
 
 
 def encode_records(rows: list[dict[str, Any]]) -> bytes:
@@ -132,6 +171,7 @@ class WalWriter:
         self.pending: list[dict[str, Any]] = []  # rows whose append failed; retried first
         self.rows_in_segment = 0
         self.write_errors = 0  # failed appends since start (a metric)
+        self.nonfinite_values = 0  # values written as null (``scrub``; a metric)
         self._failing = 0  # failed appends in a row
         self._last_error_log = 0.0
         self._retired: list[Path] = []
@@ -152,10 +192,15 @@ class WalWriter:
         full...) the file is cut back to its last whole record and the rows stay pending in
         memory for the next call.
         """
-        batch = self.pending + rows
+        held, batch = len(self.pending), self.pending + rows
         if not batch:
             return True
-        frame = encode_records(batch)
+        self.pending = batch  # until the record is on disk, whatever fails below
+        try:
+            frame = encode_records(batch)
+        except (TypeError, ValueError):  # a NaN or an object in a row: null it, keep the row
+            self.nonfinite_values += scrub(batch)
+            frame = encode_records(batch)
         try:
             if self._fd is None:
                 self._open()
@@ -168,7 +213,6 @@ class WalWriter:
                 view = view[n:]
             os.fsync(self._fd)
         except OSError as exc:
-            self.pending = batch
             self.write_errors += 1
             self._failing += 1
             now = time.monotonic()
@@ -181,7 +225,7 @@ class WalWriter:
             return False
         if self._failing:
             log.warning("WAL append to %s works again after %d failed append(s): %d held row(s) "
-                        "written", self.path, self._failing, len(self.pending))
+                        "written", self.path, self._failing, held)
             self._failing = 0
         self._size += len(frame)
         self.rows_in_segment += len(batch)

@@ -6,35 +6,47 @@ the poll's. An interval belongs to the window *and the job* seen at its *start* 
 by the first poll at or after ``(k+1)P`` -- at that very poll, with no waiting.
 
 Why sparse energy: reading the cumulative energy counter is the one expensive NVML call
-(milliseconds against microseconds for every other field: docs/benchmarks.md, "Per NVML call"),
-so the daemon reads it
-only at *energy points*: the first poll, every poll that closes a window, every poll that sees
-a different job than the poll before, and the poll after a gap or a GPU error
-(``needs_energy``). All other polls are cheap (no counter). Energy is the counter difference
-between consecutive energy points; because an interval belongs to its start's window and job,
-every span between energy points lies inside one window and one job (except across a gap), so
-it is added whole to that segment: window (and job) energies are still counter differences and
-telescope exactly to the counter delta. A backend that returns the counter on every poll just
-makes every poll an energy point (the same result).
+(milliseconds of CPU against microseconds for every other field: docs/benchmarks.md, "Per NVML
+call"), so it is read only at *energy points* (``needs_energy``): the first poll, the poll that
+closes every ``energy_every_windows``-th window (the daemon's default: every second), the poll
+after a gap or GPU error, and shutdown; never at a job change (issue 15: with short jobs those
+reads were a third of the daemon's CPU).
 
-* A job change inside a window gives one row per job (segment); all segments of a window
-  share the window's GPM metrics (one GPM snapshot pair per window spans the whole window).
-* A gap longer than ``split_gap_s`` (missed polls, GPU that stopped answering) that crosses
-  window boundaries is split, together with the cheap polls before it since the last energy
-  point, over the windows it covers in proportion to time (the windows after the gap's first
-  carry the job only if it was seen on both sides of the gap, else none); the split parts still
-  add up to the counter delta. A gap longer than ``max_gap_s`` restarts the baseline (the energy
-  of the gap is unobserved, logged; the cheap polls before it get their share by time).
+The counter delta between two energy points (a *span*) goes whole to the span's segment when it
+has one (one window, one job); otherwise (a job change inside a window, held windows, a gap) it
+is split in proportion to each interval's integrated power ``p * (b - a)``: ``p`` is the 1 s
+average power read at the poll ending the interval (``GpuSample.power_avg_w``; ~3 J mean error
+per 1 s interval on the H200 recordings), else the trapezoid of the instantaneous readings at
+both ends (~27 J), and the whole span goes by time if an interval has no power at all. The last
+share takes the remainder, so windows still telescope exactly to the counter; only the split
+between a span's segments is an estimate (docs/benchmarks.md, "Energy split at job changes").
+Windows closed before their span's energy point are held (``_Closed``) and come out with it, up
+to ``energy_every_windows - 1`` windows late; a window holding an ``exact_key`` job (the
+daemon's composite keys of shared and MIG GPUs, whose per-job split needs the window's own
+activity) always closes at an energy point. A backend that returns the counter on every poll
+makes every poll an energy point (exact per interval).
+
+* A job change inside a window gives one row per job (segment). GPM snapshots are taken at a
+  window's first poll, at each job change and at its close: a segment ending at a change gets
+  the span up to it, the window's last one the rest. A span under ``MIN_GPM_SPAN_S`` (a stop
+  milliseconds after a GPM point) or without a snapshot at its start (a window begun inside a
+  gap) gets no GPM metrics (null), not a ratio over no time or the next job's activity.
+* NaN or infinite readings are missing ones (``telemetry.readings``): every number in a row is
+  finite or null (one NaN used to crash the daemon's stop: H200 run of 2026-11-30).
+* A gap longer than ``split_gap_s`` (missed polls, a GPU that stopped answering) ends in an
+  energy point: the polled intervals before it get their integrated power (scaled down if more
+  than the delta), the gap, with no reading, the rest, by time over the windows it covers (the
+  windows after its first carry the job only if it was seen on both sides). A gap longer than
+  ``max_gap_s`` restarts the baseline (its energy is unobserved, logged).
 * The counter going backwards is a wrap (near 2**64) or a driver reload (the interval's
   energy is unknown; counted as 0 and logged).
 
 Row bounds: a window that follows a closed one (or starts exactly on the grid) begins at the
 grid time ``kP``; the first window after start-up or an outage begins at its first poll; a job
 segment begins/ends at the poll where the job changed; ``ts_end`` is ``(k+1)P`` or the last
-poll of a flushed partial window. ``power_avg_w`` divides by the time the counter delta covers.
-
-Rows are plain dicts keyed by TELEMETRY_V1 column names with ``ts_start``/``ts_end`` as epoch
-seconds; the WAL stores them as they are and the sink converts to Arrow.
+poll of a flushed partial window. ``power_avg_w`` is the segment's energy over the time it covers.
+Rows are plain dicts keyed by TELEMETRY_V1 column names, ``ts_start``/``ts_end`` in epoch seconds
+(the WAL stores them as they are; the sink converts to Arrow).
 """
 
 from __future__ import annotations
@@ -54,6 +66,7 @@ from wattclass.gpu.base import (
     GpuSample,
 )
 from wattclass.schema import GPM_COLUMNS
+from wattclass.telemetry.readings import MIN_GPM_SPAN_S, NonFinite, interval_power_w, proportional
 
 log = logging.getLogger(__name__)
 
@@ -132,13 +145,29 @@ class _GpuState:
     window: int | None = None
     segments: dict[str | None, _Segment] = field(default_factory=dict)
     gpm_start: object | None = None
+    gpm_ts: float = 0.0  # the poll that took gpm_start
     prev_job: Job = None
     continuous: bool = False  # the last window closed at a boundary poll: the next one is whole
     window_a: float = 0.0  # start of the open window's first interval
     window_whole: bool = False
     anchor_mj: int | None = None  # counter at the last energy point (None: unknown)
-    # Intervals since the last energy point, waiting for the next one: (segment, seconds).
-    pending: list[tuple[_Segment, float]] = field(default_factory=list)
+    # Intervals since the last energy point, waiting for the next one: (segment, seconds,
+    # integrated power in W*s or None where the interval has no power reading).
+    pending: list[tuple[_Segment, float, float | None]] = field(default_factory=list)
+    # Windows closed since the last energy point (energy_every_windows > 1), oldest first.
+    held: list[_Closed] = field(default_factory=list)
+
+
+@dataclass
+class _Closed:
+    """A closed window whose rows wait for the energy point that settles its last span."""
+
+    segments: list[_Segment]
+    w0: float
+    w1: float
+    whole: bool
+    window_a: float
+    gpm: GpmMetrics
 
 
 class WindowBuilder:
@@ -151,15 +180,25 @@ class WindowBuilder:
         poll_s: float = 1.0,
         split_gap_s: float | None = None,
         max_gap_s: float = 600.0,
+        energy_every_windows: int = 1,
+        exact_key: Callable[[Job], bool] | None = None,
     ) -> None:
+        """``energy_every_windows``: read the counter at every N-th window close (windows wait
+        for it); ``exact_key(job)``: True for job keys whose windows always close at a counter
+        reading (see the module docstring)."""
         if period_s <= 0 or poll_s <= 0:
             raise ValueError("period and poll interval must be positive")
+        if energy_every_windows < 1:
+            raise ValueError(f"energy_every_windows must be >= 1, not {energy_every_windows}")
+        self.energy_every = int(energy_every_windows)
+        self.exact_key = exact_key
         self.host = host
         self.period = float(period_s)
         self.poll = float(poll_s)
         self.split_gap = split_gap_s if split_gap_s is not None else 2.5 * poll_s
         self.max_gap = max_gap_s
         self._gpus: dict[int, _GpuState] = {}
+        self.nonfinite = NonFinite()  # non-finite readings are missing ones (telemetry.readings)
 
     def _state(self, info: GpuInfo) -> _GpuState:
         st = self._gpus.get(info.gpu_index)
@@ -182,11 +221,13 @@ class WindowBuilder:
         return self._win(sample.ts) > self._win(st.prev.ts) or job != st.prev_job
 
     def needs_energy(self, info: GpuInfo, sample: GpuSample, job: Job) -> bool:
-        """Whether this poll must carry the energy counter for exact accounting.
+        """Whether this poll must carry the energy counter (is an energy point).
 
-        True for the first poll, a poll that closes a window, a poll that sees another job than
-        the poll before, and a poll after a gap. Ask with the cheap sample (``energy_mj`` None)
-        and the job seen at this poll, before reading the counter.
+        True for the first poll, a poll after a gap, and a poll that closes a window when that
+        makes ``energy_every_windows`` closed windows since the last energy point (or the window
+        holds an ``exact_key`` job). A job change alone is not an energy point: the span's
+        energy is split by integrated power (module docstring). Ask with the cheap sample
+        (``energy_mj`` None) and the job seen at this poll, before reading the counter.
         """
         st = self._state(info)
         prev = st.prev
@@ -194,11 +235,15 @@ class WindowBuilder:
             return True
         if sample.ts <= prev.ts:
             return False
-        return (
-            self._win(sample.ts) > self._win(prev.ts)
-            or job != st.prev_job
-            or sample.ts - prev.ts > self.split_gap
-        )
+        if sample.ts - prev.ts > self.split_gap:
+            return True
+        closes = self._win(sample.ts) - self._win(prev.ts)
+        if closes <= 0:
+            return False
+        if len(st.held) + closes >= self.energy_every:
+            return True
+        ex = self.exact_key
+        return ex is not None and (ex(st.prev_job) or any(ex(seg.job) for seg in st.segments.values()))
 
     # long: where a poll meets the window, job and energy-point state, whose invariants span it all
     def add(self, info: GpuInfo, sample: GpuSample, job: Job, gpm: object | None,
@@ -208,35 +253,40 @@ class WindowBuilder:
         A sample with ``energy_mj`` set is an energy point; one without is a cheap poll, unless
         ``needs_energy`` says it had to carry the counter (then the energy is unknown, null).
         """
+        sample = self.nonfinite.sample(info, sample)
         st = self._state(info)
         prev = st.prev
         e = sample.energy_mj
         if prev is None:
             st.prev = sample
             st.prev_job = job
-            st.gpm_start = gpm
+            st.gpm_start, st.gpm_ts = gpm, sample.ts
             st.anchor_mj = e
             st.pending = []
             return []
         if sample.ts <= prev.ts:  # the same reading again (replay between samples, clock step)
             if e is not None and st.pending:  # ... with the counter: it settles the open span
                 self._settle(info, st, e, [])
-            return []
+            return self._release(st)
         point = e is not None or self.needs_energy(info, sample, job)
         a, b = prev.ts, sample.ts
+        rate = interval_power_w(prev, sample)
         st.prev = sample
         job_before, st.prev_job = st.prev_job, job
-        rows: list[Row] = []
         if b - a > self.max_gap:
-            # The cheap polls before the gap get their share of the span by time; the gap's
-            # energy is unobserved.
+            # The polls before the gap get their measured share of the span (``_settle``); the
+            # gap's energy is unobserved.
             gap_mj, known = self._settle(info, st, e, [b - a]) if point else ([0.0], False)
             log.warning("GPU %d (%s): no poll for %.0f s; %s J in that gap not attributed",
                         info.gpu_index, info.uuid, b - a, f"{gap_mj[0] / 1e3:.1f}" if known else "?")
-            rows += self._close(st, gpm_end=None, gpm_fn=gpm_fn)
+            if not point:  # no counter after the gap: the span before it stays unknown
+                for before, _, _ in st.pending:
+                    before.energy_known = False
+                st.pending = []
+            self._close(st, gpm_end=None, gpm_fn=gpm_fn)
             st.continuous = False
-            st.gpm_start = gpm
-            return rows
+            st.gpm_start, st.gpm_ts = gpm, b
+            return self._release(st)
         pieces: list[tuple[float, float]] = []
         if b - a > self.split_gap and self._win(b) > self._win(a):
             cuts = [a] + [k * self.period for k in range(self._win(a) + 1, self._win(b) + 1)] + [b]
@@ -246,13 +296,13 @@ class WindowBuilder:
         single = len(pieces) == 1
         shares: list[float] | None = None
         known = True
-        if point and not single:  # a gap: split the whole span by time before windows close
+        if point and not single:  # a gap across windows: settle the span before windows close
             shares, known = self._settle(info, st, e, [hi - lo for lo, hi in pieces])
         for n, (lo, hi) in enumerate(pieces):
             last = n == len(pieces) - 1
             w = self._win(lo)
             if st.window is not None and w != st.window:
-                rows += self._close(st, gpm_end=None, gpm_fn=gpm_fn)
+                self._close(st, gpm_end=None, gpm_fn=gpm_fn)
                 st.continuous = True
             if st.window is None:
                 st.window_a = lo
@@ -270,28 +320,35 @@ class WindowBuilder:
                 seg.energy_mj += shares[n]
                 seg.energy_known &= known
             else:
-                st.pending.append((seg, hi - lo))
+                st.pending.append((seg, hi - lo, rate * (hi - lo) if rate is not None else None))
                 if point:  # the span since the last energy point ends here: settle it
                     self._settle(info, st, e, [])
             if last:
                 seg.add_reading(sample)
             if self._win(hi) > w:
-                rows += self._close(st, gpm_end=gpm if last else None, gpm_fn=gpm_fn)
+                self._close(st, gpm_end=gpm if last else None, gpm_fn=gpm_fn)
                 st.continuous = True
-        if gpm is not None and job != job_before and st.gpm_start is not None:
-            # The job changed at this poll and the window is still open: the segment that just
-            # ended takes the GPM between the last GPM point and this one.
-            ended = st.segments.get(job_before[0] if job_before else None)
-            if ended is not None and ended.gpm is None:
-                ended.gpm = self._gpm(st, st.gpm_start, gpm, gpm_fn)
+        if gpm is not None and job != job_before:
+            # The job changed at this poll and the window is still open: the segments that end
+            # here take the GPM between the last GPM point and this one (none if the window
+            # began in a gap, where nothing was measured: not the next job's activity).
+            ended = None
+            for seg in st.segments.values():
+                if seg.gpm is None:
+                    ended = ended or self._gpm(st, st.gpm_start, gpm, gpm_fn, b - st.gpm_ts)
+                    seg.gpm = ended
         if gpm is not None:
-            st.gpm_start = gpm
-        return rows
+            st.gpm_start, st.gpm_ts = gpm, b
+        return self._release(st)
 
-    @staticmethod
-    def _gpm(st: _GpuState, first: object, second: object, gpm_fn: GpmFn) -> GpmMetrics:
+    def _gpm(self, st: _GpuState, first: object | None, second: object, gpm_fn: GpmFn,
+             span_s: float) -> GpmMetrics:
+        """GPM metrics between two snapshots, finite or null; null for a span too short to mean
+        anything (``MIN_GPM_SPAN_S``) or without a first snapshot."""
+        if first is None or span_s < MIN_GPM_SPAN_S:
+            return GpmMetrics()
         try:
-            return gpm_fn(first, second)
+            return self.nonfinite.gpm(st.info, gpm_fn(first, second))
         except Exception as exc:  # a GPM failure must not lose the window's energy
             log.warning("GPU %d: GPM metrics failed: %s", st.info.gpu_index, exc)
             return GpmMetrics()
@@ -300,27 +357,41 @@ class WindowBuilder:
                 ) -> tuple[list[float], bool]:
         """Hand the counter delta since the last energy point to the intervals it spans.
 
-        The span is ``st.pending`` (intervals already in segments) plus ``extra`` durations
-        (gap pieces whose segments the caller fills in); the shares of ``extra`` are returned
-        with whether the delta is known. A span in one segment (every span without a gap) gets
-        the whole delta; otherwise shares are by time and the last one takes the remainder, so
-        the shares always add up to the delta. ``e`` becomes the new anchor.
+        The span is ``st.pending`` (intervals already in segments) plus ``extra``: the lengths
+        of a gap's pieces (whose segments the caller fills in); the shares of ``extra`` are
+        returned with whether the delta is known. A span in one segment gets the whole delta.
+        Otherwise, without a gap, the shares follow each interval's integrated power; with a
+        gap, the polled intervals get their integrated power (scaled down if that exceeds the
+        delta) and the gap, the one stretch nothing was read in, the rest, by time over its
+        pieces. If any polled interval has no power, the whole span goes by time. The last
+        share takes the remainder, so the shares always add up to the delta. ``e`` becomes the
+        new anchor.
         """
         delta, known = self._delta(info, st.anchor_mj, e)
         pending, st.pending, st.anchor_mj = st.pending, [], e
         if not known:
-            for seg, _ in pending:
+            for seg, _, _ in pending:
                 seg.energy_known = False
             return [0.0] * len(extra), False
-        if not extra and pending and all(seg is pending[0][0] for seg, _ in pending):
-            pending[0][0].energy_mj += delta
-            return [], True
-        durs = [d for _, d in pending] + extra
-        total = sum(durs)
-        parts = [delta * d / total if total > 0 else 0.0 for d in durs]
+        if not extra and pending:
+            first = pending[0][0]
+            if all(seg is first for seg, _, _ in pending):
+                first.energy_mj += delta
+                return [], True
+        est_mj = [w * 1e3 for _, _, w in pending if w is not None]
+        if len(est_mj) != len(pending) or (not extra and sum(est_mj) <= 0):
+            parts = proportional(delta, [d for _, d, _ in pending] + extra)  # no power: by time
+        elif not extra:
+            parts = proportional(delta, est_mj)
+        else:
+            polled = sum(est_mj)
+            if polled >= delta:
+                parts = proportional(delta, est_mj) + [0.0] * len(extra)
+            else:
+                parts = est_mj + proportional(delta - polled, extra)
         if parts:
             parts[-1] = delta - sum(parts[:-1])
-        for (seg, _), part in zip(pending, parts, strict=False):
+        for (seg, _, _), part in zip(pending, parts, strict=False):
             seg.energy_mj += part
         return parts[len(pending):], True
 
@@ -339,10 +410,11 @@ class WindowBuilder:
     def flush(self, info: GpuInfo, gpm: object | None, gpm_fn: GpmFn) -> list[Row]:
         """Close the GPU's open (partial) window now, e.g. at shutdown; forget the baseline."""
         st = self._state(info)
-        for seg, _ in st.pending:  # no counter reading after the last energy point: unknown
+        for seg, _, _ in st.pending:  # no counter reading after the last energy point: unknown
             seg.energy_known = False
         st.pending = []
-        rows = self._close(st, gpm_end=gpm, gpm_fn=gpm_fn)
+        self._close(st, gpm_end=gpm, gpm_fn=gpm_fn)
+        rows = self._release(st)
         st.continuous = False
         st.prev = None
         st.gpm_start = None
@@ -355,31 +427,40 @@ class WindowBuilder:
     def has_open(self, info: GpuInfo) -> bool:
         """Whether the GPU has an open window to flush."""
         st = self._gpus.get(info.gpu_index)
-        return st is not None and bool(st.segments)
+        return st is not None and bool(st.segments or st.held)
 
     def flush_all(self, gpm_for: Callable[[GpuInfo], object | None], gpm_fn_for: Callable[[GpuInfo], GpmFn]
                   ) -> list[Row]:
         rows: list[Row] = []
         for st in list(self._gpus.values()):
-            if st.segments:
+            if st.segments or st.held:
                 rows += self.flush(st.info, gpm_for(st.info), gpm_fn_for(st.info))
         return rows
 
-    def _close(self, st: _GpuState, gpm_end: object | None, gpm_fn: GpmFn) -> list[Row]:
+    def _close(self, st: _GpuState, gpm_end: object | None, gpm_fn: GpmFn) -> None:
+        """Close the open window: its rows wait in ``st.held`` until its energy is settled."""
         if st.window is None or not st.segments:
             st.segments = {}
             st.window = None
-            return []
+            return
         gpm = GpmMetrics()
-        if st.gpm_start is not None and gpm_end is not None:
-            gpm = self._gpm(st, st.gpm_start, gpm_end, gpm_fn)
+        if gpm_end is not None and st.prev is not None:  # the window's GPM span ends at its last poll
+            gpm = self._gpm(st, st.gpm_start, gpm_end, gpm_fn, st.prev.ts - st.gpm_ts)
         w0 = st.window * self.period
-        w1 = w0 + self.period
-        rows = [self._row(st.info, seg, w0 if st.window_whole and seg.a_first == st.window_a else seg.a_first,
-                          w1, seg.gpm if seg.gpm is not None else gpm) for seg in st.segments.values()]
+        st.held.append(_Closed(list(st.segments.values()), w0, w0 + self.period, st.window_whole,
+                               st.window_a, gpm))
         st.segments = {}
         st.window = None
         st.gpm_start = None
+
+    def _release(self, st: _GpuState) -> list[Row]:
+        """The rows of closed windows, once no interval of theirs waits for the counter."""
+        if st.pending or not st.held:
+            return []
+        rows = [self._row(st.info, seg, c.w0 if c.whole and seg.a_first == c.window_a else seg.a_first,
+                          c.w1, seg.gpm if seg.gpm is not None else c.gpm)
+                for c in st.held for seg in c.segments]
+        st.held = []
         return rows
 
     def _row(self, info: GpuInfo, seg: _Segment, ts_start: float, w1: float, gpm: GpmMetrics) -> Row:

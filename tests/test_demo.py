@@ -92,9 +92,20 @@ def test_labels_equal_the_former_engine(demo: tuple[Path, dict[str, tuple[str, s
     # confidence and source alone; rule-labelled jobs and everything the engine computes may not.
     by_model = ref["source"].astype(str).str.startswith("model").to_numpy()
     assert (got["source"].astype(str).str.startswith("model").to_numpy() == by_model).all()
-    pd.testing.assert_frame_equal(got[~by_model], ref[~by_model], check_exact=False, rtol=1e-9,
-                                  check_dtype=False)
-    rest = [c for c in cols if c not in ("label", "confidence", "source")]
+    # Job energies: the daemon no longer reads the counter at job changes (issue 15) but splits a
+    # window's counter delta between its jobs by their 1 s power, so a job that shares a window
+    # with another differs from the reference (exact per-interval counter differences) by that
+    # split's error (docs/benchmarks.md, "Energy split at job changes"). The engine's own sum
+    # is still exact: each job's energy is the sum of its window rows.
+    windows = pd.concat(pd.read_parquet(f, columns=["job_id", "energy_j"])
+                        for f in sorted((out / "data" / "telemetry").rglob("*.parquet")))
+    per_job = windows.groupby("job_id")["energy_j"].sum()
+    assert got["energy_j"].to_numpy() == pytest.approx(per_job[got["job_id"]].to_numpy(), rel=1e-9)
+    assert got["energy_j"].to_numpy() == pytest.approx(ref["energy_j"].to_numpy(), rel=0.005)
+    exact = [c for c in cols if c != "energy_j"]
+    pd.testing.assert_frame_equal(got.loc[~by_model, exact], ref.loc[~by_model, exact], check_exact=False,
+                                  rtol=1e-9, check_dtype=False)
+    rest = [c for c in exact if c not in ("label", "confidence", "source")]
     pd.testing.assert_frame_equal(got.loc[by_model, rest], ref.loc[by_model, rest], check_exact=False,
                                   rtol=1e-9, check_dtype=False)
 

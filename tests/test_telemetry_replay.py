@@ -79,18 +79,24 @@ def test_every_job_present_and_matches_reference(
     assert (t.groupby("job_id").size() >= 3).all()
     assert t.groupby("job_id").user.first().equals(ref.groupby("job_id").user.first())
     ours = t.groupby("job_id").energy_j.sum()
-    # Exactly the counter differences of the intervals whose start poll saw the job (a job is
-    # seen from its start to end + 0.5 s): the daemon reads the counter at every job change, so
-    # a job's energy is a sum of counter differences, not an estimate.
+    # Against the counter differences of the intervals whose start poll saw the job (a job is
+    # seen from its start to end + 0.5 s). The daemon reads the counter at window closes, not
+    # at job changes, and splits a window's delta between its jobs by the 1 s average power of
+    # each interval: within 0.5 % per job here (0.25 % measured; by instantaneous power it was
+    # 4.6 %: docs/benchmarks.md, "Energy split at job changes").
     s = pd.concat([pd.read_parquet(f) for f in sorted(h200_raw.glob("*_samples_1hz.parquet"))])
     s = s.sort_values("ts", kind="stable").reset_index(drop=True)
     ts, e = s.ts.to_numpy(), s.energy_mj.to_numpy()
     runs = pd.concat([pd.read_csv(f) for f in sorted(h200_raw.glob("*_runs.csv"))], ignore_index=True)
     runs.index = [str(5001 + i) for i in range(len(runs))]
+    abs_err_j = exact_sum_j = 0.0
     for job_id, r in runs.iterrows():
         start_polls = ((ts >= r.start) & (ts <= r.end + 0.5))[:-1].nonzero()[0]
         exact_j = (e[start_polls + 1] - e[start_polls]).sum() / 1e3
-        assert ours[job_id] == pytest.approx(exact_j, rel=1e-9), job_id
+        assert ours[job_id] == pytest.approx(exact_j, rel=0.005), job_id
+        abs_err_j += abs(ours[job_id] - exact_j)
+        exact_sum_j += exact_j
+    assert abs_err_j < 0.002 * exact_sum_j  # (the windows still telescope: test above)
     # Against the probe's own counter reading per run (start..end): within 2.5 %. (The second
     # before a job's process is first seen belongs to the GPU's previous owner, because the
     # split must sit at a counter reading; with a Prolog job file the job is seen before its

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import pwd
 import shutil
@@ -162,6 +163,7 @@ class FakeNvml:
         186,
         190,
     )
+    NVML_FI_DEV_POWER_AVERAGE = 185
     NVML_VALUE_TYPE_DOUBLE, NVML_VALUE_TYPE_UNSIGNED_INT, NVML_VALUE_TYPE_UNSIGNED_LONG = 0, 1, 2
     NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, NVML_VALUE_TYPE_SIGNED_LONG_LONG, NVML_VALUE_TYPE_SIGNED_INT = 3, 4, 5
     NVML_VALUE_TYPE_UNSIGNED_SHORT = 6
@@ -210,7 +212,7 @@ class FakeNvml:
         for fid in ids:
             v = V()
             v.ullVal = 123456
-            v.uiVal = 250000
+            v.uiVal = 250000 if fid != 185 else 240000
             fv = type(
                 "FV",
                 (),
@@ -265,6 +267,9 @@ def test_nvml_unsupported_fields_are_none_and_lost_gpu_is_typed() -> None:
     # The cheap poll never touches the energy counter (docs/benchmarks.md, "Per NVML call") ...
     assert s.energy_mj is None and s.power_w == 250.0
     assert nv.energy_calls == 0 and 83 not in nv.field_ids
+    # The 1 s average power (what the energy split between job segments uses) comes in the same
+    # FieldValues call as the instantaneous power: no extra NVML call.
+    assert s.power_avg_w == 240.0 and nv.field_ids == [186, 190, 185]
     # ... which is read on its own, only when asked for.
     assert b.energy_mj(0) == 123456 and nv.energy_calls == 1
     assert s.power_limit_w == 700.0  # field rejected -> per-field fallback
@@ -276,6 +281,50 @@ def test_nvml_unsupported_fields_are_none_and_lost_gpu_is_typed() -> None:
         b.sample(0)
     with pytest.raises(GpuLostError, match="GPU 0 energy_mj"):
         b.energy_mj(0)
+
+
+class NanNvml(FakeNvml):
+    """A driver that hands out doubles: NaN average power, infinite instant power on the first
+    poll, finite ones after; GPM metrics NaN for one metric, infinite for another."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.polls = 0
+
+    def nvmlDeviceGetFieldValues(self, h: str, ids: list[int]) -> list[Any]:
+        self.polls += 1
+        self.field_ids += ids
+        first = {185: math.nan, 186: math.inf, 190: 700000.0}
+        later = {185: 240000.0, 186: 250000.0, 190: 700000.0}
+        vals = first if self.polls == 1 else later
+        return [type("FV", (), {"nvmlReturn": 0, "valueType": self.NVML_VALUE_TYPE_DOUBLE,
+                                "value": type("V", (), {"dVal": vals[fid]})()})() for fid in ids]
+
+    NVML_GPM_METRICS_GET_VERSION = 1
+
+    def c_nvmlGpmMetricsGet_t(self) -> Any:
+        metric = type("M", (), {"metricId": 0, "value": 0.0, "nvmlReturn": 0})
+        return type("G", (), {"metrics": [metric() for _ in range(16)]})()
+
+    def nvmlGpmMetricsGet(self, mg: Any) -> None:
+        for i, m in enumerate(mg.metrics):
+            m.value = (math.nan, math.inf, 42.0)[min(i, 2)]
+
+
+def test_nvml_nonfinite_doubles_are_no_reading() -> None:
+    """A NaN or infinite double from NVML (H200 run of 2026-11-30: a NaN crashed the daemon's
+    stop) is None, like an unsupported field, and does not switch the power fields off."""
+    from wattclass.gpu.nvml import GPM_METRIC_IDS, NvmlBackend
+
+    nv = NanNvml()
+    b = NvmlBackend(nvml_module=nv)
+    s = b.sample(0)
+    assert s.power_w is None and s.power_avg_w is None and s.power_limit_w == 700.0
+    s = b.sample(0)  # the next poll still reads the fields (no fallback to the getters)
+    assert s.power_w == 250.0 and s.power_avg_w == 240.0 and nv.field_ids.count(185) == 2
+    m = b.gpm_metrics(0, object(), object())
+    vals = [getattr(m, name) for name, _ in GPM_METRIC_IDS]
+    assert vals[0] is None and vals[1] is None and vals[2:] == [42.0] * (len(vals) - 2)
 
 
 def test_nvml_init_failure_is_one_clear_error() -> None:

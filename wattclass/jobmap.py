@@ -216,21 +216,28 @@ def jobs_on_gpu(spool: Path, gpu_uuid: str) -> list[JobAssignment]:
 
 class JobMapReader:
     """Cached reader of all jobs on each GPU: re-lists a GPU's folder only when its mtime or the
-    legacy file's mtime changes (a ``stat`` or two per GPU per poll otherwise)."""
+    legacy file's mtime changes (two ``stat`` calls per GPU per poll otherwise, on path strings
+    built once per GPU: building them with pathlib every poll was most of the daemon's own
+    per-poll Python, issue 15)."""
 
     def __init__(self, spool: Path = DEFAULT_SPOOL) -> None:
         self.spool = Path(spool)
         self._cache: dict[str, tuple[tuple[int, int], list[JobAssignment]]] = {}
+        self._paths: dict[str, tuple[str, str]] = {}  # GPU uuid -> (its folder, legacy file)
 
     @staticmethod
-    def _mtime(path: Path) -> int:
+    def _mtime(path: str) -> int:
         try:
-            return path.stat().st_mtime_ns
+            return os.stat(path).st_mtime_ns
         except (FileNotFoundError, NotADirectoryError):
             return -1
 
     def jobs(self, gpu_uuid: str) -> list[JobAssignment]:
-        key = (self._mtime(_gpu_dir(self.spool, gpu_uuid)), self._mtime(legacy_path(self.spool, gpu_uuid)))
+        paths = self._paths.get(gpu_uuid)
+        if paths is None:  # validates the uuid once (ConfigError for a bad one, as before)
+            paths = (os.fspath(_gpu_dir(self.spool, gpu_uuid)), os.fspath(legacy_path(self.spool, gpu_uuid)))
+            self._paths[gpu_uuid] = paths
+        key = (self._mtime(paths[0]), self._mtime(paths[1]))
         if key == (-1, -1):
             self._cache.pop(gpu_uuid, None)
             return []

@@ -49,6 +49,10 @@ class GpuSample(NamedTuple):
     clock_event_reasons: int | None  # NVML clocks-event (throttle) reason bitmask
     temp_c: float | None
     fb_used_mib: float | None
+    #: Power averaged over the second before the poll (NVML's POWER_AVERAGE field, what
+    #: nvmlDeviceGetPowerUsage returns on Ampere and later): integrated over a 1 s poll interval
+    #: it is that interval's energy to ~3 J (docs/benchmarks.md, "Energy split at job changes").
+    power_avg_w: float | None = None
 
 
 class GpmMetrics(NamedTuple):
@@ -141,7 +145,7 @@ class GpuBackend(abc.ABC):
 
         Separate from ``sample`` because on an H200 VM this one read costs milliseconds while
         every other field costs microseconds (docs/benchmarks.md, "Per NVML call"); the window
-        builder asks for it only at window closes, job changes, gaps and the first poll.
+        builder asks for it only at (every N-th) window close, after a gap and at the first poll.
         """
         return self.sample(index).energy_mj
 

@@ -4,11 +4,13 @@ Why this call set: the daemon polls every GPU every second, so each poll uses as
 as possible:
 
 * the energy counter only in ``energy_mj`` (``nvmlDeviceGetTotalEnergyConsumption``), which
-  the daemon calls only at window closes, job changes, gaps and the first poll: on the H200 VM
+  the daemon calls only at (every second) window close, after gaps and at the first poll, never
+  at a job change (telemetry.windows, "sparse energy"): on the H200 VM
   (driver 580) that one read costs milliseconds, alone or inside FieldValues, while every
   other call below costs microseconds (docs/benchmarks.md, "Per NVML call");
-* one batched ``nvmlDeviceGetFieldValues`` for the instantaneous power and the enforced power
-  limit, *without* the energy field (per-GPU fallback to PowerUsage / EnforcedPowerLimit when a
+* one batched ``nvmlDeviceGetFieldValues`` for the instantaneous power, the enforced power
+  limit and the 1 s average power (the daemon splits an energy span between job segments with
+  it), *without* the energy field (per-GPU fallback to PowerUsage / EnforcedPowerLimit when a
   field id is rejected by an older driver, decided once per GPU);
 * utilization, SM and memory clocks, clock-event reasons, temperature, memory info (each a few
   microseconds, so every poll: ``fb_used_mib`` is a per-window maximum and needs every poll);
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -77,6 +80,9 @@ _NO_DATA = 20
 _UNKNOWN = 999
 _LOST_CODES = frozenset({_GPU_IS_LOST, _TIMEOUT, _UNKNOWN})
 _UNSUPPORTED_CODES = frozenset({_NOT_SUPPORTED, _FUNCTION_NOT_FOUND, _NO_DATA})
+
+#: nvml.h NVML_FI_DEV_POWER_AVERAGE, for pynvml versions that predate the constant.
+_FI_POWER_AVERAGE = 185
 
 #: How many GPM sample buffers each GPU rotates through: the daemon holds at most two
 #: (window start, window end) plus the one being filled.
@@ -204,11 +210,14 @@ class NvmlBackend(GpuBackend):
         return list(self._infos)
 
     # -- polling -------------------------------------------------------------------------------
-    def _power(self, index: int, h: Any) -> tuple[float | None, float | None]:
-        """Instant power (W) and enforced limit (W): one FieldValues call, no energy field."""
+    def _power(self, index: int, h: Any) -> tuple[float | None, float | None, float | None]:
+        """Instant power, enforced limit and 1 s average power (W): one FieldValues call, no
+        energy field. The average is None where the field fails (and on the fallback path:
+        PowerUsage is an average only from Ampere on, so it is not taken for one)."""
         nv = self._nv
         if self._field_ok.get(index, True):
-            ids = [nv.NVML_FI_DEV_POWER_INSTANT, nv.NVML_FI_DEV_POWER_CURRENT_LIMIT]
+            ids = [nv.NVML_FI_DEV_POWER_INSTANT, nv.NVML_FI_DEV_POWER_CURRENT_LIMIT,
+                   getattr(nv, "NVML_FI_DEV_POWER_AVERAGE", _FI_POWER_AVERAGE)]
             try:
                 vals = nv.nvmlDeviceGetFieldValues(h, ids)
             except nv.NVMLError as exc:
@@ -216,17 +225,20 @@ class NvmlBackend(GpuBackend):
                     raise
                 self._field_ok[index] = False
             else:
-                power, limit = (_field_value(nv, v) for v in vals)
-                if power is not None:
+                power, limit, avg = (_field_value(nv, v) for v in vals)
+                avg_w = avg / 1e3 if avg is not None else None
+                # A NaN reading of a working field is no reading this poll, not a missing field.
+                if power is not None or vals[0].nvmlReturn == 0:
+                    power_w = power / 1e3 if power is not None else None
                     if limit is None:
                         lim = self._opt(nv.nvmlDeviceGetEnforcedPowerLimit, h)
-                        return power / 1e3, lim / 1e3 if lim is not None else None
-                    return power / 1e3, limit / 1e3
+                        return power_w, lim / 1e3 if lim is not None else None, avg_w
+                    return power_w, limit / 1e3, avg_w
                 # Instant power field missing on this driver: use the getters from now on.
                 self._field_ok[index] = False
         p = self._opt(nv.nvmlDeviceGetPowerUsage, h)
         lim = self._opt(nv.nvmlDeviceGetEnforcedPowerLimit, h)
-        return (p / 1e3 if p is not None else None, lim / 1e3 if lim is not None else None)
+        return (p / 1e3 if p is not None else None, lim / 1e3 if lim is not None else None, None)
 
     @nvml_errors
     def energy_mj(self, index: int) -> int | None:
@@ -241,7 +253,7 @@ class NvmlBackend(GpuBackend):
         import time
 
         ts = time.time()
-        power, limit = self._power(index, h)
+        power, limit, avg = self._power(index, h)
         util = self._opt(nv.nvmlDeviceGetUtilizationRates, h)
         sm = self._opt(nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_SM)
         mem_clk = self._opt(nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_MEM)
@@ -260,6 +272,7 @@ class NvmlBackend(GpuBackend):
             clock_event_reasons=int(reasons) if reasons is not None else None,
             temp_c=float(temp) if temp is not None else None,
             fb_used_mib=mem.used / 2**20 if mem is not None else None,
+            power_avg_w=avg,
         )
 
     # -- GPM -------------------------------------------------------------------------------------
@@ -332,7 +345,7 @@ class NvmlBackend(GpuBackend):
             mg.metrics[i].metricId = mid
         nv.nvmlGpmMetricsGet(mg)
         vals = {
-            name: (float(mg.metrics[i].value) if mg.metrics[i].nvmlReturn == 0 else None)
+            name: (_finite(float(mg.metrics[i].value)) if mg.metrics[i].nvmlReturn == 0 else None)
             for i, (name, _) in enumerate(GPM_METRIC_IDS)
         }
         return GpmMetrics(**vals)
@@ -399,14 +412,20 @@ def _s(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
+def _finite(v: float) -> float | None:
+    """A double NVML computed (a field, a GPM ratio) can be NaN or infinite: that is no reading."""
+    return v if math.isfinite(v) else None
+
+
 def _field_value(nv: Any, fv: Any) -> float | None:
-    """Decode one nvmlFieldValue_t; None when the field failed (e.g. NOT_SUPPORTED)."""
+    """Decode one nvmlFieldValue_t; None when the field failed (e.g. NOT_SUPPORTED) or is not
+    a finite number."""
     if fv.nvmlReturn != 0:
         return None
     t = fv.valueType
     v = fv.value
     if t == nv.NVML_VALUE_TYPE_DOUBLE:
-        return float(v.dVal)
+        return _finite(float(v.dVal))
     if t == nv.NVML_VALUE_TYPE_UNSIGNED_INT:
         return float(v.uiVal)
     if t in (nv.NVML_VALUE_TYPE_UNSIGNED_LONG, nv.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG):

@@ -256,8 +256,9 @@ class ReplayBackend(GpuBackend):
             return v[i] if v is not None else None
 
         power = col("power_instant_mw")
+        avg = col("power_mw")  # the probe's nvmlDeviceGetPowerUsage: the 1 s average on Hopper
         if power is None:
-            power = col("power_mw")
+            power = avg
         limit = col("power_limit_mw")
         reasons = col("clock_event_reasons")
         return GpuSample(
@@ -272,6 +273,7 @@ class ReplayBackend(GpuBackend):
             clock_event_reasons=int(reasons) if reasons is not None else None,
             temp_c=col("temp_c"),
             fb_used_mib=col("fb_used_mib"),
+            power_avg_w=avg / 1e3 if avg is not None else None,
         )
 
     def energy_mj(self, index: int) -> int | None:
