@@ -287,8 +287,11 @@ local function load_table()
   local st = pstat.lstat(LABEL_TABLE)
   if st == nil then return nil, "label table " .. LABEL_TABLE .. " not found" end
   local cache = WATTCLASS_TABLE_CACHE
+  -- ctime and gid too: an admin's chgrp/chmod that makes the table readable changes neither
+  -- mtime nor size, and must not leave a cached "cannot open" in place
   if cache ~= nil and cache.ino == st.st_ino and cache.mtime == st.st_mtime and cache.size == st.st_size
-      and cache.mode == st.st_mode and cache.uid == st.st_uid then
+      and cache.mode == st.st_mode and cache.uid == st.st_uid and cache.gid == st.st_gid
+      and cache.ctime == st.st_ctime then
     return cache.table, cache.err
   end
   local tbl, err = nil, nil
@@ -304,7 +307,7 @@ local function load_table()
     end
   end
   WATTCLASS_TABLE_CACHE = { ino = st.st_ino, mtime = st.st_mtime, size = st.st_size, mode = st.st_mode,
-                            uid = st.st_uid, table = tbl, err = err }
+                            uid = st.st_uid, gid = st.st_gid, ctime = st.st_ctime, table = tbl, err = err }
   return tbl, err
 end
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -59,6 +60,7 @@ from wattclass.jobmap import (
 from wattclass.logsafe import ClipFilter
 from wattclass.plugin.sharedcaps import (
     JobEnded,
+    Liveness,
     gpu_lock,
     leave_shared,
     never_ended,
@@ -226,6 +228,10 @@ def prolog(
         for held, _ in targets:
             write_job_file(jobs_dir, held, JobAssignment(job.display_id, job.user, job.uid,
                                                          comment.label, comment.source, job.account))
+    liveness = Liveness(job_ended if job_ended is not None else never_ended)
+    if not dry_run:  # ask Slurm about the other jobs on these GPUs before taking any lock
+        liveness.ask(sorted({a.job_id for held, _ in targets for a in jobs_on_gpu(jobs_dir, held)}
+                            - {job.display_id}))
     plan = []
     for g in resolve_gpus(backend, job.gpus, gpu_map):
         current = backend.power_limit_w(g.gpu_index)
@@ -257,8 +263,7 @@ def prolog(
         if dry_run or (comment is not None and comment.mode != "enforce" and not comment.capped_for_real()):
             continue
         entry.update(register(backend, g, job.job_id, job.display_id, target, jobs_dir,
-                              _record_path(state_dir, g.uuid), read_record,
-                              job_ended if job_ended is not None else never_ended))
+                              _record_path(state_dir, g.uuid), read_record, liveness))
         if target is not None:
             entry["action"] = "capped"
             log.info("job %s: capped GPU %s (%s) label=%s cap=%s: %s W -> %.1f W (jobs on it: %s)",
@@ -523,7 +528,8 @@ def run_hook(hook: str, args: argparse.Namespace, env: Mapping[str, str] | None 
             gpu_map = load_gpu_map(args.gpu_map) if args.gpu_map else discover_gpu_map(backend)
             plan = prolog(env, backend, get_comment, gpu_map, args.jobs_dir, args.state_dir,
                           dry_run=args.dry_run, hpc_job_dir=args.hpc_job_mapping_dir,
-                          job_ended=slurm.job_ended)
+                          job_ended=functools.partial(slurm.job_ended,
+                                                      node=env.get("SLURMD_NODENAME") or None))
             if args.dry_run:
                 print(json.dumps(plan, indent=2))
             return 0

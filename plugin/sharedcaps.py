@@ -37,8 +37,9 @@ log = logging.getLogger("wattclass.plugin.prolog")
 #: ``read_record`` of the Prolog: the record at a path, None if none, DataError if unusable.
 RecordReader = Callable[[Path], "dict[str, Any] | None"]
 
-#: Whether Slurm says a job has ended: True (ended or unknown to slurmctld), False (alive), None
-#: (cannot tell: kept, as before the check existed). ``CommandSlurmClient.job_ended``.
+#: Whether a job no longer holds GPUs on this node: True (ended, unknown to slurmctld, pending
+#: or requeued, or running elsewhere), False (runs here), None (cannot tell: kept, as before the
+#: check existed). ``CommandSlurmClient.job_ended`` with the node's name.
 JobEnded = Callable[[str], "bool | None"]
 
 
@@ -46,23 +47,54 @@ def never_ended(_job_id: str) -> bool | None:
     return None
 
 
-def drop_ended(backend: GpuBackend, jobs_dir: Path, g: GpuInfo, job_ids: list[str],
-               job_ended: JobEnded) -> list[str]:
-    """``job_ids`` without the jobs Slurm says have ended, whose job files on ``g`` are removed.
+class Liveness:
+    """``JobEnded`` asked once per job per hook run, within one time budget.
 
-    A job whose Epilog never ran (slurmd killed mid-job, node not rebooted) leaves its job file
+    The Prolog asks before it takes any GPU's lock (``ask``), so a slow slurmctld delays only
+    this job's start, never a neighbour's hook waiting on the lock; and each other job costs one
+    squeue whatever the number of GPUs it shares. Past ``budget_s`` the rest are unknown (kept).
+    """
+
+    def __init__(self, fn: JobEnded, budget_s: float = 5.0) -> None:
+        self._fn = fn
+        self._deadline = time.monotonic() + budget_s
+        self._seen: dict[str, bool | None] = {}
+
+    def __call__(self, job_id: str) -> bool | None:
+        if job_id not in self._seen:
+            self._seen[job_id] = self._fn(job_id) if time.monotonic() < self._deadline else None
+        return self._seen[job_id]
+
+    def ask(self, job_ids: list[str]) -> None:
+        for j in job_ids:
+            self(j)
+
+
+def remove_everywhere(jobs_dir: Path, job_id: str) -> None:
+    """Remove ``job_id``'s job files for every GPU in the spool (names validated by jobmap)."""
+    try:
+        folders = [d.name for d in Path(jobs_dir).iterdir() if d.is_dir() and not d.is_symlink()]
+    except OSError:
+        return
+    for uuid in folders:
+        with contextlib.suppress(OSError, ConfigError):
+            remove_job_file(jobs_dir, uuid, job_id)
+
+
+def drop_ended(jobs_dir: Path, g: GpuInfo, job_ids: list[str], job_ended: JobEnded) -> list[str]:
+    """``job_ids`` without the jobs that no longer hold GPUs on this node; their job files are
+    removed from every GPU of the node.
+
+    A job whose Epilog never ran (slurmd killed mid-job, node not rebooted) leaves its job files
     and its place in the GPU's cap record: as an uncapped neighbour it would keep every later
     job on that GPU uncapped. When Slurm cannot answer, the job is kept (fail-open, as before).
     """
-    uuids = [g.uuid, *(m.uuid for m in backend.mig_instances(g.gpu_index))]
     alive = []
     for j in job_ids:
         if job_ended(j) is True:
-            log.warning("GPU %s: job %s has ended without its Epilog: its job file and its place in "
-                        "the cap record are dropped", g.uuid, j)
-            for u in uuids:
-                with contextlib.suppress(OSError):
-                    remove_job_file(jobs_dir, u, j)
+            log.warning("GPU %s: job %s no longer runs on this node but left its files (no Epilog): "
+                        "its job files and its place in the cap record are dropped", g.uuid, j)
+            remove_everywhere(jobs_dir, j)
         else:
             alive.append(j)
     return alive
@@ -175,7 +207,7 @@ def register(backend: GpuBackend, g: GpuInfo, job_id: str, display_id: str, targ
             old, jobs = {"previous_w": g.power_limit_default_w}, None
         if jobs is not None:
             others = [j for j in jobs if j != job_id]
-            alive = set(drop_ended(backend, jobs_dir, g, others, job_ended)) if others else set()
+            alive = set(drop_ended(jobs_dir, g, others, job_ended)) if others else set()
             jobs = {j: v for j, v in jobs.items() if j == job_id or j in alive}
         if old is None and target is None:
             return {"jobs": [job_id]}
@@ -187,7 +219,7 @@ def register(backend: GpuBackend, g: GpuInfo, job_id: str, display_id: str, targ
             raise GpuError(f"GPU {g.uuid}: no current power limit to record")
         if jobs is None:
             found = neighbours(backend, jobs_dir, g, display_id)
-            jobs = dict.fromkeys(drop_ended(backend, jobs_dir, g, found, job_ended) if found else [])
+            jobs = dict.fromkeys(drop_ended(jobs_dir, g, found, job_ended) if found else [])
         jobs[job_id] = target
         limit = effective_limit(previous, jobs)
         write_record(rec_path, previous, jobs, limit)  # before touching the GPU

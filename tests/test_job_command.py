@@ -54,6 +54,9 @@ def test_cap_share_comes_from_the_gpu_model_not_a_guess(root: Path, h200_telemet
     w.to_parquet(f)
     d = _json(capsys, "5003", "--data-root", str(root), "--date", DAY)
     assert d["cap_w"] == 700 and d["cap_pct"] is None
+    w["gpu_model"] = "NVIDIA H200 NVL"  # a 600 W board: not guessed as the SXM's 700 W
+    w.to_parquet(f)
+    assert _json(capsys, "5003", "--data-root", str(root), "--date", DAY)["cap_pct"] is None
     w["gpu_model"] = "NVIDIA A100-SXM4-80GB"
     w["power_limit_w"] = 300.0
     w.to_parquet(f)

@@ -465,39 +465,47 @@ def test_job_without_partition_in_exempt_default_partition_is_exempt(debug_defau
 
 
 def test_job_file_of_an_ended_job_no_longer_holds_the_gpu_uncapped(fresh: WattclassRig) -> None:
-    """A job whose Epilog never ran (slurmd killed mid-job) leaves its job file. It used to count
-    as a live uncapped neighbour, so every later job on that GPU ran uncapped; now the Prolog asks
-    Slurm, drops jobs that ended (here one slurmctld never knew) and removes their files, and
-    keeps jobs Slurm still has (here a held one)."""
+    """A job whose Epilog never ran (slurmd killed mid-job) leaves its job files. They used to
+    count as a live uncapped neighbour, so every later job on that GPU ran uncapped. Now the
+    Prolog asks Slurm and drops every job that does not run on this node -- one slurmctld never
+    knew, one COMPLETED, one pending (as a job requeued after a node failure is: same id, still
+    known) -- removing its files from every GPU; a job that runs here keeps its place."""
     from wattclass.jobmap import JobAssignment, write_job_file
 
+    c = fresh.cluster
     uuids = [g.uuid for g in fresh.backend.gpus()]
     held = _held(fresh, "root", "-J", "other", "--gres=gpu:1")
+    running = c.sbatch("-o", "/dev/null", "-J", "other", "--gres=gpu:1", script="#!/bin/sh\nsleep 120\n")
     try:
+        c.wait_job(running, states=("RUNNING",))
         for u in uuids:
             write_job_file(fresh.jobs_dir, u, JobAssignment("987654", "ghost", 4242))
+            write_job_file(fresh.jobs_dir, u, JobAssignment(held, "root", 0))
         job_id, _job = run_job(fresh, "-J", "mem-train", "--gres=gpu:1")
         seen, gpus = fresh.seen(job_id)
-        assert [seen[g] for g in gpus] == [420.0], seen  # capped: the ended job was dropped
-        assert "job 987654 has ended without its Epilog" in fresh.log.read_text()
-        left = {p.parent.name for p in fresh.jobs_dir.rglob("987654.json")}
-        assert len(left) == 3 and set(uuids) - left  # only the job's GPU was cleaned
+        assert [seen[g] for g in gpus] == [420.0], seen  # capped: both were dropped
+        log = fresh.log.read_text()
+        for gone in ("987654", held):
+            assert f"job {gone} no longer runs on this node" in log
+            assert not any(fresh.jobs_dir.rglob(f"{gone}.json"))  # from every GPU, not only the job's
         wait_restored(fresh)
-        # a job Slurm still has (the held one) keeps holding the GPU uncapped; one it reports
-        # COMPLETED (the job above) is dropped like the unknown one
+        # a COMPLETED job is dropped too; the job running here keeps holding the GPU uncapped
         done = job_id
         for u in uuids:
-            write_job_file(fresh.jobs_dir, u, JobAssignment(held, "root", 0))
+            write_job_file(fresh.jobs_dir, u, JobAssignment(running, "root", 0))
             write_job_file(fresh.jobs_dir, u, JobAssignment(done, "root", 0))
         job_id, _job = run_job(fresh, "-J", "mem-train", "--gres=gpu:1")
         seen, gpus = fresh.seen(job_id)
         assert [seen[g] for g in gpus] == [700.0], seen
         log = fresh.log.read_text()
-        assert f"job {done} has ended without its Epilog" in log
-        assert f"job {held} has ended" not in log
+        assert f"job {done} no longer runs on this node" in log
+        assert f"job {running} no longer runs" not in log
     finally:
-        subprocess.run(["scancel", held], env=fresh.cluster.env, check=False, timeout=30)
-        # the planted files, and the record that keeps the (never started) held job on its GPU
+        for j in (held, running):
+            subprocess.run(["scancel", j], env=c.env, check=False, timeout=30)
+        with contextlib.suppress(AssertionError):
+            c.wait_job(running, states=("CANCELLED",))
+        # the planted files, and a record that keeps the cancelled running job on its GPU
         for p in [*fresh.jobs_dir.rglob("*.json"), *fresh.caps_dir.glob("*.json")]:
             p.unlink()
         wait_restored(fresh)

@@ -77,6 +77,8 @@ def known_limits(model: str) -> tuple[float, float, float]:
     # NVML's names: "NVIDIA H200", "NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3"
     tokens = re.split(r"[\s_-]+", model.upper().replace("NVIDIA", "").strip())
     key = tokens[0] if tokens else ""
+    if {"PCIE", "NVL"} & set(tokens[1:]):  # other boards, other limits (H100 PCIe 350 W, H200 NVL 600 W)
+        key = ""
     if key not in KNOWN_LIMITS_W:
         raise ConfigError(f"--gpu-model {model!r}: unknown (known: {', '.join(KNOWN_LIMITS_W)}); "
                           "give --limits DEFAULT,MIN,MAX instead")

@@ -47,9 +47,10 @@ log = logging.getLogger(__name__)
 #: Job ids as the Prolog writes them in job files: plain, array task (123_4), het component (123+0).
 JOB_DISPLAY_ID = re.compile(r"[0-9]+(?:_[0-9]+|\+[0-9]+)?")
 
-#: Job states after which a job holds no GPU (squeue's long names).
-ENDED_STATES = frozenset({"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
-                          "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "REVOKED", "SPECIAL_EXIT"})
+#: Job states in which a job may hold its node's GPUs (squeue's long names); any other state
+#: (pending, requeued, held, or one of the end states) holds none.
+HOLDING_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED", "SIGNALING",
+                            "STAGE_OUT", "RESIZING"})
 
 
 def run_slurm(argv: Sequence[str], *, timeout: float = DEFAULT_TIMEOUT_S,
@@ -249,24 +250,38 @@ class CommandSlurmClient(SlurmClient):
                         "--Format", f"admin_comment:{ADMIN_COMMENT_WIDTH}"]).strip()
         return None if out in ("", "(null)") else out
 
-    def job_ended(self, display_id: str) -> bool | None:
-        """Whether slurmctld says the job has ended: True when it reports an end state or no
-        longer knows the id, False while it runs (or is pending, completing, suspended), None
-        when it cannot tell (squeue failed or timed out, or an id it cannot take).
+    def job_ended(self, display_id: str, node: str | None = None) -> bool | None:
+        """Whether the job no longer holds GPUs on ``node``: True when slurmctld does not list it
+        there in a running state (ended, unknown, pending, requeued after a node failure, or
+        running on other nodes), False while it runs there, None when it cannot tell (squeue
+        failed or timed out, or an id it cannot take). Without ``node``: on any node.
 
         For the Prolog's liveness check of job files left by jobs whose Epilog never ran
-        (slurmd killed mid-job): such a file would hold its GPU as an uncapped neighbour forever.
+        (slurmd killed mid-job): such a file would hold its GPU as an uncapped neighbour. A
+        requeued job keeps its id, so "still known to Slurm" is not enough: it must run here.
         """
         if not JOB_DISPLAY_ID.fullmatch(str(display_id)):
             return None
         try:
             out = self.run(["squeue", "--noheader", "--states=all", "--jobs", str(display_id),
-                            "--Format", "State:32"]).split()
+                            "--Format", "State:32,NodeList:4096"])
         except SlurmError as exc:
             return True if "invalid job id" in str(exc).lower() else None
-        if not out:
-            return True
-        return all(state.upper().rstrip("+") in ENDED_STATES for state in out)
+        try:
+            for line in out.splitlines():
+                state, _, nodes = line.strip().partition(" ")
+                if state.upper().rstrip("+") in HOLDING_STATES and (
+                        node is None or node in self._hostnames(nodes.strip())):
+                    return False
+        except SlurmError:
+            return None
+        return True
+
+    def _hostnames(self, nodelist: str) -> list[str]:
+        """Slurm's hostlist expression (``gpu[01-03],login``) as names; scontrol expands ranges."""
+        if "[" not in nodelist:
+            return [n for n in nodelist.split(",") if n]
+        return self.run(["scontrol", "show", "hostnames", nodelist]).split()
 
     def nodes(self) -> list[dict[str, Any]]:
         """Nodes as slurmctld describes them: ``sinfo --json``'s ``nodes`` on 22.05; 23.02+ moved
