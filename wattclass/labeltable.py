@@ -50,11 +50,12 @@ from wattclass.fsutil import atomic_writer
 TABLE_VERSION = 2
 HEADER = "wattclass-labels"
 #: The writer keeps at most this many entries (see module docstring). Sized by docs/benchmarks.md:
-#: slurmctld parses a new table inside the first submission after it, holding its job lock; 200k
-#: keys take well under a second there, while 1M keys took seconds and timed out that sbatch
-#: (MessageTimeout) on a loaded machine. job_submit.lua's MAX_BYTES (plugin/job_submit.lua) bounds
-#: what it reads from any file: a full table of typical keys (about 50 bytes each) fits.
-MAX_ENTRIES = 200_000
+#: slurmctld parses a new table inside the first submission after it, holding its job lock (100k
+#: keys: a third of a second; 1M took seconds and timed out that sbatch on a loaded machine), and
+#: with the table in slurmctld's Lua heap sbatch throughput stayed >= 0.97 of a cluster without
+#: the hook at 100k keys on Slurm 22.05 and 25.11, but only 0.966-0.973 at 200k on 25.11.
+#: job_submit.lua's MAX_BYTES (plugin/job_submit.lua) bounds what it reads from any file.
+MAX_ENTRIES = 100_000
 MAX_BYTES = 16 * 1024 * 1024
 #: Job names are user strings and become keys: a name longer than this (UTF-8 bytes) gets no
 #: user+name key (its jobs fall through to the user key), and one user keeps at most
