@@ -31,7 +31,8 @@ confident, then those with the most jobs; how many it dropped is logged and retu
 name over ``MAX_NAME_BYTES`` and at most ``MAX_NAMES_PER_USER`` names per user (names are user
 strings: one user must not crowd the others out); job_submit.lua reads at most
 ``MAX_BYTES`` bytes and ignores the rest (it logs that it did). Written atomically (temp file +
-rename + fsync), mode 0644, so job_submit.lua, which refuses files others can write, accepts it.
+rename + fsync), mode 0640 root:<slurmctld's group> or 0644 (``write_label_table``), so
+job_submit.lua, which refuses files others can write, accepts it.
 """
 
 from __future__ import annotations
