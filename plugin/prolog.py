@@ -52,8 +52,8 @@ from wattclass.jobmap import (
     DEFAULT_SPOOL,
     JobAssignment,
     jobs_on_gpu,
-    read_job_file,
     remove_hpc_job_file,
+    remove_job_files,
     write_hpc_job_file,
     write_job_file,
 )
@@ -401,15 +401,8 @@ def _drop_files_after_failed_epilog(hook: str, env: Mapping[str, str], jobs_dir:
 
 def _remove_job_files(spool: Path, job: JobEnv) -> None:
     """The job's files in every GPU folder, and legacy per-GPU files naming it."""
-    for f in sorted([*spool.glob(f"*/{job.display_id}.json"), *spool.glob("*.json")]):
-        try:
-            a = read_job_file(f)
-        except (DataError, ConfigError) as exc:
-            log.error("job %s: epilog: %s", job.job_id, exc)
-            continue
-        if a is not None and a.job_id == job.display_id:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(f)
+    for problem in remove_job_files(spool, job.display_id):
+        log.error("job %s: epilog: %s", job.job_id, problem)
 
 
 def reconcile(backend: GpuBackend, jobs_dir: Path = DEFAULT_SPOOL,

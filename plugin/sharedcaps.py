@@ -30,7 +30,7 @@ from typing import Any
 from wattclass.errors import ConfigError, DataError, GpuError
 from wattclass.fsutil import atomic_write_text, ensure_trusted_dir
 from wattclass.gpu.base import GpuBackend, GpuInfo
-from wattclass.jobmap import jobs_on_gpu, remove_job_file
+from wattclass.jobmap import jobs_on_gpu, remove_job_files
 
 log = logging.getLogger("wattclass.plugin.prolog")
 
@@ -70,17 +70,6 @@ class Liveness:
             self(j)
 
 
-def remove_everywhere(jobs_dir: Path, job_id: str) -> None:
-    """Remove ``job_id``'s job files for every GPU in the spool (names validated by jobmap)."""
-    try:
-        folders = [d.name for d in Path(jobs_dir).iterdir() if d.is_dir() and not d.is_symlink()]
-    except OSError:
-        return
-    for uuid in folders:
-        with contextlib.suppress(OSError, ConfigError):
-            remove_job_file(jobs_dir, uuid, job_id)
-
-
 def drop_ended(jobs_dir: Path, g: GpuInfo, job_ids: list[str], job_ended: JobEnded) -> list[str]:
     """``job_ids`` without the jobs that no longer hold GPUs on this node; their job files are
     removed from every GPU of the node.
@@ -94,7 +83,9 @@ def drop_ended(jobs_dir: Path, g: GpuInfo, job_ids: list[str], job_ended: JobEnd
         if job_ended(j) is True:
             log.warning("GPU %s: job %s no longer runs on this node but left its files (no Epilog): "
                         "its job files and its place in the cap record are dropped", g.uuid, j)
-            remove_everywhere(jobs_dir, j)
+            with contextlib.suppress(OSError):
+                for problem in remove_job_files(jobs_dir, j):
+                    log.warning("GPU %s: job %s: left a job file: %s", g.uuid, j, problem)
         else:
             alive.append(j)
     return alive

@@ -127,6 +127,26 @@ def remove_job_file(spool: Path, gpu_uuid: str, job_id: str) -> bool:
     return removed
 
 
+def remove_job_files(spool: Path, job_id: str) -> list[str]:
+    """Remove ``job_id``'s files in every GPU folder of the spool, and legacy per-GPU files naming
+    it; a file goes only if it names the job inside. Returns why the files it could not read were
+    left (for the caller's log): the Epilog's cleanup, and the Prolog's for a job that left
+    without its Epilog."""
+    if not _JOB_ID_RE.match(job_id):  # never a glob pattern; nothing of it can be on disk
+        return [f"invalid job id for a job file: {job_id[:40]!r}"]
+    problems = []
+    for f in sorted([*Path(spool).glob(f"*/{job_id}.json"), *Path(spool).glob("*.json")]):
+        try:
+            a = read_job_file(f)
+        except (DataError, ConfigError) as exc:
+            problems.append(str(exc))
+            continue
+        if a is not None and a.job_id == job_id:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f)
+    return problems
+
+
 #: Longest excerpt of a bad job file quoted in an error (the spool is written by root, but a log
 #: line must stay one short line whatever the file holds).
 EXCERPT_CHARS = 120
