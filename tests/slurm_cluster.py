@@ -570,3 +570,32 @@ class WattclassRig:
         by_index = {int(g["index"]): float(g["limit_w"]) for g in doc["gpus"]}
         gpus = [int(x) for x in (self.out / f"gpus-{job_id}.txt").read_text().strip().split(",") if x]
         return {j: by_index[b] for j, b in self.slurm_to_backend.items()}, gpus
+
+
+def require_daemons() -> None:
+    """For a fixture, before it builds a rig: missing Slurm daemons fail the test under CI (where
+    they must be there) and skip it elsewhere."""
+    import pytest
+
+    missing = daemons_available()
+    if missing:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI: Slurm daemons missing: {missing}")
+        pytest.skip(f"Slurm daemons missing: {missing}")
+
+
+def start_rig_or_skip(rig: WattclassRig) -> None:
+    """Start ``rig``'s cluster for a fixture: a cluster that does not start fails the test under
+    CI and skips it elsewhere (its daemons' logs on stderr)."""
+    import sys
+
+    import pytest
+
+    try:
+        rig.cluster.start()
+    except (ClusterError, OSError, subprocess.SubprocessError) as exc:
+        rig.cluster.stop()
+        print(rig.cluster.logs(), file=sys.stderr)
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI: Slurm cluster did not start: {exc}")
+        pytest.skip(f"Slurm cluster did not start: {exc}")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -20,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from slurm_cluster import ClusterError, SlurmCluster, WattclassRig, daemons_available
+from slurm_cluster import SlurmCluster, WattclassRig, require_daemons, start_rig_or_skip
 
 from wattclass.labeltable import TableEntry, write_label_table
 from wattclass.policy import parse_policy
@@ -50,22 +49,11 @@ def write_table(rig: WattclassRig, mode: str = "enforce") -> None:
 
 @pytest.fixture(scope="session")
 def rig() -> Iterator[WattclassRig]:
-    missing = daemons_available()
-    if missing:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI: Slurm daemons missing: {missing}")
-        pytest.skip(f"Slurm daemons missing: {missing}")
+    require_daemons()
     root = Path(tempfile.mkdtemp(prefix="wattclass-slurm-"))
     r = WattclassRig(root, sys.executable)
     write_table(r)
-    try:
-        r.cluster.start()
-    except (ClusterError, OSError, subprocess.SubprocessError) as exc:
-        r.cluster.stop()
-        print(r.cluster.logs(), file=sys.stderr)
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI: Slurm cluster did not start: {exc}")
-        pytest.skip(f"Slurm cluster did not start: {exc}")
+    start_rig_or_skip(r)
     yield r
     r.cluster.stop()
     shutil.rmtree(root, ignore_errors=True)
@@ -437,18 +425,11 @@ def test_huge_job_name_adds_little_to_slurmctld_log(fresh: WattclassRig) -> None
 @pytest.fixture(scope="module")
 def debug_default_rig() -> Iterator[WattclassRig]:
     """A second cluster whose DEFAULT partition (debug) is exempt."""
-    if daemons_available():
-        pytest.skip("Slurm daemons missing")
+    require_daemons()
     root = Path(tempfile.mkdtemp(prefix="wattclass-slurm-dd-"))
     r = WattclassRig(root, sys.executable, default_partition="debug")
     write_table(r)
-    try:
-        r.cluster.start()
-    except (ClusterError, OSError, subprocess.SubprocessError) as exc:
-        r.cluster.stop()
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI: Slurm cluster did not start: {exc}")
-        pytest.skip(f"Slurm cluster did not start: {exc}")
+    start_rig_or_skip(r)
     yield r
     r.cluster.stop()
     shutil.rmtree(root, ignore_errors=True)

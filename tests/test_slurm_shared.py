@@ -9,9 +9,7 @@ job's own cap); A leaves: still 595 W and B's mapping is intact; B leaves: 700 W
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -19,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from slurm_cluster import ClusterError, WattclassRig, daemons_available
+from slurm_cluster import WattclassRig, require_daemons, start_rig_or_skip
 
 from wattclass.labeltable import TableEntry, write_label_table
 from wattclass.policy import parse_policy
@@ -31,25 +29,14 @@ POLICY = {"mode": "enforce", "min_confidence": 0.8, "caps": {"memory": "60%", "m
 
 @pytest.fixture(scope="module")
 def rig() -> Iterator[WattclassRig]:
-    missing = daemons_available()
-    if missing:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI: Slurm daemons missing: {missing}")
-        pytest.skip(f"Slurm daemons missing: {missing}")
+    require_daemons()
     root = Path(tempfile.mkdtemp(prefix="wattclass-shard-"))
     r = WattclassRig(root, sys.executable, shards=2)
     write_label_table(r.table, [
         TableEntry("user_name", "root", "mem-a", None, "memory", 0.93, 7, "rule"),
         TableEntry("user_name", "root", "mix-b", None, "mixed", 0.93, 7, "rule"),
     ], parse_policy(POLICY).table_dict(set()))
-    try:
-        r.cluster.start()
-    except (ClusterError, OSError, subprocess.SubprocessError) as exc:
-        r.cluster.stop()
-        print(r.cluster.logs(), file=sys.stderr)
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI: Slurm cluster did not start: {exc}")
-        pytest.skip(f"Slurm cluster did not start: {exc}")
+    start_rig_or_skip(r)
     yield r
     r.cluster.stop()
     shutil.rmtree(root, ignore_errors=True)
