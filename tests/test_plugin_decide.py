@@ -26,11 +26,18 @@ pytestmark = pytest.mark.skipif(LUA is None and os.environ.get("CI") != "true", 
 
 NAMES = ["train.sh", 'a"b', "x\ny", "100%", "%d%s", "a.b*c+d?[e]^$(f)", "]]==]", "", "é ü", "stream"]
 
-DRIVER = r"""
-slurm = { SUCCESS = 0, ERROR = -1, LOG = {},
+#: The ``slurm`` table slurmctld gives job_submit.lua, as the Lua drivers below need it: one that
+#: records every log line in ``slurm.LOG``, one that drops them.
+SLURM_RECORDING = r"""slurm = { SUCCESS = 0, ERROR = -1, LOG = {},
   log_info = function(fmt, ...) slurm.LOG[#slurm.LOG + 1] = string.format(fmt, ...) end,
   log_verbose = function(fmt, ...) slurm.LOG[#slurm.LOG + 1] = string.format(fmt, ...) end,
   log_error = function(fmt, ...) slurm.LOG[#slurm.LOG + 1] = "ERR " .. string.format(fmt, ...) end }
+"""
+SLURM_SILENT = r"""slurm = { SUCCESS = 0, ERROR = -1, log_info = function() end, log_verbose = function() end,
+          log_error = function() end }
+"""
+
+DRIVER = SLURM_RECORDING + r"""
 dofile(SCRIPT)
 local function hex(s)
   if s == nil then return "-" end
@@ -111,9 +118,7 @@ def lua_table_eval(table: Path, expr: str, tmp: Path) -> str:
     drv = tmp / "eval.lua"
     script = tmp / "job_submit_eval.lua"
     script.write_text(render_job_submit(table))
-    drv.write_text("slurm = { SUCCESS = 0, ERROR = -1, log_info = function() end,\n"
-                   "  log_verbose = function() end, log_error = function() end }\n"
-                   f"dofile({lua_value(str(script))})\n"
+    drv.write_text(SLURM_SILENT + f"dofile({lua_value(str(script))})\n"
                    f"local t, err = wattclass_read_table({lua_value(str(table))})\n"
                    "if t == nil then error(err) end\n"
                    # records stay text until a job hits them: parse them all for inspection
@@ -200,9 +205,7 @@ GPU_SPECS = {
     "": False,
 }
 
-GPU_DRIVER = r"""
-slurm = { SUCCESS = 0, ERROR = -1, log_info = function() end, log_verbose = function() end,
-          log_error = function() end }
+GPU_DRIVER = SLURM_SILENT + r"""
 dofile(SCRIPT)
 for i, c in ipairs(CASES) do
   print(i .. " " .. tostring(wattclass_requests_gpu({ c.spec })))
@@ -309,11 +312,7 @@ def reads_beyond_gpu(reads: set[str]) -> set[str]:
 
 
 # -- item 13: the table is data, parsed with plain string functions, with a byte limit --------------
-LOAD_DRIVER = r"""
-slurm = { SUCCESS = 0, ERROR = -1, LOG = {},
-  log_info = function(fmt, ...) slurm.LOG[#slurm.LOG + 1] = string.format(fmt, ...) end,
-  log_verbose = function(fmt, ...) slurm.LOG[#slurm.LOG + 1] = string.format(fmt, ...) end,
-  log_error = function(fmt, ...) slurm.LOG[#slurm.LOG + 1] = "ERR " .. string.format(fmt, ...) end }
+LOAD_DRIVER = SLURM_RECORDING + r"""
 dofile(SCRIPT)
 local t, err = wattclass_load_table()
 if t == nil then print("nil " .. tostring(err)) else
@@ -438,9 +437,7 @@ def test_huge_job_name_gives_a_short_log_line(tmp_path: Path) -> None:
 
 
 # -- issue 12: the canary arm -------------------------------------------------------------------------
-CANARY_DRIVER = r"""
-slurm = { SUCCESS = 0, ERROR = -1, log_info = function() end, log_verbose = function() end,
-          log_error = function() end }
+CANARY_DRIVER = SLURM_SILENT + r"""
 dofile(SCRIPT)
 local t = wattclass_load_table()
 for i, c in ipairs(CASES) do
