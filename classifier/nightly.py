@@ -48,7 +48,6 @@ from wattclass.classifier.model import (
     TrainingSet,
     WindowModel,
     cross_validate,
-    job_predictions,
     should_promote,
     train_model,
 )
@@ -174,14 +173,14 @@ def _retrain(store: ClassifierStore, registry: ModelRegistry, current: WindowMod
     is_new = np.char.startswith(ts.group.astype(str), new_prefix)
     if not is_new.any():
         return {"retrained": False, "reason": "no GPM-labelled windows sampled today"}
-    # The candidate is of the incumbent's kind: a nightly never switches model kinds by itself.
-    kind = current.kind
-    cv = cross_validate(ts, seed=opts.seed, kind=kind)
+    # The candidate is of the incumbent's kind and aggregation: a nightly never switches them by itself.
+    kind, aggregation = current.kind, current.aggregation
+    cv = cross_validate(ts, seed=opts.seed, kind=kind, aggregation=aggregation)
     jobs = cv["jobs"]
     new_mask = np.char.startswith(np.asarray(jobs["key"], dtype=str), new_prefix)
     cand_acc = float((np.asarray(jobs["pred"])[new_mask] == np.asarray(jobs["truth"])[new_mask]).mean())
     new_ts = ts.subset(is_new)
-    _, lab, _ = job_predictions(current.predict_proba(new_ts.X), new_ts.group)
+    _, lab, _ = current.job_predictions(new_ts.X, new_ts.group, new_ts.dur)
     _, truth = new_ts.job_truth()
     inc_acc = float((lab == truth).mean())
     gate = {"new_jobs": int(new_mask.sum()), "candidate_accuracy": cand_acc, "incumbent_accuracy": inc_acc,
@@ -189,9 +188,9 @@ def _retrain(store: ClassifierStore, registry: ModelRegistry, current: WindowMod
     promoted = should_promote({"accuracy": cand_acc}, {"accuracy": inc_acc})
     version = registry.new_version(f"nightly-{opts.date.replace('-', '')}")
     if client is None:
-        model = train_model(ts, version, evaluate=False, kind=kind)
+        model = train_model(ts, version, evaluate=False, kind=kind, aggregation=aggregation)
     else:
-        model = train_model_dask(client, ts, version, kind=kind)
+        model = train_model_dask(client, ts, version, kind=kind, aggregation=aggregation)
     model.meta["calibration"] = cv["calibration"]
     model.meta["metrics"] = {k2: v for k2, v in cv.items() if k2 not in ("jobs", "calibration")}
     registry.add(model, promoted=promoted, gate=gate)

@@ -92,7 +92,7 @@ def h200_data_dir() -> Path:
 
 
 #: Raw recordings the default model is trained on (folders under wattclass/data/h200).
-BUNDLED_RECORDINGS: tuple[str, ...] = ("raw", "collected", "sweep")
+BUNDLED_RECORDINGS: tuple[str, ...] = ("raw", "collected", "sweep", "sweep-heldout", "ridge")
 
 
 def bundled_training_sources() -> list[Path]:
