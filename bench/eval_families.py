@@ -197,7 +197,7 @@ def main() -> int:
                          "default: DEFAULT_AGGREGATION = length-weighted; h200-20261130-margin used counts)")
     ap.add_argument("--shipped-margin", action="store_true",
                     help="the model shipped before issue 13 round 2 (h200-20261130-margin): "
-                         "--kind roofline-margin --aggregation counts")
+                         "--kind roofline-margin --aggregation counts, its six margin inputs, ridge alpha 10")
     ap.add_argument("--min-confidence-memory", type=float, default=None,
                     help="a higher min_confidence for jobs called memory (the policy's "
                          "[min_confidence_by_label] memory = X): the costly direction")
@@ -209,6 +209,7 @@ def main() -> int:
 
         a.kind, a.aggregation = a.kind or "roofline-margin", a.aggregation or "counts"
         margin_module.RIDGE_ALPHA = 10.0  # h200-20261130-margin's (read when the margin map is fitted)
+        margin_module.MARGIN_INPUTS = margin_module.MARGIN_INPUTS_R1
     a.kind = a.kind or DEFAULT_KIND
     a.aggregation = a.aggregation or DEFAULT_AGGREGATION
     if a.aggregation not in AGGREGATIONS:

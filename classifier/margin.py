@@ -20,7 +20,8 @@ significant digits so that a rebuild on another BLAS writes the same bytes).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+import warnings
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -31,10 +32,20 @@ from wattclass.classifier.features import FEATURES
 
 F64 = npt.NDArray[np.float64]
 
-#: Inputs of the margin regression, derived from FEATURES columns (see ``margin_inputs``).
-MARGIN_INPUTS: tuple[str, ...] = (
+#: Every input the margin map can use, derived from FEATURES columns (see ``margin_inputs``). A
+#: fitted map names its own (model.json ``margin.inputs``), so older model files keep working.
+KNOWN_INPUTS: tuple[str, ...] = (
     "util_mem_pct", "clock_frac", "power_frac", "demand", "demand_excess", "mem_per_demand",
+    "power_std_frac", "clock_std_frac", "util_mem_std_pct", "throttle_power_frac",
 )
+#: Inputs of h200-20261130-margin (issue 13, first round): the six of the mean power and clock.
+MARGIN_INPUTS_R1: tuple[str, ...] = KNOWN_INPUTS[:6]
+#: Inputs a new map is fitted on. Issue 13 round 2 added the within-window dynamics of the 1 s
+#: polls the daemon writes (spread of power, clock and memory-controller activity) and the
+#: power-cap share: a capped GEMM's power hunts around the limit while streaming draws steadily,
+#: which told the skinny fp32 GEMMs just past the ridge from eager training in leave-one-family-out
+#: (docs/benchmarks.md, issue 13 round 2).
+MARGIN_INPUTS: tuple[str, ...] = KNOWN_INPUTS
 #: Ridge penalty on standardised inputs: 3 since issue 13 round 2, chosen on leave-one-family-out
 #: of the 276 H200 jobs (1, 3, 5, 10 compared; 10, fixed on the first 134 jobs, was
 #: h200-20261130-margin's: ``bench/eval_families.py --shipped-margin`` sets it back). The fitted
@@ -57,20 +68,27 @@ def roofline_margin(pipes: list[F64], dram_pct: F64) -> F64:
     return np.asarray(np.log((busiest + 1.0) / (dram + 1.0)), dtype=np.float64)
 
 
-def margin_inputs(X: npt.ArrayLike) -> F64:
-    """The MARGIN_INPUTS columns from a FEATURES matrix.
+def margin_inputs(X: npt.ArrayLike, names: Sequence[str] | None = None) -> F64:
+    """The ``names`` columns (default MARGIN_INPUTS; each one of KNOWN_INPUTS) from a FEATURES matrix.
 
     ``demand`` = power_frac / clock_frac^2: dynamic power grows with clock x voltage^2, so a chip
     held below its clock by the cap would draw more at full clock; memory-bound work runs at full
     clock and its power is mostly explained by memory traffic (``demand_excess`` = demand -
-    util_mem share; ``mem_per_demand`` = util_mem share / demand).
+    util_mem share; ``mem_per_demand`` = util_mem share / demand). The spreads are the FEATURES
+    of the same name (NaN in telemetry written before the daemon recorded them: the map then
+    uses its training median).
     """
+    names = MARGIN_INPUTS if names is None else tuple(names)
+    unknown = [n for n in names if n not in KNOWN_INPUTS]
+    if unknown:
+        raise ValueError(f"unknown margin input(s) {', '.join(unknown)} (known: {', '.join(KNOWN_INPUTS)})")
     x = np.asarray(X, dtype=np.float64)
     col = {f: x[:, i] for i, f in enumerate(FEATURES)}
     um = col["util_mem_pct"] / 100.0
     demand = col["power_frac"] / np.maximum(col["clock_frac"], MIN_CLOCK_FRAC) ** 2
-    return np.column_stack([col["util_mem_pct"], col["clock_frac"], col["power_frac"], demand,
-                            demand - um, um / np.maximum(demand, 0.05)])
+    derived = {"demand": demand, "demand_excess": demand - um,
+               "mem_per_demand": um / np.maximum(demand, 0.05)}
+    return np.column_stack([derived[n] if n in derived else col[n] for n in names])
 
 
 def _round(v: float) -> float:
@@ -89,7 +107,9 @@ def _solve(Z: F64, y: F64, w: F64, alpha: float) -> tuple[F64, float]:
 
 
 def _fit_map(inp: F64, y: F64, w: F64, alpha: float) -> Callable[[F64], F64]:
-    med = np.nanmedian(inp, axis=0)
+    with warnings.catch_warnings():  # an input no window has (telemetry older than the spreads): 0
+        warnings.simplefilter("ignore", RuntimeWarning)
+        med = np.nanmedian(inp, axis=0)
     med = np.where(np.isnan(med), 0.0, med)
     Z = np.where(np.isnan(inp), med, inp)
     mu, sd = Z.mean(axis=0), Z.std(axis=0) + 1e-9
@@ -103,25 +123,28 @@ def _fit_map(inp: F64, y: F64, w: F64, alpha: float) -> Callable[[F64], F64]:
 
 
 def fit_margin(X: npt.ArrayLike, margin: npt.ArrayLike, weight: npt.ArrayLike, fold: npt.ArrayLike,
-               alpha: float = RIDGE_ALPHA) -> dict[str, Any]:
+               alpha: float | None = None, inputs: Sequence[str] | None = None) -> dict[str, Any]:
     """Fit the margin map on active windows; sigma from the residuals on held-out ``fold`` groups.
 
     ``fold``: a fold number per window (whole families per fold, so sigma says how far off the
-    map is on kinds of work it did not see).
+    map is on kinds of work it did not see). ``alpha`` and ``inputs`` default to RIDGE_ALPHA and
+    MARGIN_INPUTS as they are when called.
     """
-    inp = margin_inputs(X)
+    alpha = RIDGE_ALPHA if alpha is None else alpha
+    names = tuple(MARGIN_INPUTS if inputs is None else inputs)
+    inp = margin_inputs(X, names)
     y = np.asarray(margin, dtype=np.float64)
     w = np.asarray(weight, dtype=np.float64)
     f = np.asarray(fold)
     resid = np.zeros(len(y))
     for k in np.unique(f):
         te = f == k
-        if (~te).sum() > len(MARGIN_INPUTS):
+        if (~te).sum() > len(names):
             resid[te] = y[te] - _fit_map(inp[~te], y[~te], w[~te], alpha)(inp[te])
     sigma = math.sqrt(float(np.average(resid ** 2, weights=w))) if len(y) else 1.0
     p = _fit_map(inp, y, w, alpha).params  # type: ignore[attr-defined]
     return {
-        "inputs": list(MARGIN_INPUTS),
+        "inputs": list(names),
         "alpha": alpha,
         "median": [_round(v) for v in p["median"]],
         "mean": [_round(v) for v in p["mean"]],
@@ -133,8 +156,8 @@ def fit_margin(X: npt.ArrayLike, margin: npt.ArrayLike, weight: npt.ArrayLike, f
 
 
 def predict_margin(X: npt.ArrayLike, m: Mapping[str, Any]) -> F64:
-    """Predicted roofline margin per window (FEATURES matrix in)."""
-    inp = margin_inputs(X)
+    """Predicted roofline margin per window (FEATURES matrix in; the map's own inputs)."""
+    inp = margin_inputs(X, m.get("inputs") or MARGIN_INPUTS_R1)
     med, mu, sd, coef = (np.asarray(m[k], dtype=np.float64) for k in ("median", "mean", "scale", "coef"))
     return np.asarray(((np.where(np.isnan(inp), med, inp) - mu) / sd) @ coef + float(m["intercept"]),
                       dtype=np.float64)

@@ -38,7 +38,6 @@ import numpy as np
 import numpy.typing as npt
 
 from wattclass import __version__
-from wattclass.classifier import margin as margin_module
 from wattclass.classifier import rules
 from wattclass.classifier.calibration import apply_calibration, ece, fit_calibration_by_label
 from wattclass.classifier.features import FEATURES
@@ -239,7 +238,7 @@ def fit_margin_stage(ts: TrainingSet, families: Mapping[str, str] | None = None)
                         "cannot train a roofline-margin model")
     keys, inv = np.unique(act.group, return_inverse=True)
     fold = family_folds(keys, families or {}, SIGMA_FOLDS)[inv]
-    return fit_margin(act.X, act.margin, _job_weights(act.group), fold, alpha=margin_module.RIDGE_ALPHA)
+    return fit_margin(act.X, act.margin, _job_weights(act.group), fold)
 
 
 def window_proba(booster: lgb.Booster, kind: str, margin: Mapping[str, Any] | None, X: F32) -> F64:
@@ -621,6 +620,14 @@ def load_model(directory: Path) -> WindowModel:
                         f"(this wattclass knows {', '.join(MODEL_KINDS)})")
     if kind == KIND_MARGIN and not isinstance(meta.get("margin"), dict):
         raise DataError(f"{meta_path}: roofline-margin model without its 'margin' map")
+    if kind == KIND_MARGIN:
+        from wattclass.classifier.margin import KNOWN_INPUTS
+
+        inputs = meta["margin"].get("inputs") or []
+        n_coef = len(meta["margin"].get("coef") or [])
+        if [i for i in inputs if i not in KNOWN_INPUTS] or len(inputs) != n_coef:
+            raise DataError(f"{meta_path}: margin map inputs {inputs} are not ones this wattclass computes "
+                            f"({', '.join(KNOWN_INPUTS)}) or do not match its coefficients")
     import lightgbm as lgb
 
     try:
