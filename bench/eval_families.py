@@ -77,6 +77,19 @@ def held_out(train: Any, test: Any, families: dict[str, str], kind: str,
             "compute_weights": {"all": w}}
 
 
+def saved_model(model_dir: Path, test: Any) -> dict[str, Any]:
+    """Score a saved model folder (e.g. the shipped classifier/models) on ``test`` as it is: its own
+    aggregation and calibration maps, no refit."""
+    from wattclass.classifier.model import load_model
+
+    model = load_model(model_dir)
+    keys, truth = test.job_truth()
+    k, pred, raw = model.job_predictions(test.X, test.group, test.dur)
+    assert (k == keys).all()
+    return {"keys": keys, "truth": truth, "pred": pred, "raw": raw, "conf": model.calibrate(raw, pred),
+            "compute_weights": {"all": float(model.meta.get("compute_weight") or 1.0)}}
+
+
 def lofo(ts: Any, families: dict[str, str], inner_folds: int = 5, cost_aware: bool = False,
          kind: str = "roofline-margin", extra: Any = None, aggregation: str = "length-weighted",
          ) -> dict[str, Any]:
@@ -201,9 +214,20 @@ def main() -> int:
     ap.add_argument("--min-confidence-memory", type=float, default=None,
                     help="a higher min_confidence for jobs called memory (the policy's "
                          "[min_confidence_by_label] memory = X): the costly direction")
+    ap.add_argument("--model", type=Path, default=None,
+                    help="with --test: score this saved model folder as it is (e.g. classifier/models, the "
+                         "shipped model) instead of training the recipe on --raw")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
-    from wattclass.classifier.model import AGGREGATIONS, DEFAULT_AGGREGATION, DEFAULT_KIND, MODEL_KINDS
+    if a.model is not None and not a.test:
+        raise SystemExit("--model needs --test (a saved model is scored on held-out recordings only)")
+    from wattclass.classifier.model import (
+        AGGREGATIONS,
+        DEFAULT_AGGREGATION,
+        DEFAULT_KIND,
+        MODEL_KINDS,
+        load_model,
+    )
     if a.shipped_margin:
         from wattclass.classifier import margin as margin_module
 
@@ -239,7 +263,11 @@ def main() -> int:
         ts = training_set(roots, max_windows_per_job=0)
     if a.drop_features:
         ts = drop_features(ts, [f.strip() for f in a.drop_features.split(",") if f.strip()])
-    if test_ts is not None:
+    if test_ts is not None and a.model is not None:
+        res = saved_model(a.model, test_ts)
+        saved = load_model(a.model)
+        a.kind, a.aggregation = saved.kind, saved.aggregation
+    elif test_ts is not None:
         train = ts if extra_ts is None else type(ts).concat([ts, extra_ts])
         res = held_out(train, test_ts, families, a.kind, cost_aware=a.cost_aware, aggregation=a.aggregation)
     else:
@@ -247,7 +275,11 @@ def main() -> int:
                    aggregation=a.aggregation)
     by_label = {} if a.min_confidence_memory is None else {"memory": a.min_confidence_memory}
     out = summarize(res, families, a.min_confidence, by_label)
-    out["protocol"] = "train on sources, test on held-out" if test_ts is not None else "leave one family out"
+    out["protocol"] = (f"saved model {a.model}, test on held-out" if a.model is not None
+                       else "train on sources, test on held-out" if test_ts is not None
+                       else "leave one family out")
+    if a.model is not None:
+        out["model_version"] = saved.version
     out["kind"] = a.kind
     out["aggregation"] = a.aggregation
     out["sources"] = [str(s) for s in sources]
