@@ -95,7 +95,7 @@ _REASONS = {
     "exempt_partition": "every partition the job may run in is exempt",
     "no_gpu_request": "the job asks for no GPU: no cap, no placement",
     "unknown_job": "no label for this user + name, user or account",
-    "low_confidence": "the label's confidence is below the threshold for its label",
+    "low_confidence": "the label's confidence is below its label's min_confidence",
     "no_decision": "the policy has no cap or features for this label",
     "shadow": "shadow mode: decided and logged, nothing changes",
     "enforce": "enforce mode: the Prolog caps the job's GPUs",

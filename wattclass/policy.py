@@ -1,7 +1,8 @@
 """The sysadmin's power policy (TOML): validated once at load, then plain data.
 
 The policy says what a label means for a job: a power cap (watts or a share of the GPU's
-default limit), placement features, who is exempt, and whether to act at all (``shadow`` mode
+default limit), placement features, who is exempt, how confident a label must be before it is
+acted on (``min_confidence``, optionally per label), and whether to act at all (``shadow`` mode
 decides and logs but changes nothing). It is read by ``wattclass policy check/explain`` and by the
 nightly run, which embeds ``Policy.table_dict()`` into the Lua label table so job_submit.lua never
 parses TOML. Caps travel as text ("60%", "350W") in admin_comment; the Prolog turns them into
