@@ -1,17 +1,18 @@
 """Stage 2 of the roofline-margin model: how far an active window sits from the roofline ridge.
 
 Why (issue 13): the GPM rule calls a window compute-bound when its busiest compute pipe is at least
-as busy as DRAM. A classifier of that yes/no learns where the named training jobs happened to
-lie and is as sure next to the ridge as far from it; on work of an unseen family near the ridge
-it made confident costly errors. Here a small linear model predicts the *margin*
-``m = ln((max pipe % + 1) / (DRAM % + 1))`` (positive = compute side), a continuous target that
-GPM gives for every training window, from six inputs with a physical reading: memory-controller
-activity, the clock (the power cap pulls it down when the pipes draw more than the limit), the
-power, and the power the chip would draw at full clock (``demand``) against what memory traffic
-explains. ``P(memory) = Phi(-m_hat / sigma)`` where sigma is the out-of-family residual spread,
-so a window predicted close to the ridge gets a probability close to 1/2 whatever the training
-families were. A ridge regression (a handful of coefficients) extrapolates smoothly to families
-it never saw, where trees stay flat at their last leaf.
+as busy as DRAM. A classifier of that yes/no learns where the named training jobs happened to lie
+and is as sure next to the ridge as far from it; on work of an unseen family near the ridge it made
+confident costly errors. Here a small linear model predicts the *margin* ``m = ln((max pipe % + 1)
+/ (DRAM % + 1))`` (positive = compute side), a continuous target that GPM gives for every training
+window, from inputs with a physical reading: memory-controller activity, the clock (the power cap
+pulls it down when the pipes draw more than the limit), the power, the power the chip would draw at
+full clock (``demand``) against what memory traffic explains, and (since issue 13 round 2) how much
+power, clock and memory activity vary inside the window and how long the power cap held.
+``P(memory) = Phi(-m_hat / sigma)`` where sigma is the out-of-family residual spread, so a window
+predicted close to the ridge gets a probability close to 1/2 whatever the training families were. A
+ridge regression (a handful of coefficients) extrapolates smoothly to families it never saw, where
+trees stay flat at their last leaf.
 
 Everything is numpy; the fitted map is plain data in model.json (numbers rounded to 9
 significant digits so that a rebuild on another BLAS writes the same bytes).
