@@ -86,11 +86,8 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     t.add_argument("--created", default=None,
                    help="creation stamp stored in model.json (default: none, so rebuilds are identical)")
     t.add_argument("--folds", type=int, default=5)
-    t.add_argument("--kind", default=None,
-                   help="model kind: roofline-margin (default) or lightgbm-window-multiclass")
-    t.add_argument("--aggregation", default=None,
-                   help="job aggregation: length-weighted (default) or counts "
-                        "(h200-20261130-margin and before)")
+    t.add_argument("--kind", default=None, help="roofline-margin (default) or lightgbm-window-multiclass")
+    t.add_argument("--aggregation", default=None, help="job aggregation: length-weighted (default) or counts")
     t.add_argument("--json", action="store_true")
     t.set_defaults(func=cmd_model_train)
     s = msub.add_parser("show", help="print a model's metadata")
