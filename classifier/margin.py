@@ -45,7 +45,10 @@ MARGIN_INPUTS_R1: tuple[str, ...] = KNOWN_INPUTS[:6]
 #: polls the daemon writes (spread of power, clock and memory-controller activity) and the
 #: power-cap share: a capped GEMM's power hunts around the limit while streaming draws steadily,
 #: which told the skinny fp32 GEMMs just past the ridge from eager training in leave-one-family-out
-#: (docs/benchmarks.md, issue 13 round 2).
+#: (docs/benchmarks.md, issue 13 round 2). A map on more than MARGIN_INPUTS_R1 carries a
+#: ``fallback`` map on those six for windows without the spreads (telemetry written before the
+#: daemon recorded them, one-poll stubs): a training median standing in for a missing spread
+#: cost 3 of 66 jobs on the live-NVML check.
 MARGIN_INPUTS: tuple[str, ...] = KNOWN_INPUTS
 #: Ridge penalty on standardised inputs: 3 since issue 13 round 2, chosen on leave-one-family-out
 #: of the 276 H200 jobs (1, 3, 5, 10 compared; 10, fixed on the first 134 jobs, was
@@ -144,7 +147,7 @@ def fit_margin(X: npt.ArrayLike, margin: npt.ArrayLike, weight: npt.ArrayLike, f
             resid[te] = y[te] - _fit_map(inp[~te], y[~te], w[~te], alpha)(inp[te])
     sigma = math.sqrt(float(np.average(resid ** 2, weights=w))) if len(y) else 1.0
     p = _fit_map(inp, y, w, alpha).params  # type: ignore[attr-defined]
-    return {
+    out: dict[str, Any] = {
         "inputs": list(names),
         "alpha": alpha,
         "median": [_round(v) for v in p["median"]],
@@ -154,16 +157,41 @@ def fit_margin(X: npt.ArrayLike, margin: npt.ArrayLike, weight: npt.ArrayLike, f
         "intercept": _round(p["intercept"]),
         "sigma": _round(max(sigma, 1e-3)),
     }
+    if set(names) - set(MARGIN_INPUTS_R1):
+        # windows without the spreads (telemetry older than them, one-poll stubs) get a map that
+        # never saw them, instead of the training median standing in for a spread
+        out["fallback"] = fit_margin(X, y, w, f, alpha, MARGIN_INPUTS_R1)
+    return out
 
 
-def predict_margin(X: npt.ArrayLike, m: Mapping[str, Any]) -> F64:
-    """Predicted roofline margin per window (FEATURES matrix in; the map's own inputs)."""
+def _predict_one(X: npt.ArrayLike, m: Mapping[str, Any]) -> F64:
     inp = margin_inputs(X, m.get("inputs") or MARGIN_INPUTS_R1)
     med, mu, sd, coef = (np.asarray(m[k], dtype=np.float64) for k in ("median", "mean", "scale", "coef"))
     return np.asarray(((np.where(np.isnan(inp), med, inp) - mu) / sd) @ coef + float(m["intercept"]),
                       dtype=np.float64)
 
 
+def margin_and_sigma(X: npt.ArrayLike, m: Mapping[str, Any]) -> tuple[F64, F64]:
+    """Predicted roofline margin and its sigma per window: the map's own, or, where one of its
+    inputs beyond MARGIN_INPUTS_R1 is missing, its ``fallback`` map's (fitted on those six)."""
+    pred = _predict_one(X, m)
+    sigma = np.full(len(pred), float(m["sigma"]))
+    fb = m.get("fallback")
+    extra = [n for n in m.get("inputs") or [] if n not in MARGIN_INPUTS_R1]
+    if isinstance(fb, Mapping) and extra and len(pred):
+        use = np.isnan(margin_inputs(X, extra)).any(axis=1)
+        if use.any():
+            pred[use] = _predict_one(np.asarray(X)[use], fb)
+            sigma[use] = float(fb["sigma"])
+    return pred, sigma
+
+
+def predict_margin(X: npt.ArrayLike, m: Mapping[str, Any]) -> F64:
+    """Predicted roofline margin per window (FEATURES matrix in; the map's own inputs)."""
+    return margin_and_sigma(X, m)[0]
+
+
 def memory_probability(X: npt.ArrayLike, m: Mapping[str, Any]) -> F64:
     """P(memory-bound | active) per window: Phi(-margin_hat / sigma)."""
-    return np.asarray(ndtr(-predict_margin(X, m) / float(m["sigma"])), dtype=np.float64)
+    pred, sigma = margin_and_sigma(X, m)
+    return np.asarray(ndtr(-pred / sigma), dtype=np.float64)

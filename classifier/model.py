@@ -623,11 +623,11 @@ def load_model(directory: Path) -> WindowModel:
     if kind == KIND_MARGIN:
         from wattclass.classifier.margin import KNOWN_INPUTS
 
-        inputs = meta["margin"].get("inputs") or []
-        n_coef = len(meta["margin"].get("coef") or [])
-        if [i for i in inputs if i not in KNOWN_INPUTS] or len(inputs) != n_coef:
-            raise DataError(f"{meta_path}: margin map inputs {inputs} are not ones this wattclass computes "
-                            f"({', '.join(KNOWN_INPUTS)}) or do not match its coefficients")
+        for part in (meta["margin"], meta["margin"].get("fallback") or {"inputs": [], "coef": []}):
+            inputs = part.get("inputs") or []
+            if [i for i in inputs if i not in KNOWN_INPUTS] or len(inputs) != len(part.get("coef") or []):
+                raise DataError(f"{meta_path}: margin map inputs {inputs} are not ones this wattclass "
+                                f"computes ({', '.join(KNOWN_INPUTS)}) or do not match its coefficients")
     import lightgbm as lgb
 
     try:

@@ -109,6 +109,17 @@ def test_a_map_of_the_first_rounds_six_inputs_still_predicts_and_unknown_inputs_
     z = (inp - np.asarray(six["mean"])) / np.asarray(six["scale"])
     hand = z @ np.asarray(six["coef"]) + six["intercept"]
     assert np.allclose(G.predict_margin(act.X, six), hand, atol=1e-6)
+    # the ten-input map carries a six-input fallback, used where a spread is missing
+    assert "fallback" not in six and full["fallback"]["inputs"] == list(G.MARGIN_INPUTS_R1)
+    X = np.array(act.X[:20], dtype=np.float32)  # this old dev set has no spreads: give them some
+    for name, v in (("power_std_frac", 0.1), ("clock_std_frac", 0.02), ("util_mem_std_pct", 5.0),
+                    ("throttle_power_frac", 0.5)):
+        X[:, FEATURES.index(name)] = v
+    X[10:, FEATURES.index("power_std_frac")] = np.nan
+    pred, sigma = G.margin_and_sigma(X, full)
+    fb = full["fallback"]
+    assert np.allclose(pred[10:], G.predict_margin(X[10:], fb)) and (sigma[10:] == fb["sigma"]).all()
+    assert (sigma[:10] == full["sigma"]).all() and not np.allclose(pred[:10], G.predict_margin(X[:10], fb))
     with pytest.raises(ValueError, match="unknown margin input"):
         G.margin_inputs(act.X, ["util_mem_pct", "temp_c"])
     m = M.train_model(real_set, "t-inputs", evaluate=False, kind=M.KIND_MARGIN)
