@@ -19,13 +19,15 @@ decision with the policy's ``min_confidence``: below it the job is ``unsure`` (t
 nothing), counted as *not correct* in the accuracy, with the coverage beside it; ECE of the
 calibrated confidence.
 
-    python bench/eval_families.py [--kind K] [--min-confidence 0.8] [--json]     # ~15-60 s on 2 cores
-    python bench/eval_families.py --test wattclass/data/h200/sweep-heldout        # frozen held-out runs
-    python bench/eval_families.py --raw wattclass/data/h200/{raw,collected,sweep,sweep-heldout}  # LOFO-195
+    python bench/eval_families.py [--kind K] [--min-confidence 0.8] [--json]  # LOFO, six bundled folders
+    python bench/eval_families.py --raw wattclass/data/h200/{raw,collected,sweep,sweep-heldout,ridge} \
+        --extra wattclass/data/h200/ridge2                       # issue 13 round 2's decision protocol
+    python bench/eval_families.py --test DIR --model classifier/models  # the shipped model on DIR
+    python bench/eval_families.py ... --shipped-margin                  # the round-1 recipe
 
 ``--test``: train once on ``--raw`` (default: the bundled recordings), calibration nested the same
-way, and score the jobs of the ``--test`` recordings (the 61 sweep-heldout runs were frozen as a
-test set before the roofline-margin model was chosen; docs/benchmarks.md, issue 13).
+way, and score the jobs of the ``--test`` recordings; with ``--model DIR`` score that saved model
+as it is instead (docs/measurements/issue13-preregistration-round2-2026-11-30.md). 10-60 s on 2 cores.
 """
 
 from __future__ import annotations
