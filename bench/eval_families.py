@@ -24,6 +24,9 @@ calibrated confidence.
         --extra wattclass/data/h200/ridge2                       # issue 13 round 2's decision protocol
     python bench/eval_families.py --test DIR --model classifier/models  # the shipped model on DIR
     python bench/eval_families.py ... --shipped-margin                  # the round-1 recipe
+    python bench/eval_families.py ... --round2-recipe                   # the round-2 recipe (lenweight)
+    python bench/eval_families.py --raw wattclass/data/h200/{raw,collected,sweep,sweep-heldout,ridge,ridge2,fresh}
+                                                                        # issue 13 round 3: LOFO-442
 
 ``--test``: train once on ``--raw`` (default: the bundled recordings), calibration nested the same
 way, and score the jobs of the ``--test`` recordings; with ``--model DIR`` score that saved model
@@ -194,8 +197,9 @@ def main() -> int:
                     help="raw probe recordings (default: the bundled raw, collected, sweep)")
     ap.add_argument("--min-confidence", type=float, default=0.8,
                     help="the policy's min_confidence: below it a job is 'unsure' (default 0.8)")
-    ap.add_argument("--cost-aware", action="store_true",
-                    help="also weigh compute windows by a cost-chosen factor (nested; not the shipped model)")
+    ap.add_argument("--cost-aware", action=argparse.BooleanOptionalAction, default=None,
+                    help="weigh compute windows by a cost-chosen factor, nested (default: DEFAULT_COST_AWARE, "
+                         "on since issue 13 round 3; --no-cost-aware: off, as in rounds 1 and 2)")
     ap.add_argument("--drop-features", default="",
                     help="comma-separated FEATURES left out (ablation), e.g. power_std_frac,clock_std_frac")
     ap.add_argument("--kind", default=None,
@@ -213,6 +217,9 @@ def main() -> int:
     ap.add_argument("--shipped-margin", action="store_true",
                     help="the model shipped before issue 13 round 2 (h200-20261130-margin): "
                          "--kind roofline-margin --aggregation counts, its six margin inputs, ridge alpha 10")
+    ap.add_argument("--round2-recipe", action="store_true",
+                    help="the recipe of h200-20261130-lenweight (issue 13 round 2): its ten margin inputs, "
+                         "one sigma per map, no cost-aware compute weight, length-weighted, alpha 3")
     ap.add_argument("--min-confidence-memory", type=float, default=None,
                     help="a higher min_confidence for jobs called memory (the policy's "
                          "[min_confidence_by_label] memory = X): the costly direction")
@@ -223,19 +230,27 @@ def main() -> int:
     a = ap.parse_args()
     if a.model is not None and not a.test:
         raise SystemExit("--model needs --test (a saved model is scored on held-out recordings only)")
+    from wattclass.classifier import margin as margin_module
     from wattclass.classifier.model import (
         AGGREGATIONS,
         DEFAULT_AGGREGATION,
+        DEFAULT_COST_AWARE,
         DEFAULT_KIND,
         MODEL_KINDS,
         load_model,
     )
-    if a.shipped_margin:
-        from wattclass.classifier import margin as margin_module
-
-        a.kind, a.aggregation = a.kind or "roofline-margin", a.aggregation or "counts"
-        margin_module.RIDGE_ALPHA = 10.0  # h200-20261130-margin's (read when the margin map is fitted)
-        margin_module.MARGIN_INPUTS = margin_module.MARGIN_INPUTS_R1
+    if a.shipped_margin and a.round2_recipe:
+        raise SystemExit("--shipped-margin and --round2-recipe are two different recipes: pick one")
+    if a.shipped_margin or a.round2_recipe:
+        # read when the margin map is fitted
+        a.kind = a.kind or "roofline-margin"
+        a.aggregation = a.aggregation or ("counts" if a.shipped_margin else "length-weighted")
+        margin_module.RIDGE_ALPHA = 10.0 if a.shipped_margin else 3.0
+        margin_module.MARGIN_INPUTS = (margin_module.MARGIN_INPUTS_R1 if a.shipped_margin
+                                       else margin_module.MARGIN_INPUTS_R2)
+        margin_module.SPREAD_MAP = False
+        a.cost_aware = False if a.cost_aware is None else a.cost_aware
+    a.cost_aware = DEFAULT_COST_AWARE if a.cost_aware is None else a.cost_aware
     a.kind = a.kind or DEFAULT_KIND
     a.aggregation = a.aggregation or DEFAULT_AGGREGATION
     if a.aggregation not in AGGREGATIONS:

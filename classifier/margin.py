@@ -37,7 +37,7 @@ F64 = npt.NDArray[np.float64]
 #: fitted map names its own (model.json ``margin.inputs``), so older model files keep working.
 KNOWN_INPUTS: tuple[str, ...] = (
     "util_mem_pct", "clock_frac", "power_frac", "demand", "demand_excess", "mem_per_demand",
-    "power_std_frac", "clock_std_frac", "util_mem_std_pct", "throttle_power_frac",
+    "power_std_frac", "clock_std_frac", "util_mem_std_pct", "throttle_power_frac", "util_gpu_pct",
 )
 #: Inputs of h200-20261130-margin (issue 13, first round): the six of the mean power and clock.
 MARGIN_INPUTS_R1: tuple[str, ...] = KNOWN_INPUTS[:6]
@@ -50,6 +50,12 @@ MARGIN_INPUTS_R1: tuple[str, ...] = KNOWN_INPUTS[:6]
 #: daemon recorded them, one-poll stubs): a training median standing in for a missing spread
 #: cost 3 of 66 jobs on the live-NVML check.
 MARGIN_INPUTS: tuple[str, ...] = KNOWN_INPUTS
+#: Inputs of h200-20261130-lenweight (issue 13 round 2): the six plus the spreads and the
+#: power-cap share. Round 3 added ``util_gpu_pct`` (the share of time a kernel runs): a random
+#: gather or sparse kernel keeps the SMs "busy" at full clock while it waits on memory latency,
+#: drawing mid power with modest memory-controller activity; a compute kernel busy as often draws
+#: more power or hits the cap (docs/benchmarks.md, issue 13 round 3).
+MARGIN_INPUTS_R2: tuple[str, ...] = KNOWN_INPUTS[:10]
 #: Ridge penalty on standardised inputs: 3 since issue 13 round 2, chosen on leave-one-family-out
 #: of the 276 H200 jobs (1, 3, 5, 10 compared; 10, fixed on the first 134 jobs, was
 #: h200-20261130-margin's: ``bench/eval_families.py --shipped-margin`` sets it back). The fitted
@@ -57,6 +63,19 @@ MARGIN_INPUTS: tuple[str, ...] = KNOWN_INPUTS
 RIDGE_ALPHA = 3.0
 #: Folds for the out-of-family residual spread (sigma).
 SIGMA_FOLDS = 5
+#: Window-dependent sigma (issue 13 round 3; model.json ``margin.spread``): a second ridge map
+#: predicts ln(residual^2) of the out-of-family residuals from the same inputs, so sigma is wide
+#: where held-out families were mispredicted (next to the ridge, unthrottled mid power) and far
+#: from the data (the map is linear in the inputs: sigma grows on the way out of the training
+#: cloud), narrow where they were not. True (the default for new maps) fits it; a map without a
+#: ``spread`` (h200-20261130-margin, -lenweight) keeps its one sigma.
+SPREAD_MAP = True
+#: Ridge penalty of the spread map (heavier than the margin map's: ln r^2 is noisy).
+SPREAD_ALPHA = 10.0
+#: A window's sigma never falls below this share of the map's overall sigma.
+SPREAD_FLOOR_RATIO = 0.5
+#: Added to squared residuals before the log (a residual of zero has no log).
+SPREAD_EPS = 1e-3
 #: Clock share below which ``demand`` stops growing (a guard, never reached on an H200: 0.68).
 MIN_CLOCK_FRAC = 0.3
 #: Significant digits kept in model.json.
@@ -147,6 +166,7 @@ def fit_margin(X: npt.ArrayLike, margin: npt.ArrayLike, weight: npt.ArrayLike, f
             resid[te] = y[te] - _fit_map(inp[~te], y[~te], w[~te], alpha)(inp[te])
     sigma = math.sqrt(float(np.average(resid ** 2, weights=w))) if len(y) else 1.0
     p = _fit_map(inp, y, w, alpha).params  # type: ignore[attr-defined]
+    spread = _fit_spread(inp, resid, w) if SPREAD_MAP and len(y) > len(names) else None
     out: dict[str, Any] = {
         "inputs": list(names),
         "alpha": alpha,
@@ -157,11 +177,46 @@ def fit_margin(X: npt.ArrayLike, margin: npt.ArrayLike, weight: npt.ArrayLike, f
         "intercept": _round(p["intercept"]),
         "sigma": _round(max(sigma, 1e-3)),
     }
+    if spread is not None:
+        out["spread"] = spread
     if set(names) - set(MARGIN_INPUTS_R1):
         # windows without the spreads (telemetry older than them, one-poll stubs) get a map that
         # never saw them, instead of the training median standing in for a spread
         out["fallback"] = fit_margin(X, y, w, f, alpha, MARGIN_INPUTS_R1)
     return out
+
+
+def _fit_spread(inp: F64, resid: F64, w: F64) -> dict[str, Any]:
+    """The spread map: ridge of ln(residual^2 + SPREAD_EPS) on the inputs, its intercept shifted so
+    that the weighted mean of residual^2 / predicted variance is 1 (the out-of-family residuals
+    are, on average, as wide as it says)."""
+    ly = np.log(resid ** 2 + SPREAD_EPS)
+    fit = _fit_map(inp, ly, w, SPREAD_ALPHA)
+    shift = math.log(float(np.average(resid ** 2 / np.exp(fit(inp)), weights=w)))
+    p = fit.params  # type: ignore[attr-defined]
+    return {
+        "alpha": SPREAD_ALPHA,
+        "floor_ratio": SPREAD_FLOOR_RATIO,
+        "median": [_round(v) for v in p["median"]],
+        "mean": [_round(v) for v in p["mean"]],
+        "scale": [_round(v) for v in p["scale"]],
+        "coef": [_round(v) for v in p["coef"]],
+        "intercept": _round(p["intercept"] + shift),
+    }
+
+
+def _sigma_one(inp: F64, m: Mapping[str, Any]) -> F64:
+    """Sigma per window: the map's one ``sigma``, or its ``spread`` map's (at least
+    ``floor_ratio`` x sigma) where it has one."""
+    sigma = float(m["sigma"])
+    sp = m.get("spread")
+    if not isinstance(sp, Mapping) or not len(inp):
+        return np.full(len(inp), sigma)
+    med, mu, sd, coef = (np.asarray(sp[k], dtype=np.float64) for k in ("median", "mean", "scale", "coef"))
+    logvar = ((np.where(np.isnan(inp), med, inp) - mu) / sd) @ coef + float(sp["intercept"])
+    with np.errstate(over="ignore"):
+        s = np.sqrt(np.exp(np.minimum(logvar, 50.0)))
+    return np.asarray(np.maximum(s, float(sp["floor_ratio"]) * sigma), dtype=np.float64)
 
 
 def _predict_one(X: npt.ArrayLike, m: Mapping[str, Any]) -> F64:
@@ -175,14 +230,15 @@ def margin_and_sigma(X: npt.ArrayLike, m: Mapping[str, Any]) -> tuple[F64, F64]:
     """Predicted roofline margin and its sigma per window: the map's own, or, where one of its
     inputs beyond MARGIN_INPUTS_R1 is missing, its ``fallback`` map's (fitted on those six)."""
     pred = _predict_one(X, m)
-    sigma = np.full(len(pred), float(m["sigma"]))
+    sigma = _sigma_one(margin_inputs(X, m.get("inputs") or MARGIN_INPUTS_R1), m)
     fb = m.get("fallback")
     extra = [n for n in m.get("inputs") or [] if n not in MARGIN_INPUTS_R1]
     if isinstance(fb, Mapping) and extra and len(pred):
         use = np.isnan(margin_inputs(X, extra)).any(axis=1)
         if use.any():
-            pred[use] = _predict_one(np.asarray(X)[use], fb)
-            sigma[use] = float(fb["sigma"])
+            xu = np.asarray(X)[use]
+            pred[use] = _predict_one(xu, fb)
+            sigma[use] = _sigma_one(margin_inputs(xu, fb.get("inputs") or MARGIN_INPUTS_R1), fb)
     return pred, sigma
 
 

@@ -92,6 +92,14 @@ DEFAULT_KIND = KIND_MARGIN
 #: since issue 13 round 2 (chosen on leave-one-family-out of the 276 H200 jobs;
 #: docs/measurements/issue13-preregistration-round2-2026-11-30.md).
 DEFAULT_AGGREGATION = "length-weighted"
+#: Whether ``wattclass model train`` chooses a cost-aware compute weight (``choose_compute_weight``
+#: on the family-grouped out-of-fold predictions; model.json ``compute_weight``): on since issue
+#: 13 round 3. Once the round-2 test families (random gathers, sparse, memory-bound 3-D
+#: convolutions) joined training, they share NVML readings with unthrottled mid-power compute
+#: work (DLRM-like mixes, GEMMs just past the ridge): without it leave-one-family-out of the 442
+#: H200 jobs called 6 compute-bound jobs memory-bound, with it 2, at 0.3 points of accuracy
+#: (docs/benchmarks.md, issue 13 round 3).
+DEFAULT_COST_AWARE = True
 #: Training uses only windows at least this long (see TrainingSet.trainable); jobs' truth uses all.
 MIN_TRAIN_WINDOW_S = 5.0
 
@@ -421,9 +429,9 @@ def cross_validate(
     returned belong to it.
 
     With ``cost_aware`` the compute weight (``choose_compute_weight``) is chosen on the
-    out-of-fold predictions before the job decisions and calibration are made from them. Off by
-    default: in the leave-family-out evaluation (docs/benchmarks.md) it removed one costly error
-    but cost four points of accuracy, because the costly errors left are confident ones.
+    out-of-fold predictions before the job decisions and calibration are made from them. Off
+    here by default; ``train_model`` passes DEFAULT_COST_AWARE (on since issue 13 round 3: on 276
+    jobs it removed one costly error for four points of accuracy, on 442 four for 0.3 points).
 
     Without ``families`` folds are stratified by the job's rule label; with a job key -> family
     map, whole families are held out together (the out-of-fold predictions then say how the
@@ -552,9 +560,10 @@ def train_model(
     ts: TrainingSet, version: str, n_folds: int = 5, seed: int = 0, evaluate: bool = True,
     created: str | None = None, min_window_s: float = MIN_TRAIN_WINDOW_S,
     families: Mapping[str, str] | None = None, kind: str = DEFAULT_KIND,
-    aggregation: str = DEFAULT_AGGREGATION,
+    aggregation: str = DEFAULT_AGGREGATION, cost_aware: bool = DEFAULT_COST_AWARE,
 ) -> WindowModel:
-    """Cross-validate (for metrics and calibration), then fit on every trainable window.
+    """Cross-validate (for metrics, calibration and, with ``cost_aware``, the compute weight), then
+    fit on every trainable window (without ``evaluate`` the compute weight stays 1).
 
     ``created`` goes into the metadata as given (None: omitted), never the wall clock, so that
     rebuilding from the same data gives byte-identical model files.
@@ -562,7 +571,7 @@ def train_model(
     if aggregation not in AGGREGATIONS:
         raise DataError(f"unknown job aggregation {aggregation!r} (known: {', '.join(AGGREGATIONS)})")
     cv = (cross_validate(ts, n_folds, seed, min_window_s=min_window_s, families=families, kind=kind,
-                         aggregation=aggregation)
+                         aggregation=aggregation, cost_aware=cost_aware)
           if evaluate else None)
     booster, margin = fit_windows(ts.subset(ts.trainable(min_window_s)), kind, families=families)
     meta: dict[str, Any] = {

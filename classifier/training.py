@@ -92,7 +92,7 @@ def h200_data_dir() -> Path:
 
 
 #: Raw recordings the default model is trained on (folders under wattclass/data/h200).
-BUNDLED_RECORDINGS: tuple[str, ...] = ("raw", "collected", "sweep", "sweep-heldout", "ridge", "ridge2")
+BUNDLED_RECORDINGS: tuple[str, ...] = ("raw", "collected", "sweep", "sweep-heldout", "ridge", "ridge2", "fresh")
 
 
 def bundled_training_sources() -> list[Path]:
@@ -102,7 +102,10 @@ def bundled_training_sources() -> list[Path]:
     13 s each, two recording sessions), then the randomised mechanism runs of issue 13: ``sweep``
     (47), ``sweep-heldout`` (61) and ``ridge`` (81), the last two held-out test sets in its first
     round that joined training in round 2 when a fresh set became the test, and ``ridge2`` (42:
-    fp32/tf32 GEMMs just past the ridge and wide-batch decode). All are raw 1 Hz probe recordings
+    fp32/tf32 GEMMs just past the ridge and wide-batch decode), and ``fresh`` (124: MoE experts,
+    transformer inference, sparse SpMM, GNN message passing, sort/scan, 3-D convolutions, L2-sized
+    chains), issue 13 round 2's test set, scored once, then added to training in round 3 when a
+    newer set became the test. All are raw 1 Hz probe recordings
     that ``training_set`` replays through the telemetry daemon. ``live-nvml`` (the same 66 jobs
     written live by the NVML daemon) is *not* a training source: it would count those jobs twice;
     it is kept for the replay-vs-live check in bench/eval_classifier.py. Rebuild the default model with

@@ -66,6 +66,17 @@ def test_shipped_model_is_the_roofline_margin_kind_and_follows_the_mechanism() -
              clock_std_frac=0.02, util_mem_std_pct=5) < q(power_frac=0.98, clock_frac=0.96, util_mem_pct=55,
                                                           throttle_power_frac=1.0, power_std_frac=0.01,
                                                           clock_std_frac=0.02, util_mem_std_pct=5)
+    # issue 13 round 3: SMs busy all the time at full clock, mid power, no cap, modest memory
+    # activity (a random gather waiting on latency) is further on the memory side than the same
+    # readings with the SMs busy half the time, and less sure (a wider sigma there)
+    gather = dict(power_frac=0.65, clock_frac=1.0, util_mem_pct=25, throttle_power_frac=0.0,
+                  power_std_frac=0.1, clock_std_frac=0.0, util_mem_std_pct=5)
+    assert q(util_gpu_pct=95, **gather) > q(util_gpu_pct=50, **gather)
+    s_busy = G.margin_and_sigma(_window(util_gpu_pct=95, **gather), m.meta["margin"])[1][0]
+    s_half = G.margin_and_sigma(_window(util_gpu_pct=50, **gather), m.meta["margin"])[1][0]
+    assert s_busy > s_half
+    # the cost-aware compute weight (issue 13 round 3) is in the file and the probabilities use it
+    assert m.meta["compute_weight"] > 1.0
     # window probabilities are a distribution
     p = m.predict_proba(np.vstack([_window(), _window(util_gpu_pct=0, power_frac=0.2, util_mem_pct=0)]))
     assert p.shape == (2, 3) and np.allclose(p.sum(axis=1), 1.0) and (p >= 0).all()
@@ -103,7 +114,7 @@ def test_a_map_of_the_first_rounds_six_inputs_still_predicts_and_unknown_inputs_
     six = G.fit_margin(act.X, act.margin, np.ones(len(act)), fold, inputs=G.MARGIN_INPUTS_R1)
     assert six["inputs"] == list(G.MARGIN_INPUTS_R1) and len(six["coef"]) == 6
     full = G.fit_margin(act.X, act.margin, np.ones(len(act)), fold)
-    assert full["inputs"] == list(G.MARGIN_INPUTS) and len(full["coef"]) == len(G.MARGIN_INPUTS) == 10
+    assert full["inputs"] == list(G.MARGIN_INPUTS) and len(full["coef"]) == len(G.MARGIN_INPUTS) == 11
     # each map reads its own columns: the six-input map predicts as a hand-computed product
     inp = G.margin_inputs(act.X, G.MARGIN_INPUTS_R1)
     z = (inp - np.asarray(six["mean"])) / np.asarray(six["scale"])
@@ -118,8 +129,15 @@ def test_a_map_of_the_first_rounds_six_inputs_still_predicts_and_unknown_inputs_
     X[10:, FEATURES.index("power_std_frac")] = np.nan
     pred, sigma = G.margin_and_sigma(X, full)
     fb = full["fallback"]
-    assert np.allclose(pred[10:], G.predict_margin(X[10:], fb)) and (sigma[10:] == fb["sigma"]).all()
-    assert (sigma[:10] == full["sigma"]).all() and not np.allclose(pred[:10], G.predict_margin(X[:10], fb))
+    assert np.allclose(pred[10:], G.predict_margin(X[10:], fb))
+    assert np.allclose(sigma[10:], G.margin_and_sigma(X[10:], fb)[1])
+    assert not np.allclose(pred[:10], G.predict_margin(X[:10], fb))
+    # each map's sigma per window comes from its own spread map, never below its floor
+    assert "spread" in full and "spread" in fb
+    assert (sigma[:10] >= full["spread"]["floor_ratio"] * full["sigma"] - 1e-12).all()
+    # a map without a spread map (h200-20261130-margin, -lenweight) keeps its one sigma
+    old = {k: v for k, v in six.items() if k != "spread"}
+    assert (G.margin_and_sigma(X, old)[1] == six["sigma"]).all()
     with pytest.raises(ValueError, match="unknown margin input"):
         G.margin_inputs(act.X, ["util_mem_pct", "temp_c"])
     m = M.train_model(real_set, "t-inputs", evaluate=False, kind=M.KIND_MARGIN)
@@ -157,15 +175,44 @@ def test_sigma_is_the_out_of_family_residual_spread() -> None:
     fold = np.arange(n) % 5
     fit = G.fit_margin(X, truth + noise, np.ones(n), fold, alpha=1e-6)
     assert fit["sigma"] == pytest.approx(0.3, rel=0.15)
-    pred = G.predict_margin(X, fit)
+    pred, sigma = G.margin_and_sigma(X, fit)
     assert np.corrcoef(pred, truth)[0, 1] > 0.98
+    # the same noise everywhere: the spread map says about the same sigma everywhere
+    assert np.median(sigma) == pytest.approx(0.3, rel=0.2) and (sigma < 0.5).all()
     # a window predicted on the ridge is a coin toss; far from it, sure
     q = G.memory_probability(X, fit)
     from scipy.stats import norm
 
-    assert np.allclose(q, norm.cdf(-pred / fit["sigma"]), atol=1e-9)
+    assert np.allclose(q, norm.cdf(-pred / sigma), atol=1e-9)
     lo, hi = pred.argmin(), pred.argmax()
     assert pred[lo] < -1.2 < 1.2 < pred[hi] and q[lo] > 0.99 > 0.01 > q[hi]
+
+
+def test_sigma_is_wide_where_held_out_families_were_mispredicted() -> None:
+    """Issue 13 round 3: noise that grows with memory-controller activity gives windows there a
+    wider sigma (a probability nearer 1/2 at the same predicted margin) than quiet ones."""
+    rng = np.random.default_rng(4)
+    n = 600
+    X = np.full((n, len(FEATURES)), np.nan, dtype=np.float32)
+    col = {f: i for i, f in enumerate(FEATURES)}
+    X[:, col["util_mem_pct"]] = rng.uniform(0, 100, n)
+    X[:, col["clock_frac"]] = rng.uniform(0.7, 1.0, n)
+    X[:, col["power_frac"]] = rng.uniform(0.3, 1.0, n)
+    um = X[:, col["util_mem_pct"]].astype(np.float64)
+    truth = 2.0 - 0.04 * um
+    y = truth + rng.normal(0, 1, n) * (0.1 + 0.9 * um / 100)
+    fit = G.fit_margin(X, y, np.ones(n), np.arange(n) % 5, alpha=1e-6)
+    _, sigma = G.margin_and_sigma(X, fit)
+    quiet, loud = um < 20, um > 80
+    assert np.median(sigma[loud]) > 2.5 * np.median(sigma[quiet])
+    # without the spread map the same fit has one sigma for all
+    keep = G.SPREAD_MAP
+    try:
+        G.SPREAD_MAP = False
+        flat = G.fit_margin(X, y, np.ones(n), np.arange(n) % 5, alpha=1e-6)
+    finally:
+        G.SPREAD_MAP = keep
+    assert "spread" not in flat and np.ptp(G.margin_and_sigma(X, flat)[1]) == 0
 
 
 def test_retraining_samples_keep_their_margin(real_set: M.TrainingSet, tmp_path: Path) -> None:
