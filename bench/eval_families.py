@@ -25,8 +25,8 @@ calibrated confidence.
     python bench/eval_families.py --test DIR --model classifier/models  # the shipped model on DIR
     python bench/eval_families.py ... --shipped-margin                  # the round-1 recipe
     python bench/eval_families.py ... --round2-recipe                   # the round-2 recipe (lenweight)
-    python bench/eval_families.py --raw wattclass/data/h200/{raw,collected,sweep,sweep-heldout,ridge,ridge2,fresh}
-                                                                        # issue 13 round 3: LOFO-442
+    python bench/eval_families.py \
+        --raw wattclass/data/h200/{raw,collected,sweep,sweep-heldout,ridge,ridge2,fresh}  # round 3: LOFO-442
 
 ``--test``: train once on ``--raw`` (default: the bundled recordings), calibration nested the same
 way, and score the jobs of the ``--test`` recordings; with ``--model DIR`` score that saved model
@@ -198,8 +198,9 @@ def main() -> int:
     ap.add_argument("--min-confidence", type=float, default=0.8,
                     help="the policy's min_confidence: below it a job is 'unsure' (default 0.8)")
     ap.add_argument("--cost-aware", action=argparse.BooleanOptionalAction, default=None,
-                    help="weigh compute windows by a cost-chosen factor, nested (default: DEFAULT_COST_AWARE, "
-                         "on since issue 13 round 3; --no-cost-aware: off, as in rounds 1 and 2)")
+                    help="weigh compute windows by a cost-chosen factor, nested (default: "
+                         "DEFAULT_COST_AWARE, on since issue 13 round 3; --no-cost-aware: off, "
+                         "as in rounds 1 and 2)")
     ap.add_argument("--drop-features", default="",
                     help="comma-separated FEATURES left out (ablation), e.g. power_std_frac,clock_std_frac")
     ap.add_argument("--kind", default=None,

@@ -47,7 +47,8 @@ def test_bundled_sources_are_the_raw_recordings_not_live() -> None:
     srcs = bundled_training_sources()
     # issue 13 round 2: the two former held-out sets joined training (a fresh set is the test);
     # round 3: the round-2 test set joined too (a newer set is the test)
-    assert [s.name for s in srcs] == ["raw", "collected", "sweep", "sweep-heldout", "ridge", "ridge2", "fresh"]
+    assert [s.name for s in srcs] == ["raw", "collected", "sweep", "sweep-heldout", "ridge", "ridge2",
+                                      "fresh"]
     assert all(is_recording(s) for s in srcs)
 
 
