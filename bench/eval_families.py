@@ -19,7 +19,7 @@ decision with the policy's ``min_confidence``: below it the job is ``unsure`` (t
 nothing), counted as *not correct* in the accuracy, with the coverage beside it; ECE of the
 calibrated confidence.
 
-    python bench/eval_families.py [--kind K] [--min-confidence 0.8] [--json]  # LOFO, six bundled folders
+    python bench/eval_families.py [--kind K] [--min-confidence 0.8] [--json]  # LOFO, the bundled folders
     python bench/eval_families.py --raw wattclass/data/h200/{raw,collected,sweep,sweep-heldout,ridge} \
         --extra wattclass/data/h200/ridge2                       # issue 13 round 2's decision protocol
     python bench/eval_families.py --test DIR --model classifier/models  # the shipped model on DIR
