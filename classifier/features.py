@@ -13,13 +13,15 @@ deviations, energy, GPU-hours, hosts). All work is numpy / Arrow compute, no Pyt
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
+
+if TYPE_CHECKING:  # pandas only for the per-job table (finalize); the scan must not load it
+    import pandas as pd
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -268,6 +270,7 @@ def finalize(partials: pa.Table) -> pd.DataFrame:
 
     Per-host partials of multi-node jobs are combined here (jobs per day are few, so pandas is fine).
     """
+
     df = partials.to_pandas()
     count_cols = [c for c in df.columns if c not in KEYS and c not in _agg_spec(())]
     spec = _agg_spec(count_cols)

@@ -25,7 +25,6 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from scipy.special import ndtr
 
 from wattclass.classifier.features import FEATURES
 
@@ -139,4 +138,6 @@ def predict_margin(X: npt.ArrayLike, m: Mapping[str, Any]) -> F64:
 
 def memory_probability(X: npt.ArrayLike, m: Mapping[str, Any]) -> F64:
     """P(memory-bound | active) per window: Phi(-margin_hat / sigma)."""
+    from scipy.special import ndtr  # only where the model predicts: labelling by the rule needs no SciPy
+
     return np.asarray(ndtr(-predict_margin(X, m) / float(m["sigma"])), dtype=np.float64)

@@ -47,6 +47,7 @@ from wattclass.classifier.labeling import LabelResult
 from wattclass.classifier.model import (
     TrainingSet,
     WindowModel,
+    beside,
     cross_validate,
     job_predictions,
     should_promote,
@@ -55,7 +56,7 @@ from wattclass.classifier.model import (
 from wattclass.classifier.reader import telemetry_files
 from wattclass.classifier.store import ClassifierStore, ModelRegistry, utc_day_bounds
 from wattclass.classifier.table import HISTORY_DAYS, build_entries
-from wattclass.classifier.training import thin, training_set
+from wattclass.classifier.training import cached_training_set, thin
 from wattclass.errors import ConfigError, SlurmError
 from wattclass.labeltable import write_label_table
 from wattclass.lockfile import FolderLock
@@ -156,7 +157,7 @@ def _retrain(store: ClassifierStore, registry: ModelRegistry, current: WindowMod
              sample: TrainingSet, client: Client | None = None) -> dict[str, Any]:
     """Train a candidate on everything we have and gate it against the current model."""
     new_prefix = f"{opts.date}:"
-    base = training_set(list(opts.base_training), max_windows_per_job=MAX_WINDOWS_PER_JOB) \
+    base = cached_training_set(list(opts.base_training), MAX_WINDOWS_PER_JOB, store.root / "cache") \
         if opts.base_training else TrainingSet.concat([])
     stored = store.samples()
     ts = thin(TrainingSet.concat([base, stored]), MAX_WINDOWS_PER_JOB)
@@ -176,7 +177,14 @@ def _retrain(store: ClassifierStore, registry: ModelRegistry, current: WindowMod
         return {"retrained": False, "reason": "no GPM-labelled windows sampled today"}
     # The candidate is of the incumbent's kind: a nightly never switches model kinds by itself.
     kind = current.kind
-    cv = cross_validate(ts, seed=opts.seed, kind=kind)
+    version = registry.new_version(f"nightly-{opts.date.replace('-', '')}")
+    if client is None:
+        # the candidate's fit does not depend on its cross-validation: both run at once
+        cv, model = beside(lambda: cross_validate(ts, seed=opts.seed, kind=kind),
+                           lambda: train_model(ts, version, evaluate=False, kind=kind))
+    else:
+        cv = cross_validate(ts, seed=opts.seed, kind=kind)
+        model = train_model_dask(client, ts, version, kind=kind)
     jobs = cv["jobs"]
     new_mask = np.char.startswith(np.asarray(jobs["key"], dtype=str), new_prefix)
     cand_acc = float((np.asarray(jobs["pred"])[new_mask] == np.asarray(jobs["truth"])[new_mask]).mean())
@@ -187,11 +195,6 @@ def _retrain(store: ClassifierStore, registry: ModelRegistry, current: WindowMod
     gate = {"new_jobs": int(new_mask.sum()), "candidate_accuracy": cand_acc, "incumbent_accuracy": inc_acc,
             "incumbent": current.version}
     promoted = should_promote({"accuracy": cand_acc}, {"accuracy": inc_acc})
-    version = registry.new_version(f"nightly-{opts.date.replace('-', '')}")
-    if client is None:
-        model = train_model(ts, version, evaluate=False, kind=kind)
-    else:
-        model = train_model_dask(client, ts, version, kind=kind)
     model.meta["calibration"] = cv["calibration"]
     model.meta["metrics"] = {k2: v for k2, v in cv.items() if k2 not in ("jobs", "calibration")}
     registry.add(model, promoted=promoted, gate=gate)
