@@ -270,7 +270,6 @@ def finalize(partials: pa.Table) -> pd.DataFrame:
 
     Per-host partials of multi-node jobs are combined here (jobs per day are few, so pandas is fine).
     """
-
     df = partials.to_pandas()
     count_cols = [c for c in df.columns if c not in KEYS and c not in _agg_spec(())]
     spec = _agg_spec(count_cols)

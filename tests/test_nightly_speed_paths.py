@@ -179,3 +179,36 @@ def test_preloading_a_missing_module_is_harmless() -> None:
     th.join(timeout=30)
     assert not th.is_alive()
     assert "json" in sys.modules
+
+
+@pytest.mark.parametrize("string_type", ["string", "large_string"])
+def test_hosts_per_job_in_arrow_equal_the_sorted_python_join(string_type: str) -> None:
+    import pandas as pd
+    import pyarrow as pa
+
+    from wattclass.classifier.engine import _hosts
+
+    rng = np.random.default_rng(0)
+    pairs = {(f"j{j}", f"h{h:03d}" if h % 3 else f"Hé{h}") for j, h in rng.integers(0, 40, (300, 2))}
+    jobs, hosts = zip(*sorted(pairs), strict=True)
+    typ = getattr(pa, string_type)()
+    order = pa.array(rng.permutation(len(jobs)))
+    t = pa.table({"job_id": pa.array(jobs, typ), "host": pa.array(hosts, typ)}).take(order)
+    want = pd.DataFrame({"job_id": jobs, "host": hosts}).groupby("job_id")["host"].agg(
+        lambda s: ",".join(sorted(set(s))))
+    got = _hosts(t).reindex(want.index)
+    assert got.tolist() == want.tolist()
+
+
+def test_retraining_sample_comes_in_job_and_hash_order(tmp_path: Path) -> None:
+    """DuckDB returns the pass's groups in any order; the sample (and so the retrained model,
+    whose bagging depends on row order) must not."""
+    from wattclass.classifier.engine import label_files_local
+    from wattclass.classifier.reader import telemetry_files
+
+    files = telemetry_files([DEV])
+    a = label_files_local(files, None, "auto", sample_per_job=4, sample_prefix="d", workers=2)
+    b = label_files_local(list(reversed(files)), None, "auto", sample_per_job=4, sample_prefix="d", workers=1)
+    assert len(a.sample) > 0
+    assert list(a.sample.group) == sorted(a.sample.group)
+    assert a.sample.X.tobytes() == b.sample.X.tobytes() and list(a.sample.group) == list(b.sample.group)
