@@ -30,6 +30,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -374,6 +375,15 @@ def cross_validate(
     map, whole families are held out together (the out-of-fold predictions then say how the
     model does on kinds of work it never saw, which is what calibration should reflect).
     """
+    with _OneBlasThread():
+        return _cross_validate(ts, n_folds, seed, params, rounds, min_window_s, families, cost_aware, kind,
+                               workers)
+
+
+def _cross_validate(
+    ts: TrainingSet, n_folds: int, seed: int, params: Mapping[str, Any] | None, rounds: int,
+    min_window_s: float, families: Mapping[str, str] | None, cost_aware: bool, kind: str, workers: int,
+) -> dict[str, Any]:
     keys, truth = ts.job_truth()
     n_folds = max(2, min(n_folds, len(keys)))
     fold_of_job = (family_folds(keys, families, n_folds, seed) if families is not None
@@ -433,6 +443,42 @@ def cross_validate(
             "fold": fold_of_job.tolist(),
         },
     }
+
+
+class _OneBlasThread:
+    """Context: BLAS (OpenBLAS) runs on one thread while any training is under way.
+
+    Why (issue 15): each L-BFGS-B step of the calibration fit (scipy.optimize) calls BLAS on
+    vectors of two values, and OpenBLAS woke its thread pool for each: 1.5 s of the 1.7 s of a
+    nightly's cross-validation at 1,000 GPUs went to those threads, spinning against the
+    scan's and the folds' own. The fits are tiny; one BLAS thread gives the same numbers.
+    Entered by concurrent and nested trainings alike: the first entry sets the limit and the
+    last exit restores what was there (threadpoolctl's own contexts must not interleave).
+    """
+
+    _lock = threading.Lock()
+    _depth = 0
+    _ctl: Any = None
+
+    def __enter__(self) -> None:
+        with self._lock:
+            cls = type(self)
+            if cls._depth == 0:
+                try:
+                    from threadpoolctl import threadpool_limits
+                except ImportError:  # not installed: BLAS keeps its threads (slower, same result)
+                    cls._ctl = None
+                else:
+                    cls._ctl = threadpool_limits(limits=1, user_api="blas")
+            cls._depth += 1
+
+    def __exit__(self, *exc: object) -> None:
+        with self._lock:
+            cls = type(self)
+            cls._depth -= 1
+            if cls._depth == 0 and cls._ctl is not None:
+                cls._ctl.restore_original_limits()
+                cls._ctl = None
 
 
 def fit_workers(workers: int = 0, tasks: int = 1) -> int:
@@ -534,7 +580,8 @@ def train_model(
     rebuilding from the same data gives byte-identical model files.
     """
     def fit_all() -> tuple[lgb.Booster, dict[str, Any] | None]:
-        return fit_windows(ts.subset(ts.trainable(min_window_s)), kind, families=families)
+        with _OneBlasThread():
+            return fit_windows(ts.subset(ts.trainable(min_window_s)), kind, families=families)
 
     cv: dict[str, Any] | None = None
     if evaluate:

@@ -314,8 +314,8 @@ class Scanner:
                      *(f"{_raw(c, dropped)} AS {raw[c]}" for c in SAMPLE_COLUMNS)]
             packed = ", ".join([*raw.values(), "CAST(code AS DOUBLE)", "CAST(h >> 32 AS DOUBLE)",
                                 "CAST(h & CAST(4294967295 AS UBIGINT) AS DOUBLE)"])
-            rows = (f"SELECT * EXCLUDE ({', '.join(raw.values())}), CASE WHEN job_id IS NOT NULL AND code >= 0 "
-                    f"THEN [{packed}] END AS s "
+            rows = (f"SELECT * EXCLUDE ({', '.join(raw.values())}), "
+                    f"CASE WHEN job_id IS NOT NULL AND code >= 0 THEN [{packed}] END AS s "
                     f"FROM (SELECT {', '.join(inner)} FROM {self._source(drawn)})")
             if rest:
                 sel = [c if c != "file_index" else f"file_index + {n} AS file_index"

@@ -212,3 +212,25 @@ def test_retraining_sample_comes_in_job_and_hash_order(tmp_path: Path) -> None:
     assert len(a.sample) > 0
     assert list(a.sample.group) == sorted(a.sample.group)
     assert a.sample.X.tobytes() == b.sample.X.tobytes() and list(a.sample.group) == list(b.sample.group)
+
+
+def test_one_blas_thread_while_training_and_the_limit_restored_after_overlapping_uses() -> None:
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+
+    def blas_threads() -> list[int]:
+        return [int(i["num_threads"]) for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"]
+
+    before = blas_threads()
+    if not before:
+        pytest.skip("no BLAS library loaded")
+    with threadpoolctl.threadpool_limits(limits=2, user_api="blas"):
+        start = blas_threads()
+        first, second = M._OneBlasThread(), M._OneBlasThread()
+        first.__enter__()
+        assert set(blas_threads()) == {1}
+        second.__enter__()  # another training, entered while the first runs (another thread)
+        first.__exit__(None, None, None)  # ... and the first ends before it: still one thread
+        assert set(blas_threads()) == {1}
+        second.__exit__(None, None, None)
+        assert blas_threads() == start
+    assert blas_threads() == before
