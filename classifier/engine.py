@@ -429,7 +429,8 @@ def train_model_dask(client: Client, ts: TrainingSet, version: str,
         training_summary,
     )
 
-    lgb = lgbload.full()  # DaskLGBMClassifier is LightGBM's scikit-learn API
+    lgbload.full()  # DaskLGBMClassifier is LightGBM's scikit-learn API (lgbload)
+    import lightgbm as lgb
     margin_kind = kind == KIND_MARGIN
     # the roofline-margin model's booster is binary: idle vs active windows
     y = (ts.y != rules.IDLE).astype(np.int64) if margin_kind else ts.y.astype(np.int64)

@@ -171,7 +171,8 @@ def fit_booster(
     ts: TrainingSet, params: Mapping[str, Any] | None = None, rounds: int = NUM_ROUNDS
 ) -> lgb.Booster:
     """Train the window classifier on a training set (every job weighted equally)."""
-    lgb = lgbload.core()
+    lgbload.core()  # without scikit-learn (lgbload); the import below then finds it loaded
+    import lightgbm as lgb
 
     if len(np.unique(ts.y)) < 2:
         raise DataError("training set has windows of fewer than two classes; cannot train a model")
@@ -212,7 +213,8 @@ def fit_windows(
     if ts.margin is None:
         raise DataError("a roofline-margin model needs the GPM roofline margin of its training windows "
                         "(TrainingSet.margin; training.training_set records it)")
-    lgb = lgbload.core()
+    lgbload.core()  # without scikit-learn (lgbload); the import below then finds it loaded
+    import lightgbm as lgb
 
     # One window class only (a retraining sample without idle windows) still trains: LightGBM's
     # binary booster then predicts that class everywhere.
@@ -645,7 +647,8 @@ def load_model(directory: Path) -> WindowModel:
                         f"(this wattclass knows {', '.join(MODEL_KINDS)})")
     if kind == KIND_MARGIN and not isinstance(meta.get("margin"), dict):
         raise DataError(f"{meta_path}: roofline-margin model without its 'margin' map")
-    lgb = lgbload.core()
+    lgbload.core()  # without scikit-learn (lgbload); the import below then finds it loaded
+    import lightgbm as lgb
 
     try:
         booster = lgb.Booster(model_file=str(d / MODEL_FILE))
