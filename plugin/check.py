@@ -111,6 +111,28 @@ def _check_table(path: Path) -> str:
     return f"{path}: {n} keys, generated {t['generated_at']}, mode {t['policy'].get('mode')}, {seen_by}"
 
 
+def _check_job_submit(path: Path, table: Path) -> str:
+    """The controller's job_submit.lua is this wattclass's, reading ``table``.
+
+    Why: the label table and job_submit.lua are upgraded on different hosts. A table line an
+    older script does not know (e.g. ``min_confidence_label``) makes it refuse the whole table,
+    which is safe (jobs are left as submitted) but silent outside slurmctld.log.
+    """
+    from wattclass.fsutil import read_trusted_text
+    from wattclass.plugin.install import render_job_submit
+
+    text = read_trusted_text(path)
+    m = re.search(r'^local LABEL_TABLE = "(.*)"$', text, re.M)
+    if m is None:
+        raise WattclassError(f"{path}: no `local LABEL_TABLE = ...` line: not wattclass's job_submit.lua")
+    if m.group(1) != str(table):
+        raise WattclassError(f"{path} reads the label table {m.group(1)!r}, not {str(table)!r}")
+    if text != render_job_submit(table):
+        raise WattclassError(f"{path} differs from this wattclass's job_submit.lua (an older version? "
+                             "re-run `wattclass plugin install-lua`, then `scontrol reconfigure`)")
+    return f"{path}: this wattclass's, reads {table}"
+
+
 def _check_backend(spec: str) -> str:
     from wattclass.gpu import open_backend
 
@@ -148,6 +170,8 @@ def run_checks(args: argparse.Namespace) -> list[Check]:
     checks.append(_run("policy", lambda: _check_policy(args.policy)))
     checks.append(_run("label table", lambda: _check_table(args.table)))
     checks.append(_run("GPU backend", lambda: _check_backend(args.backend or hook.backend)))
+    if args.job_submit is not None:
+        checks.append(_run("job_submit.lua", lambda: _check_job_submit(args.job_submit, args.table)))
     return checks
 
 
@@ -160,6 +184,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", help="default: the wrapper's --backend")
     p.add_argument("--policy", type=Path, default=Path("/etc/wattclass/policy.toml"))
     p.add_argument("--table", type=Path, default=Path("/etc/slurm/wattclass/labels.tsv"))
+    p.add_argument("--job-submit", type=Path, default=None,
+                   help="on the controller: also check this job_submit.lua (e.g. /etc/slurm/job_submit.lua) "
+                        "is this wattclass's and reads --table")
     p.add_argument("--json", action="store_true")
 
 

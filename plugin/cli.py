@@ -73,10 +73,19 @@ def _policy_check(args: argparse.Namespace) -> int:
     from wattclass.policy import load_policy
 
     pol = load_policy(args.file)
-    data = {"file": str(args.file), "valid": True, **pol.table_dict()}
+    data = {"file": str(args.file), "valid": True, **pol.table_dict(),
+            "thresholds": pol.effective_thresholds()}
     emit(data, args.json, lambda d: f"{d['file']}: valid (mode {d['mode']}, min_confidence "
-         f"{d['min_confidence']}, {len(d['decisions'])} labels with decisions)")
+         f"{d['min_confidence']}, {len(d['decisions'])} labels with decisions)\n"
+         f"{_thresholds_line(d['thresholds'], d['min_confidence_by_label'])}")
     return 0
+
+
+def _thresholds_line(thresholds: dict[str, float], by_label: dict[str, float]) -> str:
+    """``thresholds: compute 0.8, memory 0.9 (own), ...``: the confidence each label needs to act."""
+    own = " (min_confidence_by_label)"
+    return "confidence needed to act: " + ", ".join(
+        f"{label} {value:g}{own if label in by_label else ''}" for label, value in thresholds.items())
 
 
 _REASONS = {
@@ -86,7 +95,7 @@ _REASONS = {
     "exempt_partition": "every partition the job may run in is exempt",
     "no_gpu_request": "the job asks for no GPU: no cap, no placement",
     "unknown_job": "no label for this user + name, user or account",
-    "low_confidence": "the label's confidence is below min_confidence",
+    "low_confidence": "the label's confidence is below its label's min_confidence",
     "no_decision": "the policy has no cap or features for this label",
     "shadow": "shadow mode: decided and logged, nothing changes",
     "enforce": "enforce mode: the Prolog caps the job's GPUs",
@@ -106,7 +115,8 @@ def _policy_explain(args: argparse.Namespace) -> int:
     d = decide(table, args.user, args.name, args.account, args.partition, args.constraint,
                gpu_request=not args.no_gpu)
     data: dict[str, Any] = {**d._asdict(), "why": _REASONS.get(d.reason, d.reason), "cap_w": None,
-                            "measured_effect": None}
+                            "measured_effect": None, "thresholds": pol.effective_thresholds(),
+                            "min_confidence_by_label": dict(pol.min_confidence_by_label)}
     if args.gpu_model or args.limits:
         from wattclass.caps import cap_watts, known_limits, parse_cap, parse_limits
 
@@ -125,8 +135,10 @@ def _policy_explain(args: argparse.Namespace) -> int:
     def human(x: dict[str, Any]) -> str:
         lines = [f"decision: {x['status']} ({x['why']})"]
         if x["label"]:
+            own = "min_confidence_by_label" if x["label"] in x["min_confidence_by_label"] else \
+                "min_confidence"
             lines.append(f"label: {x['label']} confidence {x['confidence']:.2f} from {x['key']} key "
-                         f"(source {x['source']})")
+                         f"(source {x['source']}); {x['label']} needs {x['min_confidence']:g} ({own})")
         if x["cap"]:
             lines.append(f"cap: {x['cap']} (per GPU, of its default limit when a %, clamped to min/max)")
         if x["cap_w"] is not None:
@@ -141,6 +153,7 @@ def _policy_explain(args: argparse.Namespace) -> int:
             arm = x["admin_comment"].rsplit("arm=", 1)[1]
             lines.append(f"canary arm: {arm} (decided from user + UTC day of submission; this run's "
                          f"arm may differ) -> {'capped' if arm == 'capped' else 'NOT capped'} by the Prolog")
+        lines.append(_thresholds_line(x["thresholds"], x["min_confidence_by_label"]))
         m = x["measured_effect"]
         if m is not None:
             def ci(k: str) -> str:

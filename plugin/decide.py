@@ -7,9 +7,10 @@ results. Keep the two in step: same order of checks, same reason codes, same adm
 
 Order: only jobs that request a GPU (``requests_gpu``), then exempt user, exempt account, exempt
 partition (only when EVERY partition of a comma list is exempt: the job may run in any of them),
-then the most specific label key (user + job name, user, account) whose confidence reaches
-min_confidence (a less confident key falls through to the next one), the policy's decision for the
-label, then shadow vs enforce. Features are added only in enforce mode, only when the user gave no
+then the most specific label key (user + job name, user, account) whose confidence reaches its
+label's threshold (``policy.min_confidence_by_label`` for that label, else ``min_confidence``; a
+less confident key falls through to the next one), the policy's decision for the label, then
+shadow vs enforce. Features are added only in enforce mode, only when the user gave no
 constraint, and only those the table lists as existing on some node. With a canary
 (``policy.canary_threshold`` > 0) a capped decision also gets an arm
 (``wattclass.admincomment.canary_arm``, keyed by user + UTC day of submission ``submit_s``).
@@ -39,6 +40,8 @@ class Decision(NamedTuple):
     cap: str | None = None
     features: str | None = None  # what job_submit.lua adds to the job's constraints
     admin_comment: str | None = None
+    #: The confidence the matched key's label needed (its per-label threshold or min_confidence).
+    min_confidence: float | None = None
 
 
 #: The job fields that can ask for GPUs (job_submit.lua's GPU_FIELDS); ``gres`` is the old alias.
@@ -86,9 +89,17 @@ def requests_gpu(specs: Iterable[str | None]) -> bool:
     return False
 
 
+def threshold(policy: Mapping[str, Any], label: object) -> float:
+    """The confidence a key labelled ``label`` needs: its per-label threshold, else min_confidence."""
+    by_label = policy.get("min_confidence_by_label") or {}
+    value = by_label.get(label) if isinstance(label, str) else None
+    return float(value) if value is not None else float(policy.get("min_confidence", 1.0))
+
+
 def _lookup(table: Mapping[str, Any], user: str | None, name: str | None, account: str | None,
-            min_conf: float) -> tuple[str, Mapping[str, Any], bool] | None:
-    """(key, record, low): the most specific key reaching ``min_conf``, else the most specific found."""
+            policy: Mapping[str, Any]) -> tuple[str, Mapping[str, Any], bool] | None:
+    """(key, record, low): the most specific key reaching its label's threshold, else the most
+    specific found."""
     cands: list[tuple[str, Any]] = []
     if user is not None and name is not None:
         cands.append(("user_name", ((table.get("by_user_name") or {}).get(user) or {}).get(name)))
@@ -99,7 +110,7 @@ def _lookup(table: Mapping[str, Any], user: str | None, name: str | None, accoun
     low: tuple[str, Mapping[str, Any], bool] | None = None
     for key, rec in cands:
         if isinstance(rec, Mapping):
-            if float(rec.get("confidence", 0.0)) >= min_conf:
+            if float(rec.get("confidence", 0.0)) >= threshold(policy, rec.get("label")):
                 return key, rec, False
             if low is None:
                 low = (key, rec, True)
@@ -130,16 +141,17 @@ def decide(
     parts = [p for p in (partition or "").split(",") if p]
     if parts and all((exempt.get("partitions") or {}).get(p) for p in parts):
         return Decision("none", "exempt_partition")
-    hit = _lookup(table, user, name, account, float(policy.get("min_confidence", 1.0)))
+    hit = _lookup(table, user, name, account, policy)
     if hit is None:
         return Decision("none", "unknown_job")
     key, rec, low = hit
     label, conf, src = str(rec.get("label")), float(rec.get("confidence", 0.0)), str(rec.get("source", ""))
+    need = threshold(policy, label)
     if low:
-        return Decision("none", "low_confidence", label, conf, src, key)
+        return Decision("none", "low_confidence", label, conf, src, key, min_confidence=need)
     dec = (policy.get("decisions") or {}).get(label)
     if not isinstance(dec, Mapping):
-        return Decision("none", "no_decision", label, conf, src, key)
+        return Decision("none", "no_decision", label, conf, src, key, min_confidence=need)
     cap = dec.get("cap")
     mode = "shadow" if policy.get("mode") != "enforce" else "enforce"
     arm = None
@@ -152,7 +164,8 @@ def decide(
         avail = policy.get("features_available") or {}
         feats = [f for f in (dec.get("features") or []) if avail.get(f)]
         features = "&".join(feats) if feats else None
-    return Decision(mode, mode, label, conf, src, key, cap=cap, features=features, admin_comment=comment)
+    return Decision(mode, mode, label, conf, src, key, cap=cap, features=features, admin_comment=comment,
+                    min_confidence=need)
 
 
-__all__ = ["COMMENT_PREFIX", "Decision", "decide", "format_comment"]
+__all__ = ["COMMENT_PREFIX", "Decision", "decide", "format_comment", "threshold"]

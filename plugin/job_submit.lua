@@ -2,8 +2,8 @@
 
 At submission a job has no history yet, so the nightly run writes a label table (a line-based
 DATA file, format in wattclass/labeltable.py) with the policy's decision per label. This script
-looks the job up (user + job name, user, account; a key below min_confidence falls through to the
-next) and, for a GPU job that is labelled and not exempt, writes the decision into admin_comment
+looks the job up (user + job name, user, account; a key below its label's min_confidence falls
+through to the next) and, for a GPU job that is labelled and not exempt, writes the decision into admin_comment
 (which users cannot set) for the Prolog, and in enforce mode adds placement features when the user
 gave no constraint.
 
@@ -143,11 +143,12 @@ end
 
 local function new_table()
   return { version = 2, by_user_name = {}, by_user = {}, by_account = {},
-           policy = { decisions = {}, features_available = {},
+           policy = { decisions = {}, features_available = {}, min_confidence_by_label = {},
                       exempt = { partitions = {}, accounts = {}, users = {} } } }
 end
 
 local EXEMPT_KIND = { partition = "partitions", account = "accounts", user = "users" }
+local LABELS = { compute = true, memory = true, mixed = true, idle = true }  -- labeltable.LABELS
 
 local function split_commas(s)
   local out, start = {}, 1
@@ -209,6 +210,10 @@ local function parse_line(t, f)
   elseif kind == "min_confidence" and n == 2 then
     t.policy.min_confidence = tonumber(f[2])
     if t.policy.min_confidence == nil then return "bad min_confidence" end
+  elseif kind == "min_confidence_label" and n == 3 and LABELS[f[2]] then
+    local v = tonumber(f[3])
+    if v == nil or not (v >= 0 and v <= 1) then return "bad min_confidence_label" end
+    t.policy.min_confidence_by_label[f[2]] = v
   elseif kind == "canary_threshold" and n == 2 then
     t.policy.canary_threshold = tonumber(f[2])
     if t.policy.canary_threshold == nil then return "bad canary_threshold" end
@@ -369,9 +374,9 @@ local function all_parts_exempt(parts, exempt)
   return any
 end
 
--- The most specific key whose confidence reaches min_conf; else the most specific key found
--- (low = true), else nil.
--- record() of an entry's text, parsed once per table (t.records) and reused by later jobs.
+-- record() of an entry's text, parsed once per table (t.records) and reused by later jobs. The
+-- record also keeps the confidence its label needs (rec.need: the policy's min_confidence_label
+-- for the label, else min_confidence), so a submission compares one number per key it meets.
 local function cached_record(t, s)
   if s == nil then return nil end
   local memo = t.records
@@ -382,14 +387,21 @@ local function cached_record(t, s)
   local rec = memo[s]
   if rec == nil then
     rec = record(s) or false
+    if rec then
+      local policy = t.policy
+      rec.need = tonumber(field(policy.min_confidence_by_label, rec.label))
+        or tonumber(policy.min_confidence) or 1
+    end
     memo[s] = rec
   end
   return rec or nil
 end
 
+-- The most specific key whose confidence reaches its label's threshold; else the most specific
+-- key found (low = true), else nil.
 -- (Written without a list of candidates: this runs inside every submission, where each table
 -- built costs slurmctld time.)
-local function lookup(t, user, name, account, min_conf)
+local function lookup(t, user, name, account)
   local low_key, low_rec = nil, nil
   for i = 1, 3 do
     local key, rec = nil, nil
@@ -402,7 +414,7 @@ local function lookup(t, user, name, account, min_conf)
     end
     rec = cached_record(t, rec)
     if rec ~= nil then
-      if (tonumber(rec.confidence) or 0) >= min_conf then return key, rec, false end
+      if (tonumber(rec.confidence) or 0) >= rec.need then return key, rec, false end
       if low_rec == nil then low_key, low_rec = key, rec end
     end
   end
@@ -453,7 +465,7 @@ local function decide(t, user, name, account, partition, user_features, gpu_requ
   if partition ~= nil and all_parts_exempt(partition, exempt.partitions) then
     return "none", "exempt_partition"
   end
-  local key, rec, low = lookup(t, user, name, account, tonumber(policy.min_confidence) or 1)
+  local key, rec, low = lookup(t, user, name, account)
   if rec == nil then return "none", "unknown_job" end
   local label, conf = tostring(rec.label), tonumber(rec.confidence) or 0
   if low then return "none", "low_confidence", nil, nil, label, conf end

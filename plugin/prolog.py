@@ -61,6 +61,7 @@ from wattclass.logsafe import ClipFilter
 from wattclass.plugin.sharedcaps import (
     JobEnded,
     Liveness,
+    drop_ended,
     gpu_lock,
     leave_shared,
     never_ended,
@@ -230,8 +231,13 @@ def prolog(
                                                          comment.label, comment.source, job.account))
     liveness = Liveness(job_ended if job_ended is not None else never_ended)
     if not dry_run:  # ask Slurm about the other jobs on these GPUs before taking any lock
-        liveness.ask(sorted({a.job_id for held, _ in targets for a in jobs_on_gpu(jobs_dir, held)}
-                            - {job.display_id}))
+        others = sorted({a.job_id for held, _ in targets for a in jobs_on_gpu(jobs_dir, held)}
+                        - {job.display_id})
+        liveness.ask(others)
+        # In every mode, capped or not: a job that left without its Epilog must not keep its job
+        # files, or the telemetry daemon splits this job's windows (energy, label) with it. Its
+        # place in a cap record is dropped below, under the GPU's lock (``register``).
+        drop_ended(jobs_dir, "GPU " + ",".join(held for held, _ in targets), others, liveness)
     plan = []
     for g in resolve_gpus(backend, job.gpus, gpu_map):
         current = backend.power_limit_w(g.gpu_index)

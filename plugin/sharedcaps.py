@@ -70,7 +70,7 @@ class Liveness:
             self(j)
 
 
-def drop_ended(jobs_dir: Path, g: GpuInfo, job_ids: list[str], job_ended: JobEnded) -> list[str]:
+def drop_ended(jobs_dir: Path, where: str, job_ids: list[str], job_ended: JobEnded) -> list[str]:
     """``job_ids`` without the jobs that no longer hold GPUs on this node; their job files are
     removed from every GPU of the node.
 
@@ -81,11 +81,11 @@ def drop_ended(jobs_dir: Path, g: GpuInfo, job_ids: list[str], job_ended: JobEnd
     alive = []
     for j in job_ids:
         if job_ended(j) is True:
-            log.warning("GPU %s: job %s no longer runs on this node but left its files (no Epilog): "
-                        "its job files and its place in the cap record are dropped", g.uuid, j)
+            log.warning("%s: job %s no longer runs on this node but left its files (no Epilog): "
+                        "its job files and its place in any cap record are dropped", where, j)
             with contextlib.suppress(OSError):
                 for problem in remove_job_files(jobs_dir, j):
-                    log.warning("GPU %s: job %s: left a job file: %s", g.uuid, j, problem)
+                    log.warning("%s: job %s: left a job file: %s", where, j, problem)
         else:
             alive.append(j)
     return alive
@@ -198,7 +198,7 @@ def register(backend: GpuBackend, g: GpuInfo, job_id: str, display_id: str, targ
             old, jobs = {"previous_w": g.power_limit_default_w}, None
         if jobs is not None:
             others = [j for j in jobs if j != job_id]
-            alive = set(drop_ended(jobs_dir, g, others, job_ended)) if others else set()
+            alive = set(drop_ended(jobs_dir, f"GPU {g.uuid}", others, job_ended)) if others else set()
             jobs = {j: v for j, v in jobs.items() if j == job_id or j in alive}
         if old is None and target is None:
             return {"jobs": [job_id]}
@@ -210,7 +210,7 @@ def register(backend: GpuBackend, g: GpuInfo, job_id: str, display_id: str, targ
             raise GpuError(f"GPU {g.uuid}: no current power limit to record")
         if jobs is None:
             found = neighbours(backend, jobs_dir, g, display_id)
-            jobs = dict.fromkeys(drop_ended(jobs_dir, g, found, job_ended) if found else [])
+            jobs = dict.fromkeys(drop_ended(jobs_dir, f"GPU {g.uuid}", found, job_ended) if found else [])
         jobs[job_id] = target
         limit = effective_limit(previous, jobs)
         write_record(rec_path, previous, jobs, limit)  # before touching the GPU

@@ -83,3 +83,32 @@ def test_each_failure_is_named_and_exits_1(tmp_path: Path, capsys: pytest.Captur
     assert main(argv) == 1
     got = _result(capsys)
     assert got[want] is False and sum(not ok for ok in got.values()) == 1, got
+
+
+@pytest.mark.parametrize("state", ["current", "older", "other_table", "missing"])
+def test_the_controllers_job_submit_lua_is_checked_when_named(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], state: str) -> None:
+    """An older job_submit.lua refuses a table with lines it does not know (e.g. per-label
+    thresholds): jobs are then left as submitted, silently outside slurmctld.log."""
+    argv = _install(tmp_path)
+    etc = tmp_path / "etc"
+    lua = etc / "job_submit.lua"
+    table = etc / "labels.tsv"
+    assert main(["plugin", "install-lua", "--table", str(table if state != "other_table" else etc / "x.tsv"),
+                 "--dest", str(lua)]) == 0
+    if state == "older":
+        text = lua.read_text()
+        assert 'kind == "min_confidence_label"' in text
+        lua.write_text(text.replace('kind == "min_confidence_label"', 'kind == "min_confidence_label_old"'))
+    elif state == "missing":
+        lua.unlink()
+    capsys.readouterr()
+    rc = main([*argv, "--job-submit", str(lua)])
+    out = json.loads(capsys.readouterr().out)
+    got = {c["name"]: c for c in out["checks"]}
+    assert got["job_submit.lua"]["ok"] is (state == "current")
+    assert rc == (0 if state == "current" else 1)
+    if state == "older":
+        assert "install-lua" in got["job_submit.lua"]["detail"]
+    if state == "other_table":
+        assert "x.tsv" in got["job_submit.lua"]["detail"]

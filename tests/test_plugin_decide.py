@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import random
 import shutil
 import subprocess
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from wattclass.errors import DataError
 from wattclass.labeltable import TableEntry, lua_value, read_label_table, write_label_table
 from wattclass.plugin.decide import decide, requests_gpu
 from wattclass.plugin.install import render_job_submit
@@ -506,3 +508,134 @@ def test_no_canary_means_no_arm(tmp_path: Path) -> None:
     table = read_label_table(_table(tmp_path, "shadow"))
     d = decide(table, "alice", "train.sh", None, None, None, submit_s=1)
     assert d.admin_comment and "arm=" not in d.admin_comment
+
+
+# -- issue 13: a confidence threshold per label (the costly direction asks more evidence) -------------
+THRESHOLD_STEPS = [0.0, 0.5, 0.7, 0.8, 0.85, 0.9, 0.93, 0.95, 1.0]
+
+
+def _random_policy(rng: random.Random) -> dict[str, Any]:
+    labels = ["compute", "memory", "mixed", "idle"]
+    caps = {lb: rng.choice(["100%", "60%", "450W", "40%"]) for lb in labels if rng.random() < 0.8}
+    return {
+        "mode": rng.choice(["enforce", "shadow"]),
+        "min_confidence": rng.choice(THRESHOLD_STEPS),
+        "min_confidence_by_label": {lb: rng.choice([*THRESHOLD_STEPS, round(rng.random(), 4)])
+                                    for lb in labels if rng.random() < 0.6},
+        "caps": caps,
+        "placement": {"memory": {"features": ["hbm"]}} if rng.random() < 0.5 else {},
+        "exempt": {"accounts": ["benchmark"], "partitions": ["debug"]},
+    }
+
+
+def _random_entries(rng: random.Random, users: list[str], names: list[str],
+                    accounts: list[str]) -> list[TableEntry]:
+    labels = ["compute", "memory", "mixed", "idle"]
+
+    def conf() -> float:  # often exactly on a threshold, to test ">=" on both sides
+        return rng.choice([*THRESHOLD_STEPS, round(rng.random(), 4), 0.8999, 0.9001])
+
+    out = [TableEntry("user_name", u, n, None, rng.choice(labels), conf(), 3, "rule")
+           for u in users for n in names if rng.random() < 0.5]
+    out += [TableEntry("user", u, None, None, rng.choice(labels), conf(), 9, "model:v1")
+            for u in users if rng.random() < 0.7]
+    out += [TableEntry("account", None, None, a, rng.choice(labels), conf(), 20, "rule")
+            for a in accounts if rng.random() < 0.7]
+    return out
+
+
+def test_lua_and_python_agree_with_random_per_label_thresholds(tmp_path: Path) -> None:
+    """Random policies (global and per-label thresholds, caps, modes) and random tables whose
+    confidences often sit exactly on a threshold: 8 tables x 1,000 random jobs, Lua and Python agree,
+    and the per-label thresholds change some of those decisions (so the grid exercises them)."""
+    users, names = ["alice", "bob", "dave", "erin"], ["train.sh", "a.b*c", "x%y", ""]
+    accounts = ["physics", "chem", "benchmark"]
+    per_label_mattered, reasons = 0, set()
+    for seed in range(8):
+        rng = random.Random(seed)
+        pol_doc = _random_policy(rng)
+        pol = parse_policy(pol_doc)
+        path = tmp_path / "labels.tsv"
+        write_label_table(path, _random_entries(rng, users, names, accounts), pol.table_dict({"hbm"}))
+        cases = [{"user": rng.choice([*users, None]), "name": rng.choice([*names, "never", None]),
+                  "account": rng.choice([*accounts, None]), "partition": rng.choice([None, "main", "debug"]),
+                  "features": rng.choice([None, "", "nvme"]), "gpus": rng.choice(["gres/gpu:1", None])}
+                 for _ in range(1000)]
+        rows = _run_lua(render_job_submit(path), cases, tmp_path)
+        table = read_label_table(path)
+        assert table["policy"]["min_confidence_by_label"] == pol.min_confidence_by_label
+        global_only = {**table, "policy": {**table["policy"], "min_confidence_by_label": {}}}
+        for (i, status, reason, comment, feats), case in zip(rows, cases, strict=True):
+            args = (case["user"], case["name"], case["account"], case["partition"] or "main",
+                    case["features"], requests_gpu([case["gpus"]]))
+            py = decide(table, *args)
+            got = (status, reason, _unhex(comment), _unhex(feats))
+            assert got == (py.status, py.reason, py.admin_comment, py.features), (seed, i, case, pol_doc)
+            per_label_mattered += decide(global_only, *args)[:6] != py[:6]
+            reasons.add(reason)
+    assert per_label_mattered > 100, per_label_mattered
+    assert reasons >= {"low_confidence", "no_decision", "unknown_job", "enforce", "shadow", "exempt_account"}
+
+
+PER_LABEL_DRIVER = SLURM_SILENT + r"""
+dofile(SCRIPT)
+local t, err = wattclass_load_table()
+if t == nil then print("nil " .. tostring(err)) end
+for i, c in ipairs(CASES) do
+  if t ~= nil then
+    local s, r, comment, _, label, conf = wattclass_decide(t, c.user, c.name, c.account, nil, nil, true)
+    print(i .. " " .. s .. " " .. r .. " " .. tostring(label) .. " " .. tostring(comment))
+  end
+end
+"""
+
+
+def test_memory_label_held_to_its_own_threshold_falls_through_in_lua(tmp_path: Path) -> None:
+    """memory needs 0.9 here, the rest 0.8: alice's train.sh (memory 0.85) is not acted on and her
+    user key (compute 0.82) decides; bob's memory 0.9 key is; with no broader key, low_confidence."""
+    entries = [TableEntry("user_name", "alice", "train.sh", None, "memory", 0.85, 5, "rule"),
+               TableEntry("user", "alice", None, None, "compute", 0.82, 9, "rule"),
+               TableEntry("user_name", "bob", "train.sh", None, "memory", 0.9, 5, "rule"),
+               TableEntry("user", "carol", None, None, "memory", 0.89, 5, "rule"),
+               TableEntry("user", "erin", None, None, "compute", 0.5, 5, "rule")]
+    cases = [{"user": "alice", "name": "train.sh"}, {"user": "bob", "name": "train.sh"},
+             {"user": "carol", "name": "x"}, {"user": "erin", "name": "x"}]
+    out = {}
+    for by_label in ({}, {"memory": 0.9, "compute": 0.5}):
+        pol = parse_policy({"mode": "enforce", "min_confidence": 0.8, "min_confidence_by_label": by_label,
+                            "caps": {"memory": "60%", "compute": "100%"}})
+        path = tmp_path / "labels.tsv"
+        write_label_table(path, entries, pol.table_dict())
+        path.chmod(0o644)
+        rows = _run_lua(render_job_submit(path), cases, tmp_path, driver=PER_LABEL_DRIVER)
+        table = read_label_table(path)
+        for row, c in zip(rows, cases, strict=True):
+            py = decide(table, c["user"], c["name"])
+            assert row[1:4] == (py.status, py.reason, str(py.label)), (by_label, c)
+        out[bool(by_label)] = [(r[2], r[3]) for r in rows]
+    assert out[False] == [("enforce", "memory"), ("enforce", "memory"), ("enforce", "memory"),
+                          ("low_confidence", "compute")]
+    assert out[True] == [("enforce", "compute"), ("enforce", "memory"), ("low_confidence", "memory"),
+                         ("enforce", "compute")]  # compute 0.5 reaches its own 0.5
+
+
+@pytest.mark.parametrize(("line", "why"), [
+    ("min_confidence_label\tmemory\t1.5", "bad min_confidence_label"),
+    ("min_confidence_label\tmemory\tnan", "bad min_confidence_label"),
+    ("min_confidence_label\tmemory\thigh", "bad min_confidence_label"),
+    ("min_confidence_label\tgpu\t0.9", "unknown record"),
+    ("min_confidence_label\tmemory", "unknown record"),
+    # a record from a later version: refused (jobs uncapped), never skipped (see labeltable docstring)
+    ("min_confidence_partition\tdebug\t0.9", "unknown record"),
+])
+def test_bad_or_unknown_threshold_line_refuses_the_table(tmp_path: Path, line: str, why: str) -> None:
+    path = _table(tmp_path, "enforce")
+    text = path.read_text().replace("\nmin_confidence\t0.8\n", f"\nmin_confidence\t0.8\n{line}\n", 1)
+    path.write_text(text)
+    out = _load_in_lua(render_job_submit(path), tmp_path)
+    assert out[0].startswith("nil label table line 5: ") and why in out[0], out
+    rows = _run_lua(render_job_submit(path), [{"user": "alice", "name": "train.sh", "gpus": "gres/gpu:1"}],
+                    tmp_path)
+    assert rows[0][1:] == ("none", "no_table", "-", "-")  # the job stays as submitted
+    with pytest.raises(DataError, match="line 5"):
+        read_label_table(path)

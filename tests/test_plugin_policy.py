@@ -175,3 +175,103 @@ def test_canary_fraction_reaches_the_table_as_buckets(tmp_path: Path) -> None:
     pol = load_policy(_write(tmp_path, "[canary]\nfraction = 0.1\n"))
     assert pol.canary_fraction == 0.1 and pol.table_dict()["canary_threshold"] == 1000
     assert load_policy(_write(tmp_path, "")).table_dict()["canary_threshold"] == 0
+
+
+# -- issue 13: a confidence threshold per label ----------------------------------------------------
+PER_LABEL = GOOD.replace("min_confidence = 0.8\n",
+                         "min_confidence = 0.8\n[min_confidence_by_label]\nmemory = 0.9\nidle = 0.95\n"
+                         "compute = 0.5\n")
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ("[min_confidence_by_label]\ngpu = 0.9\n", "min_confidence_by_label.gpu: unknown label"),
+        ("[min_confidence_by_label]\nmemory = 1.2\n", "min_confidence_by_label.memory: expected a number"),
+        ("[min_confidence_by_label]\nmemory = -0.1\n", "min_confidence_by_label.memory"),
+        ('[min_confidence_by_label]\nmemory = "0.9"\n', "min_confidence_by_label.memory"),
+        ("[min_confidence_by_label]\nmemory = true\n", "min_confidence_by_label.memory"),
+        ("[min_confidence_by_label]\nmemory = nan\n", "min_confidence_by_label.memory"),
+        ("min_confidence_by_label = 0.9\n", "min_confidence_by_label: expected a table"),
+        ("[min_confidence_by_label.memory]\nvalue = 0.9\n", "min_confidence_by_label.memory"),
+    ],
+)
+def test_bad_per_label_threshold_names_file_and_key(tmp_path: Path, text: str, key: str) -> None:
+    path = _write(tmp_path, text)
+    with pytest.raises(ConfigError) as err:
+        load_policy(path)
+    assert str(path) in str(err.value) and key in str(err.value)
+    assert main(["policy", "check", str(path)]) == 2
+
+
+def test_per_label_thresholds_default_to_min_confidence(tmp_path: Path) -> None:
+    pol = load_policy(_write(tmp_path, PER_LABEL))
+    # below the global one is allowed (compute 0.5): see policy._parse_by_label
+    assert pol.effective_thresholds() == {"compute": 0.5, "memory": 0.9, "mixed": 0.8, "idle": 0.95}
+    assert pol.table_dict()["min_confidence_by_label"] == {"compute": 0.5, "memory": 0.9, "idle": 0.95}
+    plain = load_policy(_write(tmp_path, GOOD))
+    assert plain.min_confidence_by_label == {} and set(plain.effective_thresholds().values()) == {0.8}
+    inline = load_policy(_write(tmp_path, "min_confidence = 0.7\nmin_confidence_by_label = { memory = 1 }\n"))
+    assert inline.threshold("memory") == 1.0 and inline.threshold("idle") == 0.7
+
+
+def test_per_label_thresholds_round_trip_through_the_table(tmp_path: Path) -> None:
+    from test_plugin_decide import lua_table_eval
+
+    from wattclass.labeltable import read_label_table
+
+    entry = [TableEntry("user", "alice", None, None, "memory", 0.93, 4, "rule")]
+    table = tmp_path / "labels.tsv"
+    write_label_table(table, entry, load_policy(_write(tmp_path, PER_LABEL)).table_dict())
+    assert "\nmin_confidence_label\tmemory\t0.9\n" in table.read_text()
+    pol = read_label_table(table)["policy"]
+    assert (pol["min_confidence"], pol["min_confidence_by_label"]) == (
+        0.8, {"compute": 0.5, "memory": 0.9, "idle": 0.95})
+    by = "t.policy.min_confidence_by_label"
+    assert lua_table_eval(table, f"{by}.compute, {by}.memory, {by}.idle, {by}.mixed, t.policy.min_confidence",
+                          tmp_path).split() == ["0.5", "0.9", "0.95", "nil", "0.8"]
+    # no per-label threshold: no such line, so a table reads exactly as before (older readers too)
+    write_label_table(table, entry, load_policy(_write(tmp_path, GOOD)).table_dict())
+    assert "min_confidence_label" not in table.read_text()
+    assert read_label_table(table)["policy"]["min_confidence_by_label"] == {}
+
+
+@pytest.mark.parametrize(("by_label", "match"), [({"fast": 0.9}, "unknown label 'fast'"),
+                                                 ({"memory": 1.5}, "not a number in \\[0, 1\\]"),
+                                                 ({"memory": float("nan")}, "not a number")])
+def test_table_writer_refuses_bad_thresholds(tmp_path: Path, by_label: dict[str, float], match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        write_label_table(tmp_path / "x.tsv", [], {"mode": "enforce", "min_confidence_by_label": by_label})
+    assert not (tmp_path / "x.tsv").exists()
+
+
+def test_policy_check_and_explain_show_the_thresholds(tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    path = _write(tmp_path, PER_LABEL)
+    assert main(["policy", "check", str(path)]) == 0
+    assert ("confidence needed to act: compute 0.5 (min_confidence_by_label), memory 0.9 "
+            "(min_confidence_by_label), mixed 0.8, idle 0.95 (min_confidence_by_label)"
+            ) in capsys.readouterr().out
+    assert main(["policy", "check", str(path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["thresholds"]["memory"] == 0.9
+    table = tmp_path / "labels.tsv"
+    write_label_table(table, [TableEntry("user_name", "alice", "train.sh", None, "memory", 0.85, 4, "rule"),
+                              TableEntry("user", "alice", None, None, "compute", 0.6, 9, "model")],
+                      {"features_available": {"hbm": True}})
+    args = ["policy", "explain", "--policy", str(path), "--table", str(table), "--user", "alice",
+            "--name", "train.sh"]
+    # memory 0.85 < its 0.9: on to alice's user key, compute 0.6 >= compute's own 0.5
+    assert main([*args, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["status"], out["label"], out["key"], out["min_confidence"]) == (
+        "enforce", "compute", "user", 0.5)
+    assert out["thresholds"] == {"compute": 0.5, "memory": 0.9, "mixed": 0.8, "idle": 0.95}
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert "label: compute confidence 0.60 from user key (source model); compute needs 0.5 " \
+        "(min_confidence_by_label)" in text and "memory 0.9 (min_confidence_by_label)" in text
+    # the policy file without per-label thresholds: the memory key decides, needing the global 0.8
+    assert main([*args[:3], str(_write(tmp_path, GOOD)), *args[4:]]) == 0
+    text = capsys.readouterr().out
+    assert "label: memory confidence 0.85 from user_name key (source rule); memory needs 0.8 " \
+        "(min_confidence)" in text

@@ -86,6 +86,39 @@ def test_cap_below_min_is_clamped_and_stale_record_keeps_original(tmp_path: Path
     assert be.power_limit_w(0) == 700.0  # the original, not job 7's cap
 
 
+@pytest.mark.parametrize("comment", ["shadow", "uncapped", "none"])
+def test_files_of_a_job_that_left_without_its_epilog_go_in_every_mode(tmp_path: Path, comment: str) -> None:
+    """Not only a capping Prolog drops them: in shadow mode, or for a job with no cap and no
+    record, a stale job file would make the telemetry daemon split this job's windows with a job
+    that no longer runs (the first weeks of every rollout are shadow mode)."""
+    from wattclass.jobmap import JobAssignment, jobs_on_gpu, write_job_file
+
+    be = FileStateBackend.create(tmp_path / "g.json", 3)
+    uuids = [g.uuid for g in be.gpus()]
+    gmap = {"0": uuids[0], "1": uuids[1]}
+    jobs = tmp_path / "j"
+    jobs.mkdir(mode=0o755)
+    for u in uuids:  # on the job's GPUs and on one it does not hold
+        for other in ("555", "556", "557"):
+            write_job_file(jobs, u, JobAssignment(other, "bob", 1001))
+    answers = {"555": True, "556": False, "557": None}  # ended, runs here, Slurm cannot tell
+    asked: list[str] = []
+
+    def ended(j: str) -> bool | None:
+        asked.append(j)
+        return answers[j]
+    text = {"shadow": MEM.replace("enforce", "shadow"), "uncapped": MEM.replace("cap=60%;", ""),
+            "none": None}[comment]
+    env = {"SLURM_JOB_ID": "9", "SLURM_JOB_GPUS": "0,1", "SLURM_JOB_USER": "alice"}
+    prolog(env, be, lambda _j: text, gmap, jobs, tmp_path / "c", job_ended=ended)
+    assert sorted(asked) == ["555", "556", "557"]  # once each, whatever the number of GPUs
+    for u in uuids:
+        held = {a.job_id for a in jobs_on_gpu(jobs, u)}
+        assert held == ({"9", "556", "557"} if u in gmap.values() else {"556", "557"}), (u, held)
+    assert [be.power_limit_w(i) for i in range(3)] == [700.0] * 3
+    assert not (tmp_path / "c").exists() or not any((tmp_path / "c").glob("*.json"))
+
+
 def test_shadow_and_dry_run_change_nothing(tmp_path: Path) -> None:
     be = FileStateBackend.create(tmp_path / "g.json", 2)
     env = {"SLURM_JOB_ID": "9", "SLURM_JOB_GPUS": "0,1"}

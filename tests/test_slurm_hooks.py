@@ -182,6 +182,18 @@ def test_bad_label_table_leaves_jobs_unchanged(fresh: WattclassRig, damage: str)
     assert want in log
 
 
+def test_per_label_threshold_holds_memory_calls_to_their_own(fresh: WattclassRig) -> None:
+    """Issue 13: memory needs 0.95 here, the rest the global 0.8. mem-train (memory 0.93) runs
+    uncapped with no decision; comp (compute 0.9) is still decided."""
+    pol = parse_policy({**POLICY, "min_confidence_by_label": {"memory": 0.95}})
+    write_label_table(fresh.table, _entries(), pol.table_dict({"hbm"}))
+    job_id, job = run_job(fresh, "-J", "mem-train", "--gres=gpu:2")
+    assert not job.get("admin_comment") and not job.get("features")
+    assert_uncapped(fresh, job_id, job)
+    _, job = run_job(fresh, "-J", "comp", "--gres=gpu:1")
+    assert job["admin_comment"] == "wattclass:label=compute;conf=0.90;cap=100%;src=rule;mode=enforce"
+
+
 @pytest.mark.parametrize("crash", ["corrupt_backend", "unexpected_exception"])
 def test_wattclass_crash_in_prolog_does_not_drain_node(fresh: WattclassRig, crash: str) -> None:
     good = fresh.state.read_text()

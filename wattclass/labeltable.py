@@ -12,6 +12,7 @@ Format (version 2), UTF-8, one record per line, fields separated by one TAB::
     generated_at<TAB>2026-11-29T03:00:00Z
     mode<TAB>enforce
     min_confidence<TAB>0.8
+    min_confidence_label<TAB>memory<TAB>0.9          (only labels with their own threshold, issue 13)
     canary_threshold<TAB>1000                        (only with a canary: buckets of 10000, issue 12)
     decision<TAB>memory<TAB>60%<TAB>hbm,slow        (label, cap or "-", features or "-")
     feature<TAB>hbm                                  (a feature that exists on some node)
@@ -25,6 +26,14 @@ and every other byte below 0x20 or 0x7f become ``%XX`` (two upper-case hex digit
 can hold anything and still only ever be one field. job_submit.lua splits lines and fields with
 ``string.find(..., plain=true)``; no user string is ever a Lua pattern. Policy lines come first,
 then entries from most to least confident, so a reader that stops early keeps the best entries.
+
+Compatibility: readers (job_submit.lua, ``parse_label_table``) refuse a whole table that holds a
+record they do not know, never skip it, and a refused table leaves every job as submitted
+(uncapped, logged). So a new record can be added within version 2 when it is written only where
+used: a table without ``min_confidence_label`` is byte-identical to before, and an older
+job_submit.lua that meets one refuses the table ("unknown record") rather than decide with the
+global threshold alone, which for a stricter ``memory`` threshold would cap exactly the jobs the
+sysadmin wanted left alone. A change to what an existing record means needs a new version.
 
 Size limits: the writer keeps at most ``MAX_ENTRIES`` entries and ``MAX_BYTES`` bytes (the most
 confident, then those with the most jobs; how many it dropped is logged and returned), no job
@@ -252,11 +261,21 @@ def _check_entry(e: TableEntry) -> None:
         raise ConfigError(f"label table: unknown level {e.level!r}")
 
 
+def _threshold(value: object, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= float(value) <= 1.0:
+        raise ConfigError(f"label table: {what} {value!r} is not a number in [0, 1]")
+    return float(value)
+
+
 def _policy_lines(policy: Mapping[str, Any] | None) -> list[str]:
     if policy is None:
         return []
     lines = [f"mode\t{policy.get('mode', 'shadow')}",
              f"min_confidence\t{float(policy.get('min_confidence', 1.0))!r}"]
+    for label, value in (policy.get("min_confidence_by_label") or {}).items():
+        if label not in LABELS:
+            raise ConfigError(f"label table: min_confidence for unknown label {label!r}")
+        lines.append(f"min_confidence_label\t{label}\t{_threshold(value, f'min_confidence of {label}')!r}")
     threshold = int(policy.get("canary_threshold") or 0)
     if threshold > 0:
         lines.append(f"canary_threshold\t{threshold}")
@@ -337,7 +356,7 @@ def parse_label_table(text: str, source: str = "<label table>") -> dict[str, Any
         raise DataError(f"{source}: not a version {TABLE_VERSION} wattclass label table "
                         f"(first line must be {HEADER!r}, TAB, {TABLE_VERSION})")
     entries: list[TableEntry] = []
-    policy: dict[str, Any] = {"decisions": {}, "features_available": {},
+    policy: dict[str, Any] = {"decisions": {}, "features_available": {}, "min_confidence_by_label": {},
                               "exempt": {v: {} for v in _EXEMPT_KINDS.values()}}
     has_policy = False
     when = ""
@@ -354,6 +373,11 @@ def parse_label_table(text: str, source: str = "<label table>") -> dict[str, Any
                 policy["mode"], has_policy = f[1], True
             elif kind == "min_confidence" and len(f) == 2:
                 policy["min_confidence"], has_policy = float(f[1]), True
+            elif kind == "min_confidence_label" and len(f) == 3 and f[1] in LABELS:
+                value = float(f[2])
+                if not 0.0 <= value <= 1.0:
+                    raise DataError(f"{where}: min_confidence_label {f[1]} {f[2]!r} outside [0, 1]")
+                policy["min_confidence_by_label"][f[1]] = value
             elif kind == "canary_threshold" and len(f) == 2:
                 policy["canary_threshold"] = int(f[1])
             elif kind == "decision" and len(f) == 4:

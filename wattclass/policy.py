@@ -1,7 +1,8 @@
 """The sysadmin's power policy (TOML): validated once at load, then plain data.
 
 The policy says what a label means for a job: a power cap (watts or a share of the GPU's
-default limit), placement features, who is exempt, and whether to act at all (``shadow`` mode
+default limit), placement features, who is exempt, how confident a label must be before it is
+acted on (``min_confidence``, optionally per label), and whether to act at all (``shadow`` mode
 decides and logs but changes nothing). It is read by ``wattclass policy check/explain`` and by the
 nightly run, which embeds ``Policy.table_dict()`` into the Lua label table so job_submit.lua never
 parses TOML. Caps travel as text ("60%", "350W") in admin_comment; the Prolog turns them into
@@ -25,7 +26,7 @@ from wattclass.errors import ConfigError
 from wattclass.fsutil import read_trusted_bytes
 from wattclass.labeltable import LABELS, MODES
 
-_TOP_KEYS = {"mode", "min_confidence", "caps", "placement", "exempt", "canary"}
+_TOP_KEYS = {"mode", "min_confidence", "min_confidence_by_label", "caps", "placement", "exempt", "canary"}
 _EXEMPT_KEYS = ("accounts", "partitions", "users")
 _FEATURE_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
@@ -36,6 +37,11 @@ class Policy:
 
     mode: Literal["enforce", "shadow"] = "shadow"
     min_confidence: float = 0.8
+    #: ``[min_confidence_by_label]``: a threshold for the labels the sysadmin named; the others use
+    #: ``min_confidence``. Why (issue 13): the two errors cost differently. A compute-bound job
+    #: called ``memory`` gets capped and slows down; a memory-bound job called ``compute`` only
+    #: misses a saving; so a site may ask more evidence before acting on a ``memory`` call.
+    min_confidence_by_label: dict[str, float] = field(default_factory=dict)
     caps: dict[str, Cap] = field(default_factory=dict)
     features: dict[str, list[str]] = field(default_factory=dict)
     exempt_accounts: frozenset[str] = frozenset()
@@ -45,6 +51,14 @@ class Policy:
     #: left uncapped as the control in enforce mode; 0 means no canary.
     canary_fraction: float = 0.0
     source: str = "<policy>"
+
+    def threshold(self, label: str) -> float:
+        """The confidence a key labelled ``label`` needs before the policy acts on it."""
+        return self.min_confidence_by_label.get(label, self.min_confidence)
+
+    def effective_thresholds(self) -> dict[str, float]:
+        """Every label's threshold (``policy check`` and ``policy explain`` print them)."""
+        return {label: self.threshold(label) for label in LABELS}
 
     def table_dict(self, available_features: Iterable[str] | None = None) -> dict[str, Any]:
         """Plain data for the label table's ``policy`` key (read by job_submit.lua).
@@ -64,6 +78,8 @@ class Policy:
         return {
             "mode": self.mode,
             "min_confidence": self.min_confidence,
+            "min_confidence_by_label": {lb: self.min_confidence_by_label[lb] for lb in LABELS
+                                        if lb in self.min_confidence_by_label},
             "decisions": decisions,
             "features_available": {f: True for f in all_feats if avail is None or f in avail},
             "canary_threshold": canary_threshold(self.canary_fraction),
@@ -94,6 +110,32 @@ def _parse_canary(sect: object, source: str) -> float:
     return float(frac)
 
 
+def _confidence(value: object, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= float(value) <= 1.0:
+        raise ConfigError(f"{where}: expected a number in [0, 1], got {value!r}")
+    return float(value)
+
+
+def _parse_by_label(sect: object, source: str) -> dict[str, float]:
+    """``[min_confidence_by_label]``: label -> threshold in [0, 1].
+
+    A threshold below ``min_confidence`` is allowed: a label whose decision costs little when
+    wrong (``compute`` at "100%", say) may be trusted sooner, and a trusted ``compute`` key also
+    stops the fall-through to a broader key that might say ``memory``. ``policy check`` prints
+    every label's effective threshold, so a typo in the number is visible.
+    """
+    if not isinstance(sect, dict):
+        raise ConfigError(f"{source}: min_confidence_by_label: expected a table of label = number, "
+                          f"got {sect!r}")
+    out: dict[str, float] = {}
+    for label, value in sect.items():
+        where = f"{source}: min_confidence_by_label.{label}"
+        if label not in LABELS:
+            raise ConfigError(f"{where}: unknown label (known: {', '.join(LABELS)})")
+        out[label] = _confidence(value, where)
+    return out
+
+
 def parse_policy(doc: Mapping[str, Any], source: str = "<policy>") -> Policy:
     """Validate a parsed TOML document; errors read ``<source>: <key>: <problem>``."""
     unknown = sorted(set(doc) - _TOP_KEYS)
@@ -102,9 +144,8 @@ def parse_policy(doc: Mapping[str, Any], source: str = "<policy>") -> Policy:
     mode = doc.get("mode", "shadow")
     if mode not in MODES:
         raise ConfigError(f"{source}: mode: expected \"enforce\" or \"shadow\", got {mode!r}")
-    mc = doc.get("min_confidence", 0.8)
-    if isinstance(mc, bool) or not isinstance(mc, int | float) or not 0.0 <= float(mc) <= 1.0:
-        raise ConfigError(f"{source}: min_confidence: expected a number in [0, 1], got {mc!r}")
+    mc = _confidence(doc.get("min_confidence", 0.8), f"{source}: min_confidence")
+    by_label = _parse_by_label(doc.get("min_confidence_by_label", {}), source)
 
     caps_doc = doc.get("caps", {})
     if not isinstance(caps_doc, dict):
@@ -144,7 +185,8 @@ def parse_policy(doc: Mapping[str, Any], source: str = "<policy>") -> Policy:
     canary = _parse_canary(doc.get("canary", {}), source)
     return Policy(
         mode=mode,
-        min_confidence=float(mc),
+        min_confidence=mc,
+        min_confidence_by_label=by_label,
         caps=caps,
         features=features,
         exempt_accounts=lists["accounts"],

@@ -45,6 +45,7 @@ from collections.abc import Callable
 from typing import Any
 
 from h200_collect.context import Ctx, Job, Workload
+from h200_collect.workloads.fresh import FRESH_TEST, fresh_intended, p_decode_wide, p_gemm_ridge2
 
 #: Rough H200 ceilings for sizing launches (not for labels): bytes/s and FLOP/s per pipe.
 HBM_BPS = 4.0e12
@@ -591,6 +592,10 @@ FAMILIES: dict[str, tuple[Callable[[random.Random], dict[str, Any]],
     "gemm_ridge": (p_gemm_ridge, b_gemm_sweep, 0.0),
     "dlrm_mix": (p_dlrm_mix, b_dlrm_mix, 0.0),
     "decode_batch": (p_decode_batch, b_decode_batch, 0.0),
+    # the second round's ridge training data and fresh test families (workloads/fresh.py), weight 0
+    "gemm_ridge2": (p_gemm_ridge2, b_gemm_sweep, 0.0),
+    "decode_wide": (p_decode_wide, b_decode_batch, 0.0),
+    **{name: (sample, factory, 0.0) for name, (sample, factory) in FRESH_TEST.items()},
 }
 
 
@@ -607,6 +612,8 @@ def intended_label(family: str, p: dict[str, Any]) -> str:
         return "compute" if p["batch"] >= 192 else "memory"
     if family == "duty_mix":
         return "mixed"
+    if family in FRESH_TEST or family in ("gemm_ridge2", "decode_wide"):
+        return fresh_intended(family, p)
     if family in ("attn_prefill", "conv", "mlp_train", "gpt2_eager"):
         return "compute"
     if family == "cholesky":
