@@ -305,21 +305,26 @@ def _combine(results: Sequence[ChunkResult], model: _Model, source: Source,
 AFTER_SCAN_MODULES = ("wattclass.classifier.labeling", "scipy.special")
 
 
-def preload_after_scan(modules: Sequence[str] = AFTER_SCAN_MODULES) -> threading.Thread:
-    """Import ``modules`` in a background thread while DuckDB scans.
+def preload_after_scan(modules: Sequence[str | Callable[[], object]] = AFTER_SCAN_MODULES,
+                       ) -> threading.Thread:
+    """Import ``modules`` (names; or call loaders) in a background thread while DuckDB scans.
 
     Why (issue 15): at 1,000 GPUs these imports were a fifth of the stage after a scan of two
     seconds, and the scan leaves some CPU free (DuckDB runs without the GIL). Nothing depends on
     the thread: a module still loading when the stage needs it is waited for by Python's own
-    import lock, and an import that fails here fails again, with its error, where it is used."""
+    import lock (a loader must be thread-safe and load once, as nightly's model loader), and an
+    import or load that fails here fails again, with its error, where it is used."""
     import importlib
 
     def run() -> None:
-        for name in modules:
+        for item in modules:
             try:
-                importlib.import_module(name)
-            except Exception:  # raised again, properly, at the real import
-                log.debug("preloading %s failed", name, exc_info=True)
+                if callable(item):
+                    item()
+                else:
+                    importlib.import_module(item)
+            except Exception:  # raised again, properly, where it is used
+                log.debug("preloading %s failed", item, exc_info=True)
 
     th = threading.Thread(target=run, name="wattclass-preload", daemon=True)
     th.start()
@@ -351,14 +356,16 @@ def label_files_local(
     workers: int = 0,
     chunk_files: int = 0,
     batch_files: int = BATCH_FILES,
+    preload: Sequence[str | Callable[[], object]] = AFTER_SCAN_MODULES,
 ) -> LabelResult:
     """The local engine: DuckDB over ``files`` with ``workers`` threads (0: every core).
 
     ``chunk_files`` > 0 splits the files into separately scanned chunks merged afterwards (what
-    the Dask engine does; the labels are the same); 0 scans them all at once.
+    the Dask engine does; the labels are the same); 0 scans them all at once. ``preload``: what
+    to import (or load) beside the scan (``preload_after_scan``).
     """
     lazy = _require_model(model, source)
-    preload_after_scan()
+    preload_after_scan(preload)
     chunks = chunks_of(files, chunk_files) if chunk_files > 0 else [list(files)]
     given = lazy.get if lazy.given else None  # each chunk loads it through this one, at most once
     results = [label_chunk(c, given, source, drop_columns, sample_per_job, sample_prefix, seed, on_file,
