@@ -100,18 +100,28 @@ class NightlyOptions:
 
 
 class _Once:
-    """A loader called at most once, from any thread; later calls return its result."""
+    """A loader called at most once, from any thread; later calls return its result.
+
+    ``close`` (a run ending in an error) waits for a load under way and refuses later ones, so
+    the background thread never writes the registry after the run let go of its lock."""
 
     def __init__(self, load: Callable[[], WindowModel]) -> None:
         self._load = load
         self._lock = threading.Lock()
         self._model: WindowModel | None = None
+        self._closed = False
 
     def __call__(self) -> WindowModel:
         with self._lock:
+            if self._closed:
+                raise RuntimeError("the nightly run ended; its model is no longer loaded")
             if self._model is None:
                 self._model = self._load()
             return self._model
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
 
 
 def _join_slurm(labels: pd.DataFrame, slurm: SlurmClient | None, date: str) -> pd.DataFrame:
@@ -270,9 +280,13 @@ def _run(
     if files:
         kw: dict[str, Any] = {"on_file": on_file, "sample_per_job": SAMPLE_PER_JOB,
                               "sample_prefix": opts.date, "seed": opts.seed}
-        result = (label_files_local(files, current, "auto", workers=opts.workers,
-                                    preload=(*AFTER_SCAN_MODULES, current), **kw) if client is None
-                  else label_files_dask(client, files, current, "auto", **kw))
+        try:
+            result = (label_files_local(files, current, "auto", workers=opts.workers,
+                                        preload=(*AFTER_SCAN_MODULES, current), **kw) if client is None
+                      else label_files_dask(client, files, current, "auto", **kw))
+        except BaseException:
+            current.close()
+            raise
     model = current()
     summary["model"] = model.version
     summary["feature_seconds"] = round(time.monotonic() - t0, 2)

@@ -234,3 +234,26 @@ def test_one_blas_thread_while_training_and_the_limit_restored_after_overlapping
         second.__exit__(None, None, None)
         assert blas_threads() == start
     assert blas_threads() == before
+
+
+def test_nightly_model_loader_loads_once_and_stops_after_close() -> None:
+    from wattclass.classifier.nightly import _Once
+
+    calls: list[int] = []
+
+    def load() -> M.WindowModel:
+        calls.append(1)
+        return object()  # type: ignore[return-value]
+
+    once = _Once(load)
+    threads = [threading.Thread(target=once) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert calls == [1] and once() is once()
+    late = _Once(load)
+    late.close()
+    with pytest.raises(RuntimeError):
+        late()
+    assert calls == [1]
