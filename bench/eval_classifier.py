@@ -63,10 +63,10 @@ def clean(ts: Any) -> Any:
 def score(model: Any, test: Any) -> dict[str, Any]:
     """Job-level accuracy, confusion and ECE of ``model`` on the jobs of ``test``."""
     from wattclass.classifier import rules
-    from wattclass.classifier.model import ece, job_predictions
+    from wattclass.classifier.model import ece
 
     keys, truth = test.job_truth()
-    pkeys, pred, raw = job_predictions(model.predict_proba(test.X), test.group)
+    pkeys, pred, raw = model.job_predictions(test.X, test.group, test.dur)
     assert (pkeys == keys).all()
     conf = model.calibrate(raw)
     correct = pred == truth

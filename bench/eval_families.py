@@ -19,13 +19,15 @@ decision with the policy's ``min_confidence``: below it the job is ``unsure`` (t
 nothing), counted as *not correct* in the accuracy, with the coverage beside it; ECE of the
 calibrated confidence.
 
-    python bench/eval_families.py [--kind K] [--min-confidence 0.8] [--json]     # ~15-60 s on 2 cores
-    python bench/eval_families.py --test wattclass/data/h200/sweep-heldout        # frozen held-out runs
-    python bench/eval_families.py --raw wattclass/data/h200/{raw,collected,sweep,sweep-heldout}  # LOFO-195
+    python bench/eval_families.py [--kind K] [--min-confidence 0.8] [--json]  # LOFO, six bundled folders
+    python bench/eval_families.py --raw wattclass/data/h200/{raw,collected,sweep,sweep-heldout,ridge} \
+        --extra wattclass/data/h200/ridge2                       # issue 13 round 2's decision protocol
+    python bench/eval_families.py --test DIR --model classifier/models  # the shipped model on DIR
+    python bench/eval_families.py ... --shipped-margin                  # the round-1 recipe
 
 ``--test``: train once on ``--raw`` (default: the bundled recordings), calibration nested the same
-way, and score the jobs of the ``--test`` recordings (the 61 sweep-heldout runs were frozen as a
-test set before the roofline-margin model was chosen; docs/benchmarks.md, issue 13).
+way, and score the jobs of the ``--test`` recordings; with ``--model DIR`` score that saved model
+as it is instead (docs/measurements/issue13-preregistration-round2-2026-11-30.md). 10-60 s on 2 cores.
 """
 
 from __future__ import annotations
@@ -43,12 +45,14 @@ CODE = {"idle": 0, "compute": 1, "memory": 2, "mixed": 3}
 
 
 def predict_unseen(train: Any, test: Any, families: dict[str, str], kind: str, inner_folds: int = 5,
-                   cost_aware: bool = False) -> tuple[Any, Any, Any, Any, float]:
+                   cost_aware: bool = False, aggregation: str = "length-weighted",
+                   ) -> tuple[Any, Any, Any, Any, float]:
     """Fit on ``train`` (calibration nested on its family-grouped out-of-fold predictions), predict
     the jobs of ``test``: (job keys, labels, raw confidence, calibrated confidence, compute weight)."""
     from wattclass.classifier.calibration import apply_calibration
     from wattclass.classifier.model import (
         MIN_TRAIN_WINDOW_S,
+        aggregation_durations,
         cross_validate,
         fit_windows,
         job_predictions,
@@ -56,25 +60,41 @@ def predict_unseen(train: Any, test: Any, families: dict[str, str], kind: str, i
         window_proba,
     )
 
-    inner = cross_validate(train, inner_folds, seed=0, families=families, cost_aware=cost_aware, kind=kind)
+    inner = cross_validate(train, inner_folds, seed=0, families=families, cost_aware=cost_aware, kind=kind,
+                           aggregation=aggregation)
     booster, margin = fit_windows(train.subset(train.trainable(MIN_TRAIN_WINDOW_S)), kind, families=families)
     proba = weigh(window_proba(booster, kind, margin, test.X), inner["compute_weight"])
-    k, p, r = job_predictions(proba, test.group)
+    k, p, r = job_predictions(proba, test.group, aggregation_durations(test, aggregation))
     return k, p, r, apply_calibration(r, inner["calibration"], p), inner["compute_weight"]
 
 
 def held_out(train: Any, test: Any, families: dict[str, str], kind: str,
-             cost_aware: bool = False) -> dict[str, Any]:
+             cost_aware: bool = False, aggregation: str = "length-weighted") -> dict[str, Any]:
     """Train on one set of recordings, test on another (the frozen held-out runs)."""
     keys, truth = test.job_truth()
-    k, pred, raw, conf, w = predict_unseen(train, test, families, kind, cost_aware=cost_aware)
+    k, pred, raw, conf, w = predict_unseen(train, test, families, kind, cost_aware=cost_aware,
+                                           aggregation=aggregation)
     assert (k == keys).all()
     return {"keys": keys, "truth": truth, "pred": pred, "raw": raw, "conf": conf,
             "compute_weights": {"all": w}}
 
 
+def saved_model(model_dir: Path, test: Any) -> dict[str, Any]:
+    """Score a saved model folder (e.g. the shipped classifier/models) on ``test`` as it is: its own
+    aggregation and calibration maps, no refit."""
+    from wattclass.classifier.model import load_model
+
+    model = load_model(model_dir)
+    keys, truth = test.job_truth()
+    k, pred, raw = model.job_predictions(test.X, test.group, test.dur)
+    assert (k == keys).all()
+    return {"keys": keys, "truth": truth, "pred": pred, "raw": raw, "conf": model.calibrate(raw, pred),
+            "compute_weights": {"all": float(model.meta.get("compute_weight") or 1.0)}}
+
+
 def lofo(ts: Any, families: dict[str, str], inner_folds: int = 5, cost_aware: bool = False,
-         kind: str = "roofline-margin", extra: Any = None) -> dict[str, Any]:
+         kind: str = "roofline-margin", extra: Any = None, aggregation: str = "length-weighted",
+         ) -> dict[str, Any]:
     """Out-of-family predictions for every job: label, raw and calibrated confidence.
 
     ``extra``: windows added to the training side of every fold and never tested (to ask whether
@@ -93,7 +113,7 @@ def lofo(ts: Any, families: dict[str, str], inner_folds: int = 5, cost_aware: bo
         test_w = fam_of_window == fam
         train = ts.subset(~test_w) if extra is None else TrainingSet.concat([ts.subset(~test_w), extra])
         k, p, r, c, weights[fam] = predict_unseen(train, ts.subset(test_w), families, kind,
-                                                  inner_folds, cost_aware)
+                                                  inner_folds, cost_aware, aggregation)
         for key, pi, ri, ci in zip(k, p, r, c, strict=True):
             i = index[key]
             pred[i], raw[i], conf[i] = pi, ri, ci
@@ -114,14 +134,19 @@ def drop_features(ts: Any, names: list[str]) -> Any:
     return M.TrainingSet(ts.X[:, keep], ts.y, ts.group, ts.sources, ts.dur, ts.margin)
 
 
-def summarize(res: dict[str, Any], families: dict[str, str], min_conf: float) -> dict[str, Any]:
+def summarize(res: dict[str, Any], families: dict[str, str], min_conf: float,
+              min_conf_by_label: dict[str, float] | None = None) -> dict[str, Any]:
+    """Metrics; a job is acted on when its calibrated confidence reaches ``min_conf``, or its
+    label's entry of ``min_conf_by_label`` (the policy's ``[min_confidence_by_label]``)."""
     from wattclass.classifier import rules
     from wattclass.classifier.calibration import ece
 
     keys, truth, pred, conf = res["keys"], res["truth"], res["pred"], res["conf"]
     fam = np.asarray([families.get(k, k) for k in keys], dtype=object)
     correct = pred == truth
-    acted = conf >= min_conf
+    by_label = min_conf_by_label or {}
+    threshold = np.asarray([by_label.get(rules.JOB_LABELS[p], min_conf) for p in pred], dtype=np.float64)
+    acted = conf >= threshold
     c_truth = truth == CODE["compute"]
     m_truth = truth == CODE["memory"]
     c_to_m = c_truth & (pred == CODE["memory"])
@@ -147,7 +172,8 @@ def summarize(res: dict[str, Any], families: dict[str, str], min_conf: float) ->
 
     src = np.asarray([str(k).split(":", 1)[0] for k in keys], dtype=object)
     named = np.isin(src, ["raw", "collected"])
-    out = {"min_confidence": min_conf, "all": block(np.ones(len(keys), bool)), "families": {}}
+    out = {"min_confidence": min_conf, "min_confidence_by_label": by_label,
+           "all": block(np.ones(len(keys), bool)), "families": {}}
     blocks = (("named_87", named), ("sweep", src == "sweep"), ("sweep_heldout", src == "sweep-heldout"))
     for name, m in blocks:
         if m.any():
@@ -181,10 +207,39 @@ def main() -> int:
     ap.add_argument("--extra", type=Path, nargs="*", default=None,
                     help="recordings added to the training side of every leave-one-family-out fold, "
                          "never tested (does new data help on the families held?)")
+    ap.add_argument("--aggregation", default=None,
+                    help="job aggregation (classifier/model.py AGGREGATIONS: counts, length-weighted; "
+                         "default: DEFAULT_AGGREGATION = length-weighted; h200-20261130-margin used counts)")
+    ap.add_argument("--shipped-margin", action="store_true",
+                    help="the model shipped before issue 13 round 2 (h200-20261130-margin): "
+                         "--kind roofline-margin --aggregation counts, its six margin inputs, ridge alpha 10")
+    ap.add_argument("--min-confidence-memory", type=float, default=None,
+                    help="a higher min_confidence for jobs called memory (the policy's "
+                         "[min_confidence_by_label] memory = X): the costly direction")
+    ap.add_argument("--model", type=Path, default=None,
+                    help="with --test: score this saved model folder as it is (e.g. classifier/models, the "
+                         "shipped model) instead of training the recipe on --raw")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
-    from wattclass.classifier.model import DEFAULT_KIND, MODEL_KINDS
+    if a.model is not None and not a.test:
+        raise SystemExit("--model needs --test (a saved model is scored on held-out recordings only)")
+    from wattclass.classifier.model import (
+        AGGREGATIONS,
+        DEFAULT_AGGREGATION,
+        DEFAULT_KIND,
+        MODEL_KINDS,
+        load_model,
+    )
+    if a.shipped_margin:
+        from wattclass.classifier import margin as margin_module
+
+        a.kind, a.aggregation = a.kind or "roofline-margin", a.aggregation or "counts"
+        margin_module.RIDGE_ALPHA = 10.0  # h200-20261130-margin's (read when the margin map is fitted)
+        margin_module.MARGIN_INPUTS = margin_module.MARGIN_INPUTS_R1
     a.kind = a.kind or DEFAULT_KIND
+    a.aggregation = a.aggregation or DEFAULT_AGGREGATION
+    if a.aggregation not in AGGREGATIONS:
+        raise SystemExit(f"--aggregation: unknown {a.aggregation!r} (known: {', '.join(AGGREGATIONS)})")
     if a.kind not in MODEL_KINDS:
         raise SystemExit(f"--kind: unknown model kind {a.kind!r} (known: {', '.join(MODEL_KINDS)})")
     if a.drop_features and a.kind != "lightgbm-window-multiclass":
@@ -210,14 +265,25 @@ def main() -> int:
         ts = training_set(roots, max_windows_per_job=0)
     if a.drop_features:
         ts = drop_features(ts, [f.strip() for f in a.drop_features.split(",") if f.strip()])
-    if test_ts is not None:
+    if test_ts is not None and a.model is not None:
+        res = saved_model(a.model, test_ts)
+        saved = load_model(a.model)
+        a.kind, a.aggregation = saved.kind, saved.aggregation
+    elif test_ts is not None:
         train = ts if extra_ts is None else type(ts).concat([ts, extra_ts])
-        res = held_out(train, test_ts, families, a.kind, cost_aware=a.cost_aware)
+        res = held_out(train, test_ts, families, a.kind, cost_aware=a.cost_aware, aggregation=a.aggregation)
     else:
-        res = lofo(ts, families, cost_aware=a.cost_aware, kind=a.kind, extra=extra_ts)
-    out = summarize(res, families, a.min_confidence)
-    out["protocol"] = "train on sources, test on held-out" if test_ts is not None else "leave one family out"
+        res = lofo(ts, families, cost_aware=a.cost_aware, kind=a.kind, extra=extra_ts,
+                   aggregation=a.aggregation)
+    by_label = {} if a.min_confidence_memory is None else {"memory": a.min_confidence_memory}
+    out = summarize(res, families, a.min_confidence, by_label)
+    out["protocol"] = (f"saved model {a.model}, test on held-out" if a.model is not None
+                       else "train on sources, test on held-out" if test_ts is not None
+                       else "leave one family out")
+    if a.model is not None:
+        out["model_version"] = saved.version
     out["kind"] = a.kind
+    out["aggregation"] = a.aggregation
     out["sources"] = [str(s) for s in sources]
     out["test_sources"] = [str(s) for s in a.test or []]
     out["extra_training_sources"] = [str(s) for s in a.extra or []]
@@ -239,10 +305,12 @@ def _line(name: str, b: dict[str, Any]) -> str:
 
 
 def print_report(out: dict[str, Any]) -> None:
-    print(f"{out['protocol']}, model kind {out['kind']}, {out['all']['jobs']} real H200 test jobs, "
+    print(f"{out['protocol']}, model kind {out['kind']} ({out['aggregation']}), "
+          f"{out['all']['jobs']} real H200 test jobs, "
           f"{len(out['families'])} families; truth = GPM job rule {out['truth_counts']}; "
           f"model inputs: basic NVML only")
-    print(f"unsure = calibrated confidence < min_confidence {out['min_confidence']:g} (policy does nothing)")
+    print(f"unsure = calibrated confidence < min_confidence {out['min_confidence']:g} "
+          f"{out['min_confidence_by_label'] or ''} (policy does nothing)")
     print(f"{'family':<14} {'jobs':>4} {'acc':>6} {'acc(u=x)':>7} {'cover':>6} {'selacc':>6} "
           f"{'C->M (acted)':<13} {'M->C (acted)':<13} {'ECE':>6}")
     for f, b in out["families"].items():

@@ -86,8 +86,8 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     t.add_argument("--created", default=None,
                    help="creation stamp stored in model.json (default: none, so rebuilds are identical)")
     t.add_argument("--folds", type=int, default=5)
-    t.add_argument("--kind", default=None,
-                   help="model kind: roofline-margin (default) or lightgbm-window-multiclass")
+    t.add_argument("--kind", default=None, help="roofline-margin (default) or lightgbm-window-multiclass")
+    t.add_argument("--aggregation", default=None, help="job aggregation: length-weighted (default) or counts")
     t.add_argument("--json", action="store_true")
     t.set_defaults(func=cmd_model_train)
     s = msub.add_parser("show", help="print a model's metadata")
@@ -258,7 +258,13 @@ def _human_summary(s: dict[str, Any]) -> str:
 
 
 def cmd_model_train(args: argparse.Namespace) -> int:
-    from wattclass.classifier.model import DEFAULT_KIND, MODEL_KINDS, train_model
+    from wattclass.classifier.model import (
+        AGGREGATIONS,
+        DEFAULT_AGGREGATION,
+        DEFAULT_KIND,
+        MODEL_KINDS,
+        train_model,
+    )
     from wattclass.classifier.replay import is_recording
     from wattclass.classifier.training import bundled_training_sources, job_families, training_set
     from wattclass.errors import DataError
@@ -267,6 +273,10 @@ def cmd_model_train(args: argparse.Namespace) -> int:
     kind = args.kind or DEFAULT_KIND
     if kind not in MODEL_KINDS:
         raise DataError(f"--kind {kind}: unknown model kind (known: {', '.join(MODEL_KINDS)})")
+    aggregation = args.aggregation or DEFAULT_AGGREGATION
+    if aggregation not in AGGREGATIONS:
+        raise DataError(f"--aggregation {aggregation}: unknown job aggregation "
+                        f"(known: {', '.join(AGGREGATIONS)})")
     for r in args.raw or []:
         if not is_recording(r):
             raise DataError(f"--raw {r}: not a probe recording (no *_samples_1hz.parquet files)")
@@ -277,7 +287,8 @@ def cmd_model_train(args: argparse.Namespace) -> int:
     # Recordings name each job's workload family: CV (metrics, calibration) then holds out whole
     # families, so confidences reflect work the model never saw. Other sources: grouped by job.
     families = job_families(sources) or None
-    model = train_model(ts, version, n_folds=args.folds, created=args.created, families=families, kind=kind)
+    model = train_model(ts, version, n_folds=args.folds, created=args.created, families=families, kind=kind,
+                        aggregation=aggregation)
     model.save(args.out)
     data = {"out": str(args.out), "version": version, "sources": [str(s) for s in sources],
             "metrics": model.meta["metrics"], "training_data": model.meta["training_data"]}

@@ -86,7 +86,10 @@ SAMPLE_PER_JOB = 16
 BATCH_FILES = 100
 
 _SUMS = ("n_windows", "dur_ms", "energy_j", "n_gpm", "r_idle", "r_compute", "r_memory", "n_shared",
-         "n_pipe_gap", "x_idle", "x_compute", "x_memory", "x_pmax")
+         "n_pipe_gap", "x_idle", "x_compute", "x_memory", "x_pmax", "x_compute_w", "x_memory_w")
+#: Per-(job, host) sums of the model's window decisions: argmax class counts, summed top
+#: probability, and the compute and memory counts weighted by window length (``window_weights``).
+_X_SUMS = ("x_idle", "x_compute", "x_memory", "x_pmax", "x_compute_w", "x_memory_w")
 
 
 @dataclass
@@ -105,21 +108,25 @@ class ChunkResult:
 
 def _model_counts(scanner: Scanner, files: Sequence[Path], model: WindowModel, forced: bool,
                   drop_columns: Sequence[str]) -> pa.Table | None:
-    """Per (job, host): the model's window classes and summed top probability (x_*)."""
-    from wattclass.classifier.features import feature_matrix, window_features
+    """Per (job, host): the model's window classes, summed top probability and length-weighted
+    compute and memory counts (x_*, ``_X_SUMS``)."""
+    from wattclass.classifier.features import column_f64, feature_matrix, window_features
+    from wattclass.classifier.model import window_weights
 
     parts = []
     for batch in scanner.model_batches(files, forced, drop_columns):
         proba = model.predict_proba(feature_matrix(window_features(batch)))
         cls = proba.argmax(axis=1)
+        w = window_weights(column_f64(batch, "window_ms") / 1000.0)
         t = pa.table({"job_id": batch.column("job_id"), "host": batch.column("host"),
                       "x_idle": (cls == 0).astype(np.int64), "x_compute": (cls == 1).astype(np.int64),
                       "x_memory": (cls == 2).astype(np.int64),
-                      "x_pmax": proba.max(axis=1).astype(np.float64)})
-        parts.append(_sum_by_key(t, ["x_idle", "x_compute", "x_memory", "x_pmax"]))
+                      "x_pmax": proba.max(axis=1).astype(np.float64),
+                      "x_compute_w": np.where(cls == 1, w, 0.0), "x_memory_w": np.where(cls == 2, w, 0.0)})
+        parts.append(_sum_by_key(t, list(_X_SUMS)))
     if not parts:
         return None
-    return _sum_by_key(pa.concat_tables(parts), ["x_idle", "x_compute", "x_memory", "x_pmax"])
+    return _sum_by_key(pa.concat_tables(parts), list(_X_SUMS))
 
 
 def _sum_by_key(t: pa.Table, cols: Sequence[str]) -> pa.Table:
@@ -213,13 +220,14 @@ def _with_model_counts(part: pa.Table, x: pa.Table | None, use_model: bool, forc
     zeros_i, zeros_f = pa.array(np.zeros(n, dtype=np.int64)), pa.array(np.zeros(n, dtype=np.float64))
     if x is not None and x.num_rows:
         joined = part.join(x, ["job_id", "host"], join_type="left outer", use_threads=False)
-        part = joined.select([*part.column_names, "x_idle", "x_compute", "x_memory", "x_pmax"])
+        part = joined.select([*part.column_names, *_X_SUMS])
         part = pa.table({c: (pc.fill_null(part.column(c), 0) if c.startswith("x_") else part.column(c))
                          for c in part.column_names})
     else:
         for c in ("x_idle", "x_compute", "x_memory"):
             part = part.append_column(c, zeros_i)
-        part = part.append_column("x_pmax", zeros_f)
+        for c in ("x_pmax", "x_compute_w", "x_memory_w"):
+            part = part.append_column(c, zeros_f)
     flag = pa.array(np.full(n, 2 if forced else 1 if use_model else 0, dtype=np.int8))
     return part.append_column("model_mode", flag)
 
@@ -270,6 +278,9 @@ def finalize(partials: pa.Table) -> pd.DataFrame:
         # auto: the rule's class on GPM windows, the model's elsewhere; model: the model's only
         jobs[m] = np.where(mode == 2, x, jobs[r] + x).astype(np.float64)
     jobs["m_pmax"] = np.where(mode == 2, jobs["x_pmax"], jobs["n_gpm"] + jobs["x_pmax"])
+    # length-weighted split (model.job_from_counts): the model's windows by length, the rule's whole
+    for m, r in (("m_compute_w", "r_compute"), ("m_memory_w", "r_memory")):
+        jobs[m] = np.where(mode == 2, jobs["x" + m[1:]], jobs[r] + jobs["x" + m[1:]]).astype(np.float64)
     out: pd.DataFrame = jobs.reset_index()
     return out
 
@@ -407,7 +418,7 @@ def label_files_dask(
 
 
 def train_model_dask(client: Client, ts: TrainingSet, version: str,
-                     kind: str = "lightgbm-window-multiclass") -> WindowModel:
+                     kind: str = "lightgbm-window-multiclass", aggregation: str = "counts") -> WindowModel:
     """Fit the window model with LightGBM's Dask estimator on ``client``'s workers.
 
     Same parameters, rounds, features and per-job weights as ``model.train_model`` (which the
@@ -416,6 +427,7 @@ def train_model_dask(client: Client, ts: TrainingSet, version: str,
     ``train_model`` instead: the sklearn-style estimator would renumber the classes it saw.
     For a roofline-margin model the workers train its binary idle-vs-active booster and the
     client fits the second stage (a closed-form ridge regression on the sample's active windows).
+    ``aggregation`` is recorded for the calibration the caller attaches (the incumbent's).
     """
     import datetime as dt
 
@@ -425,6 +437,7 @@ def train_model_dask(client: Client, ts: TrainingSet, version: str,
     from wattclass.classifier import lgbload
     from wattclass.classifier.features import FEATURES
     from wattclass.classifier.model import (
+        AGGREGATIONS,
         KIND_MARGIN,
         NUM_ROUNDS,
         WindowModel,
@@ -444,7 +457,7 @@ def train_model_dask(client: Client, ts: TrainingSet, version: str,
     n_classes = 2 if margin_kind else len(rules.WINDOW_CLASSES)
     if set(np.unique(y).tolist()) != set(range(n_classes)):
         log.info("training set lacks a window class: fitting the candidate locally")
-        return train_model(ts, version, evaluate=False, kind=kind)
+        return train_model(ts, version, evaluate=False, kind=kind, aggregation=aggregation)
     n_workers = max(1, len(client.scheduler_info().get("workers", {})))
     rows = max(1, -(-len(y) // n_workers))
     # Rows in a seeded random order: each worker's part must hold every class (LightGBM's Dask
@@ -466,7 +479,7 @@ def train_model_dask(client: Client, ts: TrainingSet, version: str,
         "kind": kind,
         "trained_with": f"lightgbm.DaskLGBMClassifier on {n_workers} worker(s)"
                         + ("; margin map fitted on the client" if margin_kind else ""),
-        "aggregation": "argmax window counts + docs/design.md job rule",
+        "aggregation": AGGREGATIONS[aggregation],
         "features": list(FEATURES),
         "window_classes": list(rules.WINDOW_CLASSES),
         "job_labels": list(rules.JOB_LABELS),

@@ -124,7 +124,10 @@ def decide(jobs: pd.DataFrame, model: WindowModel | None, source: Source = "auto
     conf = np.asarray(np.where(use_rule, r_conf, np.nan), dtype=np.float64)
     src = np.asarray(np.where(use_rule, "rule", "none"), dtype=object)
     if model is not None and source != "rule":
-        m_lab, m_raw = job_from_counts(jobs["m_idle"], jobs["m_compute"], jobs["m_memory"], jobs["m_pmax"])
+        weighted = model.aggregation == "length-weighted" and "m_compute_w" in jobs
+        m_lab, m_raw = job_from_counts(jobs["m_idle"], jobs["m_compute"], jobs["m_memory"], jobs["m_pmax"],
+                                       jobs["m_compute_w"] if weighted else None,
+                                       jobs["m_memory_w"] if weighted else None)
         m_conf = model.calibrate(m_raw, m_lab)
         use_model = ~use_rule
         label[use_model] = rules.label_names(m_lab)[use_model]

@@ -90,6 +90,10 @@ MODEL_KINDS: tuple[str, ...] = (KIND_MULTICLASS, KIND_MARGIN)
 #: (chosen on leave-one-family-out of the 134 jobs before the 61 held-out runs were looked at;
 #: docs/benchmarks.md, docs/measurements/issue13-preregistration-2026-11-30.md).
 DEFAULT_KIND = KIND_MARGIN
+#: The job aggregation ``wattclass model train`` writes (see AGGREGATIONS below): length-weighted
+#: since issue 13 round 2 (chosen on leave-one-family-out of the 276 H200 jobs;
+#: docs/measurements/issue13-preregistration-round2-2026-11-30.md).
+DEFAULT_AGGREGATION = "length-weighted"
 #: Training uses only windows at least this long (see TrainingSet.trainable); jobs' truth uses all.
 MIN_TRAIN_WINDOW_S = 5.0
 
@@ -256,8 +260,32 @@ def window_proba(booster: lgb.Booster, kind: str, margin: Mapping[str, Any] | No
     return np.column_stack([1.0 - p, p * (1.0 - q), p * q])
 
 
+#: Job aggregations (model.json ``aggregation``). ``counts``: the job rule on the windows' argmax
+#: classes, every window one count (h200-20261130-margin and before). ``length-weighted`` (issue 13,
+#: round 2): the same, except that in the compute/memory split each active window counts
+#: ``window_weights`` of its length: a window cut short by the job's start or end holds a second
+#: or two of ramp-up or tail, whose power, clock and spread are not the job's; with every window
+#: counted whole, such a stub turned two-window memory-bound jobs into ``mixed``.
+AGG_COUNTS = "argmax window counts + docs/design.md job rule"
+AGG_LENGTH = "argmax window counts, compute/memory split weighted by window length + docs/design.md job rule"
+AGGREGATIONS = {"counts": AGG_COUNTS, "length-weighted": AGG_LENGTH}
+#: A window this long or longer counts whole in the length-weighted split (the daemon's default period).
+FULL_WINDOW_S = 10.0
+#: The least a window counts (a window of unknown or zero length still counts a little).
+MIN_WINDOW_WEIGHT = 0.05
+
+
+def window_weights(dur_s: npt.ArrayLike) -> F64:
+    """A window's count in the length-weighted split: min(length / FULL_WINDOW_S, 1), at least
+    MIN_WINDOW_WEIGHT; unknown length (NaN) counts whole."""
+    d = np.asarray(dur_s, dtype=np.float64)
+    w = np.where(np.isnan(d), 1.0, d / FULL_WINDOW_S)
+    return np.asarray(np.clip(w, MIN_WINDOW_WEIGHT, 1.0), dtype=np.float64)
+
+
 def job_from_counts(
-    n_idle: npt.ArrayLike, n_compute: npt.ArrayLike, n_memory: npt.ArrayLike, sum_pmax: npt.ArrayLike
+    n_idle: npt.ArrayLike, n_compute: npt.ArrayLike, n_memory: npt.ArrayLike, sum_pmax: npt.ArrayLike,
+    w_compute: npt.ArrayLike | None = None, w_memory: npt.ArrayLike | None = None,
 ) -> tuple[npt.NDArray[np.int8], F64]:
     """(job label codes, raw confidence) from the model's per-window decisions.
 
@@ -265,27 +293,56 @@ def job_from_counts(
     Beta-posterior confidence on those counts times the mean top window probability, i.e. "the
     windows are sure and there are enough of them". Hard counts generalised better than summed
     probabilities in grouped CV on the H200 data (soft counts turn uncertain jobs into ``mixed``).
+
+    ``w_compute``/``w_memory`` (the length-weighted aggregation): the compute and memory windows'
+    summed ``window_weights``. The compute share and its evidence are then those weighted counts;
+    the idle count is scaled by the active windows' mean weight, so the active share (idle or not)
+    stays the plain count's, as in the rule.
     """
     ni, nc, nm = (np.asarray(a, dtype=np.float64) for a in (n_idle, n_compute, n_memory))
     n = ni + nc + nm
-    lab = rules.job_labels(ni, nc, nm)
     with np.errstate(invalid="ignore", divide="ignore"):
         mean_pmax = np.where(n > 0, np.asarray(sum_pmax, dtype=np.float64) / np.where(n > 0, n, 1), 0.0)
+    if w_compute is not None and w_memory is not None:
+        wc, wm = np.asarray(w_compute, dtype=np.float64), np.asarray(w_memory, dtype=np.float64)
+        act = nc + nm
+        with np.errstate(invalid="ignore", divide="ignore"):
+            scale = np.where(act > 0, (wc + wm) / np.where(act > 0, act, 1.0), 1.0)
+        ni, nc, nm = ni * scale, wc, wm
+    lab = rules.job_labels(ni, nc, nm)
     return lab, rules.job_confidence(ni, nc, nm, lab) * mean_pmax
 
 
 def job_predictions(
-    proba: F64, group: npt.NDArray[np.object_]
+    proba: F64, group: npt.NDArray[np.object_], dur_s: npt.ArrayLike | None = None,
 ) -> tuple[npt.NDArray[np.object_], npt.NDArray[np.int8], F64]:
-    """(job keys, job label codes, raw confidence) from window probabilities."""
+    """(job keys, job label codes, raw confidence) from window probabilities.
+
+    ``dur_s`` (window lengths): the length-weighted aggregation; None: plain counts.
+    """
     keys, inv = np.unique(group, return_inverse=True)
     top = proba.argmax(axis=1)
     counts = np.zeros((len(keys), 3))
     for k in range(3):
         counts[:, k] = np.bincount(inv, weights=(top == k).astype(np.float64), minlength=len(keys))
     sum_pmax = np.bincount(inv, weights=proba.max(axis=1), minlength=len(keys))
-    lab, conf = job_from_counts(counts[:, 0], counts[:, 1], counts[:, 2], sum_pmax)
+    if dur_s is None:
+        lab, conf = job_from_counts(counts[:, 0], counts[:, 1], counts[:, 2], sum_pmax)
+        return keys, lab, conf
+    w = window_weights(dur_s)
+    wc = np.bincount(inv, weights=w * (top == rules.COMPUTE), minlength=len(keys))
+    wm = np.bincount(inv, weights=w * (top == rules.MEMORY), minlength=len(keys))
+    lab, conf = job_from_counts(counts[:, 0], counts[:, 1], counts[:, 2], sum_pmax, wc, wm)
     return keys, lab, conf
+
+
+def aggregation_durations(ts: TrainingSet, aggregation: str) -> F64 | None:
+    """The window lengths ``job_predictions`` takes for ``aggregation`` (None: plain counts)."""
+    if aggregation not in AGGREGATIONS:
+        raise DataError(f"unknown job aggregation {aggregation!r} (known: {', '.join(AGGREGATIONS)})")
+    if aggregation == "counts":
+        return None
+    return ts.dur if ts.dur is not None else np.full(len(ts), np.nan)
 
 
 #: Candidate weights on the compute-window probability (see ``choose_compute_weight``).
@@ -305,7 +362,8 @@ def weigh(proba: F64, compute_weight: float) -> F64:
     return np.asarray(p / p.sum(axis=1, keepdims=True), dtype=np.float64)
 
 
-def choose_compute_weight(oof: F64, group: npt.NDArray[np.object_], truth: npt.NDArray[np.int8]) -> float:
+def choose_compute_weight(oof: F64, group: npt.NDArray[np.object_], truth: npt.NDArray[np.int8],
+                          dur_s: npt.ArrayLike | None = None) -> float:
     """The compute weight that minimises the expected cost of the out-of-fold job decisions.
 
     Cost: 1 per wrong job, ``COST_COMPUTE_AS_MEMORY`` per compute-bound job called memory-bound;
@@ -313,7 +371,7 @@ def choose_compute_weight(oof: F64, group: npt.NDArray[np.object_], truth: npt.N
     """
     best_w, best_cost = 1.0, math.inf
     for w in COMPUTE_WEIGHTS:
-        _, pred, _ = job_predictions(weigh(oof, w), group)
+        _, pred, _ = job_predictions(weigh(oof, w), group, dur_s)
         wrong = pred != truth
         c_to_m = (truth == rules.J_COMPUTE) & (pred == rules.J_MEMORY)
         cost = float(wrong.sum() + (COST_COMPUTE_AS_MEMORY - 1.0) * c_to_m.sum())
@@ -361,12 +419,13 @@ def cross_validate(
     ts: TrainingSet, n_folds: int = 5, seed: int = 0, params: Mapping[str, Any] | None = None,
     rounds: int = NUM_ROUNDS, min_window_s: float = MIN_TRAIN_WINDOW_S,
     families: Mapping[str, str] | None = None, cost_aware: bool = False, kind: str = DEFAULT_KIND,
-    workers: int = 0,
+    aggregation: str = DEFAULT_AGGREGATION, workers: int = 0,
 ) -> dict[str, Any]:
     """Grouped k-fold CV at job level; returns metrics and the out-of-fold predictions.
 
-    ``workers``: folds fitted at once, each in its own thread (0: one per core, at most one per
-    fold); LightGBM trains outside the GIL, and the result does not depend on it.
+    ``aggregation`` (AGGREGATIONS): how window decisions make the job's; the calibration maps
+    returned belong to it. ``workers``: folds fitted at once, each in its own thread (0: one per
+    core, at most one per fold); LightGBM trains outside the GIL, and the result does not depend on it.
 
     With ``cost_aware`` the compute weight (``choose_compute_weight``) is chosen on the
     out-of-fold predictions before the job decisions and calibration are made from them. Off by
@@ -379,14 +438,16 @@ def cross_validate(
     """
     with _OneBlasThread():
         return _cross_validate(ts, n_folds, seed, params, rounds, min_window_s, families, cost_aware, kind,
-                               workers)
+                               aggregation, workers)
 
 
 def _cross_validate(
     ts: TrainingSet, n_folds: int, seed: int, params: Mapping[str, Any] | None, rounds: int,
-    min_window_s: float, families: Mapping[str, str] | None, cost_aware: bool, kind: str, workers: int,
+    min_window_s: float, families: Mapping[str, str] | None, cost_aware: bool, kind: str, aggregation: str,
+    workers: int,
 ) -> dict[str, Any]:
     keys, truth = ts.job_truth()
+    dur = aggregation_durations(ts, aggregation)
     n_folds = max(2, min(n_folds, len(keys)))
     fold_of_job = (family_folds(keys, families, n_folds, seed) if families is not None
                    else job_folds(keys, truth, n_folds, seed))
@@ -410,9 +471,9 @@ def _cross_validate(
     # Folds are independent (each booster single-threaded and seeded; each writes only its own
     # test rows), so they run side by side on ``workers`` threads with the same result as in turn.
     run_parallel([functools.partial(fold, f) for f in range(n_folds)], workers)
-    compute_weight = choose_compute_weight(oof, ts.group, truth) if cost_aware else 1.0
+    compute_weight = choose_compute_weight(oof, ts.group, truth, dur) if cost_aware else 1.0
     oof = weigh(oof, compute_weight)
-    pkeys, pred, raw_conf = job_predictions(oof, ts.group)
+    pkeys, pred, raw_conf = job_predictions(oof, ts.group, dur)
     assert (pkeys == keys).all()
     correct = pred == truth
     # Cross-fitted calibration: each fold's confidences mapped with a fit on the other folds.
@@ -553,6 +614,20 @@ class WindowModel:
         return weigh(proba, float(self.meta.get("compute_weight") or 1.0))
 
     @property
+    def aggregation(self) -> str:
+        """The job aggregation (an AGGREGATIONS key) its calibration was fitted for."""
+        return "length-weighted" if self.meta.get("aggregation") == AGG_LENGTH else "counts"
+
+    def job_predictions(self, X: F32, group: npt.NDArray[np.object_], dur_s: npt.ArrayLike | None = None,
+                        ) -> tuple[npt.NDArray[np.object_], npt.NDArray[np.int8], F64]:
+        """(job keys, label codes, raw confidence) of windows X by this model's aggregation
+        (``dur_s``: window lengths, NaN = unknown; needed for the length-weighted one)."""
+        if self.aggregation == "counts":
+            return job_predictions(self.predict_proba(X), group)
+        d = np.full(len(X), np.nan) if dur_s is None else dur_s
+        return job_predictions(self.predict_proba(X), group, d)
+
+    @property
     def kind(self) -> str:
         return str(self.meta.get("kind") or KIND_MULTICLASS)
 
@@ -571,7 +646,8 @@ class WindowModel:
 def train_model(
     ts: TrainingSet, version: str, n_folds: int = 5, seed: int = 0, evaluate: bool = True,
     created: str | None = None, min_window_s: float = MIN_TRAIN_WINDOW_S,
-    families: Mapping[str, str] | None = None, kind: str = DEFAULT_KIND, workers: int = 0,
+    families: Mapping[str, str] | None = None, kind: str = DEFAULT_KIND,
+    aggregation: str = DEFAULT_AGGREGATION, workers: int = 0,
 ) -> WindowModel:
     """Cross-validate (for metrics and calibration), and fit on every trainable window.
 
@@ -581,6 +657,9 @@ def train_model(
     ``created`` goes into the metadata as given (None: omitted), never the wall clock, so that
     rebuilding from the same data gives byte-identical model files.
     """
+    if aggregation not in AGGREGATIONS:
+        raise DataError(f"unknown job aggregation {aggregation!r} (known: {', '.join(AGGREGATIONS)})")
+
     def fit_all() -> tuple[lgb.Booster, dict[str, Any] | None]:
         with _OneBlasThread():
             return fit_windows(ts.subset(ts.trainable(min_window_s)), kind, families=families)
@@ -589,7 +668,7 @@ def train_model(
     if evaluate:
         cv, (booster, margin) = beside(
             lambda: cross_validate(ts, n_folds, seed, min_window_s=min_window_s, families=families, kind=kind,
-                                   workers=workers), fit_all)
+                                   aggregation=aggregation, workers=workers), fit_all)
     else:
         booster, margin = fit_all()
     meta: dict[str, Any] = {
@@ -599,7 +678,7 @@ def train_model(
         "created": created,
         "min_train_window_s": min_window_s,
         "kind": kind,
-        "aggregation": "argmax window counts + docs/design.md job rule",
+        "aggregation": AGGREGATIONS[aggregation],
         "features": list(FEATURES),
         "window_classes": list(rules.WINDOW_CLASSES),
         "job_labels": list(rules.JOB_LABELS),
@@ -647,6 +726,14 @@ def load_model(directory: Path) -> WindowModel:
                         f"(this wattclass knows {', '.join(MODEL_KINDS)})")
     if kind == KIND_MARGIN and not isinstance(meta.get("margin"), dict):
         raise DataError(f"{meta_path}: roofline-margin model without its 'margin' map")
+    if kind == KIND_MARGIN:
+        from wattclass.classifier.margin import KNOWN_INPUTS
+
+        for part in (meta["margin"], meta["margin"].get("fallback") or {"inputs": [], "coef": []}):
+            inputs = part.get("inputs") or []
+            if [i for i in inputs if i not in KNOWN_INPUTS] or len(inputs) != len(part.get("coef") or []):
+                raise DataError(f"{meta_path}: margin map inputs {inputs} are not ones this wattclass "
+                                f"computes ({', '.join(KNOWN_INPUTS)}) or do not match its coefficients")
     lgbload.core()  # without scikit-learn (lgbload); the import below then finds it loaded
     import lightgbm as lgb
 

@@ -56,7 +56,6 @@ from wattclass.classifier.model import (
     WindowModel,
     beside,
     cross_validate,
-    job_predictions,
     should_promote,
     train_model,
 )
@@ -207,21 +206,22 @@ def _retrain(store: ClassifierStore, registry: ModelRegistry, current: WindowMod
     is_new = np.char.startswith(ts.group.astype(str), new_prefix)
     if not is_new.any():
         return {"retrained": False, "reason": "no GPM-labelled windows sampled today"}
-    # The candidate is of the incumbent's kind: a nightly never switches model kinds by itself.
-    kind = current.kind
+    # The candidate is of the incumbent's kind and aggregation: a nightly never switches them by itself.
+    kind, aggregation = current.kind, current.aggregation
     version = registry.new_version(f"nightly-{opts.date.replace('-', '')}")
     if client is None:
         # the candidate's fit does not depend on its cross-validation: both run at once
-        cv, model = beside(lambda: cross_validate(ts, seed=opts.seed, kind=kind),
-                           lambda: train_model(ts, version, evaluate=False, kind=kind))
+        cv, model = beside(
+            lambda: cross_validate(ts, seed=opts.seed, kind=kind, aggregation=aggregation),
+            lambda: train_model(ts, version, evaluate=False, kind=kind, aggregation=aggregation))
     else:
-        cv = cross_validate(ts, seed=opts.seed, kind=kind)
-        model = train_model_dask(client, ts, version, kind=kind)
+        cv = cross_validate(ts, seed=opts.seed, kind=kind, aggregation=aggregation)
+        model = train_model_dask(client, ts, version, kind=kind, aggregation=aggregation)
     jobs = cv["jobs"]
     new_mask = np.char.startswith(np.asarray(jobs["key"], dtype=str), new_prefix)
     cand_acc = float((np.asarray(jobs["pred"])[new_mask] == np.asarray(jobs["truth"])[new_mask]).mean())
     new_ts = ts.subset(is_new)
-    _, lab, _ = job_predictions(current.predict_proba(new_ts.X), new_ts.group)
+    _, lab, _ = current.job_predictions(new_ts.X, new_ts.group, new_ts.dur)
     _, truth = new_ts.job_truth()
     inc_acc = float((lab == truth).mean())
     gate = {"new_jobs": int(new_mask.sum()), "candidate_accuracy": cand_acc, "incumbent_accuracy": inc_acc,

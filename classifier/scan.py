@@ -383,7 +383,9 @@ class Scanner:
             dropped = frozenset(drop_columns) | self._absent
             cols = ", ".join(f"{_val(c, dropped)} AS {_q(c)}" for c in INPUT_COLUMNS)
             where = "job_id IS NOT NULL" + ("" if all_job_windows else f" AND {rule_code_sql(dropped)} < 0")
-            return f"SELECT job_id, host, {cols} FROM {self._source(files)} WHERE {where}"
+            # window_ms: the window's length, for the length-weighted job aggregation (model.window_weights)
+            return (f"SELECT job_id, host, epoch_ms(ts_end) - epoch_ms(ts_start) AS window_ms, {cols} "
+                    f"FROM {self._source(files)} WHERE {where}")
 
         self._union, self._absent = False, frozenset()
         try:

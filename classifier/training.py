@@ -185,17 +185,20 @@ def h200_data_dir() -> Path:
 
 
 #: Raw recordings the default model is trained on (folders under wattclass/data/h200).
-BUNDLED_RECORDINGS: tuple[str, ...] = ("raw", "collected", "sweep")
+BUNDLED_RECORDINGS: tuple[str, ...] = ("raw", "collected", "sweep", "sweep-heldout", "ridge", "ridge2")
 
 
 def bundled_training_sources() -> list[Path]:
     """The real H200 recordings shipped in the package: the default model is trained on these.
 
     ``raw`` (21 development jobs, 5001-5021, ~34 s each) and ``collected`` (66 jobs, 6000-6165,
-    13 s each, two recording sessions), both raw 1 Hz probe recordings that ``training_set``
-    replays through the telemetry daemon. ``live-nvml`` (the same 66 jobs written live by the
-    NVML daemon) is *not* a training source: it would count those jobs twice; it is kept for the
-    replay-vs-live check in bench/eval_classifier.py. Rebuild the default model with
+    13 s each, two recording sessions), then the randomised mechanism runs of issue 13: ``sweep``
+    (47), ``sweep-heldout`` (61) and ``ridge`` (81), the last two held-out test sets in its first
+    round that joined training in round 2 when a fresh set became the test, and ``ridge2`` (42:
+    fp32/tf32 GEMMs just past the ridge and wide-batch decode). All are raw 1 Hz probe recordings
+    that ``training_set`` replays through the telemetry daemon. ``live-nvml`` (the same 66 jobs
+    written live by the NVML daemon) is *not* a training source: it would count those jobs twice;
+    it is kept for the replay-vs-live check in bench/eval_classifier.py. Rebuild the default model with
     ``wattclass model train --out classifier/models --version V``.
     """
     data = h200_data_dir()

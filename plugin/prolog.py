@@ -194,6 +194,19 @@ def job_env(env: Mapping[str, str]) -> JobEnv:
 
 
 # -- the hooks ---------------------------------------------------------------------------------
+def _drop_jobs_gone(jobs_dir: Path, held: list[str], job_id: str, liveness: Liveness) -> None:
+    """Ask Slurm about the other jobs on the GPUs ``held`` (before any GPU lock is taken) and
+    remove the files of those that no longer run here.
+
+    In every mode, capped or not: a job that left without its Epilog must not keep its job files,
+    or the telemetry daemon splits this job's windows (energy, label) with it. Its place in a cap
+    record is dropped later, under the GPU's lock (``register``, with the same answers).
+    """
+    others = sorted({a.job_id for u in held for a in jobs_on_gpu(jobs_dir, u)} - {job_id})
+    liveness.ask(others)
+    drop_ended(jobs_dir, "GPU " + ",".join(held), others, liveness)
+
+
 def prolog(
     env: Mapping[str, str],
     backend: GpuBackend,
@@ -230,14 +243,8 @@ def prolog(
             write_job_file(jobs_dir, held, JobAssignment(job.display_id, job.user, job.uid,
                                                          comment.label, comment.source, job.account))
     liveness = Liveness(job_ended if job_ended is not None else never_ended)
-    if not dry_run:  # ask Slurm about the other jobs on these GPUs before taking any lock
-        others = sorted({a.job_id for held, _ in targets for a in jobs_on_gpu(jobs_dir, held)}
-                        - {job.display_id})
-        liveness.ask(others)
-        # In every mode, capped or not: a job that left without its Epilog must not keep its job
-        # files, or the telemetry daemon splits this job's windows (energy, label) with it. Its
-        # place in a cap record is dropped below, under the GPU's lock (``register``).
-        drop_ended(jobs_dir, "GPU " + ",".join(held for held, _ in targets), others, liveness)
+    if not dry_run:
+        _drop_jobs_gone(jobs_dir, [held for held, _ in targets], job.display_id, liveness)
     plan = []
     for g in resolve_gpus(backend, job.gpus, gpu_map):
         current = backend.power_limit_w(g.gpu_index)

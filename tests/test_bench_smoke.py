@@ -112,6 +112,21 @@ def test_eval_families_trains_once_and_scores_held_out_recordings() -> None:
     assert all(w.startswith("raw:") for w in out["wrong"])
 
 
+def test_eval_families_scores_a_saved_model_as_its_recipe_trained_on_the_same_data(tmp_path: Path) -> None:
+    from wattclass.cli import main
+
+    out = str(tmp_path / "m")
+    assert main(["model", "train", "--raw", str(H200_RAW), "--out", out, "--version", "t"]) == 0
+    sweep = str(H200_RAW.parent / "sweep")
+    recipe = json.loads(_run(str(BENCH / "eval_families.py"), "--raw", str(H200_RAW), "--test", sweep,
+                             "--json", timeout=300))
+    saved = json.loads(_run(str(BENCH / "eval_families.py"), "--test", sweep, "--model", str(tmp_path / "m"),
+                            "--json", timeout=300))
+    assert saved["protocol"].startswith("saved model") and saved["model_version"] == "t"
+    assert saved["aggregation"] == recipe["aggregation"] == "length-weighted"
+    assert saved["all"] == recipe["all"] and saved["wrong"] == recipe["wrong"]
+
+
 def test_colocation_collect_fake_and_analyse(tmp_path: Path) -> None:
     """The co-location recorder on a fake NVML with tiny CPU workloads, then the analysis (on the
     stored H200 recording: the fake's pairs have no meaningful solo references)."""

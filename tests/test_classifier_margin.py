@@ -60,6 +60,12 @@ def test_shipped_model_is_the_roofline_margin_kind_and_follows_the_mechanism() -
     assert q(power_frac=1.0, clock_frac=0.75) < 0.3
     # streaming at full clock with most of the power explained by memory traffic: memory-bound
     assert q(power_frac=0.8, clock_frac=1.0, util_mem_pct=95) > 0.8
+    # issue 13 round 2: at the power cap, power that hunts (a capped GEMM) is further on the
+    # compute side than the same mean power drawn steadily (streaming)
+    assert q(power_frac=0.98, clock_frac=0.96, util_mem_pct=55, throttle_power_frac=1.0, power_std_frac=0.3,
+             clock_std_frac=0.02, util_mem_std_pct=5) < q(power_frac=0.98, clock_frac=0.96, util_mem_pct=55,
+                                                          throttle_power_frac=1.0, power_std_frac=0.01,
+                                                          clock_std_frac=0.02, util_mem_std_pct=5)
     # window probabilities are a distribution
     p = m.predict_proba(np.vstack([_window(), _window(util_gpu_pct=0, power_frac=0.2, util_mem_pct=0)]))
     assert p.shape == (2, 3) and np.allclose(p.sum(axis=1), 1.0) and (p >= 0).all()
@@ -86,6 +92,42 @@ def test_roofline_model_round_trips_and_refuses_a_file_without_its_map(real_set:
     meta["kind"] = "quantum-forest"
     (tmp_path / "m" / "model.json").write_text(json.dumps(meta))
     with pytest.raises(DataError, match="unknown model kind 'quantum-forest'"):
+        M.load_model(tmp_path / "m")
+
+
+def test_a_map_of_the_first_rounds_six_inputs_still_predicts_and_unknown_inputs_are_refused(
+        real_set: M.TrainingSet, tmp_path: Path) -> None:
+    act = real_set.subset((real_set.y != 0) & np.isfinite(real_set.margin))  # type: ignore[arg-type]
+    assert act.margin is not None
+    fold = np.arange(len(act)) % 3
+    six = G.fit_margin(act.X, act.margin, np.ones(len(act)), fold, inputs=G.MARGIN_INPUTS_R1)
+    assert six["inputs"] == list(G.MARGIN_INPUTS_R1) and len(six["coef"]) == 6
+    full = G.fit_margin(act.X, act.margin, np.ones(len(act)), fold)
+    assert full["inputs"] == list(G.MARGIN_INPUTS) and len(full["coef"]) == len(G.MARGIN_INPUTS) == 10
+    # each map reads its own columns: the six-input map predicts as a hand-computed product
+    inp = G.margin_inputs(act.X, G.MARGIN_INPUTS_R1)
+    z = (inp - np.asarray(six["mean"])) / np.asarray(six["scale"])
+    hand = z @ np.asarray(six["coef"]) + six["intercept"]
+    assert np.allclose(G.predict_margin(act.X, six), hand, atol=1e-6)
+    # the ten-input map carries a six-input fallback, used where a spread is missing
+    assert "fallback" not in six and full["fallback"]["inputs"] == list(G.MARGIN_INPUTS_R1)
+    X = np.array(act.X[:20], dtype=np.float32)  # this old dev set has no spreads: give them some
+    for name, v in (("power_std_frac", 0.1), ("clock_std_frac", 0.02), ("util_mem_std_pct", 5.0),
+                    ("throttle_power_frac", 0.5)):
+        X[:, FEATURES.index(name)] = v
+    X[10:, FEATURES.index("power_std_frac")] = np.nan
+    pred, sigma = G.margin_and_sigma(X, full)
+    fb = full["fallback"]
+    assert np.allclose(pred[10:], G.predict_margin(X[10:], fb)) and (sigma[10:] == fb["sigma"]).all()
+    assert (sigma[:10] == full["sigma"]).all() and not np.allclose(pred[:10], G.predict_margin(X[:10], fb))
+    with pytest.raises(ValueError, match="unknown margin input"):
+        G.margin_inputs(act.X, ["util_mem_pct", "temp_c"])
+    m = M.train_model(real_set, "t-inputs", evaluate=False, kind=M.KIND_MARGIN)
+    m.save(tmp_path / "m")
+    meta = json.loads((tmp_path / "m" / "model.json").read_text())
+    meta["margin"]["inputs"][0] = "temp_c"  # absolute temperature: never a margin input
+    (tmp_path / "m" / "model.json").write_text(json.dumps(meta))
+    with pytest.raises(DataError, match="margin map inputs"):
         M.load_model(tmp_path / "m")
 
 

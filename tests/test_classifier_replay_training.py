@@ -45,7 +45,8 @@ def test_short_boundary_windows_are_not_trained_on(dev_set: M.TrainingSet) -> No
 
 def test_bundled_sources_are_the_raw_recordings_not_live() -> None:
     srcs = bundled_training_sources()
-    assert [s.name for s in srcs] == ["raw", "collected", "sweep"]
+    # issue 13 round 2: the two former held-out sets joined training (a fresh set is the test)
+    assert [s.name for s in srcs] == ["raw", "collected", "sweep", "sweep-heldout", "ridge", "ridge2"]
     assert all(is_recording(s) for s in srcs)
 
 
@@ -75,16 +76,17 @@ def test_shipped_model_labels_unseen_style_windows_without_gpm(dev_set: M.Traini
     m = M.load_model(M.default_model_dir())
     p = m.predict_proba(dev_set.X)
     assert p.shape == (len(dev_set), 3) and np.allclose(p.sum(axis=1), 1.0)
-    assert m.meta["training_data"]["n_jobs"] == 134
+    assert m.meta["training_data"]["n_jobs"] == 318
     assert m.meta["cv_grouping"] == "family"
     assert m.kind == M.KIND_MARGIN  # issue 13: chosen before the held-out runs were looked at
+    assert m.aggregation == "length-weighted"  # issue 13 round 2, chosen on leave-one-family-out
 
 
 def test_shipped_model_is_rebuilt_byte_for_byte_from_the_bundled_recordings(tmp_path: Path) -> None:
     shipped = M.default_model_dir()
     meta = M.load_model(shipped).meta
     args = ["model", "train", "--out", str(tmp_path / "m"), "--version", meta["model_version"],
-            "--kind", meta["kind"]]
+            "--kind", meta["kind"], "--aggregation", M.load_model(shipped).aggregation]
     if meta.get("created"):
         args += ["--created", meta["created"]]
     assert main(args) == 0

@@ -1,0 +1,99 @@
+"""The length-weighted job aggregation (issue 13, round 2): a job-boundary stub counts for its
+length in the compute/memory split, the idle share stays the rule's window count, and the
+nightly engine labels exactly as the model's own job_predictions do."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from wattclass.classifier import model as M
+from wattclass.classifier import rules
+from wattclass.classifier.engine import label_files_local
+from wattclass.classifier.reader import telemetry_files
+from wattclass.classifier.replay import materialize
+from wattclass.classifier.training import training_set
+
+DATA = Path(__file__).resolve().parent.parent / "wattclass" / "data" / "h200"
+
+
+def test_window_weights_are_the_share_of_a_full_window() -> None:
+    w = M.window_weights([10.0, 25.0, 2.5, 0.0, np.nan])
+    assert w.tolist() == pytest.approx([1.0, 1.0, 0.25, M.MIN_WINDOW_WEIGHT, 1.0])
+
+
+def test_a_short_stub_no_longer_makes_a_job_mixed() -> None:
+    # one full memory window and a 1.5 s compute stub at the job's end
+    one = np.array([1.0])
+    lab_counts, _ = M.job_from_counts([0.0], one, one, [1.8])
+    lab_w, conf_w = M.job_from_counts([0.0], one, one, [1.8], w_compute=[0.15], w_memory=[1.0])
+    assert lab_counts[0] == rules.J_MIXED and lab_w[0] == rules.J_MEMORY
+    # two full windows that disagree stay mixed: only length counts, not the argmax
+    lab2, _ = M.job_from_counts([0.0], one, one, [1.8], w_compute=[1.0], w_memory=[1.0])
+    assert lab2[0] == rules.J_MIXED
+    # a stub carries less evidence than a full window: lower confidence than two full memory windows
+    _, conf_full = M.job_from_counts([0.0], [0.0], [2.0], [1.8], w_compute=[0.0], w_memory=[2.0])
+    assert 0 < conf_w[0] < conf_full[0]
+
+
+def test_the_idle_share_stays_the_window_count() -> None:
+    # one idle full window + one short active window: half the windows are active -> not idle (rule),
+    # although by length the job was mostly idle
+    lab, _ = M.job_from_counts([1.0], [0.0], [1.0], [1.9], w_compute=[0.0], w_memory=[0.2])
+    assert lab[0] == rules.J_MEMORY
+    # two idle windows + one long active window: idle by count, whatever the active window's length
+    lab, _ = M.job_from_counts([2.0], [0.0], [1.0], [2.9], w_compute=[0.0], w_memory=[1.0])
+    assert lab[0] == rules.J_IDLE
+
+
+def test_job_predictions_without_lengths_are_the_plain_counts() -> None:
+    proba = np.array([[0.1, 0.2, 0.7], [0.1, 0.6, 0.3], [0.9, 0.05, 0.05]])
+    group = np.array(["a", "a", "b"], dtype=object)
+    k1, l1, c1 = M.job_predictions(proba, group)
+    k2, l2, c2 = M.job_predictions(proba, group, [10.0, np.nan, 10.0])  # full or unknown: whole
+    assert (k1 == k2).all() and (l1 == l2).all() and np.allclose(c1, c2)
+    _, l3, _ = M.job_predictions(proba, group, [10.0, 1.0, 10.0])  # the compute window is a stub
+    assert l1[0] == rules.J_MIXED and l3[0] == rules.J_MEMORY
+
+
+def test_unknown_aggregation_is_refused() -> None:
+    ts = M.TrainingSet(np.zeros((2, len(M.FEATURES)), np.float32), np.array([1, 2], np.int8),
+                       np.array(["a", "b"], dtype=object))
+    with pytest.raises(M.DataError, match="unknown job aggregation 'soft'"):
+        M.aggregation_durations(ts, "soft")
+    with pytest.raises(M.DataError, match="unknown job aggregation 'soft'"):
+        M.train_model(ts, "t", evaluate=False, aggregation="soft")
+
+
+@pytest.fixture(scope="module")
+def ridge_files() -> object:
+    with tempfile.TemporaryDirectory(prefix="wattclass-agg-") as tmp:
+        roots = materialize([DATA / "ridge"], Path(tmp))
+        yield telemetry_files(roots), training_set([DATA / "ridge"], max_windows_per_job=0)
+
+
+@pytest.mark.parametrize("aggregation", ["length-weighted", "counts"])
+def test_nightly_engine_labels_as_the_models_job_predictions(ridge_files, aggregation: str,  # type: ignore[no-untyped-def]
+                                                              tmp_path: Path) -> None:
+    files, ts = ridge_files
+    sub = ts.subset(np.char.startswith(ts.group.astype(str), "ridge:90"))  # one GPU's 40 jobs: quick
+    model = M.train_model(sub, "t-agg", n_folds=3, kind=M.KIND_MARGIN, aggregation=aggregation)
+    model.save(tmp_path / "m")
+    model = M.load_model(tmp_path / "m")
+    assert model.aggregation == aggregation
+    keys, lab, raw = model.job_predictions(ts.X, ts.group, ts.dur)
+    want = {str(k).split(":", 1)[1]: (rules.JOB_LABELS[p], c)
+            for k, p, c in zip(keys, lab, model.calibrate(raw, lab), strict=True)}
+    got = label_files_local(files, model, source="model", workers=1).labels
+    got = got[got["job_id"].isin(list(want))]
+    assert len(got) == len(want) == 81
+    for _, row in got.iterrows():  # the label store keeps 4 decimals of confidence
+        label, conf = want[row["job_id"]]
+        assert row["label"] == label and row["confidence"] == pytest.approx(conf, abs=6e-5), row["job_id"]
+    # the aggregation matters on these runs: some job's label differs between the two
+    _, lab_other, _ = M.job_predictions(model.predict_proba(ts.X), ts.group,
+                                        None if aggregation == "length-weighted" else ts.dur)
+    assert (lab_other != lab).any()
