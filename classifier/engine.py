@@ -28,6 +28,7 @@ fleet whose GPUs all export GPM never loads LightGBM to be labelled (issue 15).
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -144,7 +145,11 @@ def _sample(rows: pa.Table | None, per_job: int, prefix: str) -> tuple[TrainingS
     jobs = np.asarray(rows.column("job_id").to_pylist(), dtype=object)
     h = rows.column("h").to_numpy().astype(np.uint64)
     keep = _smallest_per_group(jobs, h, per_job)
-    rows, jobs, h = rows.take(pa.array(np.flatnonzero(keep))), jobs[keep], h[keep]
+    # In (job, hash) order: DuckDB returns groups in any order, and the row order of the
+    # training set changes the model (LightGBM's bagging), so the same night retrains the same.
+    idx = np.flatnonzero(keep)
+    idx = idx[np.lexsort((h[idx], jobs[idx].astype(str)))]
+    rows, jobs, h = rows.take(pa.array(idx)), jobs[idx], h[idx]
     X = feature_matrix(window_features(rows))
     y = rows.column("code").to_numpy().astype(np.int8)
     group = np.asarray([f"{prefix}:{j}" for j in jobs], dtype=object)
@@ -240,6 +245,19 @@ def merge_partials(parts: Sequence[pa.Table]) -> pa.Table | None:
     return out.rename_columns([back.get(n, n) for n in out.column_names])
 
 
+def _hosts(partials: pa.Table) -> pd.Series:
+    """Per job_id: its hosts, sorted and comma-joined (``partials`` has one row per job and host).
+
+    In Arrow rather than a Python join per job: 0.1 s of a 1,000-GPU night's stage."""
+    import pandas as pd
+
+    t = partials.select(["job_id", "host"]).sort_by([("job_id", "ascending"), ("host", "ascending")])
+    lists = t.group_by("job_id", use_threads=False).aggregate([("host", "list")])
+    col = lists.column("host_list")
+    joined = pc.binary_join(col, pa.scalar(",", col.type.value_type))
+    return pd.Series(joined.to_pylist(), index=lists.column("job_id").to_pylist())
+
+
 def finalize(partials: pa.Table) -> pd.DataFrame:
     """One row per job (sorted by job_id) with what ``labeling.decide`` reads."""
     import pandas as pd
@@ -248,7 +266,7 @@ def finalize(partials: pa.Table) -> pd.DataFrame:
     g = df.groupby("job_id", sort=True)
     jobs = g[list(_SUMS)].sum()
     jobs["user"] = g["user"].min()
-    jobs["hosts"] = g["host"].agg(lambda s: ",".join(sorted(set(s))))
+    jobs["hosts"] = _hosts(partials).reindex(jobs.index)
     for col, src, how in (("ts_start", "ts_start_ms", "min"), ("ts_end", "ts_end_ms", "max")):
         ms = g[src].min() if how == "min" else g[src].max()
         jobs[col] = pd.to_datetime(ms.astype(np.int64), unit="ms", utc=True).astype("datetime64[ms, UTC]")
@@ -293,6 +311,37 @@ def _combine(results: Sequence[ChunkResult], model: _Model, source: Source,
                        report)
 
 
+#: What the stage imports after the scan: the per-job table and labels (pandas) and the rule's
+#: confidence (SciPy's special functions).
+AFTER_SCAN_MODULES = ("wattclass.classifier.labeling", "scipy.special")
+
+
+def preload_after_scan(modules: Sequence[str | Callable[[], object]] = AFTER_SCAN_MODULES,
+                       ) -> threading.Thread:
+    """Import ``modules`` (names; or call loaders) in a background thread while DuckDB scans.
+
+    Why (issue 15): at 1,000 GPUs these imports were a fifth of the stage after a scan of two
+    seconds, and the scan leaves some CPU free (DuckDB runs without the GIL). Nothing depends on
+    the thread: a module still loading when the stage needs it is waited for by Python's own
+    import lock (a loader must be thread-safe and load once, as nightly's model loader), and an
+    import or load that fails here fails again, with its error, where it is used."""
+    import importlib
+
+    def run() -> None:
+        for item in modules:
+            try:
+                if callable(item):
+                    item()
+                else:
+                    importlib.import_module(item)
+            except Exception:  # raised again, properly, where it is used
+                log.debug("preloading %s failed", item, exc_info=True)
+
+    th = threading.Thread(target=run, name="wattclass-preload", daemon=True)
+    th.start()
+    return th
+
+
 def _require_model(model: ModelSource, source: Source) -> _Model:
     lazy = _Model(model)
     if source == "model" and lazy.get() is None:
@@ -318,13 +367,16 @@ def label_files_local(
     workers: int = 0,
     chunk_files: int = 0,
     batch_files: int = BATCH_FILES,
+    preload: Sequence[str | Callable[[], object]] = AFTER_SCAN_MODULES,
 ) -> LabelResult:
     """The local engine: DuckDB over ``files`` with ``workers`` threads (0: every core).
 
     ``chunk_files`` > 0 splits the files into separately scanned chunks merged afterwards (what
-    the Dask engine does; the labels are the same); 0 scans them all at once.
+    the Dask engine does; the labels are the same); 0 scans them all at once. ``preload``: what
+    to import (or load) beside the scan (``preload_after_scan``).
     """
     lazy = _require_model(model, source)
+    preload_after_scan(preload)
     chunks = chunks_of(files, chunk_files) if chunk_files > 0 else [list(files)]
     given = lazy.get if lazy.given else None  # each chunk loads it through this one, at most once
     results = [label_chunk(c, given, source, drop_columns, sample_per_job, sample_prefix, seed, on_file,
@@ -380,9 +432,9 @@ def train_model_dask(client: Client, ts: TrainingSet, version: str,
     import datetime as dt
 
     import dask.array as da
-    import lightgbm as lgb
 
     from wattclass import __version__
+    from wattclass.classifier import lgbload
     from wattclass.classifier.features import FEATURES
     from wattclass.classifier.model import (
         AGGREGATIONS,
@@ -397,6 +449,8 @@ def train_model_dask(client: Client, ts: TrainingSet, version: str,
         training_summary,
     )
 
+    lgbload.full()  # DaskLGBMClassifier is LightGBM's scikit-learn API (lgbload)
+    import lightgbm as lgb
     margin_kind = kind == KIND_MARGIN
     # the roofline-margin model's booster is binary: idle vs active windows
     y = (ts.y != rules.IDLE).astype(np.int64) if margin_kind else ts.y.astype(np.int64)

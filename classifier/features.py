@@ -13,13 +13,15 @@ deviations, energy, GPU-hours, hosts). All work is numpy / Arrow compute, no Pyt
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
+
+if TYPE_CHECKING:  # pandas only for the per-job table (finalize); the scan must not load it
+    import pandas as pd
 
 FloatArray = npt.NDArray[np.float64]
 

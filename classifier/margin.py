@@ -27,7 +27,6 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from scipy.special import ndtr
 
 from wattclass.classifier.features import FEATURES
 
@@ -249,5 +248,7 @@ def predict_margin(X: npt.ArrayLike, m: Mapping[str, Any]) -> F64:
 
 def memory_probability(X: npt.ArrayLike, m: Mapping[str, Any]) -> F64:
     """P(memory-bound | active) per window: Phi(-margin_hat / sigma)."""
+    from scipy.special import ndtr  # only where the model predicts: labelling by the rule needs no SciPy
+
     pred, sigma = margin_and_sigma(X, m)
     return np.asarray(ndtr(-pred / sigma), dtype=np.float64)

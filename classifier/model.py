@@ -27,25 +27,27 @@ written by a newer format version is refused with a message that says so.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
 from wattclass import __version__
-from wattclass.classifier import rules
+from wattclass.classifier import lgbload, rules
 from wattclass.classifier.calibration import apply_calibration, ece, fit_calibration_by_label
 from wattclass.classifier.features import FEATURES
 from wattclass.classifier.margin import SIGMA_FOLDS, fit_margin, memory_probability
 from wattclass.errors import DataError
 from wattclass.fsutil import atomic_write_text
 
-if TYPE_CHECKING:  # LightGBM (and the SciPy and scikit-learn it imports) loads only to train or predict
+if TYPE_CHECKING:  # LightGBM loads only to train or predict, without scikit-learn (lgbload)
     import lightgbm as lgb
 
 #: The newest model-file format this wattclass reads. 2: the roofline-margin kind (its model.json
@@ -103,6 +105,8 @@ DEFAULT_COST_AWARE = True
 #: Training uses only windows at least this long (see TrainingSet.trainable); jobs' truth uses all.
 MIN_TRAIN_WINDOW_S = 5.0
 
+A = TypeVar("A")
+B = TypeVar("B")
 F32 = npt.NDArray[np.float32]
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
@@ -179,6 +183,7 @@ def fit_booster(
     ts: TrainingSet, params: Mapping[str, Any] | None = None, rounds: int = NUM_ROUNDS
 ) -> lgb.Booster:
     """Train the window classifier on a training set (every job weighted equally)."""
+    lgbload.core()  # without scikit-learn (lgbload); the import below then finds it loaded
     import lightgbm as lgb
 
     if len(np.unique(ts.y)) < 2:
@@ -220,6 +225,7 @@ def fit_windows(
     if ts.margin is None:
         raise DataError("a roofline-margin model needs the GPM roofline margin of its training windows "
                         "(TrainingSet.margin; training.training_set records it)")
+    lgbload.core()  # without scikit-learn (lgbload); the import below then finds it loaded
     import lightgbm as lgb
 
     # One window class only (a retraining sample without idle windows) still trains: LightGBM's
@@ -421,12 +427,13 @@ def cross_validate(
     ts: TrainingSet, n_folds: int = 5, seed: int = 0, params: Mapping[str, Any] | None = None,
     rounds: int = NUM_ROUNDS, min_window_s: float = MIN_TRAIN_WINDOW_S,
     families: Mapping[str, str] | None = None, cost_aware: bool = False, kind: str = DEFAULT_KIND,
-    aggregation: str = DEFAULT_AGGREGATION,
+    aggregation: str = DEFAULT_AGGREGATION, workers: int = 0,
 ) -> dict[str, Any]:
     """Grouped k-fold CV at job level; returns metrics and the out-of-fold predictions.
 
     ``aggregation`` (AGGREGATIONS): how window decisions make the job's; the calibration maps
-    returned belong to it.
+    returned belong to it. ``workers``: folds fitted at once, each in its own thread (0: one per
+    core, at most one per fold); LightGBM trains outside the GIL, and the result does not depend on it.
 
     With ``cost_aware`` the compute weight (``choose_compute_weight``) is chosen on the
     out-of-fold predictions before the job decisions and calibration are made from them. Off
@@ -437,6 +444,16 @@ def cross_validate(
     map, whole families are held out together (the out-of-fold predictions then say how the
     model does on kinds of work it never saw, which is what calibration should reflect).
     """
+    with _OneBlasThread():
+        return _cross_validate(ts, n_folds, seed, params, rounds, min_window_s, families, cost_aware, kind,
+                               aggregation, workers)
+
+
+def _cross_validate(
+    ts: TrainingSet, n_folds: int, seed: int, params: Mapping[str, Any] | None, rounds: int,
+    min_window_s: float, families: Mapping[str, str] | None, cost_aware: bool, kind: str, aggregation: str,
+    workers: int,
+) -> dict[str, Any]:
     keys, truth = ts.job_truth()
     dur = aggregation_durations(ts, aggregation)
     n_folds = max(2, min(n_folds, len(keys)))
@@ -447,16 +464,21 @@ def cross_validate(
     window_fold = fold_of_job[window_job]
     oof = np.zeros((len(ts), 3))
     fit_ok = ts.trainable(min_window_s)
-    for f in range(n_folds):
+
+    def fold(f: int) -> None:
         test = window_fold == f
         train = ~test & fit_ok
         if not test.any():
-            continue
+            return
         if len(np.unique(ts.y[train])) < 2:
             oof[test] = np.bincount(ts.y[train].astype(np.int64), minlength=3) / max(train.sum(), 1)
-            continue
+            return
         booster, margin = fit_windows(ts.subset(train), kind, params, rounds, families)
         oof[test] = window_proba(booster, kind, margin, ts.X[test])
+
+    # Folds are independent (each booster single-threaded and seeded; each writes only its own
+    # test rows), so they run side by side on ``workers`` threads with the same result as in turn.
+    run_parallel([functools.partial(fold, f) for f in range(n_folds)], workers)
     compute_weight = choose_compute_weight(oof, ts.group, truth, dur) if cost_aware else 1.0
     oof = weigh(oof, compute_weight)
     pkeys, pred, raw_conf = job_predictions(oof, ts.group, dur)
@@ -492,6 +514,79 @@ def cross_validate(
             "fold": fold_of_job.tolist(),
         },
     }
+
+
+class _OneBlasThread:
+    """Context: BLAS (OpenBLAS) runs on one thread while any training is under way.
+
+    Why (issue 15): each L-BFGS-B step of the calibration fit (scipy.optimize) calls BLAS on
+    vectors of two values, and OpenBLAS woke its thread pool for each: 1.5 s of the 1.7 s of a
+    nightly's cross-validation at 1,000 GPUs went to those threads, spinning against the
+    scan's and the folds' own. The fits are tiny; one BLAS thread gives the same numbers.
+    Entered by concurrent and nested trainings alike: the first entry sets the limit and the
+    last exit restores what was there (threadpoolctl's own contexts must not interleave).
+    """
+
+    _lock = threading.Lock()
+    _depth = 0
+    _ctl: Any = None
+
+    def __enter__(self) -> None:
+        with self._lock:
+            cls = type(self)
+            if cls._depth == 0:
+                try:
+                    from threadpoolctl import threadpool_limits
+                except ImportError:  # not installed: BLAS keeps its threads (slower, same result)
+                    cls._ctl = None
+                else:
+                    cls._ctl = threadpool_limits(limits=1, user_api="blas")
+            cls._depth += 1
+
+    def __exit__(self, *exc: object) -> None:
+        with self._lock:
+            cls = type(self)
+            cls._depth -= 1
+            if cls._depth == 0 and cls._ctl is not None:
+                cls._ctl.restore_original_limits()
+                cls._ctl = None
+
+
+def fit_workers(workers: int = 0, tasks: int = 1) -> int:
+    """Threads for ``tasks`` independent fits: ``workers``, or (0) one per core, at most ``tasks``."""
+    import os
+
+    n = workers if workers > 0 else len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
+        else os.cpu_count() or 1
+    return max(1, min(n, tasks))
+
+
+def run_parallel(tasks: Sequence[Callable[[], None]], workers: int = 0) -> None:
+    """Run independent ``tasks`` on up to ``workers`` threads (0: one per core); re-raise the first
+    error. Why threads: each task is a single-threaded LightGBM fit, which releases the GIL."""
+    n = fit_workers(workers, len(tasks))
+    if n <= 1:
+        for task in tasks:
+            task()
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=n, thread_name_prefix="wattclass-fit") as pool:
+        for fut in [pool.submit(task) for task in tasks]:
+            fut.result()
+
+
+def beside(first: Callable[[], A], second: Callable[[], B]) -> tuple[A, B]:
+    """``(first(), second())``, the second in a thread of its own while the first runs here.
+
+    For two independent pieces of training (the cross-validation and the final fit): LightGBM
+    fits release the GIL, so on two cores they take the time of the longer one."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="wattclass-fit") as pool:
+        fut = pool.submit(second)
+        a = first()
+        return a, fut.result()
 
 
 def training_summary(ts: TrainingSet) -> dict[str, Any]:
@@ -560,20 +655,31 @@ def train_model(
     ts: TrainingSet, version: str, n_folds: int = 5, seed: int = 0, evaluate: bool = True,
     created: str | None = None, min_window_s: float = MIN_TRAIN_WINDOW_S,
     families: Mapping[str, str] | None = None, kind: str = DEFAULT_KIND,
-    aggregation: str = DEFAULT_AGGREGATION, cost_aware: bool = DEFAULT_COST_AWARE,
+    aggregation: str = DEFAULT_AGGREGATION, workers: int = 0, cost_aware: bool = DEFAULT_COST_AWARE,
 ) -> WindowModel:
-    """Cross-validate (for metrics, calibration and, with ``cost_aware``, the compute weight), then
+    """Cross-validate (for metrics, calibration and, with ``cost_aware``, the compute weight), and
     fit on every trainable window (without ``evaluate`` the compute weight stays 1).
+
+    The final fit does not depend on the cross-validation, so it runs beside it (``beside``);
+    ``workers`` as for ``cross_validate``.
 
     ``created`` goes into the metadata as given (None: omitted), never the wall clock, so that
     rebuilding from the same data gives byte-identical model files.
     """
     if aggregation not in AGGREGATIONS:
         raise DataError(f"unknown job aggregation {aggregation!r} (known: {', '.join(AGGREGATIONS)})")
-    cv = (cross_validate(ts, n_folds, seed, min_window_s=min_window_s, families=families, kind=kind,
-                         aggregation=aggregation, cost_aware=cost_aware)
-          if evaluate else None)
-    booster, margin = fit_windows(ts.subset(ts.trainable(min_window_s)), kind, families=families)
+
+    def fit_all() -> tuple[lgb.Booster, dict[str, Any] | None]:
+        with _OneBlasThread():
+            return fit_windows(ts.subset(ts.trainable(min_window_s)), kind, families=families)
+
+    cv: dict[str, Any] | None = None
+    if evaluate:
+        cv, (booster, margin) = beside(
+            lambda: cross_validate(ts, n_folds, seed, min_window_s=min_window_s, families=families, kind=kind,
+                                   aggregation=aggregation, workers=workers, cost_aware=cost_aware), fit_all)
+    else:
+        booster, margin = fit_all()
     meta: dict[str, Any] = {
         "format_version": format_version_for(kind),
         "wattclass_version": __version__,
@@ -637,6 +743,7 @@ def load_model(directory: Path) -> WindowModel:
             if [i for i in inputs if i not in KNOWN_INPUTS] or len(inputs) != len(part.get("coef") or []):
                 raise DataError(f"{meta_path}: margin map inputs {inputs} are not ones this wattclass "
                                 f"computes ({', '.join(KNOWN_INPUTS)}) or do not match its coefficients")
+    lgbload.core()  # without scikit-learn (lgbload); the import below then finds it loaded
     import lightgbm as lgb
 
     try:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -42,11 +43,18 @@ import pandas as pd
 from wattclass.admincomment import parse_admin_comment
 from wattclass.classifier import rules
 from wattclass.classifier.effects import effects_from_history
-from wattclass.classifier.engine import SAMPLE_PER_JOB, label_files_dask, label_files_local, train_model_dask
+from wattclass.classifier.engine import (
+    AFTER_SCAN_MODULES,
+    SAMPLE_PER_JOB,
+    label_files_dask,
+    label_files_local,
+    train_model_dask,
+)
 from wattclass.classifier.labeling import LabelResult
 from wattclass.classifier.model import (
     TrainingSet,
     WindowModel,
+    beside,
     cross_validate,
     should_promote,
     train_model,
@@ -54,7 +62,7 @@ from wattclass.classifier.model import (
 from wattclass.classifier.reader import telemetry_files
 from wattclass.classifier.store import ClassifierStore, ModelRegistry, utc_day_bounds
 from wattclass.classifier.table import HISTORY_DAYS, build_entries
-from wattclass.classifier.training import thin, training_set
+from wattclass.classifier.training import cached_training_set, thin
 from wattclass.errors import ConfigError, SlurmError
 from wattclass.labeltable import write_label_table
 from wattclass.lockfile import FolderLock
@@ -88,6 +96,31 @@ class NightlyOptions:
     dask_config: Path | None = None  # dask: cluster TOML (classifier/scaleout.py); neither: a LocalCluster
     lock_timeout_s: float = 0.0  # wait this long for another run's lock on the classifier folder
     table_group: int | None = None  # gid that may read the label table (0640); None: 0644
+
+
+class _Once:
+    """A loader called at most once, from any thread; later calls return its result.
+
+    ``close`` (a run ending in an error) waits for a load under way and refuses later ones, so
+    the background thread never writes the registry after the run let go of its lock."""
+
+    def __init__(self, load: Callable[[], WindowModel]) -> None:
+        self._load = load
+        self._lock = threading.Lock()
+        self._model: WindowModel | None = None
+        self._closed = False
+
+    def __call__(self) -> WindowModel:
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the nightly run ended; its model is no longer loaded")
+            if self._model is None:
+                self._model = self._load()
+            return self._model
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
 
 
 def _join_slurm(labels: pd.DataFrame, slurm: SlurmClient | None, date: str) -> pd.DataFrame:
@@ -155,7 +188,7 @@ def _retrain(store: ClassifierStore, registry: ModelRegistry, current: WindowMod
              sample: TrainingSet, client: Client | None = None) -> dict[str, Any]:
     """Train a candidate on everything we have and gate it against the current model."""
     new_prefix = f"{opts.date}:"
-    base = training_set(list(opts.base_training), max_windows_per_job=MAX_WINDOWS_PER_JOB) \
+    base = cached_training_set(list(opts.base_training), MAX_WINDOWS_PER_JOB, store.root / "cache") \
         if opts.base_training else TrainingSet.concat([])
     stored = store.samples()
     ts = thin(TrainingSet.concat([base, stored]), MAX_WINDOWS_PER_JOB)
@@ -175,7 +208,15 @@ def _retrain(store: ClassifierStore, registry: ModelRegistry, current: WindowMod
         return {"retrained": False, "reason": "no GPM-labelled windows sampled today"}
     # The candidate is of the incumbent's kind and aggregation: a nightly never switches them by itself.
     kind, aggregation = current.kind, current.aggregation
-    cv = cross_validate(ts, seed=opts.seed, kind=kind, aggregation=aggregation)
+    version = registry.new_version(f"nightly-{opts.date.replace('-', '')}")
+    if client is None:
+        # the candidate's fit does not depend on its cross-validation: both run at once
+        cv, model = beside(
+            lambda: cross_validate(ts, seed=opts.seed, kind=kind, aggregation=aggregation),
+            lambda: train_model(ts, version, evaluate=False, kind=kind, aggregation=aggregation))
+    else:
+        cv = cross_validate(ts, seed=opts.seed, kind=kind, aggregation=aggregation)
+        model = train_model_dask(client, ts, version, kind=kind, aggregation=aggregation)
     jobs = cv["jobs"]
     new_mask = np.char.startswith(np.asarray(jobs["key"], dtype=str), new_prefix)
     cand_acc = float((np.asarray(jobs["pred"])[new_mask] == np.asarray(jobs["truth"])[new_mask]).mean())
@@ -186,11 +227,6 @@ def _retrain(store: ClassifierStore, registry: ModelRegistry, current: WindowMod
     gate = {"new_jobs": int(new_mask.sum()), "candidate_accuracy": cand_acc, "incumbent_accuracy": inc_acc,
             "incumbent": current.version}
     promoted = should_promote({"accuracy": cand_acc}, {"accuracy": inc_acc})
-    version = registry.new_version(f"nightly-{opts.date.replace('-', '')}")
-    if client is None:
-        model = train_model(ts, version, evaluate=False, kind=kind, aggregation=aggregation)
-    else:
-        model = train_model_dask(client, ts, version, kind=kind, aggregation=aggregation)
     model.meta["calibration"] = cv["calibration"]
     model.meta["metrics"] = {k2: v for k2, v in cv.items() if k2 not in ("jobs", "calibration")}
     registry.add(model, promoted=promoted, gate=gate)
@@ -237,14 +273,22 @@ def _run(
                                "slurm_backend": slurm.name if slurm is not None else None}
     log.info("job records from %s", slurm.describe() if slurm is not None else "telemetry only (no Slurm)")
     registry = ModelRegistry(opts.data_root)
-    model = registry.current()
-    summary["model"] = model.version
+    # The registry's model (and LightGBM) loads beside the scan: the labels need it only for
+    # windows without GPM, the retraining after the scan (issue 15: 0.2 s before a 2 s scan).
+    current = _Once(registry.current)
     result: LabelResult | None = None
     if files:
         kw: dict[str, Any] = {"on_file": on_file, "sample_per_job": SAMPLE_PER_JOB,
                               "sample_prefix": opts.date, "seed": opts.seed}
-        result = (label_files_local(files, model, "auto", workers=opts.workers, **kw) if client is None
-                  else label_files_dask(client, files, model, "auto", **kw))
+        try:
+            result = (label_files_local(files, current, "auto", workers=opts.workers,
+                                        preload=(*AFTER_SCAN_MODULES, current), **kw) if client is None
+                      else label_files_dask(client, files, current, "auto", **kw))
+        except BaseException:
+            current.close()
+            raise
+    model = current()
+    summary["model"] = model.version
     summary["feature_seconds"] = round(time.monotonic() - t0, 2)
     if result is not None:
         summary.update(result.report.summary())

@@ -29,6 +29,11 @@ def _val(col: str, dropped: frozenset[str]) -> str:
     return f"CASE WHEN isnan({c}) THEN NULL ELSE CAST({c} AS DOUBLE) END"
 
 
+def _raw(col: str, dropped: frozenset[str]) -> str:
+    """A float column as read (NaN kept), for values numpy reads with NaN as missing anyway."""
+    return "CAST(NULL AS DOUBLE)" if col in dropped else f"CAST({_q(col)} AS DOUBLE)"
+
+
 def rule_code_sql(dropped: frozenset[str] = frozenset()) -> str:
     """``rules.window_labels`` as a SQL expression (NO_GPM = -1, PIPE_GAP = -2: a memory verdict
     needs every compute pipe measured).

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import numpy as np
 import numpy.typing as npt
-from scipy.special import betainc
 
 #: Window classes (model targets) in code order; negative codes: the rule cannot tell.
 WINDOW_CLASSES: tuple[str, ...] = ("idle", "compute", "memory")
@@ -101,6 +100,8 @@ def job_labels(n_idle: npt.ArrayLike, n_compute: npt.ArrayLike, n_memory: npt.Ar
 
 def _beta_mass_above(k: FloatArray, n: FloatArray, threshold: float) -> FloatArray:
     """P(share >= threshold) for the share's Jeffreys posterior Beta(k + 1/2, n - k + 1/2)."""
+    from scipy.special import betainc  # here: the scan imports this module, and needs no SciPy
+
     a = np.maximum(k, 0.0) + 0.5
     b = np.maximum(n - k, 0.0) + 0.5
     return np.asarray(1.0 - betainc(a, b, threshold), dtype=np.float64)

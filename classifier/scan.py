@@ -38,12 +38,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from wattclass.classifier import rules
 from wattclass.classifier.features import INPUT_COLUMNS
-from wattclass.classifier.rowsql import _lit, _q, _reject_sql, _val, rule_code_sql
+from wattclass.classifier.rowsql import _lit, _q, _raw, _reject_sql, _val, rule_code_sql
 from wattclass.classifier.validity import (
     REJECT_ENERGY,
     REJECT_NULL,
@@ -302,12 +303,20 @@ class Scanner:
             drawn, rest = order[:n], order[n:]
             absent = self._branch_absent(drawn)
             dropped = frozenset(drop_columns) | absent
-            code = rule_code_sql(dropped)
-            h = f"hash(job_id, host, gpu_index, ts_start, {int(seed)})"
-            cols = ", ".join(f"{_q(c)} := {_val(c, dropped)}" for c in SAMPLE_COLUMNS)
-            sel = [*self._row_sql(absent, drop_columns, False), f"{h} AS h",
-                   f"struct_pack(h := {h}, code := {code}, {cols}) AS s"]
-            rows = f"SELECT {', '.join(sel)} FROM {self._source(drawn)}"
+            # A sampled window travels as one list of doubles (``_sample_rows`` unpacks it): the
+            # model's inputs as read, then the rule code and the hash's two 32-bit halves (exact
+            # in a double). Why not a struct of them, or NaN tested per value: the struct cost
+            # DuckDB as much per row as the rest of the sample (issue 15); NaN reads as missing
+            # in numpy (features.column_f64), as NULL does. Hash and code: once per row (inner).
+            raw = {c: _q(f"s_{c}") for c in SAMPLE_COLUMNS}
+            inner = [*self._row_sql(absent, drop_columns, False),
+                     f"hash(job_id, host, gpu_index, ts_start, {int(seed)}) AS h",
+                     *(f"{_raw(c, dropped)} AS {raw[c]}" for c in SAMPLE_COLUMNS)]
+            packed = ", ".join([*raw.values(), "CAST(code AS DOUBLE)", "CAST(h >> 32 AS DOUBLE)",
+                                "CAST(h & CAST(4294967295 AS UBIGINT) AS DOUBLE)"])
+            rows = (f"SELECT * EXCLUDE ({', '.join(raw.values())}), "
+                    f"CASE WHEN job_id IS NOT NULL AND code >= 0 THEN [{packed}] END AS s "
+                    f"FROM (SELECT {', '.join(inner)} FROM {self._source(drawn)})")
             if rest:
                 sel = [c if c != "file_index" else f"file_index + {n} AS file_index"
                        for c in self._row_sql(self._branch_absent(rest), drop_columns, False)]
@@ -449,13 +458,20 @@ def _sample_first(files: Sequence[Path], per_job: int, seed: int) -> tuple[list[
     return chosen + [f for f in files if f not in picked], n
 
 
+#: Values per sampled window in the pass's sample lists: SAMPLE_COLUMNS, code, hash high, hash low.
+_SAMPLE_WIDTH = len(SAMPLE_COLUMNS) + 3
+
+
 def _sample_rows(table: pa.Table) -> pa.Table:
-    """The pass's per-group sample lists as rows: job_id, h, code and SAMPLE_COLUMNS."""
+    """The pass's per-group sample lists as rows: job_id, h, code and SAMPLE_COLUMNS (NaN: missing)."""
     lists = table.column("sample").combine_chunks()
-    flat = pc.list_flatten(lists)
+    flat = pc.list_flatten(lists)  # one list of _SAMPLE_WIDTH doubles per sampled window
     job = pc.take(table.column("job_id"), pc.list_parent_indices(lists))
-    if len(flat) == 0:
-        return pa.table({"job_id": job, "h": pa.array([], pa.uint64()), "code": pa.array([], pa.int32()),
-                         **{c: pa.array([], pa.float64()) for c in SAMPLE_COLUMNS}})
-    return pa.table({"job_id": job, "h": flat.field("h"), "code": flat.field("code"),
-                     **{c: flat.field(c) for c in SAMPLE_COLUMNS}})
+    values = np.asarray(pc.list_flatten(flat).to_numpy(zero_copy_only=False), dtype=np.float64)
+    if values.size != len(flat) * _SAMPLE_WIDTH:
+        raise AssertionError("sample rows of unexpected width")  # the SQL and this unpacking disagree
+    values = values.reshape(len(flat), _SAMPLE_WIDTH)
+    h = (values[:, -2].astype(np.uint64) << np.uint64(32)) | values[:, -1].astype(np.uint64)
+    return pa.table({"job_id": job, "h": pa.array(h, pa.uint64()),
+                     "code": pa.array(values[:, -3].astype(np.int32)),
+                     **{c: pa.array(values[:, i]) for i, c in enumerate(SAMPLE_COLUMNS)}})

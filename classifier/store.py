@@ -5,6 +5,8 @@
     models/registry.json, models/<version>/    every trained model with its metrics; ``current``
     summaries/date=YYYY-MM-DD.json             the night's summary
     effects/date=YYYY-MM-DD/effects.parquet    canary effects per label and cap, as of that night
+    cache/base-training-<key>.npz              the bundled recordings as training windows
+                                               (training.cached_training_set; safe to delete)
 
 One file per date, replaced atomically: re-running a night replaces that night (idempotent) and
 "appending" a night never rewrites others. The registry starts with the packaged default model.

@@ -32,10 +32,25 @@ COMMAND_MODULES: tuple[str, ...] = (
     "wattclass.fleet.generate",
 )
 
+#: The subcommands each module registers. ``main`` imports only the module of the command it
+#: runs: importing all of them (NumPy, pyarrow, tqdm, the plugin's modules...) cost 0.1 s of
+#: every command (issue 15). tests/test_cli_commands.py checks this map against the modules.
+COMMANDS: dict[str, str] = {
+    "demo": "wattclass.demo.run",
+    "telemetry": "wattclass.telemetry.cli",
+    "classify": "wattclass.classifier.cli", "effects": "wattclass.classifier.cli",
+    "model": "wattclass.classifier.cli", "nightly": "wattclass.classifier.cli",
+    "plugin": "wattclass.plugin.cli", "policy": "wattclass.plugin.cli",
+    "job": "wattclass.report.cli", "report": "wattclass.report.cli",
+    "calibrate": "wattclass.savings.cli", "simulate": "wattclass.savings.cli",
+    "fleet": "wattclass.fleet.generate",
+}
+
 log = logging.getLogger("wattclass")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The ``wattclass`` parser; with a known ``command``, only its module's subcommands."""
     parser = argparse.ArgumentParser(
         prog="wattclass",
         description=(
@@ -52,9 +67,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMAND_MODULES:
+    modules = [COMMANDS[command]] if command in COMMANDS else COMMAND_MODULES
+    for name in modules:
         importlib.import_module(name).register(sub)
     return parser
+
+
+def _command_of(argv: Sequence[str]) -> str | None:
+    """The subcommand named in ``argv`` (the first word that is not a global option), if any."""
+    for arg in argv:
+        if not arg.startswith("-"):
+            return arg
+        if arg in ("-h", "--help", "--version"):
+            return None
+    return None
 
 
 def setup_logging(verbose: int, quiet: bool) -> None:
@@ -67,7 +93,7 @@ def setup_logging(verbose: int, quiet: bool) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    parser = build_parser(_command_of(sys.argv[1:] if argv is None else argv))
     args = parser.parse_args(argv)
     setup_logging(args.verbose, args.quiet)
     func = getattr(args, "func", None)

@@ -18,6 +18,13 @@ the device decides each run's truth, whatever the family intended.
 * ``conv3d``            3-D convolutions (volumes 32-96^3, bf16 or tf32), inference or training.
 * ``l2_chain``          an eager chain of elementwise ops on a tensor that fits in L2 or not.
 
+Round 3's test families (``FRESH3_TEST``; recorded once the round-2 test set had been scored and
+joined the training data): ``lm_head`` (vocabulary projection + cross-entropy, 1-8192 tokens),
+``woq_gemm`` (int8 weight-only-quantised layers, dequantised per step), ``knn_search`` (cdist +
+top-k), ``attn_math`` (attention with the score matrix materialised), ``ssm_scan`` (a
+state-space / linear-recurrence scan in eager PyTorch), ``image_resize`` (interpolation +
+normalisation).
+
 Ridge training data (the second round's data plan; not a test family):
 
 * ``gemm_ridge2``       fp32 / tf32 GEMMs with 96-1536 rows: just on either side of the ridge.
@@ -326,4 +333,195 @@ def fresh_intended(family: str, p: dict[str, Any]) -> str:
         return "compute" if int(p["m"]) >= 256 else "memory"
     if family == "decode_wide":
         return "compute"
+    if family == "lm_head":
+        return "compute" if int(p["tokens"]) >= 256 else "memory"
+    if family == "woq_gemm":
+        return "compute" if int(p["tokens"]) >= 256 else "memory"
+    if family == "knn_search":
+        return "compute" if int(p["dim"]) >= 128 else "memory"
+    if family == "attn_math":
+        return "compute" if int(p["seq"]) >= 1024 else "memory"
     return "memory"
+
+
+# --------------------------------------------------------------------------- round 3 test families
+
+
+def p_lm_head(rng: random.Random) -> dict[str, Any]:
+    return {"hidden": rng.choice([1024, 2048, 4096]), "vocab": rng.choice([32000, 50257, 128256]),
+            "tokens": round(_loguniform(rng, 1, 8192)), "train": rng.random() < 0.5}
+
+
+def b_lm_head(p: dict[str, Any]) -> Callable[[Ctx], Job]:
+    def build(c: Ctx) -> Job:
+        t = c.torch
+        h, V, T = int(p["hidden"]), int(p["vocab"]), int(p["tokens"])
+        if c.small:
+            h, V, T = 16, 50, 4
+        dtype = t.bfloat16 if c.cuda else t.float32
+        w = (t.randn(V, h, device=c.dev, dtype=dtype) * 0.02).requires_grad_(bool(p["train"]))
+        x = t.randn(T, h, device=c.dev, dtype=dtype, requires_grad=bool(p["train"]))
+        y = t.randint(0, V, (T,), device=c.dev)
+        F = t.nn.functional
+        flop = (3.0 if p["train"] else 1.0) * 2 * T * h * V
+        reps = _reps(max(V * h * 2 / HBM_BPS, flop / 500e12)) if c.cuda else 1
+
+        def step() -> None:
+            for _ in range(reps):
+                loss = F.cross_entropy((x @ w.t()).float(), y)
+                if p["train"]:
+                    loss.backward()
+                    w.grad = None
+                    x.grad = None
+        return Job(step, reps * flop, "FLOP", [w, x, y])
+    return build
+
+
+def p_woq(rng: random.Random) -> dict[str, Any]:
+    return {"tokens": round(_loguniform(rng, 1, 1024)), "k": rng.choice([4096, 8192]),
+            "n": rng.choice([4096, 11008, 14336]), "layers": rng.choice([2, 4])}
+
+
+def b_woq(p: dict[str, Any]) -> Callable[[Ctx], Job]:
+    def build(c: Ctx) -> Job:
+        t = c.torch
+        M, k, n, L = int(p["tokens"]), int(p["k"]), int(p["n"]), int(p["layers"])
+        if c.small:
+            M, k, n, L = 2, 16, 32, 1
+        dtype = t.bfloat16 if c.cuda else t.float32
+        ws = [t.randint(-127, 127, (n, k), dtype=t.int8, device=c.dev) for _ in range(L)]
+        scales = [t.rand(n, 1, device=c.dev, dtype=dtype) * 0.01 for _ in range(L)]
+        x = t.randn(M, k, device=c.dev, dtype=dtype)
+        flop = 2.0 * M * k * n * L
+
+        def step() -> None:
+            for w, sc in zip(ws, scales, strict=True):
+                x @ (w.to(dtype) * sc).t()
+        return Job(step, flop, "FLOP", [ws, scales, x])
+    return build
+
+
+def p_knn(rng: random.Random) -> dict[str, Any]:
+    return {"queries": rng.choice([1024, 8192, 65536]), "base_k": rng.choice([64, 256, 1024]),
+            "dim": rng.choice([8, 32, 128, 512]), "dtype": rng.choice(["fp32", "bf16"])}
+
+
+def b_knn(p: dict[str, Any]) -> Callable[[Ctx], Job]:
+    def build(c: Ctx) -> Job:
+        t = c.torch
+        Q, N, D = int(p["queries"]), int(p["base_k"]) * 1024, int(p["dim"])
+        if c.small:
+            Q, N, D = 8, 64, 4
+        dtype = c.dtype(p["dtype"]) if c.cuda else t.float32
+        base = t.randn(N, D, device=c.dev, dtype=dtype)
+        q = t.randn(Q, D, device=c.dev, dtype=dtype)
+        chunk = max(1, min(Q, int(1e9 // (N * 4))))  # one chunk's distances under ~1 GB
+
+        base_sq = (base.float() ** 2).sum(1).to(dtype)
+
+        def step() -> None:
+            for i in range(0, Q, chunk):  # squared distances as matmul (cdist's large-size path)
+                qc = q[i:i + chunk]
+                d2 = base_sq - 2.0 * (qc @ base.t())
+                t.topk(d2, 10, largest=False)
+        return Job(step, 2.0 * Q * N * D, "FLOP", [base, q, base_sq])
+    return build
+
+
+def p_attn_math(rng: random.Random) -> dict[str, Any]:
+    return {"batch": rng.choice([1, 4, 16]), "heads": rng.choice([8, 16, 32]),
+            "seq": rng.choice([128, 512, 1024, 2048, 4096]), "head_dim": rng.choice([64, 128]),
+            "causal": rng.random() < 0.5}
+
+
+def b_attn_math(p: dict[str, Any]) -> Callable[[Ctx], Job]:
+    def build(c: Ctx) -> Job:
+        t = c.torch
+        B, H, T, D = int(p["batch"]), int(p["heads"]), int(p["seq"]), int(p["head_dim"])
+        while B * H * T * T * 2 > 8e9 and B > 1:  # the score matrix under 8 GB
+            B //= 2
+        while B * H * T * T * 2 > 8e9 and H > 1:
+            H //= 2
+        if c.small:
+            B, H, T, D = 1, 2, 16, 8
+        dtype = t.bfloat16 if c.cuda else t.float32
+        q, k, v = (t.randn(B, H, T, D, device=c.dev, dtype=dtype) for _ in range(3))
+        mask = t.ones(T, T, device=c.dev, dtype=t.bool).triu(1) if p["causal"] else None
+        scale = 1.0 / math.sqrt(D)
+
+        def step() -> None:
+            s = (q @ k.transpose(-1, -2)) * scale
+            if mask is not None:
+                s = s.masked_fill(mask, float("-inf"))
+            s.softmax(-1) @ v
+        return Job(step, 4.0 * B * H * T * T * D, "FLOP", [q, k, v, mask])
+    return build
+
+
+def p_ssm(rng: random.Random) -> dict[str, Any]:
+    return {"batch": rng.choice([1, 4, 16]), "length": rng.choice([1024, 4096, 16384]),
+            "dim": rng.choice([256, 1024, 2048]), "proj": rng.random() < 0.5}
+
+
+def b_ssm(p: dict[str, Any]) -> Callable[[Ctx], Job]:
+    def build(c: Ctx) -> Job:
+        t = c.torch
+        B, L, D = int(p["batch"]), int(p["length"]), int(p["dim"])
+        while B * L * D * 4 > 2e9 and L > 256:
+            L //= 2
+        if c.small:
+            B, L, D = 1, 16, 8
+        x = t.randn(B, L, D, device=c.dev)
+        gate = t.randn(B, L, D, device=c.dev)
+        w_in = t.randn(D, 2 * D, device=c.dev, dtype=t.bfloat16 if c.cuda else t.float32) * 0.02
+        F = t.nn.functional
+
+        def step() -> None:
+            u = x
+            if p["proj"]:
+                u = (x.to(w_in.dtype) @ w_in).float()[..., :D]
+            log_a = F.logsigmoid(gate)
+            cum = t.cumsum(log_a, 1)
+            h = t.exp(cum) * t.cumsum(u * t.exp(-cum.clamp(min=-30)), 1)
+            (h * F.silu(gate)).sum()
+        return Job(step, 0.0, "-", [x, gate, w_in])
+    return build
+
+
+def p_resize(rng: random.Random) -> dict[str, Any]:
+    return {"batch": rng.choice([8, 32, 64]), "ch": rng.choice([3, 16, 64]),
+            "size": rng.choice([256, 512, 1024]), "scale": rng.choice([0.5, 2.0]),
+            "mode": rng.choice(["nearest", "bilinear", "bicubic"])}
+
+
+def b_resize(p: dict[str, Any]) -> Callable[[Ctx], Job]:
+    def build(c: Ctx) -> Job:
+        t = c.torch
+        B, C, S = int(p["batch"]), int(p["ch"]), int(p["size"])
+        while B * C * S * S * 4 * max(1.0, float(p["scale"]) ** 2) > 4e9 and B > 1:
+            B //= 2
+        if c.small:
+            B, C, S = 1, 3, 16
+        x = t.rand(B, C, S, S, device=c.dev)
+        mean = t.rand(1, C, 1, 1, device=c.dev)
+        F = t.nn.functional
+        mode = str(p["mode"])
+        kw = {} if mode == "nearest" else {"align_corners": False}
+
+        def step() -> None:
+            y = F.interpolate(x, scale_factor=float(p["scale"]), mode=mode, **kw)
+            ((y - mean) / 0.25).clamp_(-3, 3)
+        return Job(step, 0.0, "-", [x, mean])
+    return build
+
+
+#: the third round's test families (recorded after round 2's test set was used for training)
+FRESH3_TEST: dict[str, tuple[Callable[[random.Random], dict[str, Any]],
+                             Callable[[dict[str, Any]], Callable[[Ctx], Job]]]] = {
+    "lm_head": (p_lm_head, b_lm_head),
+    "woq_gemm": (p_woq, b_woq),
+    "knn_search": (p_knn, b_knn),
+    "attn_math": (p_attn_math, b_attn_math),
+    "ssm_scan": (p_ssm, b_ssm),
+    "image_resize": (p_resize, b_resize),
+}

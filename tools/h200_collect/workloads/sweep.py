@@ -45,7 +45,13 @@ from collections.abc import Callable
 from typing import Any
 
 from h200_collect.context import Ctx, Job, Workload
-from h200_collect.workloads.fresh import FRESH_TEST, fresh_intended, p_decode_wide, p_gemm_ridge2
+from h200_collect.workloads.fresh import (
+    FRESH3_TEST,
+    FRESH_TEST,
+    fresh_intended,
+    p_decode_wide,
+    p_gemm_ridge2,
+)
 
 #: Rough H200 ceilings for sizing launches (not for labels): bytes/s and FLOP/s per pipe.
 HBM_BPS = 4.0e12
@@ -595,7 +601,7 @@ FAMILIES: dict[str, tuple[Callable[[random.Random], dict[str, Any]],
     # the second round's ridge training data and fresh test families (workloads/fresh.py), weight 0
     "gemm_ridge2": (p_gemm_ridge2, b_gemm_sweep, 0.0),
     "decode_wide": (p_decode_wide, b_decode_batch, 0.0),
-    **{name: (sample, factory, 0.0) for name, (sample, factory) in FRESH_TEST.items()},
+    **{name: (sample, factory, 0.0) for name, (sample, factory) in (FRESH_TEST | FRESH3_TEST).items()},
 }
 
 
@@ -612,7 +618,7 @@ def intended_label(family: str, p: dict[str, Any]) -> str:
         return "compute" if p["batch"] >= 192 else "memory"
     if family == "duty_mix":
         return "mixed"
-    if family in FRESH_TEST or family in ("gemm_ridge2", "decode_wide"):
+    if family in FRESH_TEST or family in FRESH3_TEST or family in ("gemm_ridge2", "decode_wide"):
         return fresh_intended(family, p)
     if family in ("attn_prefill", "conv", "mlp_train", "gpt2_eager"):
         return "compute"
