@@ -10,7 +10,8 @@ pulls it down when the pipes draw more than the limit), the power, the power the
 full clock (``demand``) against what memory traffic explains, and (since issue 13 round 2) how much
 power, clock and memory activity vary inside the window and how long the power cap held.
 ``P(memory) = Phi(-m_hat / sigma)`` where sigma is the out-of-family residual spread, so a window
-predicted close to the ridge gets a probability close to 1/2 whatever the training families were. A
+predicted close to the ridge gets a probability close to 1/2 whatever the training families were
+(since round 3 sigma depends on the window: ``SPREAD_MAP``; and ``util_gpu_pct`` is an input). A
 ridge regression (a handful of coefficients) extrapolates smoothly to families it never saw, where
 trees stay flat at their last leaf.
 
@@ -226,8 +227,9 @@ def _predict_one(X: npt.ArrayLike, m: Mapping[str, Any]) -> F64:
 
 
 def margin_and_sigma(X: npt.ArrayLike, m: Mapping[str, Any]) -> tuple[F64, F64]:
-    """Predicted roofline margin and its sigma per window: the map's own, or, where one of its
-    inputs beyond MARGIN_INPUTS_R1 is missing, its ``fallback`` map's (fitted on those six)."""
+    """Predicted roofline margin and its sigma per window: the map's own (sigma from its
+    ``spread`` map where it has one), or, where one of its inputs beyond MARGIN_INPUTS_R1 is
+    missing, its ``fallback`` map's (fitted on those six, with its own spread map)."""
     pred = _predict_one(X, m)
     sigma = _sigma_one(margin_inputs(X, m.get("inputs") or MARGIN_INPUTS_R1), m)
     fb = m.get("fallback")
