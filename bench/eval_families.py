@@ -24,7 +24,8 @@ calibrated confidence.
         --extra wattclass/data/h200/ridge2                       # issue 13 round 2's decision protocol
     python bench/eval_families.py --test DIR --model classifier/models  # the shipped model on DIR
     python bench/eval_families.py ... --shipped-margin                  # the round-1 recipe
-    python bench/eval_families.py ... --round2-recipe                   # the round-2 recipe (lenweight)
+    python bench/eval_families.py ... --round2-recipe                   # round 2's (lenweight, shipped)
+    python bench/eval_families.py ... --round3-recipe                   # round 3's (spread, not shipped)
     python bench/eval_families.py \
         --raw wattclass/data/h200/{raw,collected,sweep,sweep-heldout,ridge,ridge2,fresh}  # round 3: LOFO-442
 
@@ -199,8 +200,7 @@ def main() -> int:
                     help="the policy's min_confidence: below it a job is 'unsure' (default 0.8)")
     ap.add_argument("--cost-aware", action=argparse.BooleanOptionalAction, default=None,
                     help="weigh compute windows by a cost-chosen factor, nested (default: "
-                         "DEFAULT_COST_AWARE, on since issue 13 round 3; --no-cost-aware: off, "
-                         "as in rounds 1 and 2)")
+                         "DEFAULT_COST_AWARE, off; on in round 3's recipe)")
     ap.add_argument("--drop-features", default="",
                     help="comma-separated FEATURES left out (ablation), e.g. power_std_frac,clock_std_frac")
     ap.add_argument("--kind", default=None,
@@ -221,6 +221,9 @@ def main() -> int:
     ap.add_argument("--round2-recipe", action="store_true",
                     help="the recipe of h200-20261130-lenweight (issue 13 round 2): its ten margin inputs, "
                          "one sigma per map, no cost-aware compute weight, length-weighted, alpha 3")
+    ap.add_argument("--round3-recipe", action="store_true",
+                    help="the recipe of h200-20261130-spread (issue 13 round 3, not shipped): eleven margin "
+                         "inputs, a spread map for sigma, the cost-aware compute weight")
     ap.add_argument("--min-confidence-memory", type=float, default=None,
                     help="a higher min_confidence for jobs called memory (the policy's "
                          "[min_confidence_by_label] memory = X): the costly direction")
@@ -240,8 +243,14 @@ def main() -> int:
         MODEL_KINDS,
         load_model,
     )
-    if a.shipped_margin and a.round2_recipe:
-        raise SystemExit("--shipped-margin and --round2-recipe are two different recipes: pick one")
+    if sum((a.shipped_margin, a.round2_recipe, a.round3_recipe)) > 1:
+        raise SystemExit("--shipped-margin, --round2-recipe and --round3-recipe are different recipes: "
+                         "pick one")
+    if a.round3_recipe:
+        a.kind = a.kind or "roofline-margin"
+        margin_module.MARGIN_INPUTS = margin_module.MARGIN_INPUTS_R3
+        margin_module.SPREAD_MAP = True
+        a.cost_aware = True if a.cost_aware is None else a.cost_aware
     if a.shipped_margin or a.round2_recipe:
         # read when the margin map is fitted
         a.kind = a.kind or "roofline-margin"

@@ -11,7 +11,8 @@ full clock (``demand``) against what memory traffic explains, and (since issue 1
 power, clock and memory activity vary inside the window and how long the power cap held.
 ``P(memory) = Phi(-m_hat / sigma)`` where sigma is the out-of-family residual spread, so a window
 predicted close to the ridge gets a probability close to 1/2 whatever the training families were
-(since round 3 sigma depends on the window: ``SPREAD_MAP``; and ``util_gpu_pct`` is an input). A
+(round 3's recipe, not shipped, made sigma depend on the window, ``SPREAD_MAP``, and added
+``util_gpu_pct`` as an input). A
 ridge regression (a handful of coefficients) extrapolates smoothly to families it never saw, where
 trees stay flat at their last leaf.
 
@@ -49,13 +50,15 @@ MARGIN_INPUTS_R1: tuple[str, ...] = KNOWN_INPUTS[:6]
 #: ``fallback`` map on those six for windows without the spreads (telemetry written before the
 #: daemon recorded them, one-poll stubs): a training median standing in for a missing spread
 #: cost 3 of 66 jobs on the live-NVML check.
-MARGIN_INPUTS: tuple[str, ...] = KNOWN_INPUTS
-#: Inputs of h200-20261130-lenweight (issue 13 round 2): the six plus the spreads and the
-#: power-cap share. Round 3 added ``util_gpu_pct`` (the share of time a kernel runs): a random
-#: gather or sparse kernel keeps the SMs "busy" at full clock while it waits on memory latency,
-#: drawing mid power with modest memory-controller activity; a compute kernel busy as often draws
-#: more power or hits the cap (docs/benchmarks.md, issue 13 round 3).
+#: Inputs of h200-20261130-lenweight (issue 13 round 2, shipped): the six plus the spreads and
+#: the power-cap share.
 MARGIN_INPUTS_R2: tuple[str, ...] = KNOWN_INPUTS[:10]
+#: Round 3's recipe (h200-20261130-spread, not shipped: it failed its registered no-regression
+#: rule on the round-3 test set, docs/benchmarks.md) added ``util_gpu_pct`` (the share of time a
+#: kernel runs): a random gather or sparse kernel keeps the SMs "busy" at full clock while it
+#: waits on memory latency, drawing mid power with modest memory-controller activity.
+MARGIN_INPUTS_R3: tuple[str, ...] = KNOWN_INPUTS
+MARGIN_INPUTS: tuple[str, ...] = MARGIN_INPUTS_R2
 #: Ridge penalty on standardised inputs: 3 since issue 13 round 2, chosen on leave-one-family-out
 #: of the 276 H200 jobs (1, 3, 5, 10 compared; 10, fixed on the first 134 jobs, was
 #: h200-20261130-margin's: ``bench/eval_families.py --shipped-margin`` sets it back). The fitted
@@ -68,8 +71,9 @@ SIGMA_FOLDS = 5
 #: where held-out families were mispredicted (next to the ridge, unthrottled mid power) and far
 #: from the data (the map is linear in the inputs: sigma grows on the way out of the training
 #: cloud), narrow where they were not. True (the default for new maps) fits it; a map without a
-#: ``spread`` (h200-20261130-margin, -lenweight) keeps its one sigma.
-SPREAD_MAP = True
+#: ``spread`` (h200-20261130-margin, -lenweight) keeps its one sigma. Off by default: round 3's
+#: recipe used it and was not shipped (``bench/eval_families.py --round3-recipe`` turns it on).
+SPREAD_MAP = False
 #: Ridge penalty of the spread map (heavier than the margin map's: ln r^2 is noisy).
 SPREAD_ALPHA = 10.0
 #: A window's sigma never falls below this share of the map's overall sigma.

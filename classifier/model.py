@@ -95,13 +95,14 @@ DEFAULT_KIND = KIND_MARGIN
 #: docs/measurements/issue13-preregistration-round2-2026-11-30.md).
 DEFAULT_AGGREGATION = "length-weighted"
 #: Whether ``wattclass model train`` chooses a cost-aware compute weight (``choose_compute_weight``
-#: on the family-grouped out-of-fold predictions; model.json ``compute_weight``): on since issue
-#: 13 round 3. Once the round-2 test families (random gathers, sparse, memory-bound 3-D
-#: convolutions) joined training, they share NVML readings with unthrottled mid-power compute
-#: work (DLRM-like mixes, GEMMs just past the ridge): without it leave-one-family-out of the 442
-#: H200 jobs called 6 compute-bound jobs memory-bound, with it 2, at 0.3 points of accuracy
+#: on the family-grouped out-of-fold predictions; model.json ``compute_weight``). Off, as in rounds
+#: 1 and 2. Round 3's recipe turned it on (``bench/eval_families.py --round3-recipe``): once the
+#: round-2 test families (random gathers, sparse, memory-bound 3-D convolutions) joined training,
+#: they share NVML readings with unthrottled mid-power compute work, and leave-one-family-out of
+#: the 442 H200 jobs called 6 compute-bound jobs memory-bound without it, 2 with it. That recipe
+#: failed its registered no-regression rule on the round-3 test set and was not shipped
 #: (docs/benchmarks.md, issue 13 round 3).
-DEFAULT_COST_AWARE = True
+DEFAULT_COST_AWARE = False
 #: Training uses only windows at least this long (see TrainingSet.trainable); jobs' truth uses all.
 MIN_TRAIN_WINDOW_S = 5.0
 

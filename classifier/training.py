@@ -186,7 +186,7 @@ def h200_data_dir() -> Path:
 
 #: Raw recordings the default model is trained on (folders under wattclass/data/h200).
 BUNDLED_RECORDINGS: tuple[str, ...] = (
-    "raw", "collected", "sweep", "sweep-heldout", "ridge", "ridge2", "fresh",
+    "raw", "collected", "sweep", "sweep-heldout", "ridge", "ridge2",
 )
 
 

@@ -127,17 +127,17 @@ def test_eval_families_scores_a_saved_model_as_its_recipe_trained_on_the_same_da
     assert saved["all"] == recipe["all"] and saved["wrong"] == recipe["wrong"]
 
 
-def test_eval_families_round2_recipe_turns_off_what_round_3_added() -> None:
-    # issue 13 round 3: the cost-aware compute weight is on by default; the round-2 recipe (the
-    # registered comparison on fresh3) has it off, and one cannot ask for two old recipes at once
+def test_eval_families_round3_recipe_turns_on_what_round_3_added() -> None:
+    # issue 13 round 3's recipe (not shipped) has the cost-aware compute weight on; the default
+    # (round 2's, shipped) has it off; one cannot ask for two recipes at once
     script = str(BENCH / "eval_families.py")
-    new = json.loads(_run(script, "--raw", str(H200_RAW), "--json", timeout=300))
-    old = json.loads(_run(script, "--raw", str(H200_RAW), "--round2-recipe", "--json", timeout=300))
-    assert new["cost_aware"] is True and old["cost_aware"] is False
-    assert new["aggregation"] == old["aggregation"] == "length-weighted"
-    proc = subprocess.run([sys.executable, script, "--round2-recipe", "--shipped-margin"],
+    default = json.loads(_run(script, "--raw", str(H200_RAW), "--json", timeout=300))
+    r3 = json.loads(_run(script, "--raw", str(H200_RAW), "--round3-recipe", "--json", timeout=300))
+    assert default["cost_aware"] is False and r3["cost_aware"] is True
+    assert default["aggregation"] == r3["aggregation"] == "length-weighted"
+    proc = subprocess.run([sys.executable, script, "--round3-recipe", "--shipped-margin"],
                           capture_output=True, text=True, timeout=120, cwd=REPO)
-    assert proc.returncode == 1 and "two different recipes" in proc.stderr
+    assert proc.returncode == 1 and "different recipes" in proc.stderr
 
 
 def test_colocation_collect_fake_and_analyse(tmp_path: Path) -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -43,6 +45,16 @@ def test_training_windows_carry_the_margin_with_the_rule_sign(real_set: M.Traini
     assert sub.margin is not None and len(sub.margin) == c.sum()
 
 
+@contextlib.contextmanager
+def _spread_map(on: bool) -> Iterator[None]:
+    keep = G.SPREAD_MAP
+    G.SPREAD_MAP = on
+    try:
+        yield
+    finally:
+        G.SPREAD_MAP = keep
+
+
 def _window(**kw: float) -> np.ndarray:
     base = {f: np.nan for f in FEATURES}
     base.update({"power_frac": 0.85, "clock_frac": 1.0, "util_mem_pct": 40.0, "util_gpu_pct": 95.0})
@@ -66,17 +78,9 @@ def test_shipped_model_is_the_roofline_margin_kind_and_follows_the_mechanism() -
              clock_std_frac=0.02, util_mem_std_pct=5) < q(power_frac=0.98, clock_frac=0.96, util_mem_pct=55,
                                                           throttle_power_frac=1.0, power_std_frac=0.01,
                                                           clock_std_frac=0.02, util_mem_std_pct=5)
-    # issue 13 round 3: SMs busy all the time at full clock, mid power, no cap, modest memory
-    # activity (a random gather waiting on latency) is further on the memory side than the same
-    # readings with the SMs busy half the time, and less sure (a wider sigma there)
-    gather = dict(power_frac=0.65, clock_frac=1.0, util_mem_pct=25, throttle_power_frac=0.0,
-                  power_std_frac=0.1, clock_std_frac=0.0, util_mem_std_pct=5)
-    assert q(util_gpu_pct=95, **gather) > q(util_gpu_pct=50, **gather)
-    s_busy = G.margin_and_sigma(_window(util_gpu_pct=95, **gather), m.meta["margin"])[1][0]
-    s_half = G.margin_and_sigma(_window(util_gpu_pct=50, **gather), m.meta["margin"])[1][0]
-    assert s_busy > s_half
-    # the cost-aware compute weight (issue 13 round 3) is in the file and the probabilities use it
-    assert m.meta["compute_weight"] > 1.0
+    # issue 13 round 3's recipe (spread map, cost-aware weight) was not shipped: its registered
+    # no-regression rule failed on the round-3 test set, so the round-2 model stays
+    assert "spread" not in m.meta["margin"] and m.meta.get("compute_weight", 1.0) == 1.0
     # window probabilities are a distribution
     p = m.predict_proba(np.vstack([_window(), _window(util_gpu_pct=0, power_frac=0.2, util_mem_pct=0)]))
     assert p.shape == (2, 3) and np.allclose(p.sum(axis=1), 1.0) and (p >= 0).all()
@@ -113,8 +117,10 @@ def test_a_map_of_the_first_rounds_six_inputs_still_predicts_and_unknown_inputs_
     fold = np.arange(len(act)) % 3
     six = G.fit_margin(act.X, act.margin, np.ones(len(act)), fold, inputs=G.MARGIN_INPUTS_R1)
     assert six["inputs"] == list(G.MARGIN_INPUTS_R1) and len(six["coef"]) == 6
-    full = G.fit_margin(act.X, act.margin, np.ones(len(act)), fold)
-    assert full["inputs"] == list(G.MARGIN_INPUTS) and len(full["coef"]) == len(G.MARGIN_INPUTS) == 11
+    with _spread_map(True):  # round 3's window-dependent sigma (not the default)
+        full = G.fit_margin(act.X, act.margin, np.ones(len(act)), fold, inputs=G.MARGIN_INPUTS_R3)
+    assert full["inputs"] == list(G.MARGIN_INPUTS_R3) and len(full["coef"]) == 11
+    assert G.MARGIN_INPUTS == G.MARGIN_INPUTS_R2 and len(G.MARGIN_INPUTS) == 10
     # each map reads its own columns: the six-input map predicts as a hand-computed product
     inp = G.margin_inputs(act.X, G.MARGIN_INPUTS_R1)
     z = (inp - np.asarray(six["mean"])) / np.asarray(six["scale"])
@@ -201,17 +207,13 @@ def test_sigma_is_wide_where_held_out_families_were_mispredicted() -> None:
     um = X[:, col["util_mem_pct"]].astype(np.float64)
     truth = 2.0 - 0.04 * um
     y = truth + rng.normal(0, 1, n) * (0.1 + 0.9 * um / 100)
-    fit = G.fit_margin(X, y, np.ones(n), np.arange(n) % 5, alpha=1e-6)
+    with _spread_map(True):
+        fit = G.fit_margin(X, y, np.ones(n), np.arange(n) % 5, alpha=1e-6)
     _, sigma = G.margin_and_sigma(X, fit)
     quiet, loud = um < 20, um > 80
     assert np.median(sigma[loud]) > 2.5 * np.median(sigma[quiet])
-    # without the spread map the same fit has one sigma for all
-    keep = G.SPREAD_MAP
-    try:
-        G.SPREAD_MAP = False
-        flat = G.fit_margin(X, y, np.ones(n), np.arange(n) % 5, alpha=1e-6)
-    finally:
-        G.SPREAD_MAP = keep
+    # without the spread map (the default) the same fit has one sigma for all
+    flat = G.fit_margin(X, y, np.ones(n), np.arange(n) % 5, alpha=1e-6)
     assert "spread" not in flat and np.ptp(G.margin_and_sigma(X, flat)[1]) == 0
 
 
