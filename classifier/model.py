@@ -438,8 +438,9 @@ def cross_validate(
 
     With ``cost_aware`` the compute weight (``choose_compute_weight``) is chosen on the
     out-of-fold predictions before the job decisions and calibration are made from them. Off
-    here by default; ``train_model`` passes DEFAULT_COST_AWARE (on since issue 13 round 3: on 276
-    jobs it removed one costly error for four points of accuracy, on 442 four for 0.3 points).
+    here by default; ``train_model`` passes DEFAULT_COST_AWARE (off: round 3's recipe turned it on,
+    which on 442 jobs removed four costly errors for 0.3 points, but that recipe failed its
+    registered rule on the round-3 test set and was not shipped).
 
     Without ``families`` folds are stratified by the job's rule label; with a job key -> family
     map, whole families are held out together (the out-of-fold predictions then say how the
