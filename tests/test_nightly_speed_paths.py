@@ -221,7 +221,13 @@ def test_preloading_a_missing_module_is_harmless() -> None:
     assert isinstance(th, threading.Thread)
     th.join(timeout=30)
     assert not th.is_alive()
-    assert "json" in sys.modules
+    # in a fresh interpreter: a module nothing imported before is loaded after the failing one
+    got = _run("import json, sys\n"
+               "from wattclass.classifier.engine import preload_after_scan\n"
+               "before = 'wave' in sys.modules\n"
+               "preload_after_scan(('wattclass_no_such_module_xyz', 'wave')).join(30)\n"
+               "print(json.dumps({'before': before, 'after': 'wave' in sys.modules}))\n")
+    assert got == {"before": False, "after": True}
 
 
 @pytest.mark.parametrize("string_type", ["string", "large_string"])
