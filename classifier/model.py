@@ -278,6 +278,8 @@ def window_proba(booster: lgb.Booster, kind: str, margin: Mapping[str, Any] | No
 AGG_COUNTS = "argmax window counts + docs/design.md job rule"
 AGG_LENGTH = "argmax window counts, compute/memory split weighted by window length + docs/design.md job rule"
 AGGREGATIONS = {"counts": AGG_COUNTS, "length-weighted": AGG_LENGTH}
+#: How model files before the design doc moved to docs/ spelled ``counts``.
+AGG_COUNTS_OLD = "argmax window counts + DESIGN.md job rule"
 #: A window this long or longer counts whole in the length-weighted split (the daemon's default period).
 FULL_WINDOW_S = 10.0
 #: The least a window counts (a window of unknown or zero length still counts a little).
@@ -737,6 +739,11 @@ def load_model(directory: Path) -> WindowModel:
                         f"(this wattclass knows {', '.join(MODEL_KINDS)})")
     if kind == KIND_MARGIN and not isinstance(meta.get("margin"), dict):
         raise DataError(f"{meta_path}: roofline-margin model without its 'margin' map")
+    agg = meta.get("aggregation")
+    if agg is not None and agg not in (*AGGREGATIONS.values(), AGG_COUNTS_OLD):
+        # its calibration belongs to an aggregation this wattclass does not apply
+        raise DataError(f"{meta_path}: unknown job aggregation {str(agg)[:120]!r} (this wattclass knows "
+                        f"{', '.join(AGGREGATIONS)})")
     if kind == KIND_MARGIN:
         from wattclass.classifier.margin import KNOWN_INPUTS
 
