@@ -576,8 +576,14 @@ def run_parallel(tasks: Sequence[Callable[[], None]], workers: int = 0) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max_workers=n, thread_name_prefix="wattclass-fit") as pool:
-        for fut in [pool.submit(task) for task in tasks]:
-            fut.result()
+        futs = [pool.submit(task) for task in tasks]
+        try:
+            for fut in futs:
+                fut.result()
+        except BaseException:
+            for fut in futs:  # the fits not started yet: the run ends on this error anyway
+                fut.cancel()
+            raise
 
 
 def beside(first: Callable[[], A], second: Callable[[], B]) -> tuple[A, B]:

@@ -324,3 +324,24 @@ def test_a_failed_model_load_is_not_retried_by_the_background_thread() -> None:
         with pytest.raises(OSError, match="registry unreadable"):
             once()
     assert calls == [1]
+
+
+def test_parallel_fits_stop_starting_after_the_first_error() -> None:
+    started: list[int] = []
+    gate = threading.Event()
+
+    def fail() -> None:
+        started.append(0)
+        raise ValueError("fold 0 failed")
+
+    def slow(i: int) -> None:
+        started.append(i)
+        gate.wait(1)
+
+    tasks = [fail, *[(lambda i=i: slow(i)) for i in range(1, 12)]]
+    with pytest.raises(ValueError, match="fold 0 failed"):
+        try:
+            M.run_parallel(tasks, workers=2)
+        finally:
+            gate.set()
+    assert len(started) < len(tasks)  # the queued ones were cancelled
