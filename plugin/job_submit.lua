@@ -160,6 +160,13 @@ local function split_commas(s)
   end
 end
 
+-- A threshold as Python's float() reads it: Lua's tonumber also takes hexadecimal ("0x1"), which
+-- the Python reader refuses, so the two would decide differently on a hand-edited table.
+local function decimal(s)
+  if string.find(s, "x", 1, true) or string.find(s, "X", 1, true) then return nil end
+  return tonumber(s)
+end
+
 -- An entry's record is kept as its text "label TAB confidence TAB n TAB source" and parsed only
 -- when a job hits it: at 1M keys one string per key instead of one Lua table halves the load
 -- time and memory (docs/benchmarks.md). A malformed record counts as no entry.
@@ -208,10 +215,10 @@ local function parse_line(t, f)
     t.policy.mode = f[2]
     t.has_policy = true
   elseif kind == "min_confidence" and n == 2 then
-    t.policy.min_confidence = tonumber(f[2])
+    t.policy.min_confidence = decimal(f[2])
     if t.policy.min_confidence == nil then return "bad min_confidence" end
   elseif kind == "min_confidence_label" and n == 3 and LABELS[f[2]] then
-    local v = tonumber(f[3])
+    local v = decimal(f[3])
     if v == nil or not (v >= 0 and v <= 1) then return "bad min_confidence_label" end
     t.policy.min_confidence_by_label[f[2]] = v
   elseif kind == "canary_threshold" and n == 2 then

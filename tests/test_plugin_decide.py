@@ -623,6 +623,7 @@ def test_memory_label_held_to_its_own_threshold_falls_through_in_lua(tmp_path: P
     ("min_confidence_label\tmemory\t1.5", "bad min_confidence_label"),
     ("min_confidence_label\tmemory\tnan", "bad min_confidence_label"),
     ("min_confidence_label\tmemory\thigh", "bad min_confidence_label"),
+    ("min_confidence_label\tmemory\t0x1", "bad min_confidence_label"),  # Lua's tonumber took hex
     ("min_confidence_label\tgpu\t0.9", "unknown record"),
     ("min_confidence_label\tmemory", "unknown record"),
     # a record from a later version: refused (jobs uncapped), never skipped (see labeltable docstring)
