@@ -12,7 +12,9 @@ the light way (the compiled library is loaded once per process either way).
 
 If scikit-learn is already imported, or LightGBM is, the plain import is used: nothing is
 blocked then. If a LightGBM version ever required scikit-learn, the light import fails and the
-plain one runs.
+plain one runs. While ``core()`` imports, an ``import sklearn`` in another thread fails (the
+entry is process-wide); wattclass imports scikit-learn nowhere but through ``full()``, which
+takes the same lock.
 """
 
 from __future__ import annotations

@@ -23,7 +23,6 @@ significant digits so that a rebuild on another BLAS writes the same bytes).
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -70,9 +69,9 @@ SIGMA_FOLDS = 5
 #: predicts ln(residual^2) of the out-of-family residuals from the same inputs, so sigma is wide
 #: where held-out families were mispredicted (next to the ridge, unthrottled mid power) and far
 #: from the data (the map is linear in the inputs: sigma grows on the way out of the training
-#: cloud), narrow where they were not. True (the default for new maps) fits it; a map without a
-#: ``spread`` (h200-20261130-margin, -lenweight) keeps its one sigma. Off by default: round 3's
-#: recipe used it and was not shipped (``bench/eval_families.py --round3-recipe`` turns it on).
+#: cloud), narrow where they were not. True fits it; a map without a ``spread``
+#: (h200-20261130-margin, -lenweight) keeps its one sigma. Off by default: round 3's recipe used
+#: it and was not shipped (``bench/eval_families.py --round3-recipe`` turns it on).
 SPREAD_MAP = False
 #: Ridge penalty of the spread map (heavier than the margin map's: ln r^2 is noisy).
 SPREAD_ALPHA = 10.0
@@ -134,10 +133,11 @@ def _solve(Z: F64, y: F64, w: F64, alpha: float) -> tuple[F64, float]:
 
 
 def _fit_map(inp: F64, y: F64, w: F64, alpha: float) -> Callable[[F64], F64]:
-    with warnings.catch_warnings():  # an input no window has (telemetry older than the spreads): 0
-        warnings.simplefilter("ignore", RuntimeWarning)
-        med = np.nanmedian(inp, axis=0)
-    med = np.where(np.isnan(med), 0.0, med)
+    # an input no window has (telemetry older than the spreads): 0. Not through
+    # warnings.catch_warnings: folds fit in threads, and it is not thread-safe.
+    has = ~np.isnan(inp).all(axis=0)
+    med = np.zeros(inp.shape[1])
+    med[has] = np.nanmedian(inp[:, has], axis=0)
     Z = np.where(np.isnan(inp), med, inp)
     mu, sd = Z.mean(axis=0), Z.std(axis=0) + 1e-9
     coef, icpt = _solve((Z - mu) / sd, y, w, alpha)

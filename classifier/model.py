@@ -278,6 +278,8 @@ def window_proba(booster: lgb.Booster, kind: str, margin: Mapping[str, Any] | No
 AGG_COUNTS = "argmax window counts + docs/design.md job rule"
 AGG_LENGTH = "argmax window counts, compute/memory split weighted by window length + docs/design.md job rule"
 AGGREGATIONS = {"counts": AGG_COUNTS, "length-weighted": AGG_LENGTH}
+#: How model files before the design doc moved to docs/ spelled ``counts``.
+AGG_COUNTS_OLD = "argmax window counts + DESIGN.md job rule"
 #: A window this long or longer counts whole in the length-weighted split (the daemon's default period).
 FULL_WINDOW_S = 10.0
 #: The least a window counts (a window of unknown or zero length still counts a little).
@@ -438,8 +440,9 @@ def cross_validate(
 
     With ``cost_aware`` the compute weight (``choose_compute_weight``) is chosen on the
     out-of-fold predictions before the job decisions and calibration are made from them. Off
-    here by default; ``train_model`` passes DEFAULT_COST_AWARE (on since issue 13 round 3: on 276
-    jobs it removed one costly error for four points of accuracy, on 442 four for 0.3 points).
+    here by default; ``train_model`` passes DEFAULT_COST_AWARE (off: round 3's recipe turned it on,
+    which on 442 jobs removed four costly errors for 0.3 points, but that recipe failed its
+    registered rule on the round-3 test set and was not shipped).
 
     Without ``families`` folds are stratified by the job's rule label; with a job key -> family
     map, whole families are held out together (the out-of-fold predictions then say how the
@@ -573,8 +576,14 @@ def run_parallel(tasks: Sequence[Callable[[], None]], workers: int = 0) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max_workers=n, thread_name_prefix="wattclass-fit") as pool:
-        for fut in [pool.submit(task) for task in tasks]:
-            fut.result()
+        futs = [pool.submit(task) for task in tasks]
+        try:
+            for fut in futs:
+                fut.result()
+        except BaseException:
+            for fut in futs:  # the fits not started yet: the run ends on this error anyway
+                fut.cancel()
+            raise
 
 
 def beside(first: Callable[[], A], second: Callable[[], B]) -> tuple[A, B]:
@@ -736,6 +745,11 @@ def load_model(directory: Path) -> WindowModel:
                         f"(this wattclass knows {', '.join(MODEL_KINDS)})")
     if kind == KIND_MARGIN and not isinstance(meta.get("margin"), dict):
         raise DataError(f"{meta_path}: roofline-margin model without its 'margin' map")
+    agg = meta.get("aggregation")
+    if agg is not None and agg not in (*AGGREGATIONS.values(), AGG_COUNTS_OLD):
+        # its calibration belongs to an aggregation this wattclass does not apply
+        raise DataError(f"{meta_path}: unknown job aggregation {str(agg)[:120]!r} (this wattclass knows "
+                        f"{', '.join(AGGREGATIONS)})")
     if kind == KIND_MARGIN:
         from wattclass.classifier.margin import KNOWN_INPUTS
 

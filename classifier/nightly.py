@@ -102,20 +102,29 @@ class _Once:
     """A loader called at most once, from any thread; later calls return its result.
 
     ``close`` (a run ending in an error) waits for a load under way and refuses later ones, so
-    the background thread never writes the registry after the run let go of its lock."""
+    the background thread never writes the registry after the run let go of its lock. A load
+    that failed is not tried again (its error is raised to every later caller): the run ends on
+    it, and a retry from the background thread could outlive the run's lock."""
 
     def __init__(self, load: Callable[[], WindowModel]) -> None:
         self._load = load
         self._lock = threading.Lock()
         self._model: WindowModel | None = None
+        self._error: BaseException | None = None
         self._closed = False
 
     def __call__(self) -> WindowModel:
         with self._lock:
             if self._closed:
                 raise RuntimeError("the nightly run ended; its model is no longer loaded")
+            if self._error is not None:
+                raise self._error
             if self._model is None:
-                self._model = self._load()
+                try:
+                    self._model = self._load()
+                except BaseException as exc:
+                    self._error = exc
+                    raise
             return self._model
 
     def close(self) -> None:

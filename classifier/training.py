@@ -99,24 +99,56 @@ def cached_training_set(sources: Sequence[Path], max_windows_per_job: int, cache
     bytes of every file under each source, ``max_windows_per_job``, the wattclass version and
     the source of the modules involved (``_code_digest``). Any change rebuilds it; a cache
     file that cannot be read is rebuilt (and replaced) too. Written atomically (temp + rename).
+
+    The nightly runs as root and trains the model that decides caps on these windows, so the
+    cache is a file root trusts: it is read only through ``read_trusted_bytes`` (no symlink,
+    owned by root or the running user, neither it nor a folder above it writable by others;
+    ``allow_pickle=False``). An untrusted cache or folder is neither read nor written: the set
+    is built in memory, as on a first night.
     """
+    import io
+    import zipfile
+
+    from wattclass.errors import ConfigError
+    from wattclass.fsutil import read_trusted_bytes
+
     key = _cache_key(sources, max_windows_per_job)
     path = Path(cache_dir) / f"base-training-{key[:32]}.npz"
+    trusted = True
     try:
-        with np.load(path, allow_pickle=False) as z:
+        with np.load(io.BytesIO(read_trusted_bytes(path, MAX_CACHE_BYTES)), allow_pickle=False) as z:
             if str(z["key"]) == key:
                 return _from_arrays(z)
             log.info("cached base training set %s has another key: rebuilding it", path)
     except FileNotFoundError:
         pass
-    except (OSError, ValueError, KeyError) as exc:
+    except ConfigError as exc:
+        trusted = False
+        log.warning("cached base training set not used: %s; building it in memory", exc)
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
         log.warning("cached base training set %s unreadable (%s): rebuilding it", path, exc)
     ts = training_set(sources, max_windows_per_job=max_windows_per_job)
-    try:
-        _save_arrays(path, ts, key)
-    except OSError as exc:  # a cache that cannot be written costs time, not correctness
-        log.warning("cannot cache the base training set in %s: %s", path, exc)
+    if trusted:
+        try:
+            _save_arrays(path, ts, key)
+            _drop_stale_caches(path)
+        except OSError as exc:  # a cache that cannot be written costs time, not correctness
+            log.warning("cannot cache the base training set in %s: %s", path, exc)
     return ts
+
+
+#: Largest cache file read back (the bundled set takes a few MB).
+MAX_CACHE_BYTES = 512 * 1024 * 1024
+
+
+def _drop_stale_caches(current: Path) -> None:
+    """Earlier keys' files (an upgrade, new recordings) would otherwise pile up night after night."""
+    import contextlib
+
+    for old in current.parent.glob("base-training-*.npz"):
+        if old.name != current.name:
+            with contextlib.suppress(OSError):
+                old.unlink()
 
 
 def _cache_key(sources: Sequence[Path], max_windows_per_job: int) -> str:
@@ -197,10 +229,9 @@ def bundled_training_sources() -> list[Path]:
     13 s each, two recording sessions), then the randomised mechanism runs of issue 13: ``sweep``
     (47), ``sweep-heldout`` (61) and ``ridge`` (81), the last two held-out test sets in its first
     round that joined training in round 2 when a fresh set became the test, and ``ridge2`` (42:
-    fp32/tf32 GEMMs just past the ridge and wide-batch decode), and ``fresh`` (124: MoE experts,
-    transformer inference, sparse SpMM, GNN message passing, sort/scan, 3-D convolutions, L2-sized
-    chains), issue 13 round 2's test set, scored once, then added to training in round 3 when a
-    newer set became the test. All are raw 1 Hz probe recordings
+    fp32/tf32 GEMMs just past the ridge and wide-batch decode). Not here: ``fresh`` (124, round 2's
+    test set, round 3's development data: round 3's model trained on it failed its registered rule
+    on ``fresh3``, round 3's test set; docs/benchmarks.md). All are raw 1 Hz probe recordings
     that ``training_set`` replays through the telemetry daemon. ``live-nvml`` (the same 66 jobs
     written live by the NVML daemon) is *not* a training source: it would count those jobs twice;
     it is kept for the replay-vs-live check in bench/eval_classifier.py. Rebuild the default model with

@@ -59,11 +59,18 @@ class Liveness:
         self._fn = fn
         self._deadline = time.monotonic() + budget_s
         self._seen: dict[str, bool | None] = {}
+        self._asked_at: dict[str, float] = {}
 
     def __call__(self, job_id: str) -> bool | None:
         if job_id not in self._seen:
+            self._asked_at[job_id] = time.time()
             self._seen[job_id] = self._fn(job_id) if time.monotonic() < self._deadline else None
         return self._seen[job_id]
+
+    def asked_at(self, job_id: str) -> float | None:
+        """When Slurm was asked about ``job_id`` (epoch seconds): files written since are newer
+        than the answer (a requeued job back on this node) and are not removed on it."""
+        return self._asked_at.get(job_id)
 
     def ask(self, job_ids: list[str]) -> None:
         for j in job_ids:
@@ -83,8 +90,9 @@ def drop_ended(jobs_dir: Path, where: str, job_ids: list[str], job_ended: JobEnd
         if job_ended(j) is True:
             log.warning("%s: job %s no longer runs on this node but left its files (no Epilog): "
                         "its job files and its place in any cap record are dropped", where, j)
+            asked = job_ended.asked_at(j) if isinstance(job_ended, Liveness) else None
             with contextlib.suppress(OSError):
-                for problem in remove_job_files(jobs_dir, j):
+                for problem in remove_job_files(jobs_dir, j, written_before=asked):
                     log.warning("%s: job %s: left a job file: %s", where, j, problem)
         else:
             alive.append(j)

@@ -97,3 +97,24 @@ def test_nightly_engine_labels_as_the_models_job_predictions(ridge_files, aggreg
     _, lab_other, _ = M.job_predictions(model.predict_proba(ts.X), ts.group,
                                         None if aggregation == "length-weighted" else ts.dur)
     assert (lab_other != lab).any()
+
+
+def test_a_model_file_of_an_unknown_aggregation_is_refused(tmp_path: Path) -> None:
+    """Its calibration belongs to job decisions this wattclass would not make: applying it with
+    counts would label with the wrong confidence, silently."""
+    import json
+    import shutil
+
+    from wattclass.errors import DataError
+
+    shutil.copytree(M.default_model_dir(), tmp_path / "m")
+    meta_path = tmp_path / "m" / "model.json"
+    meta = json.loads(meta_path.read_text())
+    for known in (M.AGG_COUNTS, M.AGG_LENGTH, M.AGG_COUNTS_OLD):
+        meta["aggregation"] = known
+        meta_path.write_text(json.dumps(meta))
+        assert M.load_model(tmp_path / "m").aggregation in M.AGGREGATIONS
+    meta["aggregation"] = "duration-weighted posterior mean (a newer wattclass)"
+    meta_path.write_text(json.dumps(meta))
+    with pytest.raises(DataError, match="unknown job aggregation"):
+        M.load_model(tmp_path / "m")

@@ -7,6 +7,7 @@ set, LightGBM without scikit-learn, and the imports the scan leaves out.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -107,11 +108,53 @@ def test_unreadable_base_training_cache_is_rebuilt(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     T.cached_training_set([src], 16, cache)
     (path,) = cache.glob("base-training-*.npz")
-    path.write_bytes(b"not an npz")
+    good = path.read_bytes()
+    for bad in (b"not an npz", good[: len(good) // 2]):  # a truncated zip raises BadZipFile
+        path.write_bytes(bad)
+        ts = T.cached_training_set([src], 16, cache)
+        assert len(ts) == len(T.training_set([src], max_windows_per_job=16))
+        with np.load(path, allow_pickle=False) as z:  # replaced by a good one
+            assert len(z["y"]) == len(ts)
+    # a file of an earlier key is removed when the current one is written
+    stale = cache / "base-training-0123456789abcdef0123456789abcdef.npz"
+    stale.write_bytes(good)
+    path.unlink()
+    T.cached_training_set([src], 16, cache)
+    assert sorted(p.name for p in cache.iterdir()) == [path.name]
+
+
+@pytest.mark.parametrize("where", ["file_writable_by_others", "folder_writable_by_others", "symlink",
+                                   "owned_by_nobody"])
+def test_an_untrusted_base_training_cache_is_neither_read_nor_written(tmp_path: Path, where: str) -> None:
+    """The nightly runs as root and trains on these windows: a planted cache must not steer it."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "day.parquet").write_bytes(DEV.read_bytes())
+    cache = tmp_path / "cache"
+    T.cached_training_set([src], 16, cache)
+    (path,) = cache.glob("base-training-*.npz")
+    want = T.training_set([src], max_windows_per_job=16)
+    # plant a cache with the right key but other windows (the key is computable from public files)
+    with np.load(path, allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files}
+    arrays["y"] = np.zeros_like(arrays["y"])
+    planted = tmp_path / "planted.npz"
+    np.savez(planted, **arrays)
+    if where == "symlink":
+        path.unlink()
+        path.symlink_to(planted)
+    else:
+        path.write_bytes(planted.read_bytes())
+        if where == "file_writable_by_others":
+            path.chmod(0o666)
+        elif where == "folder_writable_by_others":
+            cache.chmod(0o777)
+        else:
+            os.chown(path, 65534, 65534)
+    before = path.read_bytes()
     ts = T.cached_training_set([src], 16, cache)
-    assert len(ts) == len(T.training_set([src], max_windows_per_job=16))
-    with np.load(path, allow_pickle=False) as z:  # replaced by a good one
-        assert len(z["y"]) == len(ts)
+    assert np.array_equal(ts.y, want.y) and not np.array_equal(ts.y, arrays["y"])
+    assert path.read_bytes() == before  # not rewritten through an untrusted path either
 
 
 def _run(code: str) -> dict[str, object]:
@@ -178,7 +221,13 @@ def test_preloading_a_missing_module_is_harmless() -> None:
     assert isinstance(th, threading.Thread)
     th.join(timeout=30)
     assert not th.is_alive()
-    assert "json" in sys.modules
+    # in a fresh interpreter: a module nothing imported before is loaded after the failing one
+    got = _run("import json, sys\n"
+               "from wattclass.classifier.engine import preload_after_scan\n"
+               "before = 'wave' in sys.modules\n"
+               "preload_after_scan(('wattclass_no_such_module_xyz', 'wave')).join(30)\n"
+               "print(json.dumps({'before': before, 'after': 'wave' in sys.modules}))\n")
+    assert got == {"before": False, "after": True}
 
 
 @pytest.mark.parametrize("string_type", ["string", "large_string"])
@@ -257,3 +306,42 @@ def test_nightly_model_loader_loads_once_and_stops_after_close() -> None:
     with pytest.raises(RuntimeError):
         late()
     assert calls == [1]
+
+
+def test_a_failed_model_load_is_not_retried_by_the_background_thread() -> None:
+    """The run ends on a failed load and lets go of its lock; a retry from the preload thread
+    could then write the registry unlocked."""
+    from wattclass.classifier.nightly import _Once
+
+    calls: list[int] = []
+
+    def load() -> M.WindowModel:
+        calls.append(1)
+        raise OSError("registry unreadable")
+
+    once = _Once(load)
+    for _ in range(3):
+        with pytest.raises(OSError, match="registry unreadable"):
+            once()
+    assert calls == [1]
+
+
+def test_parallel_fits_stop_starting_after_the_first_error() -> None:
+    started: list[int] = []
+    gate = threading.Event()
+
+    def fail() -> None:
+        started.append(0)
+        raise ValueError("fold 0 failed")
+
+    def slow(i: int) -> None:
+        started.append(i)
+        gate.wait(1)
+
+    tasks = [fail, *[(lambda i=i: slow(i)) for i in range(1, 12)]]
+    with pytest.raises(ValueError, match="fold 0 failed"):
+        try:
+            M.run_parallel(tasks, workers=2)
+        finally:
+            gate.set()
+    assert len(started) < len(tasks)  # the queued ones were cancelled

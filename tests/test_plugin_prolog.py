@@ -308,3 +308,25 @@ def test_prolog_honours_the_canary_arm(tmp_path: Path, mode: str, arm: str | Non
     assert be.power_limit_w(0) == (420.0 if capped else 700.0)
     assert plan[0]["action"] == ("capped" if capped else "control" if arm == "control" else "shadow")
     assert parse_admin_comment(comment.replace(f"arm={arm}", "arm=maybe")) is None or arm is None
+
+
+def test_a_job_back_on_the_node_after_slurm_was_asked_keeps_its_new_files(tmp_path: Path) -> None:
+    """Slurm is asked first and files go later: a requeued job placed back on this node in
+    between (pending when asked) writes new files, which must stay."""
+    from wattclass.jobmap import JobAssignment, job_path, jobs_on_gpu, write_job_file
+
+    be = FileStateBackend.create(tmp_path / "g.json", 3)
+    uuids = [g.uuid for g in be.gpus()]
+    jobs = tmp_path / "j"
+    jobs.mkdir(mode=0o755)
+    for u in uuids:
+        write_job_file(jobs, u, JobAssignment("555", "bob", 1001))
+        os.utime(job_path(jobs, u, "555"), (1.0e9, 1.0e9))  # written long before
+
+    def ended(j: str) -> bool | None:
+        write_job_file(jobs, uuids[2], JobAssignment("555", "bob", 1001))  # restarted here meanwhile
+        return True  # pending when asked: not running on this node
+    env = {"SLURM_JOB_ID": "9", "SLURM_JOB_GPUS": "0,1", "SLURM_JOB_USER": "alice"}
+    prolog(env, be, lambda _j: MEM, {"0": uuids[0], "1": uuids[1]}, jobs, tmp_path / "c", job_ended=ended)
+    held = {u: {a.job_id for a in jobs_on_gpu(jobs, u)} for u in uuids}
+    assert held == {uuids[0]: {"9"}, uuids[1]: {"9"}, uuids[2]: {"555"}}, held

@@ -127,17 +127,25 @@ def remove_job_file(spool: Path, gpu_uuid: str, job_id: str) -> bool:
     return removed
 
 
-def remove_job_files(spool: Path, job_id: str) -> list[str]:
+def remove_job_files(spool: Path, job_id: str, written_before: float | None = None) -> list[str]:
     """Remove ``job_id``'s files in every GPU folder of the spool, and legacy per-GPU files naming
     it; a file goes only if it names the job inside. Returns why the files it could not read were
     left (for the caller's log): the Epilog's cleanup, and the Prolog's for a job that left
-    without its Epilog."""
+    without its Epilog.
+
+    ``written_before`` (epoch seconds): only files last written before then go -- the Prolog asks
+    Slurm first and removes later, and a requeued job placed back on this node in between writes
+    new files that must stay."""
     if not _JOB_ID_RE.match(job_id):  # never a glob pattern; nothing of it can be on disk
         return [f"invalid job id for a job file: {job_id[:40]!r}"]
     problems = []
     for f in sorted([*Path(spool).glob(f"*/{job_id}.json"), *Path(spool).glob("*.json")]):
         try:
             a = read_job_file(f)
+            if written_before is not None and os.stat(f).st_mtime >= written_before:
+                continue
+        except FileNotFoundError:
+            continue
         except (DataError, ConfigError) as exc:
             problems.append(str(exc))
             continue
