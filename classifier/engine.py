@@ -155,7 +155,10 @@ def _sample(rows: pa.Table | None, per_job: int, prefix: str) -> tuple[TrainingS
     group = np.asarray([f"{prefix}:{j}" for j in jobs], dtype=object)
     margin = roofline_margin([column_f64(rows, c) for c in rules.COMPUTE_UNITS],
                              column_f64(rows, "dram_bw_util_pct"))
-    return TrainingSet(X, y, group, [prefix], margin=margin), h
+    # The window's length: the length-weighted job aggregation (model.window_weights) and the
+    # shortest window trained on (MIN_TRAIN_WINDOW_S) need it, as for the bundled recordings.
+    dur = column_f64(rows, "window_ms") / 1000.0
+    return TrainingSet(X, y, group, [prefix], dur=dur, margin=margin), h
 
 
 def _smallest_per_group(groups: np.ndarray, h: np.ndarray, n: int) -> np.ndarray:
@@ -428,6 +431,8 @@ def train_model_dask(client: Client, ts: TrainingSet, version: str,
     For a roofline-margin model the workers train its binary idle-vs-active booster and the
     client fits the second stage (a closed-form ridge regression on the sample's active windows).
     ``aggregation`` is recorded for the calibration the caller attaches (the incumbent's).
+    As ``train_model``, it fits on the trainable windows only (at least MIN_TRAIN_WINDOW_S long,
+    unknown lengths pass): the sampled short stubs at job boundaries carry their length now.
     """
     import datetime as dt
 
@@ -439,6 +444,7 @@ def train_model_dask(client: Client, ts: TrainingSet, version: str,
     from wattclass.classifier.model import (
         AGGREGATIONS,
         KIND_MARGIN,
+        MIN_TRAIN_WINDOW_S,
         NUM_ROUNDS,
         WindowModel,
         _job_weights,
@@ -452,8 +458,9 @@ def train_model_dask(client: Client, ts: TrainingSet, version: str,
     lgbload.full()  # DaskLGBMClassifier is LightGBM's scikit-learn API (lgbload)
     import lightgbm as lgb
     margin_kind = kind == KIND_MARGIN
+    fit = ts.subset(ts.trainable(MIN_TRAIN_WINDOW_S))
     # the roofline-margin model's booster is binary: idle vs active windows
-    y = (ts.y != rules.IDLE).astype(np.int64) if margin_kind else ts.y.astype(np.int64)
+    y = (fit.y != rules.IDLE).astype(np.int64) if margin_kind else fit.y.astype(np.int64)
     n_classes = 2 if margin_kind else len(rules.WINDOW_CLASSES)
     if set(np.unique(y).tolist()) != set(range(n_classes)):
         log.info("training set lacks a window class: fitting the candidate locally")
@@ -463,9 +470,9 @@ def train_model_dask(client: Client, ts: TrainingSet, version: str,
     # Rows in a seeded random order: each worker's part must hold every class (LightGBM's Dask
     # training takes the class count from each part), whatever order the sample came in.
     perm = np.random.default_rng(0).permutation(len(y))
-    X = da.from_array(np.asarray(ts.X, dtype=np.float32)[perm], chunks=(rows, ts.X.shape[1]))
+    X = da.from_array(np.asarray(fit.X, dtype=np.float32)[perm], chunks=(rows, fit.X.shape[1]))
     dy = da.from_array(y[perm], chunks=(rows,))
-    dw = da.from_array(_job_weights(ts.group)[perm], chunks=(rows,))
+    dw = da.from_array(_job_weights(fit.group)[perm], chunks=(rows,))
     params = {k: v for k, v in stage_params(kind).items() if k not in ("objective", "num_class")}
     est = lgb.DaskLGBMClassifier(client=client, objective="binary" if margin_kind else "multiclass",
                                  n_estimators=NUM_ROUNDS, **params)
@@ -476,6 +483,7 @@ def train_model_dask(client: Client, ts: TrainingSet, version: str,
         "wattclass_version": __version__,
         "model_version": version,
         "created": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "min_train_window_s": MIN_TRAIN_WINDOW_S,
         "kind": kind,
         "trained_with": f"lightgbm.DaskLGBMClassifier on {n_workers} worker(s)"
                         + ("; margin map fitted on the client" if margin_kind else ""),
@@ -490,5 +498,5 @@ def train_model_dask(client: Client, ts: TrainingSet, version: str,
         "training_data": training_summary(ts),
     }
     if margin_kind:
-        meta["margin"] = fit_margin_stage(ts)
+        meta["margin"] = fit_margin_stage(fit)
     return WindowModel(booster, meta)

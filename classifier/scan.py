@@ -304,15 +304,18 @@ class Scanner:
             absent = self._branch_absent(drawn)
             dropped = frozenset(drop_columns) | absent
             # A sampled window travels as one list of doubles (``_sample_rows`` unpacks it): the
-            # model's inputs as read, then the rule code and the hash's two 32-bit halves (exact
-            # in a double). Why not a struct of them, or NaN tested per value: the struct cost
-            # DuckDB as much per row as the rest of the sample (issue 15); NaN reads as missing
-            # in numpy (features.column_f64), as NULL does. Hash and code: once per row (inner).
+            # model's inputs as read, then the window's length in ms (for the length-weighted job
+            # aggregation and the shortest window trained on), the rule code and the hash's two
+            # 32-bit halves (all exact in a double). Why not a struct of them, or NaN tested per
+            # value: the struct cost DuckDB as much per row as the rest of the sample (issue 15);
+            # NaN reads as missing in numpy (features.column_f64), as NULL does. Hash and code:
+            # once per row (inner).
             raw = {c: _q(f"s_{c}") for c in SAMPLE_COLUMNS}
             inner = [*self._row_sql(absent, drop_columns, False),
                      f"hash(job_id, host, gpu_index, ts_start, {int(seed)}) AS h",
                      *(f"{_raw(c, dropped)} AS {raw[c]}" for c in SAMPLE_COLUMNS)]
-            packed = ", ".join([*raw.values(), "CAST(code AS DOUBLE)", "CAST(h >> 32 AS DOUBLE)",
+            packed = ", ".join([*raw.values(), "CAST(ms AS DOUBLE)", "CAST(code AS DOUBLE)",
+                                "CAST(h >> 32 AS DOUBLE)",
                                 "CAST(h & CAST(4294967295 AS UBIGINT) AS DOUBLE)"])
             rows = (f"SELECT * EXCLUDE ({', '.join(raw.values())}), "
                     f"CASE WHEN job_id IS NOT NULL AND code >= 0 THEN [{packed}] END AS s "
@@ -458,12 +461,14 @@ def _sample_first(files: Sequence[Path], per_job: int, seed: int) -> tuple[list[
     return chosen + [f for f in files if f not in picked], n
 
 
-#: Values per sampled window in the pass's sample lists: SAMPLE_COLUMNS, code, hash high, hash low.
-_SAMPLE_WIDTH = len(SAMPLE_COLUMNS) + 3
+#: Values per sampled window in the pass's sample lists: SAMPLE_COLUMNS, window length (ms), code,
+#: hash high, hash low.
+_SAMPLE_WIDTH = len(SAMPLE_COLUMNS) + 4
 
 
 def _sample_rows(table: pa.Table) -> pa.Table:
-    """The pass's per-group sample lists as rows: job_id, h, code and SAMPLE_COLUMNS (NaN: missing)."""
+    """The pass's per-group sample lists as rows: job_id, h, code, window_ms and SAMPLE_COLUMNS
+    (NaN: missing)."""
     lists = table.column("sample").combine_chunks()
     flat = pc.list_flatten(lists)  # one list of _SAMPLE_WIDTH doubles per sampled window
     job = pc.take(table.column("job_id"), pc.list_parent_indices(lists))
@@ -474,4 +479,5 @@ def _sample_rows(table: pa.Table) -> pa.Table:
     h = (values[:, -2].astype(np.uint64) << np.uint64(32)) | values[:, -1].astype(np.uint64)
     return pa.table({"job_id": job, "h": pa.array(h, pa.uint64()),
                      "code": pa.array(values[:, -3].astype(np.int32)),
+                     "window_ms": pa.array(values[:, -4]),
                      **{c: pa.array(values[:, i]) for i, c in enumerate(SAMPLE_COLUMNS)}})

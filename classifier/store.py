@@ -1,7 +1,8 @@
 """What the nightly run keeps under ``<data_root>/classifier/``: labels, samples, models, summaries.
 
     labels/date=YYYY-MM-DD/labels.parquet      one row per job labelled that day
-    training/date=YYYY-MM-DD/windows.parquet   sampled GPM-labelled windows (features + rule class)
+    training/date=YYYY-MM-DD/windows.parquet   sampled GPM-labelled windows (features, rule class,
+                                               roofline margin, length dur_s)
     models/registry.json, models/<version>/    every trained model with its metrics; ``current``
     summaries/date=YYYY-MM-DD.json             the night's summary
     effects/date=YYYY-MM-DD/effects.parquet    canary effects per label and cap, as of that night
@@ -64,9 +65,11 @@ class ClassifierStore:
     # ---- training samples
     def write_sample(self, date: str, ts: TrainingSet) -> None:
         margin = ts.margin if ts.margin is not None else np.full(len(ts), np.nan)
+        dur = ts.dur if ts.dur is not None else np.full(len(ts), np.nan)
         t = pa.table({**{f: ts.X[:, i] for i, f in enumerate(FEATURES)},
                       "window_class": ts.y, "group": ts.group.astype(str),
-                      "roofline_margin": np.asarray(margin, dtype=np.float64)})
+                      "roofline_margin": np.asarray(margin, dtype=np.float64),
+                      "dur_s": np.asarray(dur, dtype=np.float64)})
         _write_parquet(self.root / "training" / f"date={date}" / "windows.parquet", t)
 
     def samples(self) -> TrainingSet:
@@ -85,7 +88,10 @@ class ClassifierStore:
             # samples written before the roofline-margin model: no margin (NaN, not trained on)
             margin = (t.column("roofline_margin").to_numpy(zero_copy_only=False).astype(np.float64)
                       if "roofline_margin" in t.column_names else nan)
-            parts.append(TrainingSet(X, y, group, [p.parent.name], margin=margin))
+            # samples written before window lengths were kept: unknown (NaN, a whole window)
+            dur = (t.column("dur_s").to_numpy(zero_copy_only=False).astype(np.float64)
+                   if "dur_s" in t.column_names else nan)
+            parts.append(TrainingSet(X, y, group, [p.parent.name], dur=dur, margin=margin))
         return TrainingSet.concat(parts)
 
     # ---- canary effects

@@ -131,6 +131,8 @@ def test_training_samples_written_before_a_feature_existed_load_with_it_missing(
     assert np.isnan(ts.X[:, i]).all() and (np.delete(ts.X, i, axis=1) == 0.5).all()
     # written before the roofline-margin model: no margin (NaN: not trained on by its second stage)
     assert ts.margin is not None and np.isnan(ts.margin).all()
+    # written before window lengths were kept: unknown (NaN: counts whole, passes the trainable filter)
+    assert ts.dur is not None and np.isnan(ts.dur).all() and ts.trainable(5.0).all()
 
 
 def test_registry_after_an_upgrade_that_changed_features_uses_the_packaged_model(tmp_path: Path) -> None:

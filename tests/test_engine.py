@@ -7,6 +7,7 @@ import logging
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -114,7 +115,8 @@ def test_sample_drawn_in_the_pass_equals_a_window_query_of_the_draw(
         lst = ", ".join(f"'{f}'" for f in order[:n])
         ref = con.sql(
             f"SELECT * FROM (SELECT job_id, hash(job_id, host, gpu_index, ts_start, {seed}) AS h, "
-            f"{scan.rule_code_sql(frozenset(GPM_COLUMNS) - names)} AS code, {cols} FROM "
+            f"{scan.rule_code_sql(frozenset(GPM_COLUMNS) - names)} AS code, "
+            f"epoch_ms(ts_end) - epoch_ms(ts_start) AS window_ms, {cols} FROM "
             f"read_parquet([{lst}], union_by_name = true) WHERE job_id IS NOT NULL) WHERE code >= 0 "
             "QUALIFY row_number() OVER (PARTITION BY job_id ORDER BY h) <= 3").df()
         got = res.sample.to_pandas().sort_values(["job_id", "h"]).groupby("job_id").head(3)  # as _sample
@@ -178,6 +180,11 @@ def test_nightly_dask_and_local_store_identical_labels(fleet: Path, tmp_path: Pa
     pd.testing.assert_frame_equal(l_dask[cols].sort_values("job_id").reset_index(drop=True),
                                   l_local[cols].sort_values("job_id").reset_index(drop=True))
     assert s_dask["retrain"]["retrained"] and s_local["retrain"]["retrained"]
+    # the same retraining sample, window lengths included (the length-weighted aggregation's)
+    t_local, t_dask = (ClassifierStore(tmp_path / e).samples() for e in ("local", "dask"))
+    assert t_local.dur is not None and t_dask.dur is not None and not np.isnan(t_local.dur).any()
+    assert (sorted(zip(t_local.group.astype(str), t_local.dur.tolist(), strict=True))
+            == sorted(zip(t_dask.group.astype(str), t_dask.dur.tolist(), strict=True)))
     meta = (tmp_path / "dask" / "classifier").rglob("model.json")
     assert any("DaskLGBMClassifier" in p.read_text() for p in meta)
 
