@@ -421,7 +421,7 @@ def label_files_dask(
 
 
 def train_model_dask(client: Client, ts: TrainingSet, version: str,
-                     kind: str = "lightgbm-window-multiclass", aggregation: str = "counts") -> WindowModel:
+                     kind: str | None = None, aggregation: str | None = None) -> WindowModel:
     """Fit the window model with LightGBM's Dask estimator on ``client``'s workers.
 
     Same parameters, rounds, features and per-job weights as ``model.train_model`` (which the
@@ -430,7 +430,8 @@ def train_model_dask(client: Client, ts: TrainingSet, version: str,
     ``train_model`` instead: the sklearn-style estimator would renumber the classes it saw.
     For a roofline-margin model the workers train its binary idle-vs-active booster and the
     client fits the second stage (a closed-form ridge regression on the sample's active windows).
-    ``aggregation`` is recorded for the calibration the caller attaches (the incumbent's).
+    ``aggregation`` is recorded for the calibration the caller attaches (the incumbent's). ``kind``
+    and ``aggregation`` default to ``train_model``'s (DEFAULT_KIND, DEFAULT_AGGREGATION).
     As ``train_model``, it fits on the trainable windows only (at least MIN_TRAIN_WINDOW_S long,
     unknown lengths pass): the sampled short stubs at job boundaries carry their length now.
     """
@@ -443,6 +444,8 @@ def train_model_dask(client: Client, ts: TrainingSet, version: str,
     from wattclass.classifier.features import FEATURES
     from wattclass.classifier.model import (
         AGGREGATIONS,
+        DEFAULT_AGGREGATION,
+        DEFAULT_KIND,
         KIND_MARGIN,
         MIN_TRAIN_WINDOW_S,
         NUM_ROUNDS,
@@ -454,6 +457,9 @@ def train_model_dask(client: Client, ts: TrainingSet, version: str,
         train_model,
         training_summary,
     )
+
+    kind = kind or DEFAULT_KIND
+    aggregation = aggregation or DEFAULT_AGGREGATION
 
     lgbload.full()  # DaskLGBMClassifier is LightGBM's scikit-learn API (lgbload)
     import lightgbm as lgb
