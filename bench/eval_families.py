@@ -313,6 +313,8 @@ def main() -> int:
     out["test_sources"] = [str(s) for s in a.test or []]
     out["extra_training_sources"] = [str(s) for s in a.extra or []]
     out["cost_aware"] = a.cost_aware
+    out["margin_inputs"] = list(margin_module.MARGIN_INPUTS)  # what a recipe flag set, as fitted
+    out["spread_map"] = margin_module.SPREAD_MAP
     out["dropped_features"] = a.drop_features
     if a.json:
         print(json.dumps(out, indent=2))
