@@ -6,7 +6,7 @@ quarter of a whole nightly at 1,000 GPUs, for a module wattclass never calls. wa
 LightGBM's core API (``Dataset``, ``train``, ``Booster``), which does not need it. So ``core()``
 imports LightGBM with ``sklearn`` marked absent in ``sys.modules`` (Python then raises
 ImportError for it, which lightgbm/compat.py catches as "not installed"), and restores the entry
-afterwards. Only ``DaskLGBMClassifier`` (engine.train_model_dask) needs the sklearn-style API:
+afterwards. Only ``DaskLGBMClassifier`` (dasktrain.train_model_dask) needs the sklearn-style API:
 ``full()`` gives a LightGBM with it, re-importing LightGBM's Python modules if they were loaded
 the light way (the compiled library is loaded once per process either way).
 

@@ -42,13 +42,13 @@ import pandas as pd
 
 from wattclass.admincomment import parse_admin_comment
 from wattclass.classifier import rules
+from wattclass.classifier.dasktrain import train_model_dask
 from wattclass.classifier.effects import effects_from_history
 from wattclass.classifier.engine import (
     AFTER_SCAN_MODULES,
     SAMPLE_PER_JOB,
     label_files_dask,
     label_files_local,
-    train_model_dask,
 )
 from wattclass.classifier.labeling import LabelResult
 from wattclass.classifier.model import (
