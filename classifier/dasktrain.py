@@ -35,11 +35,9 @@ def train_model_dask(client: Client, ts: TrainingSet, version: str,
 
     import dask.array as da
 
-    from wattclass import __version__
     from wattclass.classifier import lgbload
     from wattclass.classifier.features import FEATURES
     from wattclass.classifier.model import (
-        AGGREGATIONS,
         DEFAULT_AGGREGATION,
         DEFAULT_KIND,
         KIND_MARGIN,
@@ -48,10 +46,9 @@ def train_model_dask(client: Client, ts: TrainingSet, version: str,
         WindowModel,
         _job_weights,
         fit_margin_stage,
-        format_version_for,
+        model_meta,
         stage_params,
         train_model,
-        training_summary,
     )
 
     kind, aggregation = kind or DEFAULT_KIND, aggregation or DEFAULT_AGGREGATION
@@ -80,23 +77,12 @@ def train_model_dask(client: Client, ts: TrainingSet, version: str,
     est.fit(X, dy, sample_weight=dw, feature_name=list(FEATURES))
     booster = est.to_local().booster_
     meta: dict[str, Any] = {
-        "format_version": format_version_for(kind),
-        "wattclass_version": __version__,
-        "model_version": version,
-        "created": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "min_train_window_s": MIN_TRAIN_WINDOW_S,
-        "kind": kind,
+        **model_meta(version, kind, aggregation, dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                     MIN_TRAIN_WINDOW_S, ts),
         "trained_with": f"lightgbm.DaskLGBMClassifier on {n_workers} worker(s)"
                         + ("; margin map fitted on the client" if margin_kind else ""),
-        "aggregation": AGGREGATIONS[aggregation],
-        "features": list(FEATURES),
-        "window_classes": list(rules.WINDOW_CLASSES),
-        "job_labels": list(rules.JOB_LABELS),
-        "params": stage_params(kind),
-        "num_rounds": NUM_ROUNDS,
         "calibration": None,
         "metrics": None,
-        "training_data": training_summary(ts),
     }
     if margin_kind:
         meta["margin"] = fit_margin_stage(fit)

@@ -599,6 +599,26 @@ def beside(first: Callable[[], A], second: Callable[[], B]) -> tuple[A, B]:
         return a, fut.result()
 
 
+def model_meta(version: str, kind: str, aggregation: str, created: str | None, min_window_s: float,
+               ts: TrainingSet) -> dict[str, Any]:
+    """The model.json fields every training path writes (local ``train_model``, the Dask fit)."""
+    return {
+        "format_version": format_version_for(kind),
+        "wattclass_version": __version__,
+        "model_version": version,
+        "created": created,
+        "min_train_window_s": min_window_s,
+        "kind": kind,
+        "aggregation": AGGREGATIONS[aggregation],
+        "features": list(FEATURES),
+        "window_classes": list(rules.WINDOW_CLASSES),
+        "job_labels": list(rules.JOB_LABELS),
+        "params": stage_params(kind),
+        "num_rounds": NUM_ROUNDS,
+        "training_data": training_summary(ts),
+    }
+
+
 def training_summary(ts: TrainingSet) -> dict[str, Any]:
     keys, truth = ts.job_truth()
     names = rules.label_names(truth)
@@ -691,24 +711,12 @@ def train_model(
     else:
         booster, margin = fit_all()
     meta: dict[str, Any] = {
-        "format_version": format_version_for(kind),
-        "wattclass_version": __version__,
-        "model_version": version,
-        "created": created,
-        "min_train_window_s": min_window_s,
-        "kind": kind,
-        "aggregation": AGGREGATIONS[aggregation],
-        "features": list(FEATURES),
-        "window_classes": list(rules.WINDOW_CLASSES),
-        "job_labels": list(rules.JOB_LABELS),
-        "params": stage_params(kind),
-        "num_rounds": NUM_ROUNDS,
+        **model_meta(version, kind, aggregation, created, min_window_s, ts),
         "calibration": cv["calibration"] if cv else None,
         "cv_grouping": ("family" if families is not None else "job") if cv else None,
         "compute_weight": cv["compute_weight"] if cv else 1.0,
         "metrics": ({k: v for k, v in cv.items() if k not in ("jobs", "calibration", "compute_weight")}
                     if cv else None),
-        "training_data": training_summary(ts),
     }
     if margin is not None:
         meta["margin"] = margin
