@@ -39,13 +39,7 @@ from collections.abc import Callable
 from typing import Any
 
 from h200_collect.context import Ctx, Job
-
-HBM_BPS = 4.0e12
-STEP_S = 0.05
-
-
-def _loguniform(rng: random.Random, lo: float, hi: float) -> float:
-    return math.exp(rng.uniform(math.log(lo), math.log(hi)))
+from h200_collect.workloads.sizing import HBM_BPS, STEP_S, loguniform
 
 
 def _reps(seconds_per_rep: float) -> int:
@@ -56,7 +50,7 @@ def _reps(seconds_per_rep: float) -> int:
 
 
 def p_moe(rng: random.Random) -> dict[str, Any]:
-    return {"experts": rng.choice([8, 16, 32, 64]), "tokens": round(_loguniform(rng, 4, 2048)),
+    return {"experts": rng.choice([8, 16, 32, 64]), "tokens": round(loguniform(rng, 4, 2048)),
             "d": rng.choice([1024, 2048, 4096]), "ffn_mult": rng.choice([2, 4])}
 
 
@@ -300,7 +294,7 @@ def b_l2chain(p: dict[str, Any]) -> Callable[[Ctx], Job]:
 
 
 def p_gemm_ridge2(rng: random.Random) -> dict[str, Any]:
-    return {"dtype": rng.choice(["fp32", "tf32"]), "m": round(_loguniform(rng, 96, 1536)),
+    return {"dtype": rng.choice(["fp32", "tf32"]), "m": round(loguniform(rng, 96, 1536)),
             "k": rng.choice([4096, 8192, 16384]), "n": rng.choice([4096, 8192, 16384])}
 
 
@@ -349,7 +343,7 @@ def fresh_intended(family: str, p: dict[str, Any]) -> str:
 
 def p_lm_head(rng: random.Random) -> dict[str, Any]:
     return {"hidden": rng.choice([1024, 2048, 4096]), "vocab": rng.choice([32000, 50257, 128256]),
-            "tokens": round(_loguniform(rng, 1, 8192)), "train": rng.random() < 0.5}
+            "tokens": round(loguniform(rng, 1, 8192)), "train": rng.random() < 0.5}
 
 
 def b_lm_head(p: dict[str, Any]) -> Callable[[Ctx], Job]:
@@ -378,7 +372,7 @@ def b_lm_head(p: dict[str, Any]) -> Callable[[Ctx], Job]:
 
 
 def p_woq(rng: random.Random) -> dict[str, Any]:
-    return {"tokens": round(_loguniform(rng, 1, 1024)), "k": rng.choice([4096, 8192]),
+    return {"tokens": round(loguniform(rng, 1, 1024)), "k": rng.choice([4096, 8192]),
             "n": rng.choice([4096, 11008, 14336]), "layers": rng.choice([2, 4])}
 
 

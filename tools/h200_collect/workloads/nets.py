@@ -58,13 +58,14 @@ def _decoder(c: Ctx, model: Any, batch: int, ctx_len: int, gen: int = 128,
     return step, caches
 
 
-def b_gpt_decode(batch: int, ctx_len: int) -> Callable[[Ctx], Job]:
+def b_gpt_decode(batch: int, ctx_len: int, tokens: int = 16) -> Callable[[Ctx], Job]:
+    """KV-cache decode of the 3.1B GPT: ``tokens`` decode steps per ``step``."""
     def build(c: Ctx) -> Job:
         model = _gpt_3b(c)
         B, L = c.n(batch, 2), c.n(ctx_len, 16)
-        step, caches = _decoder(c, model, B, L, gen=c.n(128, 8), tokens=c.n(16, 2))
+        step, caches = _decoder(c, model, B, L, gen=c.n(128, 8), tokens=c.n(tokens, 2))
         n_params = sum(p.numel() for p in model.parameters())
-        return Job(step, 2.0 * n_params * B * c.n(16, 2), "FLOP", [model, caches])
+        return Job(step, 2.0 * n_params * B * c.n(tokens, 2), "FLOP", [model, caches])
     return build
 
 

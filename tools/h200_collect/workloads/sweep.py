@@ -39,7 +39,6 @@ memory-bound training (DLRM training, batch-256 decode, a skinny fp32 GEMM):
 
 from __future__ import annotations
 
-import math
 import random
 from collections.abc import Callable
 from typing import Any
@@ -52,13 +51,12 @@ from h200_collect.workloads.fresh import (
     p_decode_wide,
     p_gemm_ridge2,
 )
+from h200_collect.workloads.nets import b_gpt_decode
+from h200_collect.workloads.sizing import HBM_BPS, STEP_S, loguniform
 
-#: Rough H200 ceilings for sizing launches (not for labels): bytes/s and FLOP/s per pipe.
-HBM_BPS = 4.0e12
+#: Rough H200 ceilings for sizing launches (not for labels): FLOP/s per pipe (HBM: sizing.py).
 PEAK_FLOPS = {"fp32": 60e12, "fp64": 60e12, "fp16": 120e12, "bf16": 800e12, "fp8": 1500e12,
               "int8": 1500e12, "tf32": 400e12}
-#: Target length of one launch batch (one ``step``), so the run loop's sync gaps stay small.
-STEP_S = 0.05
 L2_BYTES = 50 << 20
 
 FMA_SRC = r"""
@@ -86,10 +84,6 @@ FMA_TYPES: dict[str, tuple[str, str, str, str, int, int]] = {
 PATTERNS = ("stream", "strided", "gather")
 
 
-def _loguniform(rng: random.Random, lo: float, hi: float) -> float:
-    return math.exp(rng.uniform(math.log(lo), math.log(hi)))
-
-
 def _reps_for(seconds_per_rep: float) -> int:
     return max(1, min(256, round(STEP_S / max(seconds_per_rep, 1e-6))))
 
@@ -98,9 +92,9 @@ def _reps_for(seconds_per_rep: float) -> int:
 
 
 def p_fma(rng: random.Random) -> dict[str, Any]:
-    return {"dtype": rng.choice(list(FMA_TYPES)), "iters": round(_loguniform(rng, 1, 1024)),
+    return {"dtype": rng.choice(list(FMA_TYPES)), "iters": round(loguniform(rng, 1, 1024)),
             "pattern": rng.choice(PATTERNS), "in_l2": rng.random() < 0.25,
-            "ws_mib": round(_loguniform(rng, 256, 4096)), "blocks": rng.choice([0, 0, 0, 0, 2, 8, 32]),
+            "ws_mib": round(loguniform(rng, 256, 4096)), "blocks": rng.choice([0, 0, 0, 0, 2, 8, 32]),
             "stride": rng.choice([3, 17, 33, 129])}
 
 
@@ -158,7 +152,7 @@ def b_fma(p: dict[str, Any]) -> Callable[[Ctx], Job]:
 
 def p_gemm(rng: random.Random) -> dict[str, Any]:
     dt = rng.choice(["bf16", "bf16", "fp16", "fp8", "int8", "tf32", "fp32", "fp64"])
-    return {"dtype": dt, "m": round(_loguniform(rng, 1, 8192)), "k": rng.choice([2048, 4096, 8192, 16384]),
+    return {"dtype": dt, "m": round(loguniform(rng, 1, 8192)), "k": rng.choice([2048, 4096, 8192, 16384]),
             "n": rng.choice([2048, 4096, 8192, 16384])}
 
 
@@ -511,7 +505,7 @@ def b_duty(p: dict[str, Any]) -> Callable[[Ctx], Job]:
 
 def p_gemm_ridge(rng: random.Random) -> dict[str, Any]:
     return {"dtype": rng.choice(["fp32", "fp32", "tf32", "bf16", "fp16"]),
-            "m": round(_loguniform(rng, 16, 1024)),
+            "m": round(loguniform(rng, 16, 1024)),
             "k": rng.choice([4096, 8192, 16384]), "n": rng.choice([4096, 8192, 16384])}
 
 
@@ -561,19 +555,10 @@ def p_decode_batch(rng: random.Random) -> dict[str, Any]:
 
 
 def b_decode_batch(p: dict[str, Any]) -> Callable[[Ctx], Job]:
-    def build(c: Ctx) -> Job:
-        from h200_collect.models import _gpt_3b
-        from h200_collect.workloads.nets import _decoder
-
-        B, L = int(p["batch"]), int(p["ctx"])
-        while B * (L + 128) > 512 * 1024 and L > 256:  # KV cache under ~34 GB
-            L //= 2
-        model = _gpt_3b(c)
-        B, L = c.n(B, 2), c.n(L, 16)
-        step, caches = _decoder(c, model, B, L, gen=c.n(128, 8), tokens=c.n(8, 2))
-        n_params = sum(q.numel() for q in model.parameters())
-        return Job(step, 2.0 * n_params * B * c.n(8, 2), "FLOP", [model, caches])
-    return build
+    B, L = int(p["batch"]), int(p["ctx"])
+    while B * (L + 128) > 512 * 1024 and L > 256:  # KV cache under ~34 GB
+        L //= 2
+    return b_gpt_decode(B, L, tokens=8)
 
 
 # --------------------------------------------------------------------------- the plan
