@@ -167,14 +167,19 @@ def test_roofline_model_needs_margins_to_train(real_set: M.TrainingSet) -> None:
         M.fit_windows(real_set, "nope")
 
 
+def _random_windows(rng: np.random.Generator, n: int) -> np.ndarray:
+    """``n`` windows with memory-controller activity, clock and power share drawn at random."""
+    X = np.full((n, len(FEATURES)), np.nan, dtype=np.float32)
+    X[:, FEATURES.index("util_mem_pct")] = rng.uniform(0, 100, n)
+    X[:, FEATURES.index("clock_frac")] = rng.uniform(0.7, 1.0, n)
+    X[:, FEATURES.index("power_frac")] = rng.uniform(0.3, 1.0, n)
+    return X
+
+
 def test_sigma_is_the_out_of_family_residual_spread() -> None:
     rng = np.random.default_rng(3)
     n = 400
-    X = np.full((n, len(FEATURES)), np.nan, dtype=np.float32)
-    col = {f: i for i, f in enumerate(FEATURES)}
-    X[:, col["util_mem_pct"]] = rng.uniform(0, 100, n)
-    X[:, col["clock_frac"]] = rng.uniform(0.7, 1.0, n)
-    X[:, col["power_frac"]] = rng.uniform(0.3, 1.0, n)
+    X = _random_windows(rng, n)
     inp = G.margin_inputs(X)
     truth = 2.0 - 0.05 * inp[:, 0] + 0.5 * inp[:, 3]  # a linear margin in the inputs
     noise = rng.normal(0, 0.3, n)
@@ -183,7 +188,7 @@ def test_sigma_is_the_out_of_family_residual_spread() -> None:
     assert fit["sigma"] == pytest.approx(0.3, rel=0.15)
     pred, sigma = G.margin_and_sigma(X, fit)
     assert np.corrcoef(pred, truth)[0, 1] > 0.98
-    # the same noise everywhere: the spread map says about the same sigma everywhere
+    # the same noise everywhere: about the same sigma everywhere (one sigma without a spread map)
     assert np.median(sigma) == pytest.approx(0.3, rel=0.2) and (sigma < 0.5).all()
     # a window predicted on the ridge is a coin toss; far from it, sure
     q = G.memory_probability(X, fit)
@@ -199,12 +204,8 @@ def test_sigma_is_wide_where_held_out_families_were_mispredicted() -> None:
     wider sigma (a probability nearer 1/2 at the same predicted margin) than quiet ones."""
     rng = np.random.default_rng(4)
     n = 600
-    X = np.full((n, len(FEATURES)), np.nan, dtype=np.float32)
-    col = {f: i for i, f in enumerate(FEATURES)}
-    X[:, col["util_mem_pct"]] = rng.uniform(0, 100, n)
-    X[:, col["clock_frac"]] = rng.uniform(0.7, 1.0, n)
-    X[:, col["power_frac"]] = rng.uniform(0.3, 1.0, n)
-    um = X[:, col["util_mem_pct"]].astype(np.float64)
+    X = _random_windows(rng, n)
+    um = X[:, FEATURES.index("util_mem_pct")].astype(np.float64)
     truth = 2.0 - 0.04 * um
     y = truth + rng.normal(0, 1, n) * (0.1 + 0.9 * um / 100)
     with _spread_map(True):
