@@ -60,6 +60,9 @@ class Liveness:
         self._deadline = time.monotonic() + budget_s
         self._seen: dict[str, bool | None] = {}
         self._asked_at: dict[str, float] = {}
+        #: Jobs whose files this hook run already removed (the Prolog's pass before any lock;
+        #: ``register`` then drops them from a cap record without removing or logging again).
+        self.dropped: set[str] = set()
 
     def __call__(self, job_id: str) -> bool | None:
         if job_id not in self._seen:
@@ -77,7 +80,7 @@ class Liveness:
             self(j)
 
 
-def drop_ended(jobs_dir: Path, where: str, job_ids: list[str], job_ended: JobEnded) -> list[str]:
+def drop_ended(jobs_dir: Path, where: str, job_ids: list[str], liveness: Liveness) -> list[str]:
     """``job_ids`` without the jobs that no longer hold GPUs on this node; their job files are
     removed from every GPU of the node.
 
@@ -87,15 +90,15 @@ def drop_ended(jobs_dir: Path, where: str, job_ids: list[str], job_ended: JobEnd
     """
     alive = []
     for j in job_ids:
-        if job_ended(j) is True:
+        if liveness(j) is not True:
+            alive.append(j)
+        elif j not in liveness.dropped:
+            liveness.dropped.add(j)
             log.warning("%s: job %s no longer runs on this node but left its files (no Epilog): "
                         "its job files and its place in any cap record are dropped", where, j)
-            asked = job_ended.asked_at(j) if isinstance(job_ended, Liveness) else None
             with contextlib.suppress(OSError):
-                for problem in remove_job_files(jobs_dir, j, written_before=asked):
+                for problem in remove_job_files(jobs_dir, j, written_before=liveness.asked_at(j)):
                     log.warning("%s: job %s: left a job file: %s", where, j, problem)
-        else:
-            alive.append(j)
     return alive
 
 
@@ -189,13 +192,14 @@ def apply_limit(backend: GpuBackend, g: GpuInfo, watts: float, why: str) -> None
 
 def register(backend: GpuBackend, g: GpuInfo, job_id: str, display_id: str, target: float | None,
              jobs_dir: Path, rec_path: Path, read_record: RecordReader,
-             job_ended: JobEnded = never_ended) -> dict[str, Any]:
+             liveness: Liveness | None = None) -> dict[str, Any]:
     """Add the job to the GPU's cap record and enforce the highest allowed limit.
 
     An uncapped job joins only an existing record (nothing to protect it from otherwise); a capped
     one creates the record, first adding the job map's other jobs on the GPU as uncapped. Other
-    jobs that Slurm says have ended (``job_ended``) are dropped from both first.
+    jobs that Slurm says have ended (``liveness``; None: none have) are dropped from both first.
     """
+    liveness = liveness if liveness is not None else Liveness(never_ended)
     ensure_trusted_dir(rec_path.parent)
     with gpu_lock(rec_path):
         try:
@@ -206,7 +210,7 @@ def register(backend: GpuBackend, g: GpuInfo, job_id: str, display_id: str, targ
             old, jobs = {"previous_w": g.power_limit_default_w}, None
         if jobs is not None:
             others = [j for j in jobs if j != job_id]
-            alive = set(drop_ended(jobs_dir, f"GPU {g.uuid}", others, job_ended)) if others else set()
+            alive = set(drop_ended(jobs_dir, f"GPU {g.uuid}", others, liveness)) if others else set()
             jobs = {j: v for j, v in jobs.items() if j == job_id or j in alive}
         if old is None and target is None:
             return {"jobs": [job_id]}
@@ -218,7 +222,7 @@ def register(backend: GpuBackend, g: GpuInfo, job_id: str, display_id: str, targ
             raise GpuError(f"GPU {g.uuid}: no current power limit to record")
         if jobs is None:
             found = neighbours(backend, jobs_dir, g, display_id)
-            jobs = dict.fromkeys(drop_ended(jobs_dir, f"GPU {g.uuid}", found, job_ended) if found else [])
+            jobs = dict.fromkeys(drop_ended(jobs_dir, f"GPU {g.uuid}", found, liveness) if found else [])
         jobs[job_id] = target
         limit = effective_limit(previous, jobs)
         write_record(rec_path, previous, jobs, limit)  # before touching the GPU
