@@ -120,14 +120,14 @@ def _check_job_submit(path: Path, table: Path) -> str:
     """
     from wattclass.fsutil import read_trusted_text
     from wattclass.labeltable import lua_string
-    from wattclass.plugin.install import render_job_submit
+    from wattclass.plugin.install import render_job_submit, table_literal
 
     text = read_trusted_text(path)
-    m = re.search(r'^local LABEL_TABLE = (".*")$', text, re.M)
-    if m is None:
+    literal = table_literal(text)
+    if literal is None:
         raise WattclassError(f"{path}: no `local LABEL_TABLE = ...` line: not wattclass's job_submit.lua")
-    if m.group(1) != lua_string(str(table)):  # as install-lua writes it (escaped Lua literal)
-        raise WattclassError(f"{path} reads the label table {m.group(1)}, not {str(table)!r}")
+    if literal != lua_string(str(table)):  # as install-lua writes it (escaped Lua literal)
+        raise WattclassError(f"{path} reads the label table {literal}, not {str(table)!r}")
     if text != render_job_submit(table):
         raise WattclassError(f"{path} differs from this wattclass's job_submit.lua (an older version? "
                              "re-run `wattclass plugin install-lua`; slurmctld reloads it when the "

@@ -15,7 +15,7 @@ from pathlib import Path
 from wattclass.errors import ConfigError
 from wattclass.labeltable import lua_string
 
-_LUA_LINE = re.compile(r'^local LABEL_TABLE = ".*"$', re.MULTILINE)
+_LUA_LINE = re.compile(r'^local LABEL_TABLE = (".*")$', re.MULTILINE)
 _REPO_DEPLOY = Path(__file__).resolve().parent.parent / "deploy" / "slurm"
 
 
@@ -30,6 +30,13 @@ def render_job_submit(table_path: Path | str) -> str:
     if len(_LUA_LINE.findall(src)) != 1:
         raise ConfigError("job_submit.lua: expected exactly one `local LABEL_TABLE = ...` line")
     return _LUA_LINE.sub(lambda _m: f"local LABEL_TABLE = {lua_string(str(table_path))}", src)
+
+
+def table_literal(src: str) -> str | None:
+    """The Lua string literal a job_submit.lua's ``local LABEL_TABLE = ...`` line holds (as
+    ``render_job_submit`` writes it), or None if it has no such line."""
+    m = _LUA_LINE.search(src)
+    return m.group(1) if m else None
 
 
 def hook_template(kind: str) -> str:
