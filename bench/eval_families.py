@@ -243,23 +243,25 @@ def main() -> int:
         MODEL_KINDS,
         load_model,
     )
-    if sum((a.shipped_margin, a.round2_recipe, a.round3_recipe)) > 1:
+    # each earlier round's recipe: (aggregation, ridge alpha, margin inputs, spread map, cost-aware)
+    recipes = {
+        "shipped_margin": ("counts", 10.0, margin_module.MARGIN_INPUTS_R1, False, False),
+        "round2_recipe": ("length-weighted", 3.0, margin_module.MARGIN_INPUTS_R2, False, False),
+        "round3_recipe": ("length-weighted", 3.0, margin_module.MARGIN_INPUTS_R3, True, True),
+    }
+    chosen = [name for name in recipes if getattr(a, name)]
+    if len(chosen) > 1:
         raise SystemExit("--shipped-margin, --round2-recipe and --round3-recipe are different recipes: "
                          "pick one")
-    if a.round3_recipe:
+    if chosen:
+        aggregation, alpha, inputs, spread, cost_aware = recipes[chosen[0]]
         a.kind = a.kind or "roofline-margin"
-        margin_module.MARGIN_INPUTS = margin_module.MARGIN_INPUTS_R3
-        margin_module.SPREAD_MAP = True
-        a.cost_aware = True if a.cost_aware is None else a.cost_aware
-    if a.shipped_margin or a.round2_recipe:
+        a.aggregation = a.aggregation or aggregation
         # read when the margin map is fitted
-        a.kind = a.kind or "roofline-margin"
-        a.aggregation = a.aggregation or ("counts" if a.shipped_margin else "length-weighted")
-        margin_module.RIDGE_ALPHA = 10.0 if a.shipped_margin else 3.0
-        margin_module.MARGIN_INPUTS = (margin_module.MARGIN_INPUTS_R1 if a.shipped_margin
-                                       else margin_module.MARGIN_INPUTS_R2)
-        margin_module.SPREAD_MAP = False
-        a.cost_aware = False if a.cost_aware is None else a.cost_aware
+        margin_module.RIDGE_ALPHA = alpha
+        margin_module.MARGIN_INPUTS = inputs
+        margin_module.SPREAD_MAP = spread
+        a.cost_aware = cost_aware if a.cost_aware is None else a.cost_aware
     a.cost_aware = DEFAULT_COST_AWARE if a.cost_aware is None else a.cost_aware
     a.kind = a.kind or DEFAULT_KIND
     a.aggregation = a.aggregation or DEFAULT_AGGREGATION
