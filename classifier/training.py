@@ -87,6 +87,8 @@ def training_set(
 
 #: Bump to drop every cached base training set (``cached_training_set``) whatever its key says.
 BASE_CACHE_FORMAT = 1
+#: Largest cache file read back (the bundled set takes a few MB).
+MAX_CACHE_BYTES = 512 * 1024 * 1024
 
 
 def cached_training_set(sources: Sequence[Path], max_windows_per_job: int, cache_dir: Path) -> TrainingSet:
@@ -135,10 +137,6 @@ def cached_training_set(sources: Sequence[Path], max_windows_per_job: int, cache
         except OSError as exc:  # a cache that cannot be written costs time, not correctness
             log.warning("cannot cache the base training set in %s: %s", path, exc)
     return ts
-
-
-#: Largest cache file read back (the bundled set takes a few MB).
-MAX_CACHE_BYTES = 512 * 1024 * 1024
 
 
 def _drop_stale_caches(current: Path) -> None:
