@@ -50,9 +50,10 @@ CODE = {"idle": 0, "compute": 1, "memory": 2, "mixed": 3}
 
 def predict_unseen(train: Any, test: Any, families: dict[str, str], kind: str, inner_folds: int = 5,
                    cost_aware: bool = False, aggregation: str = "length-weighted",
-                   ) -> tuple[Any, Any, Any, Any, float]:
+                   compute_weight: float = 1.0) -> tuple[Any, Any, Any, Any, float]:
     """Fit on ``train`` (calibration nested on its family-grouped out-of-fold predictions), predict
-    the jobs of ``test``: (job keys, labels, raw confidence, calibrated confidence, compute weight)."""
+    the jobs of ``test``: (job keys, labels, raw confidence, calibrated confidence, compute weight).
+    ``compute_weight``: the fixed weight when not ``cost_aware`` (model.DEFAULT_COMPUTE_WEIGHT)."""
     from wattclass.classifier.calibration import apply_calibration
     from wattclass.classifier.model import (
         MIN_TRAIN_WINDOW_S,
@@ -65,7 +66,7 @@ def predict_unseen(train: Any, test: Any, families: dict[str, str], kind: str, i
     )
 
     inner = cross_validate(train, inner_folds, seed=0, families=families, cost_aware=cost_aware, kind=kind,
-                           aggregation=aggregation)
+                           aggregation=aggregation, compute_weight=compute_weight)
     booster, margin = fit_windows(train.subset(train.trainable(MIN_TRAIN_WINDOW_S)), kind, families=families)
     proba = weigh(window_proba(booster, kind, margin, test.X), inner["compute_weight"])
     k, p, r = job_predictions(proba, test.group, aggregation_durations(test, aggregation))
@@ -73,11 +74,12 @@ def predict_unseen(train: Any, test: Any, families: dict[str, str], kind: str, i
 
 
 def held_out(train: Any, test: Any, families: dict[str, str], kind: str,
-             cost_aware: bool = False, aggregation: str = "length-weighted") -> dict[str, Any]:
+             cost_aware: bool = False, aggregation: str = "length-weighted", compute_weight: float = 1.0,
+             ) -> dict[str, Any]:
     """Train on one set of recordings, test on another (the frozen held-out runs)."""
     keys, truth = test.job_truth()
     k, pred, raw, conf, w = predict_unseen(train, test, families, kind, cost_aware=cost_aware,
-                                           aggregation=aggregation)
+                                           aggregation=aggregation, compute_weight=compute_weight)
     assert (k == keys).all()
     return {"keys": keys, "truth": truth, "pred": pred, "raw": raw, "conf": conf,
             "compute_weights": {"all": w}}
@@ -98,7 +100,7 @@ def saved_model(model_dir: Path, test: Any) -> dict[str, Any]:
 
 def lofo(ts: Any, families: dict[str, str], inner_folds: int = 5, cost_aware: bool = False,
          kind: str = "roofline-margin", extra: Any = None, aggregation: str = "length-weighted",
-         ) -> dict[str, Any]:
+         compute_weight: float = 1.0) -> dict[str, Any]:
     """Out-of-family predictions for every job: label, raw and calibrated confidence.
 
     ``extra``: windows added to the training side of every fold and never tested (to ask whether
@@ -117,7 +119,7 @@ def lofo(ts: Any, families: dict[str, str], inner_folds: int = 5, cost_aware: bo
         test_w = fam_of_window == fam
         train = ts.subset(~test_w) if extra is None else TrainingSet.concat([ts.subset(~test_w), extra])
         k, p, r, c, weights[fam] = predict_unseen(train, ts.subset(test_w), families, kind,
-                                                  inner_folds, cost_aware, aggregation)
+                                                  inner_folds, cost_aware, aggregation, compute_weight)
         for key, pi, ri, ci in zip(k, p, r, c, strict=True):
             i = index[key]
             pred[i], raw[i], conf[i] = pi, ri, ci
@@ -224,6 +226,9 @@ def main() -> int:
     ap.add_argument("--round3-recipe", action="store_true",
                     help="the recipe of h200-20261130-spread (issue 13 round 3, not shipped): eleven margin "
                          "inputs, a spread map for sigma, the cost-aware compute weight")
+    ap.add_argument("--compute-weight", type=float, default=None,
+                    help="fixed weight on the compute window probability when not --cost-aware (default: "
+                         "DEFAULT_COMPUTE_WEIGHT, 1.25 since issue 13 round 4; 1 in the earlier recipes)")
     ap.add_argument("--min-confidence-memory", type=float, default=None,
                     help="a higher min_confidence for jobs called memory (the policy's "
                          "[min_confidence_by_label] memory = X): the costly direction")
@@ -238,23 +243,25 @@ def main() -> int:
     from wattclass.classifier.model import (
         AGGREGATIONS,
         DEFAULT_AGGREGATION,
+        DEFAULT_COMPUTE_WEIGHT,
         DEFAULT_COST_AWARE,
         DEFAULT_KIND,
         MODEL_KINDS,
         load_model,
     )
-    # each earlier round's recipe: (aggregation, ridge alpha, margin inputs, spread map, cost-aware)
+    # each earlier round's recipe: (aggregation, ridge alpha, margin inputs, spread map, cost-aware,
+    # fixed compute weight)
     recipes = {
-        "shipped_margin": ("counts", 10.0, margin_module.MARGIN_INPUTS_R1, False, False),
-        "round2_recipe": ("length-weighted", 3.0, margin_module.MARGIN_INPUTS_R2, False, False),
-        "round3_recipe": ("length-weighted", 3.0, margin_module.MARGIN_INPUTS_R3, True, True),
+        "shipped_margin": ("counts", 10.0, margin_module.MARGIN_INPUTS_R1, False, False, 1.0),
+        "round2_recipe": ("length-weighted", 3.0, margin_module.MARGIN_INPUTS_R2, False, False, 1.0),
+        "round3_recipe": ("length-weighted", 3.0, margin_module.MARGIN_INPUTS_R3, True, True, 1.0),
     }
     chosen = [name for name in recipes if getattr(a, name)]
     if len(chosen) > 1:
         raise SystemExit("--shipped-margin, --round2-recipe and --round3-recipe are different recipes: "
                          "pick one")
     if chosen:
-        aggregation, alpha, inputs, spread, cost_aware = recipes[chosen[0]]
+        aggregation, alpha, inputs, spread, cost_aware, weight = recipes[chosen[0]]
         a.kind = a.kind or "roofline-margin"
         a.aggregation = a.aggregation or aggregation
         # read when the margin map is fitted
@@ -262,7 +269,11 @@ def main() -> int:
         margin_module.MARGIN_INPUTS = inputs
         margin_module.SPREAD_MAP = spread
         a.cost_aware = cost_aware if a.cost_aware is None else a.cost_aware
+        a.compute_weight = weight if a.compute_weight is None else a.compute_weight
     a.cost_aware = DEFAULT_COST_AWARE if a.cost_aware is None else a.cost_aware
+    a.compute_weight = DEFAULT_COMPUTE_WEIGHT if a.compute_weight is None else a.compute_weight
+    if a.compute_weight <= 0:
+        raise SystemExit(f"--compute-weight: must be > 0, got {a.compute_weight:g}")
     a.kind = a.kind or DEFAULT_KIND
     a.aggregation = a.aggregation or DEFAULT_AGGREGATION
     if a.aggregation not in AGGREGATIONS:
@@ -298,10 +309,11 @@ def main() -> int:
         a.kind, a.aggregation = saved.kind, saved.aggregation
     elif test_ts is not None:
         train = ts if extra_ts is None else type(ts).concat([ts, extra_ts])
-        res = held_out(train, test_ts, families, a.kind, cost_aware=a.cost_aware, aggregation=a.aggregation)
+        res = held_out(train, test_ts, families, a.kind, cost_aware=a.cost_aware, aggregation=a.aggregation,
+                       compute_weight=a.compute_weight)
     else:
         res = lofo(ts, families, cost_aware=a.cost_aware, kind=a.kind, extra=extra_ts,
-                   aggregation=a.aggregation)
+                   aggregation=a.aggregation, compute_weight=a.compute_weight)
     by_label = {} if a.min_confidence_memory is None else {"memory": a.min_confidence_memory}
     out = summarize(res, families, a.min_confidence, by_label)
     out["protocol"] = (f"saved model {a.model}, test on held-out" if a.model is not None
@@ -315,6 +327,8 @@ def main() -> int:
     out["test_sources"] = [str(s) for s in a.test or []]
     out["extra_training_sources"] = [str(s) for s in a.extra or []]
     out["cost_aware"] = a.cost_aware
+    out["compute_weight"] = (float(saved.meta.get("compute_weight") or 1.0) if a.model is not None
+                             else None if a.cost_aware else a.compute_weight)
     out["margin_inputs"] = list(margin_module.MARGIN_INPUTS)  # what a recipe flag set, as fitted
     out["spread_map"] = margin_module.SPREAD_MAP
     out["dropped_features"] = a.drop_features

@@ -88,6 +88,9 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     t.add_argument("--folds", type=int, default=5)
     t.add_argument("--kind", default=None, help="roofline-margin (default) or lightgbm-window-multiclass")
     t.add_argument("--aggregation", default=None, help="job aggregation: length-weighted (default) or counts")
+    t.add_argument("--round2-recipe", action="store_true",
+                   help="issue 13 round 2's recipe (h200-20261130-lenweight, shipped until round 4): compute "
+                   "weight 1 and, without --raw/--telemetry, its six recordings (training.ROUND2_RECORDINGS)")
     t.add_argument("--json", action="store_true")
     t.set_defaults(func=cmd_model_train)
     s = msub.add_parser("show", help="print a model's metadata")
@@ -261,12 +264,19 @@ def cmd_model_train(args: argparse.Namespace) -> int:
     from wattclass.classifier.model import (
         AGGREGATIONS,
         DEFAULT_AGGREGATION,
+        DEFAULT_COMPUTE_WEIGHT,
         DEFAULT_KIND,
         MODEL_KINDS,
         train_model,
     )
     from wattclass.classifier.replay import is_recording
-    from wattclass.classifier.training import bundled_training_sources, job_families, training_set
+    from wattclass.classifier.training import (
+        ROUND2_RECORDINGS,
+        bundled_training_sources,
+        h200_data_dir,
+        job_families,
+        training_set,
+    )
     from wattclass.errors import DataError
     from wattclass.output import emit
 
@@ -281,14 +291,18 @@ def cmd_model_train(args: argparse.Namespace) -> int:
         if not is_recording(r):
             raise DataError(f"--raw {r}: not a probe recording (no *_samples_1hz.parquet files)")
     given = [*(args.telemetry or []), *(args.raw or [])]
-    sources = given or bundled_training_sources()
+    # issue 13 round 4 changed only the training data and the compute weight: the round-2 model
+    # (the one a failed round-4 rule reverts to) stays rebuildable byte for byte from the same code
+    recipe_sources = [h200_data_dir() / name for name in ROUND2_RECORDINGS] if args.round2_recipe else None
+    sources = given or recipe_sources or bundled_training_sources()
+    weight = 1.0 if args.round2_recipe else DEFAULT_COMPUTE_WEIGHT
     ts = training_set(sources)
     version = args.version or f"h200-{dt.datetime.now(dt.UTC):%Y%m%d}"
     # Recordings name each job's workload family: CV (metrics, calibration) then holds out whole
     # families, so confidences reflect work the model never saw. Other sources: grouped by job.
     families = job_families(sources) or None
     model = train_model(ts, version, n_folds=args.folds, created=args.created, families=families, kind=kind,
-                        aggregation=aggregation)
+                        aggregation=aggregation, compute_weight=weight)
     model.save(args.out)
     data = {"out": str(args.out), "version": version, "sources": [str(s) for s in sources],
             "metrics": model.meta["metrics"], "training_data": model.meta["training_data"]}

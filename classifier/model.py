@@ -103,6 +103,18 @@ DEFAULT_AGGREGATION = "length-weighted"
 #: failed its registered no-regression rule on the round-3 test set and was not shipped
 #: (docs/benchmarks.md, issue 13 round 3).
 DEFAULT_COST_AWARE = False
+#: The fixed weight on the compute window probability a model is trained with when the weight is
+#: not chosen per training set (``cost_aware`` off); model.json ``compute_weight``, which the
+#: model applies to every window it labels. 1.25 since issue 13 round 4: with the two former test
+#: sets (latency-bound gathers, sparse SpMM, 3-D convolutions, ...) in training, the ridge moves
+#: towards unthrottled mid-power work and leave-one-family-out of the 513 H200 jobs called 9
+#: compute-bound jobs memory-bound (DLRM-like mixes, GEMMs at the ridge, wide decode) at weight
+#: 1, 3 at 1.25. Chosen on a fixed grid (1 to 2) as the weight of least issue-13 cost (wrong jobs
+#: + 4 extra per compute job called memory) on leave-one-family-out among the weights that lose
+#: no accepted call on either former test set held out whole; the weight chosen per training set
+#: (round 3) came out at 2 and lost those sets (docs/measurements/
+#: issue13-preregistration-round4-2026-11-30.md). ``bench/eval_families.py --round2-recipe``: 1.
+DEFAULT_COMPUTE_WEIGHT = 1.25
 #: Training uses only windows at least this long (see TrainingSet.trainable); jobs' truth uses all.
 MIN_TRAIN_WINDOW_S = 5.0
 
@@ -430,7 +442,7 @@ def cross_validate(
     ts: TrainingSet, n_folds: int = 5, seed: int = 0, params: Mapping[str, Any] | None = None,
     rounds: int = NUM_ROUNDS, min_window_s: float = MIN_TRAIN_WINDOW_S,
     families: Mapping[str, str] | None = None, cost_aware: bool = False, kind: str = DEFAULT_KIND,
-    aggregation: str = DEFAULT_AGGREGATION, workers: int = 0,
+    aggregation: str = DEFAULT_AGGREGATION, workers: int = 0, compute_weight: float = DEFAULT_COMPUTE_WEIGHT,
 ) -> dict[str, Any]:
     """Grouped k-fold CV at job level; returns metrics and the out-of-fold predictions.
 
@@ -439,7 +451,9 @@ def cross_validate(
     core, at most one per fold); LightGBM trains outside the GIL, and the result does not depend on it.
 
     With ``cost_aware`` the compute weight (``choose_compute_weight``) is chosen on the
-    out-of-fold predictions before the job decisions and calibration are made from them. Off
+    out-of-fold predictions before the job decisions and calibration are made from them; without
+    it the out-of-fold predictions are weighed by the fixed ``compute_weight`` (the one the model
+    applies: DEFAULT_COMPUTE_WEIGHT, as in ``train_model``), so calibration fits it. Off
     here by default; ``train_model`` passes DEFAULT_COST_AWARE (off: round 3's recipe turned it on,
     which on 442 jobs removed four costly errors for 0.3 points, but that recipe failed its
     registered rule on the round-3 test set and was not shipped).
@@ -450,13 +464,13 @@ def cross_validate(
     """
     with _OneBlasThread():
         return _cross_validate(ts, n_folds, seed, params, rounds, min_window_s, families, cost_aware, kind,
-                               aggregation, workers)
+                               aggregation, workers, compute_weight)
 
 
 def _cross_validate(
     ts: TrainingSet, n_folds: int, seed: int, params: Mapping[str, Any] | None, rounds: int,
     min_window_s: float, families: Mapping[str, str] | None, cost_aware: bool, kind: str, aggregation: str,
-    workers: int,
+    workers: int, fixed_weight: float,
 ) -> dict[str, Any]:
     keys, truth = ts.job_truth()
     dur = aggregation_durations(ts, aggregation)
@@ -483,7 +497,7 @@ def _cross_validate(
     # Folds are independent (each booster single-threaded and seeded; each writes only its own
     # test rows), so they run side by side on ``workers`` threads with the same result as in turn.
     run_parallel([functools.partial(fold, f) for f in range(n_folds)], workers)
-    compute_weight = choose_compute_weight(oof, ts.group, truth, dur) if cost_aware else 1.0
+    compute_weight = choose_compute_weight(oof, ts.group, truth, dur) if cost_aware else fixed_weight
     oof = weigh(oof, compute_weight)
     pkeys, pred, raw_conf = job_predictions(oof, ts.group, dur)
     assert (pkeys == keys).all()
@@ -647,7 +661,8 @@ class WindowModel:
         return f"model:{self.version}"
 
     def predict_proba(self, X: F32) -> F64:
-        """Window class probabilities, compute weighted by the model's cost-aware ``compute_weight``."""
+        """Window class probabilities, compute weighted by the model's ``compute_weight`` (fixed or
+        cost-aware)."""
         proba = window_proba(self.booster, self.kind, self.meta.get("margin"), X)
         return weigh(proba, float(self.meta.get("compute_weight") or 1.0))
 
@@ -686,9 +701,12 @@ def train_model(
     created: str | None = None, min_window_s: float = MIN_TRAIN_WINDOW_S,
     families: Mapping[str, str] | None = None, kind: str = DEFAULT_KIND,
     aggregation: str = DEFAULT_AGGREGATION, workers: int = 0, cost_aware: bool = DEFAULT_COST_AWARE,
+    compute_weight: float = DEFAULT_COMPUTE_WEIGHT,
 ) -> WindowModel:
     """Cross-validate (for metrics, calibration and, with ``cost_aware``, the compute weight), and
-    fit on every trainable window (without ``evaluate`` the compute weight stays 1).
+    fit on every trainable window. The model applies ``compute_weight`` (or, with ``cost_aware``
+    and ``evaluate``, the weight chosen on the out-of-fold predictions) to its window probabilities;
+    a caller that fits calibration itself (the nightly) cross-validates with the same weight.
 
     The final fit does not depend on the cross-validation, so it runs beside it (``beside``);
     ``workers`` as for ``cross_validate``.
@@ -707,14 +725,15 @@ def train_model(
     if evaluate:
         cv, (booster, margin) = beside(
             lambda: cross_validate(ts, n_folds, seed, min_window_s=min_window_s, families=families, kind=kind,
-                                   aggregation=aggregation, workers=workers, cost_aware=cost_aware), fit_all)
+                                   aggregation=aggregation, workers=workers, cost_aware=cost_aware,
+                                   compute_weight=compute_weight), fit_all)
     else:
         booster, margin = fit_all()
     meta: dict[str, Any] = {
         **model_meta(version, kind, aggregation, created, min_window_s, ts),
         "calibration": cv["calibration"] if cv else None,
         "cv_grouping": ("family" if families is not None else "job") if cv else None,
-        "compute_weight": cv["compute_weight"] if cv else 1.0,
+        "compute_weight": cv["compute_weight"] if cv else compute_weight,
         "metrics": ({k: v for k, v in cv.items() if k not in ("jobs", "calibration", "compute_weight")}
                     if cv else None),
     }

@@ -215,17 +215,23 @@ def _retrain(store: ClassifierStore, registry: ModelRegistry, current: WindowMod
     is_new = np.char.startswith(ts.group.astype(str), new_prefix)
     if not is_new.any():
         return {"retrained": False, "reason": "no GPM-labelled windows sampled today"}
-    # The candidate is of the incumbent's kind and aggregation: a nightly never switches them by itself.
+    # The candidate is of the incumbent's kind, aggregation and compute weight (issue 13 round 4):
+    # a nightly never switches them by itself. Its calibration is fitted on out-of-fold
+    # predictions weighed the same way, so it fits the model it is attached to.
     kind, aggregation = current.kind, current.aggregation
+    weight = float(current.meta.get("compute_weight") or 1.0)
     version = registry.new_version(f"nightly-{opts.date.replace('-', '')}")
     if client is None:
         # the candidate's fit does not depend on its cross-validation: both run at once
         cv, model = beside(
-            lambda: cross_validate(ts, seed=opts.seed, kind=kind, aggregation=aggregation),
-            lambda: train_model(ts, version, evaluate=False, kind=kind, aggregation=aggregation))
+            lambda: cross_validate(ts, seed=opts.seed, kind=kind, aggregation=aggregation,
+                                   compute_weight=weight),
+            lambda: train_model(ts, version, evaluate=False, kind=kind, aggregation=aggregation,
+                                compute_weight=weight))
     else:
-        cv = cross_validate(ts, seed=opts.seed, kind=kind, aggregation=aggregation)
+        cv = cross_validate(ts, seed=opts.seed, kind=kind, aggregation=aggregation, compute_weight=weight)
         model = train_model_dask(client, ts, version, kind=kind, aggregation=aggregation)
+        model.meta["compute_weight"] = weight
     jobs = cv["jobs"]
     new_mask = np.char.startswith(np.asarray(jobs["key"], dtype=str), new_prefix)
     cand_acc = float((np.asarray(jobs["pred"])[new_mask] == np.asarray(jobs["truth"])[new_mask]).mean())
