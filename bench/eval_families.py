@@ -24,10 +24,11 @@ calibrated confidence.
         --extra wattclass/data/h200/ridge2                       # issue 13 round 2's decision protocol
     python bench/eval_families.py --test DIR --model classifier/models  # the shipped model on DIR
     python bench/eval_families.py ... --shipped-margin                  # the round-1 recipe
-    python bench/eval_families.py ... --round2-recipe                   # round 2's (lenweight, shipped)
+    python bench/eval_families.py ... --round2-recipe                   # round 2's (lenweight, until round 4)
     python bench/eval_families.py ... --round3-recipe                   # round 3's (spread, not shipped)
     python bench/eval_families.py \
         --raw wattclass/data/h200/{raw,collected,sweep,sweep-heldout,ridge,ridge2,fresh}  # round 3: LOFO-442
+    python bench/eval_families.py --raw <all but one former test set> --test <that set>  # round 4: set out
 
 ``--test``: train once on ``--raw`` (default: the bundled recordings), calibration nested the same
 way, and score the jobs of the ``--test`` recordings; with ``--model DIR`` score that saved model
