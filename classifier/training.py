@@ -234,7 +234,10 @@ def bundled_training_sources() -> list[Path]:
     former test sets, each scored once by its round's registered commands: ``fresh`` (124: MoE
     experts, transformer inference, sparse SpMM, GNN message passing, sort/scan, 3-D convolutions,
     L2-sized chains) and ``fresh3`` (71: LM heads, weight-only-quantised GEMMs, k-NN search,
-    non-flash attention, state-space scans, image resizing). All are raw 1 Hz probe recordings
+    non-flash attention, state-space scans, image resizing). Not here: ``latency`` (82 randomised
+    latency-bound runs, round 4's development data): every recipe trained with it called
+    compute-bound jobs of the former test sets memory-bound (docs/benchmarks.md, issue 13 round 4).
+    All are raw 1 Hz probe recordings
     that ``training_set`` replays through the telemetry daemon. ``live-nvml`` (the same 66 jobs
     written live by the NVML daemon) is *not* a training source: it would count those jobs twice;
     it is kept for the replay-vs-live check in bench/eval_classifier.py. Rebuild the default model with

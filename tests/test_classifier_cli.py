@@ -159,7 +159,8 @@ def test_nightly_end_to_end(data_root: tuple[Path, Path], tmp_path: Path,
     # changes the recipe by itself (issue 13 round 4)
     metas = [json.loads((root / "classifier" / "models" / v["version"] / "model.json").read_text())
              for v in reg["versions"]]
-    assert [m["compute_weight"] for m in metas] == [1.25, 1.25]
+    packaged = json.loads((default_model_dir() / "model.json").read_text())["compute_weight"]
+    assert [m["compute_weight"] for m in metas] == [packaged, packaged]
     assert _lua(table, "t.by_user_name.dana.fft_c64.label") == "memory"
     assert _lua(table, "t.by_account.bio.n") == "4"  # dana's four jobs
     st = table.stat()  # --table-group auto: root:slurm 0640 where the group exists, else 0644
