@@ -230,3 +230,28 @@ def test_retraining_samples_keep_their_margin(real_set: M.TrainingSet, tmp_path:
     # a nightly candidate of the roofline kind trains from them
     _booster, margin = M.fit_windows(back, M.KIND_MARGIN)
     assert margin is not None and margin["sigma"] > 0
+
+
+@pytest.mark.parametrize("incumbent_weight", [1.0, 1.5])
+def test_nightly_candidate_keeps_the_incumbents_compute_weight(real_set: M.TrainingSet, tmp_path: Path,
+                                                               incumbent_weight: float) -> None:
+    # issue 13 round 4: the weight is part of the recipe, and a nightly never changes the recipe
+    # by itself; the candidate's calibration is fitted on out-of-fold predictions weighed the same
+    from wattclass.classifier.nightly import NightlyOptions, _retrain
+    from wattclass.classifier.store import ClassifierStore, ModelRegistry
+
+    store, registry = ClassifierStore(tmp_path), ModelRegistry(tmp_path)
+    incumbent = registry.current()
+    assert incumbent_weight != M.DEFAULT_COMPUTE_WEIGHT
+    incumbent.meta["compute_weight"] = incumbent_weight
+    day = "2026-11-30"
+    today = np.asarray([f"{day}:{g}" for g in real_set.group], dtype=object)
+    sample = M.TrainingSet(real_set.X, real_set.y, today, real_set.sources, real_set.dur, real_set.margin)
+    store.write_sample(day, sample)
+    out = _retrain(store, registry, incumbent, NightlyOptions(tmp_path, day, tmp_path / "t.tsv"), sample)
+    assert out["retrained"] is True
+    candidate = M.load_model(registry.root / out["version"])
+    assert candidate.meta["compute_weight"] == incumbent_weight
+    cv = M.cross_validate(store.samples(), kind=incumbent.kind, aggregation=incumbent.aggregation,
+                          compute_weight=incumbent_weight)
+    assert candidate.meta["calibration"] == cv["calibration"]
