@@ -51,6 +51,8 @@ from h200_collect.workloads.fresh import (
     p_decode_wide,
     p_gemm_ridge2,
 )
+from h200_collect.workloads.fresh4 import FRESH4_TEST, fresh4_intended
+from h200_collect.workloads.latency import LATENCY_TRAIN, chase_intended
 from h200_collect.workloads.nets import b_gpt_decode
 from h200_collect.workloads.sizing import HBM_BPS, STEP_S, loguniform
 
@@ -587,6 +589,8 @@ FAMILIES: dict[str, tuple[Callable[[random.Random], dict[str, Any]],
     "gemm_ridge2": (p_gemm_ridge2, b_gemm_sweep, 0.0),
     "decode_wide": (p_decode_wide, b_decode_batch, 0.0),
     **{name: (sample, factory, 0.0) for name, (sample, factory) in (FRESH_TEST | FRESH3_TEST).items()},
+    # round 4: the latency-bound training sweep (latency.py) and the test families (fresh4.py), weight 0
+    **{name: (sample, factory, 0.0) for name, (sample, factory) in (LATENCY_TRAIN | FRESH4_TEST).items()},
 }
 
 
@@ -603,6 +607,10 @@ def intended_label(family: str, p: dict[str, Any]) -> str:
         return "compute" if p["batch"] >= 192 else "memory"
     if family == "duty_mix":
         return "mixed"
+    if family in LATENCY_TRAIN:
+        return chase_intended(p)
+    if family in FRESH4_TEST:
+        return fresh4_intended(family, p)
     if family in FRESH_TEST or family in FRESH3_TEST or family in ("gemm_ridge2", "decode_wide"):
         return fresh_intended(family, p)
     if family in ("attn_prefill", "conv", "mlp_train", "gpt2_eager"):
