@@ -40,14 +40,15 @@ def _row_by_row(path: Path) -> tuple[list[JobRecord], list[str]]:
                         admin_comment=C._str(row.get("admin_comment")), gpus=C._int(row.get("gpus")))
         bad = [f for f in ("job_id", "user", "account", "partition", "name", "admin_comment")
                if not C._utf8(getattr(rec, f))]
+        shown = "".join("?" if not C._utf8(c) else c for c in rec.job_id)[:32]
         if not bad:
             recs.append(rec)
         elif set(bad) <= {"name", "admin_comment"}:
-            problems.append(f"job {rec.job_id}: {' and '.join(bad)} not UTF-8, dropped")
+            problems.append(f"job {shown}: {' and '.join(bad)} not UTF-8, dropped")
             recs.append(rec._replace(name=None if "name" in bad else rec.name,
                                      admin_comment=None if "admin_comment" in bad else rec.admin_comment))
         else:
-            problems.append(f"job {rec.job_id}: {', '.join(bad)} not UTF-8, record skipped")
+            problems.append(f"job {shown}: {', '.join(bad)} not UTF-8, record skipped")
     return recs, problems
 
 
@@ -69,10 +70,12 @@ def test_csv_with_iso_times_offsets_blanks_and_bytes_that_are_not_utf8(tmp_path:
     f.write_bytes(b"job_id,name,user,account,partition,start,end,admin_comment,gpus\n"
                   b"1,n\xff,u,a,p,2026-11-29T01:00:00,2026-11-29T02:00:00+02:00,,3\n"
                   b"2,ok,u\xfe,a,p,,2026-11-29 03:00,x,\n"
-                  b"3,,,,,2026-11-29T01:00:00.1234567Z,,c,1.0\n")
+                  b"3,,,,,2026-11-29T01:00:00.1234567Z,,c,1.0\n"
+                  b"4\xfd,x,u,a,p,,,,\n")
     client = _same(f)
     assert [r.job_id for r in client.jobs(*EVER)] == ["1", "3"]
-    assert client.problems == ["job 1: name not UTF-8, dropped", "job 2: user not UTF-8, record skipped"]
+    assert client.problems == ["job 1: name not UTF-8, dropped", "job 2: user not UTF-8, record skipped",
+                               "job 4?: job_id not UTF-8, record skipped"]
     assert client.jobs(*EVER)[1].start == dt.datetime(2026, 11, 29, 1, 0, 0, 123456, tzinfo=dt.UTC)
 
 
