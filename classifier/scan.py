@@ -448,14 +448,19 @@ def _empty_partials() -> pa.Table:
 def _sample_first(files: Sequence[Path], per_job: int, seed: int) -> tuple[list[Path], int]:
     """``files`` with the n the retraining sample is drawn from first (n = 0 without a sample).
 
-    One file in SAMPLE_FILE_SHARE (at least SAMPLE_MIN_FILES), chosen by a seeded hash of its name."""
+    One file in SAMPLE_FILE_SHARE (at least SAMPLE_MIN_FILES), chosen by a seeded hash of the
+    path's last three parts (``date=D/host=H/HH.parquet`` in the telemetry layout). Why not the whole
+    path: the same night under another data root (a copy, a restore, a bench's temp folder) would
+    then draw other files and retrain another model; the full path only breaks ties."""
     import hashlib
 
     files = list(files)
     if per_job <= 0 or not files:
         return files, 0
     n = min(len(files), max(SAMPLE_MIN_FILES, -(-len(files) // SAMPLE_FILE_SHARE)))
-    key = {f: hashlib.blake2b(f"{seed}:{f}".encode(), digest_size=8).digest() for f in map(str, files)}
+    tails = {str(f): "/".join(Path(f).parts[-3:]) for f in files}
+    key = {f: (hashlib.blake2b(f"{seed}:{tail}".encode(), digest_size=8).digest(), f)
+           for f, tail in tails.items()}
     chosen = sorted(files, key=lambda f: key[str(f)])[:n]
     picked = set(chosen)
     return chosen + [f for f in files if f not in picked], n

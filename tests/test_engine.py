@@ -77,6 +77,29 @@ def test_sample_keeps_at_most_n_windows_per_job_whatever_the_split(fleet: Path, 
     assert key(other.sample) != key(res.sample)
 
 
+def test_sample_draws_the_same_files_and_windows_under_any_data_root(
+        fleet: Path, model, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """The same night copied under another data root (a restore, a bench's temp folder) retrains on
+    the same sample: the file draw hashes the path below the root, not the root."""
+    from wattclass.classifier import scan
+
+    monkeypatch.setattr(scan, "SAMPLE_MIN_FILES", 2)
+    monkeypatch.setattr(scan, "SAMPLE_FILE_SHARE", 3)
+    key = lambda ts: sorted(zip(ts.group.tolist(), ts.X[:, 0].tolist(), strict=True))  # noqa: E731
+    draws, samples = [], []
+    for name in ("a", "somewhere/much/deeper/b"):
+        root = tmp_path / name
+        shutil.copytree(fleet / "telemetry", root / "telemetry")
+        files = _files(root)
+        order, n = scan._sample_first(files, 2, 0)
+        assert 0 < n < len(files)  # a real draw: some files are left out
+        draws.append(sorted(str(f.relative_to(root)) for f in order[:n]))
+        res = label_files_local(files, model, "auto", sample_per_job=2, sample_prefix="d")
+        samples.append(key(res.sample))
+    assert draws[0] == draws[1]
+    assert samples[0] == samples[1] and samples[0]
+
+
 def test_sample_drawn_in_the_pass_equals_a_window_query_of_the_draw(
     fleet: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -177,7 +177,23 @@ def test_file_progress_draws_on_a_terminal_only() -> None:
     q.set_total(2)
     q(0, Path("a"))
     q(1, Path("b"))
+    q.close()
     assert pipe.getvalue() == ""
+
+
+def test_file_progress_off_a_terminal_does_not_import_tqdm() -> None:
+    """A nightly under cron or systemd draws no bar, so it need not load tqdm (issue 15)."""
+    import subprocess
+    import sys
+
+    code = ("import io, sys\n"
+            "from pathlib import Path\n"
+            "from wattclass.progress import FileProgress\n"
+            "p = FileProgress(stream=io.StringIO())\n"
+            "p.set_total(1); p(0, Path('a')); p.close()\n"
+            "print('tqdm' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
 
 
 @pytest.mark.parametrize("umask", [0o000, 0o002, 0o077])

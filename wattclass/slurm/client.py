@@ -15,8 +15,9 @@ from __future__ import annotations
 import abc
 import datetime as dt
 import logging
+import re
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from wattclass.errors import DataError
 from wattclass.jobrecord import JOB_COLUMNS, JobRecord
@@ -109,21 +110,15 @@ class JobsFileClient(SlurmClient):
         for col in ("start", "end"):
             if col in df.columns and pd.api.types.is_numeric_dtype(df[col]):
                 df[col] = pd.to_datetime(df[col], unit="s", utc=True)
+        # Column by column rather than row by row (issue 15: 0.15-0.3 s of a 1,000-GPU night went
+        # to building 4,000 records one dict and one Timestamp at a time); same records.
+        ids = [str(v) for v in df["job_id"].tolist()]
+        cols = {f: _column(df, f, ids, self.path) for f in _RECORD_FIELDS}
+        utf8 = {f: [_utf8(v) for v in (ids if f == "job_id" else cols[f])] for f in _TEXT_FIELDS}
         self._records: list[JobRecord] = []
-        for row in df.to_dict("records"):
-            rec = JobRecord(
-                job_id=str(row["job_id"]),
-                name=_str(row.get("name")),
-                user=_str(row.get("user")),
-                account=_str(row.get("account")),
-                partition=_str(row.get("partition")),
-                start=_ts(row.get("start")),
-                end=_ts(row.get("end")),
-                admin_comment=_str(row.get("admin_comment")),
-                gpus=_int(row.get("gpus")),
-            )
-            bad = [f for f in ("job_id", "user", "account", "partition", "name", "admin_comment")
-                   if not _utf8(getattr(rec, f))]
+        for i, values in enumerate(zip(ids, *cols.values(), strict=True)):
+            rec = JobRecord(*values)
+            bad = [f for f in _TEXT_FIELDS if not utf8[f][i]]
             if not bad:
                 self._records.append(rec)
                 continue
@@ -160,9 +155,45 @@ _BAD_BASE = 0xF0000
 _MARK_BAD = {0xDC80 + b: _BAD_BASE + 0x80 + b for b in range(128)}
 
 
+_NOT_UTF8 = re.compile(f"[{chr(_BAD_BASE + 0x80)}-{chr(_BAD_BASE + 0xFF)}]")
+#: JobRecord's fields after job_id, in order, as read from a jobs file (a missing column: None).
+_RECORD_FIELDS = ("name", "user", "account", "partition", "start", "end", "admin_comment", "gpus")
+#: The text fields checked for bytes that were not UTF-8, in the order problems name them.
+_TEXT_FIELDS = ("job_id", "user", "account", "partition", "name", "admin_comment")
+
+
 def _utf8(value: str | None) -> bool:
     """False if ``value`` held bytes that were not UTF-8 (see ``_MARK_BAD``)."""
-    return value is None or not any(_BAD_BASE + 0x80 <= ord(c) <= _BAD_BASE + 0xFF for c in value)
+    return value is None or _NOT_UTF8.search(value) is None
+
+
+def _column(df: pd.DataFrame, field: str, ids: list[str], path: Path) -> list[Any]:
+    """One JobRecord field for every row of ``df`` (``ids``: the rows' job ids, for errors)."""
+    if field not in df.columns:
+        return [None] * len(df)
+    col = df[field]
+    if field in ("start", "end"):
+        return _times(col, ids, path)
+    convert = _int if field == "gpus" else _str
+    return [convert(v) for v in col.tolist()]
+
+
+def _times(col: pd.Series, ids: list[str], path: Path) -> list[dt.datetime | None]:
+    """``_ts`` of each value; a datetime column at once (what Parquet and epoch seconds give)."""
+    import pandas as pd
+
+    if isinstance(col.dtype, pd.DatetimeTZDtype) or pd.api.types.is_datetime64_dtype(col.dtype):
+        utc = col.dt.tz_localize("UTC") if col.dt.tz is None else col.dt.tz_convert("UTC")
+        utc = utc.dt.floor("us")
+        return [None if t is pd.NaT else t.to_pydatetime() for t in utc.tolist()]
+    out: list[dt.datetime | None] = []
+    for job_id, value in zip(ids, col.tolist(), strict=True):
+        try:
+            out.append(_ts(value))
+        except (ValueError, TypeError, OverflowError) as exc:
+            raise DataError(f"{path}: job {job_id[:32]}: {col.name} {str(value)[:64]!r} is not a time "
+                            f"({exc})") from exc
+    return out
 
 
 def _str(value: object) -> str | None:

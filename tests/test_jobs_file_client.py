@@ -1,0 +1,128 @@
+"""The jobs-file client builds its records column by column (issue 15): the same records, problems
+and frame as the former row-by-row build, on odd inputs too, and clear errors naming the job."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from wattclass.errors import DataError
+from wattclass.jobrecord import JobRecord
+from wattclass.slurm import client as C
+
+EVER = (dt.datetime(2000, 1, 1, tzinfo=dt.UTC), dt.datetime(2100, 1, 1, tzinfo=dt.UTC))
+
+
+def _row_by_row(path: Path) -> tuple[list[JobRecord], list[str]]:
+    """The former build: one dict per row, one ``_ts``/``_str``/``_int`` call per value."""
+    import io
+
+    if path.suffix == ".parquet":
+        df = pd.read_parquet(path)
+    else:
+        text = path.read_bytes().decode("utf-8", "surrogateescape").translate(C._MARK_BAD)
+        df = pd.read_csv(io.StringIO(text), dtype={"job_id": str})
+    if "gpus" in df.columns:
+        gpus = pd.to_numeric(df["gpus"], errors="coerce")
+        df["gpus"] = gpus.astype(object).where(gpus.notna(), None)
+    for col in ("start", "end"):
+        if col in df.columns and pd.api.types.is_numeric_dtype(df[col]):
+            df[col] = pd.to_datetime(df[col], unit="s", utc=True)
+    recs, problems = [], []
+    for row in df.to_dict("records"):
+        rec = JobRecord(job_id=str(row["job_id"]), name=C._str(row.get("name")), user=C._str(row.get("user")),
+                        account=C._str(row.get("account")), partition=C._str(row.get("partition")),
+                        start=C._ts(row.get("start")), end=C._ts(row.get("end")),
+                        admin_comment=C._str(row.get("admin_comment")), gpus=C._int(row.get("gpus")))
+        bad = [f for f in ("job_id", "user", "account", "partition", "name", "admin_comment")
+               if not C._utf8(getattr(rec, f))]
+        shown = "".join("?" if not C._utf8(c) else c for c in rec.job_id)[:32]
+        if not bad:
+            recs.append(rec)
+        elif set(bad) <= {"name", "admin_comment"}:
+            problems.append(f"job {shown}: {' and '.join(bad)} not UTF-8, dropped")
+            recs.append(rec._replace(name=None if "name" in bad else rec.name,
+                                     admin_comment=None if "admin_comment" in bad else rec.admin_comment))
+        else:
+            problems.append(f"job {shown}: {', '.join(bad)} not UTF-8, record skipped")
+    return recs, problems
+
+
+def _same(path: Path) -> C.JobsFileClient:
+    client = C.JobsFileClient(path)
+    want, problems = _row_by_row(path)
+    got = client.jobs(*EVER)
+    assert got == want
+    # equal datetimes may still differ in their tzinfo objects: compare what they print too
+    assert [tuple(map(repr, r)) for r in got] == [tuple(map(repr, r)) for r in want]
+    assert client.problems == problems
+    pd.testing.assert_frame_equal(client.jobs_frame(*EVER),
+                                  pd.DataFrame(want, columns=list(C.JOB_COLUMNS)))
+    return client
+
+
+def test_csv_with_iso_times_offsets_blanks_and_bytes_that_are_not_utf8(tmp_path: Path) -> None:
+    f = tmp_path / "jobs.csv"
+    f.write_bytes(b"job_id,name,user,account,partition,start,end,admin_comment,gpus\n"
+                  b"1,n\xff,u,a,p,2026-11-29T01:00:00,2026-11-29T02:00:00+02:00,,3\n"
+                  b"2,ok,u\xfe,a,p,,2026-11-29 03:00,x,\n"
+                  b"3,,,,,2026-11-29T01:00:00.1234567Z,,c,1.0\n"
+                  b"4\xfd,x,u,a,p,,,,\n")
+    client = _same(f)
+    assert [r.job_id for r in client.jobs(*EVER)] == ["1", "3"]
+    assert client.problems == ["job 1: name not UTF-8, dropped", "job 2: user not UTF-8, record skipped",
+                               "job 4?: job_id not UTF-8, record skipped"]
+    assert client.jobs(*EVER)[1].start == dt.datetime(2026, 11, 29, 1, 0, 0, 123456, tzinfo=dt.UTC)
+
+
+def test_csv_with_epoch_seconds_and_missing_columns(tmp_path: Path) -> None:
+    f = tmp_path / "jobs.csv"
+    f.write_text("job_id,start,end,gpus\n7,1796014788,1796014799.5,2\n8,1796014788,,\n")
+    recs = _same(f).jobs(*EVER)
+    assert recs[0].end == dt.datetime.fromtimestamp(1796014799.5, dt.UTC)
+    assert (recs[1].end, recs[1].name, recs[1].gpus) == (None, None, None)
+    only_ids = tmp_path / "ids.csv"
+    only_ids.write_text("job_id\n9\n")
+    assert _same(only_ids).jobs(*EVER) == [JobRecord("9", None, None, None, None, None, None)]
+
+
+def test_parquet_with_naive_zoned_and_nanosecond_times(tmp_path: Path) -> None:
+    f = tmp_path / "jobs.parquet"
+    pd.DataFrame({
+        "job_id": [1, 2, 3],
+        "name": ["a", None, "\U000F0081"],  # a code point the client reserves for bytes not UTF-8
+        "start": pd.to_datetime(["2026-11-29 01:00", "NaT", "2026-11-29 02:00:00.000001234"], format="mixed"),
+        "end": pd.to_datetime(["2026-11-29 01:00+05:00", "2026-11-29 02:00+05:00", None],
+                              utc=True).tz_convert("Europe/Berlin"),
+        "gpus": [1.0, np.nan, 4.0],
+    }).to_parquet(f)
+    recs = _same(f).jobs(*EVER)
+    assert recs[0].start == dt.datetime(2026, 11, 29, 1, tzinfo=dt.UTC)  # naive reads as UTC
+    assert recs[0].end == dt.datetime(2026, 11, 28, 20, tzinfo=dt.UTC)
+    assert recs[2].start == dt.datetime(2026, 11, 29, 2, 0, 0, 1, tzinfo=dt.UTC)  # floored to us
+    assert (recs[1].start, recs[2].end, recs[2].name, recs[1].gpus) == (None, None, None, None)
+
+
+def test_the_fleet_generators_jobs_file(tmp_path: Path) -> None:
+    """What ``wattclass fleet generate`` writes (and the nightly bench reads): Parquet timestamps in
+    ms, num_gpus (not gpus), no admin comment."""
+    f = tmp_path / "jobs.parquet"
+    t0 = pd.Timestamp("2026-11-29", tz="UTC")
+    pd.DataFrame({"job_id": [f"25240{i:05d}" for i in range(50)], "name": [f"job{i}" for i in range(50)],
+                  "user": [f"u{i % 7}" for i in range(50)], "account": "proj", "partition": "gpu",
+                  "start": [t0 + pd.Timedelta(minutes=i) for i in range(50)],
+                  "end": [None if i % 5 == 0 else t0 + pd.Timedelta(hours=i) for i in range(50)],
+                  "num_gpus": np.arange(50, dtype=np.int32)}).astype(
+        {"start": "datetime64[ms, UTC]", "end": "datetime64[ms, UTC]"}).to_parquet(f)
+    assert len(_same(f).jobs(*EVER)) == 50
+
+
+def test_a_time_that_is_not_one_names_the_file_the_job_and_the_column(tmp_path: Path) -> None:
+    f = tmp_path / "jobs.csv"
+    f.write_text("job_id,start\n7,2026-11-29T01:00:00\n8,yesterday-ish\n")
+    with pytest.raises(DataError, match=r"jobs.csv: job 8: start 'yesterday-ish' is not a time"):
+        C.JobsFileClient(f)
