@@ -24,7 +24,7 @@ calibrated confidence.
         --extra wattclass/data/h200/ridge2                       # issue 13 round 2's decision protocol
     python bench/eval_families.py --test DIR --model classifier/models  # the shipped model on DIR
     python bench/eval_families.py ... --shipped-margin                  # the round-1 recipe
-    python bench/eval_families.py ... --round2-recipe                   # round 2's (lenweight, until round 4)
+    python bench/eval_families.py ... --round2-recipe                   # round 2's (lenweight, shipped)
     python bench/eval_families.py ... --round3-recipe                   # round 3's (spread, not shipped)
     python bench/eval_families.py \
         --raw wattclass/data/h200/{raw,collected,sweep,sweep-heldout,ridge,ridge2,fresh}  # round 3: LOFO-442
@@ -229,7 +229,7 @@ def main() -> int:
                          "inputs, a spread map for sigma, the cost-aware compute weight")
     ap.add_argument("--compute-weight", type=float, default=None,
                     help="fixed weight on the compute window probability when not --cost-aware (default: "
-                         "DEFAULT_COMPUTE_WEIGHT, 1.25 since issue 13 round 4; 1 in the earlier recipes)")
+                         "DEFAULT_COMPUTE_WEIGHT, 1; round 4 chose 1.25 and failed its rule on fresh4)")
     ap.add_argument("--min-confidence-memory", type=float, default=None,
                     help="a higher min_confidence for jobs called memory (the policy's "
                          "[min_confidence_by_label] memory = X): the costly direction")

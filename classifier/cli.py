@@ -89,7 +89,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     t.add_argument("--kind", default=None, help="roofline-margin (default) or lightgbm-window-multiclass")
     t.add_argument("--aggregation", default=None, help="job aggregation: length-weighted (default) or counts")
     t.add_argument("--round2-recipe", action="store_true",
-                   help="issue 13 round 2's recipe (h200-20261130-lenweight, shipped until round 4): compute "
+                   help="issue 13 round 2's recipe (h200-20261130-lenweight, the shipped model): compute "
                    "weight 1 and, without --raw/--telemetry, its six recordings (training.ROUND2_RECORDINGS)")
     t.add_argument("--json", action="store_true")
     t.set_defaults(func=cmd_model_train)
@@ -291,8 +291,8 @@ def cmd_model_train(args: argparse.Namespace) -> int:
         if not is_recording(r):
             raise DataError(f"--raw {r}: not a probe recording (no *_samples_1hz.parquet files)")
     given = [*(args.telemetry or []), *(args.raw or [])]
-    # issue 13 round 4 changed only the training data and the compute weight: the round-2 model
-    # (the one a failed round-4 rule reverts to) stays rebuildable byte for byte from the same code
+    # issue 13 round 4 changed only the training data and the compute weight (and failed its rule on
+    # fresh4): the flag pins the round-2 recipe whatever the defaults become
     recipe_sources = [h200_data_dir() / name for name in ROUND2_RECORDINGS] if args.round2_recipe else None
     sources = given or recipe_sources or bundled_training_sources()
     weight = 1.0 if args.round2_recipe else DEFAULT_COMPUTE_WEIGHT

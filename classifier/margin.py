@@ -49,7 +49,7 @@ MARGIN_INPUTS_R1: tuple[str, ...] = KNOWN_INPUTS[:6]
 #: ``fallback`` map on those six for windows without the spreads (telemetry written before the
 #: daemon recorded them, one-poll stubs): a training median standing in for a missing spread
 #: cost 3 of 66 jobs on the live-NVML check.
-#: Inputs of h200-20261130-lenweight (issue 13 round 2) and -cweight (round 4): the six plus the
+#: Inputs of h200-20261130-lenweight (issue 13 round 2, shipped) and -cweight (round 4): the six plus the
 #: spreads and the power-cap share.
 MARGIN_INPUTS_R2: tuple[str, ...] = KNOWN_INPUTS[:10]
 #: Round 3's recipe (h200-20261130-spread, not shipped: it failed its registered no-regression

@@ -216,11 +216,12 @@ def h200_data_dir() -> Path:
 
 #: Raw recordings the default model is trained on (folders under wattclass/data/h200).
 BUNDLED_RECORDINGS: tuple[str, ...] = (
-    "raw", "collected", "sweep", "sweep-heldout", "ridge", "ridge2", "fresh", "fresh3",
+    "raw", "collected", "sweep", "sweep-heldout", "ridge", "ridge2",
 )
-#: The recordings h200-20261130-lenweight (issue 13 round 2, shipped until round 4) was trained on:
-#: ``wattclass model train --raw`` these with ``--round2-recipe`` rebuilds it byte for byte.
-ROUND2_RECORDINGS: tuple[str, ...] = BUNDLED_RECORDINGS[:6]
+#: The recordings h200-20261130-lenweight (issue 13 round 2, shipped) was trained on: the bundled
+#: ones (round 4's model, trained with ``fresh`` and ``fresh3`` too, failed its registered rule on
+#: ``fresh4``); ``--round2-recipe`` rebuilds it byte for byte from these.
+ROUND2_RECORDINGS: tuple[str, ...] = BUNDLED_RECORDINGS
 
 
 def bundled_training_sources() -> list[Path]:
@@ -230,14 +231,11 @@ def bundled_training_sources() -> list[Path]:
     13 s each, two recording sessions), then the randomised mechanism runs of issue 13: ``sweep``
     (47), ``sweep-heldout`` (61) and ``ridge`` (81), the last two held-out test sets in its first
     round that joined training in round 2 when a fresh set became the test, and ``ridge2`` (42:
-    fp32/tf32 GEMMs just past the ridge and wide-batch decode), and since issue 13 round 4 the two
-    former test sets, each scored once by its round's registered commands: ``fresh`` (124: MoE
-    experts, transformer inference, sparse SpMM, GNN message passing, sort/scan, 3-D convolutions,
-    L2-sized chains) and ``fresh3`` (71: LM heads, weight-only-quantised GEMMs, k-NN search,
-    non-flash attention, state-space scans, image resizing). Not here: ``latency`` (82 randomised
-    latency-bound runs, round 4's development data): every recipe trained with it called
-    compute-bound jobs of the former test sets memory-bound (docs/benchmarks.md, issue 13 round 4).
-    All are raw 1 Hz probe recordings
+    fp32/tf32 GEMMs just past the ridge and wide-batch decode). Not here, development data only:
+    the former test sets ``fresh`` (124), ``fresh3`` (71) and ``fresh4`` (165), each scored once
+    by its round's registered commands, and ``latency`` (82 randomised latency-bound runs). Rounds
+    3 and 4 trained on ``fresh`` (and ``fresh3``) and each failed its registered rule on the next
+    test set (docs/benchmarks.md, issue 13). All are raw 1 Hz probe recordings
     that ``training_set`` replays through the telemetry daemon. ``live-nvml`` (the same 66 jobs
     written live by the NVML daemon) is *not* a training source: it would count those jobs twice;
     it is kept for the replay-vs-live check in bench/eval_classifier.py. Rebuild the default model with

@@ -134,8 +134,9 @@ def test_eval_families_round3_recipe_turns_on_what_round_3_added() -> None:
     default = json.loads(_run(script, "--raw", str(H200_RAW), "--json", timeout=300))
     r3 = json.loads(_run(script, "--raw", str(H200_RAW), "--round3-recipe", "--json", timeout=300))
     assert default["cost_aware"] is False and r3["cost_aware"] is True
-    # round 4: the default recipe weighs compute windows by a fixed 1.25; round 3's chose its own
-    assert default["compute_weight"] == 1.25 and r3["compute_weight"] is None
+    # the default recipe weighs compute windows by the fixed DEFAULT_COMPUTE_WEIGHT (1: round 4's
+    # 1.25 failed its registered rule); round 3's chose its own
+    assert default["compute_weight"] == 1.0 and r3["compute_weight"] is None
     assert (default["spread_map"], len(default["margin_inputs"])) == (False, 10)
     assert (r3["spread_map"], len(r3["margin_inputs"])) == (True, 11)
     assert r3["all"] != default["all"]  # the recipe changed the predictions, not only the echo

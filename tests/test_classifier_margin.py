@@ -79,9 +79,10 @@ def test_shipped_model_is_the_roofline_margin_kind_and_follows_the_mechanism() -
                                                           throttle_power_frac=1.0, power_std_frac=0.01,
                                                           clock_std_frac=0.02, util_mem_std_pct=5)
     # issue 13 round 3's recipe (spread map, cost-aware weight) was not shipped: its registered
-    # no-regression rule failed on the round-3 test set; round 4 keeps one sigma and weighs the
-    # compute windows by the fixed DEFAULT_COMPUTE_WEIGHT
-    assert "spread" not in m.meta["margin"] and m.meta["compute_weight"] == M.DEFAULT_COMPUTE_WEIGHT == 1.25
+    # no-regression rule failed on the round-3 test set, round 4's fixed weight 1.25 on the round-4
+    # test set: one sigma, no compute weight
+    assert "spread" not in m.meta["margin"]
+    assert m.meta.get("compute_weight", 1.0) == M.DEFAULT_COMPUTE_WEIGHT == 1.0
     # window probabilities are a distribution
     p = m.predict_proba(np.vstack([_window(), _window(util_gpu_pct=0, power_frac=0.2, util_mem_pct=0)]))
     assert p.shape == (2, 3) and np.allclose(p.sum(axis=1), 1.0) and (p >= 0).all()
@@ -232,7 +233,7 @@ def test_retraining_samples_keep_their_margin(real_set: M.TrainingSet, tmp_path:
     assert margin is not None and margin["sigma"] > 0
 
 
-@pytest.mark.parametrize("incumbent_weight", [1.0, 1.5])
+@pytest.mark.parametrize("incumbent_weight", [1.25, 1.5])
 def test_nightly_candidate_keeps_the_incumbents_compute_weight(real_set: M.TrainingSet, tmp_path: Path,
                                                                incumbent_weight: float) -> None:
     # issue 13 round 4: the weight is part of the recipe, and a nightly never changes the recipe

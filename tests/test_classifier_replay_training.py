@@ -46,9 +46,9 @@ def test_short_boundary_windows_are_not_trained_on(dev_set: M.TrainingSet) -> No
 def test_bundled_sources_are_the_raw_recordings_not_live() -> None:
     srcs = bundled_training_sources()
     # issue 13 round 2: the two former held-out sets joined training (a fresh set is the test);
-    # round 4: the two scored fresh sets joined too (a newer set is the test)
-    assert [s.name for s in srcs] == ["raw", "collected", "sweep", "sweep-heldout", "ridge", "ridge2",
-                                      "fresh", "fresh3"]
+    # rounds 3 and 4 trained with the scored fresh sets too, and each failed its registered rule on
+    # the next test set, so the shipped model and its sources stay round 2's
+    assert [s.name for s in srcs] == ["raw", "collected", "sweep", "sweep-heldout", "ridge", "ridge2"]
     assert all(is_recording(s) for s in srcs)
 
 
@@ -78,7 +78,7 @@ def test_shipped_model_labels_unseen_style_windows_without_gpm(dev_set: M.Traini
     m = M.load_model(M.default_model_dir())
     p = m.predict_proba(dev_set.X)
     assert p.shape == (len(dev_set), 3) and np.allclose(p.sum(axis=1), 1.0)
-    assert m.meta["training_data"]["n_jobs"] == 513
+    assert m.meta["training_data"]["n_jobs"] == 318
     assert m.meta["cv_grouping"] == "family"
     assert m.kind == M.KIND_MARGIN  # issue 13: chosen before the held-out runs were looked at
     assert m.aggregation == "length-weighted"  # issue 13 round 2, chosen on leave-one-family-out
