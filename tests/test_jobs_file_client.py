@@ -153,7 +153,7 @@ def test_text_stays_text_and_sacct_no_time_words_are_null(tmp_path: Path) -> Non
     ("gpus", "inf", r"gpus 'inf' is not a GPU count"),
     ("gpus", "-1", r"gpus '-1' is not a GPU count"),
     ("gpus", "1.5", r"gpus '1.5' is not a GPU count"),
-    ("gpus", "lots", r"gpus 'lots' is not a GPU count"),
+    ("gpus", "lots", r"gpus 'lots' is not a number"),
 ])
 def test_a_number_that_cannot_be_what_its_column_says_names_the_job(
         tmp_path: Path, column: str, value: str, why: str) -> None:

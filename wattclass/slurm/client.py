@@ -231,8 +231,11 @@ def _gpus(col: pd.Series, ids: list[str], path: Path) -> list[int | None]:
         raise _bad(path, ids[0] if ids else "", "gpus", col.iloc[0], "is not a number")
     gpus = pd.to_numeric(col, errors="coerce")
     values = gpus.to_numpy(dtype=np.float64, na_value=np.nan)
-    wrong = (gpus.isna() & col.notna()).to_numpy() | ~np.isnan(values) & (
-        ~np.isfinite(values) | (values < 0) | (values != np.floor(values)))
+    not_numbers = (gpus.isna() & col.notna()).to_numpy()
+    if not_numbers.any():
+        i = int(np.flatnonzero(not_numbers)[0])
+        raise _bad(path, ids[i], "gpus", col.iloc[i], "is not a number")
+    wrong = ~np.isnan(values) & (~np.isfinite(values) | (values < 0) | (values != np.floor(values)))
     if wrong.any():
         i = int(np.flatnonzero(wrong)[0])
         raise _bad(path, ids[i], "gpus", col.iloc[i], "is not a GPU count")
