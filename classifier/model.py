@@ -446,6 +446,7 @@ def cross_validate(
     rounds: int = NUM_ROUNDS, min_window_s: float = MIN_TRAIN_WINDOW_S,
     families: Mapping[str, str] | None = None, cost_aware: bool = False, kind: str = DEFAULT_KIND,
     aggregation: str = DEFAULT_AGGREGATION, workers: int = 0, compute_weight: float = DEFAULT_COMPUTE_WEIGHT,
+    fold_groups: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Grouped k-fold CV at job level; returns metrics and the out-of-fold predictions.
 
@@ -464,21 +465,24 @@ def cross_validate(
     Without ``families`` folds are stratified by the job's rule label; with a job key -> family
     map, whole families are held out together (the out-of-fold predictions then say how the
     model does on kinds of work it never saw, which is what calibration should reflect).
+    ``fold_groups`` (job key -> group, e.g. ``source_groups``: the recording folder) deals whole
+    groups to the folds instead (``families`` still groups the margin map's sigma folds).
     """
     with _OneBlasThread():
         return _cross_validate(ts, n_folds, seed, params, rounds, min_window_s, families, cost_aware, kind,
-                               aggregation, workers, compute_weight)
+                               aggregation, workers, compute_weight, fold_groups)
 
 
 def _cross_validate(
     ts: TrainingSet, n_folds: int, seed: int, params: Mapping[str, Any] | None, rounds: int,
     min_window_s: float, families: Mapping[str, str] | None, cost_aware: bool, kind: str, aggregation: str,
-    workers: int, fixed_weight: float,
+    workers: int, fixed_weight: float, fold_groups: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     keys, truth = ts.job_truth()
     dur = aggregation_durations(ts, aggregation)
     n_folds = max(2, min(n_folds, len(keys)))
-    fold_of_job = (family_folds(keys, families, n_folds, seed) if families is not None
+    fold_of_job = (family_folds(keys, fold_groups, n_folds, seed) if fold_groups is not None
+                   else family_folds(keys, families, n_folds, seed) if families is not None
                    else job_folds(keys, truth, n_folds, seed))
     job_index = {k: i for i, k in enumerate(keys)}
     window_job = np.fromiter((job_index[g] for g in ts.group), dtype=np.int64, count=len(ts.group))
