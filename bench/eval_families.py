@@ -29,6 +29,14 @@ calibrated confidence.
     python bench/eval_families.py \
         --raw wattclass/data/h200/{raw,collected,sweep,sweep-heldout,ridge,ridge2,fresh}  # round 3: LOFO-442
     python bench/eval_families.py --raw <all but one former test set> --test <that set>  # round 4: set out
+    python bench/eval_families.py --loso [--round2-recipe]     # round 5: leave one SET out, pooled
+    python bench/eval_families.py --loso --round2-recipe \
+        --train-folders raw,collected,sweep,sweep-heldout,ridge,ridge2  # the shipped model's folders
+
+``--loso`` (issue 13 round 5; no never-seen test set was left, all ten folders are development
+data): each of the seven test-like folders (LOSO_SETS) held out whole in turn, trained on the
+other folders (``--train-folders``: only these), calibration nested, the held-out predictions
+pooled and reported per set too (docs/measurements/issue13-preregistration-round5-2026-11-30.md).
 
 ``--test``: train once on ``--raw`` (default: the bundled recordings), calibration nested the same
 way, and score the jobs of the ``--test`` recordings; with ``--model DIR`` score that saved model
@@ -323,6 +331,9 @@ def main() -> int:
                     help="leave one SET out (issue 13 round 5): hold out each of the test-like folders "
                          f"({', '.join(LOSO_SETS)}) whole in turn, train on the other folders of --raw "
                          "(default: all ten development folders), pool the held-out predictions")
+    ap.add_argument("--sets", default=",".join(LOSO_SETS),
+                    help="with --loso: the folders held out in turn (comma-separated names; default: the "
+                         "seven test-like folders)")
     ap.add_argument("--train-folders", default="",
                     help="with --loso: train only on these folders (comma-separated names), less the "
                          "held-out one; e.g. the shipped model's six: "
@@ -424,7 +435,8 @@ def main() -> int:
         res = held_out(train, test_ts, families, a.kind, cost_aware=a.cost_aware, aggregation=a.aggregation,
                        compute_weight=a.compute_weight, calibration=a.calibration)
     elif a.loso:
-        res = loso(ts, families, a.kind, train_folders=train_folders, calibration=a.calibration,
+        res = loso(ts, families, a.kind, sets=tuple(n.strip() for n in a.sets.split(",") if n.strip()),
+                   train_folders=train_folders, calibration=a.calibration,
                    calibrate_on_unused=a.calibrate_on_unused, cost_aware=a.cost_aware,
                    aggregation=a.aggregation, compute_weight=a.compute_weight)
     else:
@@ -437,6 +449,7 @@ def main() -> int:
                        else "leave one set out" if a.loso
                        else "leave one family out")
     out["calibration"] = a.calibration
+    out["held_out_sets"] = list(out.get("sets", {}))
     out["train_folders"] = list(train_folders or ())
     out["calibrate_on_unused"] = a.calibrate_on_unused
     if a.model is not None:
