@@ -449,7 +449,7 @@ def _sample_first(files: Sequence[Path], per_job: int, seed: int) -> tuple[list[
     """``files`` with the n the retraining sample is drawn from first (n = 0 without a sample).
 
     One file in SAMPLE_FILE_SHARE (at least SAMPLE_MIN_FILES), chosen by a seeded hash of the
-    path's last three parts (``date=D/host=H/HH.parquet`` in the telemetry layout). Why not the whole
+    path's last three parts (``date=D/host=H/<file>`` in the telemetry layout). Why not the whole
     path: the same night under another data root (a copy, a restore, a bench's temp folder) would
     then draw other files and retrain another model; the full path only breaks ties."""
     import hashlib

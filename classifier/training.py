@@ -221,7 +221,7 @@ BUNDLED_RECORDINGS: tuple[str, ...] = (
 #: The recordings h200-20261130-lenweight (issue 13 round 2, shipped) was trained on: the bundled
 #: ones (round 4's model, trained with ``fresh`` and ``fresh3`` too, failed its registered rule on
 #: ``fresh4``); ``--round2-recipe`` rebuilds it byte for byte from these.
-ROUND2_RECORDINGS: tuple[str, ...] = BUNDLED_RECORDINGS
+ROUND2_RECORDINGS: tuple[str, ...] = ("raw", "collected", "sweep", "sweep-heldout", "ridge", "ridge2")
 
 
 def bundled_training_sources() -> list[Path]:

@@ -17,6 +17,14 @@ from wattclass.slurm import client as C
 EVER = (dt.datetime(2000, 1, 1, tzinfo=dt.UTC), dt.datetime(2100, 1, 1, tzinfo=dt.UTC))
 
 
+def _str(value: object) -> str | None:
+    return None if value is None or (isinstance(value, float) and pd.isna(value)) else str(value)
+
+
+def _int(value: object) -> int | None:
+    return None if value is None or (isinstance(value, float) and pd.isna(value)) else int(value)  # type: ignore[call-overload]
+
+
 def _row_by_row(path: Path) -> tuple[list[JobRecord], list[str]]:
     """The former build: one dict per row, one ``_ts``/``_str``/``_int`` call per value."""
     import io
@@ -34,10 +42,10 @@ def _row_by_row(path: Path) -> tuple[list[JobRecord], list[str]]:
             df[col] = pd.to_datetime(df[col], unit="s", utc=True)
     recs, problems = [], []
     for row in df.to_dict("records"):
-        rec = JobRecord(job_id=str(row["job_id"]), name=C._str(row.get("name")), user=C._str(row.get("user")),
-                        account=C._str(row.get("account")), partition=C._str(row.get("partition")),
+        rec = JobRecord(job_id=str(row["job_id"]), name=_str(row.get("name")), user=_str(row.get("user")),
+                        account=_str(row.get("account")), partition=_str(row.get("partition")),
                         start=C._ts(row.get("start")), end=C._ts(row.get("end")),
-                        admin_comment=C._str(row.get("admin_comment")), gpus=C._int(row.get("gpus")))
+                        admin_comment=_str(row.get("admin_comment")), gpus=_int(row.get("gpus")))
         bad = [f for f in ("job_id", "user", "account", "partition", "name", "admin_comment")
                if not C._utf8(getattr(rec, f))]
         shown = "".join("?" if not C._utf8(c) else c for c in rec.job_id)[:32]
@@ -126,3 +134,57 @@ def test_a_time_that_is_not_one_names_the_file_the_job_and_the_column(tmp_path: 
     f.write_text("job_id,start\n7,2026-11-29T01:00:00\n8,yesterday-ish\n")
     with pytest.raises(DataError, match=r"jobs.csv: job 8: start 'yesterday-ish' is not a time"):
         C.JobsFileClient(f)
+
+
+def test_text_stays_text_and_sacct_no_time_words_are_null(tmp_path: Path) -> None:
+    f = tmp_path / "jobs.csv"
+    f.write_text("job_id,name,user,account,partition,start,end,gpus\n"
+                 "00123,null,NA,0042,gpu,2026-11-29T01:00:00,Unknown,2\n"
+                 "124,nan,u,,gpu,N/A,None,\n")
+    a, b = C.JobsFileClient(f).jobs(*EVER)
+    assert (a.job_id, a.name, a.user, a.account, a.end, a.gpus) == ("00123", "null", "NA", "0042", None, 2)
+    assert (b.name, b.account, b.start, b.end, b.gpus) == ("nan", None, None, None, None)
+
+
+@pytest.mark.parametrize(("column", "value", "why"), [
+    ("start", "1796014788000", r"start '1796014788000' is not a time in epoch seconds \(milliseconds\?\)"),
+    ("end", "1e20", r"end '1e\+20' is not a time in epoch seconds"),
+    ("start", "true", r"start 'True' is not a time"),
+    ("gpus", "inf", r"gpus 'inf' is not a GPU count"),
+    ("gpus", "-1", r"gpus '-1' is not a GPU count"),
+    ("gpus", "1.5", r"gpus '1.5' is not a GPU count"),
+    ("gpus", "lots", r"gpus 'lots' is not a GPU count"),
+])
+def test_a_number_that_cannot_be_what_its_column_says_names_the_job(
+        tmp_path: Path, column: str, value: str, why: str) -> None:
+    f = tmp_path / "jobs.csv"
+    f.write_text(f"job_id,{column}\n42,{value}\n")
+    with pytest.raises(DataError, match=rf"jobs.csv: job 42: {why}"):
+        C.JobsFileClient(f)
+
+
+def test_parquet_ids_with_nulls_bytes_and_array_task_ids(tmp_path: Path) -> None:
+    f = tmp_path / "jobs.parquet"
+    pd.DataFrame({"job_id": pd.array([12345, None, 12347], dtype="Int64").astype("float64"),
+                  "name": [b"ok", None, b"n\xff"], "slurm_job_id": ["900", None, "902"]}).to_parquet(f)
+    client = C.JobsFileClient(f)
+    recs = client.jobs(*EVER)
+    got = [(r.job_id, r.name, r.slurm_job_id) for r in recs]
+    assert got == [("12345", "ok", "900"), ("12347", None, "902")]  # a name not UTF-8: dropped
+    assert client.problems == ["row 2: no job_id, record skipped", "job 12347: name not UTF-8, dropped"]
+
+
+def test_a_list_where_text_belongs_names_the_job(tmp_path: Path) -> None:
+    f = tmp_path / "jobs.parquet"
+    pd.DataFrame({"job_id": ["7"], "account": [[1, 2]]}).to_parquet(f)
+    with pytest.raises(DataError, match=r"jobs.parquet: job 7: account .* is not text"):
+        C.JobsFileClient(f)
+
+
+def test_an_error_shows_bytes_that_are_not_utf8_as_question_marks(tmp_path: Path) -> None:
+    f = tmp_path / "jobs.csv"
+    f.write_bytes(b"job_id,start\n7\xff" + b"x" * 100 + b",soon\n")
+    with pytest.raises(DataError) as err:
+        C.JobsFileClient(f)
+    msg = str(err.value)
+    assert "job 7?" in msg and "x" * 32 not in msg and chr(C._BAD_BASE + 0xFF) not in msg

@@ -92,7 +92,12 @@ class JobsFileClient(SlurmClient):
                 import io
 
                 text = self.path.read_bytes().decode("utf-8", "surrogateescape").translate(_MARK_BAD)
-                df = pd.read_csv(io.StringIO(text), dtype={"job_id": str})
+                # Text stays text ("0042" is an account, not 42; a user called "NA" is a user), a
+                # blank is null, and sacct's words for "no time" (a running job's End) are null.
+                df = pd.read_csv(io.StringIO(text), dtype=dict.fromkeys(_TEXT_COLUMNS, str),
+                                 keep_default_na=False,
+                                 na_values={**{c: [""] for c in _TEXT_COLUMNS}, "start": _NO_TIME,
+                                            "end": _NO_TIME, "gpus": _NO_NUMBER})
         except FileNotFoundError as exc:
             raise DataError(f"{self.path}: jobs file not found") from exc
         except Exception as exc:  # pandas raises many types for unreadable files
@@ -100,29 +105,23 @@ class JobsFileClient(SlurmClient):
         for col in _REQUIRED:
             if col not in df.columns:
                 raise DataError(f"{self.path}: jobs file is missing column {col}")
-        if "gpus" in df.columns:
-            gpus = pd.to_numeric(df["gpus"], errors="coerce")
-            not_numbers = gpus.isna() & df["gpus"].notna()
-            if not_numbers.any():
-                first = df[not_numbers].iloc[0]
-                raise DataError(f"{self.path}: job {first['job_id']}: gpus {first['gpus']!r} is not a number")
-            df["gpus"] = gpus.astype(object).where(gpus.notna(), None)
-        for col in ("start", "end"):
-            if col in df.columns and pd.api.types.is_numeric_dtype(df[col]):
-                df[col] = pd.to_datetime(df[col], unit="s", utc=True)
+        raw_ids = _text(df["job_id"], [f"row {i + 1}" for i in range(len(df))], self.path)
+        ids = ["" if v is None else v for v in raw_ids]
         # Column by column rather than row by row (issue 15: 0.15-0.3 s of a 1,000-GPU night went
-        # to building 4,000 records one dict and one Timestamp at a time); same records.
-        ids = [str(v) for v in df["job_id"].tolist()]
+        # to building 4,000 records one dict and one Timestamp at a time).
         cols = {f: _column(df, f, ids, self.path) for f in _RECORD_FIELDS}
         utf8 = {f: [_utf8(v) for v in (ids if f == "job_id" else cols[f])] for f in _TEXT_FIELDS}
         self._records: list[JobRecord] = []
-        for i, values in enumerate(zip(ids, *cols.values(), strict=True)):
-            rec = JobRecord(*values)
+        for i, values in enumerate(zip(*cols.values(), strict=True)):
+            if raw_ids[i] is None:
+                self.problems.append(f"row {i + 1}: no job_id, record skipped")
+                continue
+            rec = JobRecord(ids[i], **dict(zip(_RECORD_FIELDS, values, strict=True)))
             bad = [f for f in _TEXT_FIELDS if not utf8[f][i]]
             if not bad:
                 self._records.append(rec)
                 continue
-            shown = "".join("?" if not _utf8(c) else c for c in rec.job_id)[:32]
+            shown = _shown(rec.job_id)
             if set(bad) <= {"name", "admin_comment"}:
                 self.problems.append(f"job {shown}: {' and '.join(bad)} not UTF-8, dropped")
                 self._records.append(rec._replace(
@@ -156,15 +155,34 @@ _MARK_BAD = {0xDC80 + b: _BAD_BASE + 0x80 + b for b in range(128)}
 
 
 _NOT_UTF8 = re.compile(f"[{chr(_BAD_BASE + 0x80)}-{chr(_BAD_BASE + 0xFF)}]")
-#: JobRecord's fields after job_id, in order, as read from a jobs file (a missing column: None).
-_RECORD_FIELDS = ("name", "user", "account", "partition", "start", "end", "admin_comment", "gpus")
+#: JobRecord's fields after job_id, as read from a jobs file (a missing column: None).
+_RECORD_FIELDS = ("name", "user", "account", "partition", "start", "end", "admin_comment", "gpus",
+                  "slurm_job_id")
+#: Columns read as text whatever they look like (job ids, names, accounts: "0042" stays "0042").
+_TEXT_COLUMNS = ("job_id", "name", "user", "account", "partition", "admin_comment", "slurm_job_id")
 #: The text fields checked for bytes that were not UTF-8, in the order problems name them.
 _TEXT_FIELDS = ("job_id", "user", "account", "partition", "name", "admin_comment")
+#: What sacct and common exports write for "no time" (a running job's End=Unknown): null.
+_NO_TIME = ("Unknown", "None", "N/A", "NA", "NaN", "nan", "NaT", "null", "NULL", "")
+_NO_NUMBER = ("None", "N/A", "NA", "NaN", "nan", "null", "NULL", "")
+#: Epoch values at or above this are not seconds (1e11 s is the year 5138; 1.7e12 is a millisecond
+#: epoch of today, a common export mistake).
+_MAX_EPOCH_S = 1e11
 
 
 def _utf8(value: str | None) -> bool:
     """False if ``value`` held bytes that were not UTF-8 (see ``_MARK_BAD``)."""
     return value is None or _NOT_UTF8.search(value) is None
+
+
+def _shown(job_id: str) -> str:
+    """A job id as errors and problems show it: bytes that were not UTF-8 as '?', at most 32 chars."""
+    return _NOT_UTF8.sub("?", job_id[:32])
+
+
+def _bad(path: Path, job_id: str, column: object, value: object, why: str) -> DataError:
+    shown = _NOT_UTF8.sub("?", str(value)[:64])
+    return DataError(f"{path}: job {_shown(job_id)}: {column} {shown!r} {why}")
 
 
 def _column(df: pd.DataFrame, field: str, ids: list[str], path: Path) -> list[Any]:
@@ -174,14 +192,68 @@ def _column(df: pd.DataFrame, field: str, ids: list[str], path: Path) -> list[An
     col = df[field]
     if field in ("start", "end"):
         return _times(col, ids, path)
-    convert = _int if field == "gpus" else _str
-    return [convert(v) for v in col.tolist()]
+    if field == "gpus":
+        return _gpus(col, ids, path)
+    return _text(col, ids, path)
+
+
+def _text(col: pd.Series, ids: list[str], path: Path) -> list[str | None]:
+    """A text field: strings as they are, integers (a Parquet id column) in decimal, an integral
+    float (an integer column with a null, as pandas reads it) as the integer, bytes decoded as the
+    CSV path decodes them; anything else (lists, booleans, maps) is a DataError."""
+    import pandas as pd
+
+    out: list[str | None] = []
+    for job_id, v in zip(ids, col.tolist(), strict=True):
+        if v is None or v is pd.NaT or (isinstance(v, float) and v != v):
+            out.append(None)
+        elif isinstance(v, str):
+            out.append(v)
+        elif isinstance(v, bytes):
+            out.append(v.decode("utf-8", "surrogateescape").translate(_MARK_BAD))
+        elif isinstance(v, bool):
+            raise _bad(path, job_id, col.name, v, "is not text")
+        elif isinstance(v, int):
+            out.append(str(v))
+        elif isinstance(v, float):
+            out.append(str(int(v)) if v.is_integer() else repr(v))
+        else:
+            raise _bad(path, job_id, col.name, v, "is not text")
+    return out
+
+
+def _gpus(col: pd.Series, ids: list[str], path: Path) -> list[int | None]:
+    """GPU counts: whole, finite, not negative; blank is null."""
+    import numpy as np
+    import pandas as pd
+
+    if pd.api.types.is_bool_dtype(col.dtype):
+        raise _bad(path, ids[0] if ids else "", "gpus", col.iloc[0], "is not a number")
+    gpus = pd.to_numeric(col, errors="coerce")
+    values = gpus.to_numpy(dtype=np.float64, na_value=np.nan)
+    wrong = (gpus.isna() & col.notna()).to_numpy() | ~np.isnan(values) & (
+        ~np.isfinite(values) | (values < 0) | (values != np.floor(values)))
+    if wrong.any():
+        i = int(np.flatnonzero(wrong)[0])
+        raise _bad(path, ids[i], "gpus", col.iloc[i], "is not a GPU count")
+    return [None if v != v else int(v) for v in values.tolist()]
 
 
 def _times(col: pd.Series, ids: list[str], path: Path) -> list[dt.datetime | None]:
-    """``_ts`` of each value; a datetime column at once (what Parquet and epoch seconds give)."""
+    """``_ts`` of each value; a datetime column at once (what Parquet gives), a numeric one as epoch
+    seconds (anything not finite, or at least ``_MAX_EPOCH_S``, is a DataError naming the job)."""
+    import numpy as np
     import pandas as pd
 
+    if pd.api.types.is_bool_dtype(col.dtype):
+        raise _bad(path, ids[0] if ids else "", col.name, col.iloc[0], "is not a time")
+    if pd.api.types.is_numeric_dtype(col.dtype):
+        values = col.to_numpy(dtype=np.float64, na_value=np.nan)
+        wrong = ~np.isnan(values) & ~(np.abs(values) < _MAX_EPOCH_S)
+        if wrong.any():
+            i = int(np.flatnonzero(wrong)[0])
+            raise _bad(path, ids[i], col.name, col.iloc[i], "is not a time in epoch seconds (milliseconds?)")
+        col = pd.to_datetime(col, unit="s", utc=True)
     if isinstance(col.dtype, pd.DatetimeTZDtype) or pd.api.types.is_datetime64_dtype(col.dtype):
         utc = col.dt.tz_localize("UTC") if col.dt.tz is None else col.dt.tz_convert("UTC")
         utc = utc.dt.floor("us")
@@ -189,24 +261,7 @@ def _times(col: pd.Series, ids: list[str], path: Path) -> list[dt.datetime | Non
     out: list[dt.datetime | None] = []
     for job_id, value in zip(ids, col.tolist(), strict=True):
         try:
-            out.append(_ts(value))
+            out.append(None if isinstance(value, str) and value.strip() in _NO_TIME else _ts(value))
         except (ValueError, TypeError, OverflowError) as exc:
-            raise DataError(f"{path}: job {job_id[:32]}: {col.name} {str(value)[:64]!r} is not a time "
-                            f"({exc})") from exc
+            raise _bad(path, job_id, col.name, value, f"is not a time ({str(exc)[:120]})") from exc
     return out
-
-
-def _str(value: object) -> str | None:
-    import pandas as pd
-
-    if value is None or (isinstance(value, float) and pd.isna(value)):
-        return None
-    return str(value)
-
-
-def _int(value: object) -> int | None:
-    import pandas as pd
-
-    if value is None or (isinstance(value, float) and pd.isna(value)):
-        return None
-    return int(value)  # type: ignore[call-overload,no-any-return]

@@ -12,7 +12,10 @@ reach that corner only by accident. This family spans it on purpose, by mechanis
                      node (4 B scattered reads up to 128 B rows), and runs ``iters`` FMAs per node
                      (0: pure latency; up to 256: across the ridge to compute). The working set
                      (8 MiB-8 GiB, so in L2 or in HBM) and the number of threads in flight (1 to
-                     16 blocks per SM of 32-256 threads: occupancy) are drawn too.
+                     16 blocks per SM of 32-256 threads: occupancy) are drawn too. ``hops`` is an
+                     upper bound: a shape whose launch would outlast half a step runs shorter
+                     chains (runs.csv keeps the drawn value). The FLOP rate in runs.csv is
+                     informational (the row adds count as FLOPs); labels come from GPM.
 
 As everywhere, the GPM rule on the device decides each run's truth, whatever the family intended.
 """

@@ -35,6 +35,10 @@ memory-bound training (DLRM training, batch-256 decode, a skinny fp32 GEMM):
                     rows, width, bag and batch, training or inference: gather vs MLP share varies.
 * ``decode_batch``  KV-cache decode of the 3.1B GQA GPT at batch 32-512: the weight-read /
                     matmul balance crosses the ridge around batch 100-300.
+
+Later rounds' families, also weight 0: ``fresh.py`` (round 2's and 3's test families and ridge2),
+``latency.py`` (``latency_chase``: latency-bound random chains, round 4's data plan) and
+``fresh4.py`` (round 4's eight test families).
 """
 
 from __future__ import annotations
