@@ -29,6 +29,14 @@ calibrated confidence.
     python bench/eval_families.py \
         --raw wattclass/data/h200/{raw,collected,sweep,sweep-heldout,ridge,ridge2,fresh}  # round 3: LOFO-442
     python bench/eval_families.py --raw <all but one former test set> --test <that set>  # round 4: set out
+    python bench/eval_families.py --loso [--round2-recipe]     # round 5: leave one SET out, pooled
+    python bench/eval_families.py --loso --round2-recipe \
+        --train-folders raw,collected,sweep,sweep-heldout,ridge,ridge2  # the shipped model's folders
+
+``--loso`` (issue 13 round 5; no never-seen test set was left, all ten folders are development
+data): each of the seven test-like folders (LOSO_SETS) held out whole in turn, trained on the
+other folders (``--train-folders``: only these), calibration nested, the held-out predictions
+pooled and reported per set too (docs/measurements/issue13-preregistration-round5-2026-11-30.md).
 
 ``--test``: train once on ``--raw`` (default: the bundled recordings), calibration nested the same
 way, and score the jobs of the ``--test`` recordings; with ``--model DIR`` score that saved model
@@ -49,13 +57,35 @@ import numpy as np
 CODE = {"idle": 0, "compute": 1, "memory": 2, "mixed": 3}
 
 
+#: The folders under wattclass/data/h200 that are development data in issue 13 round 5 (all 760
+#: jobs; no never-seen test set is left) and the ones held out whole, one at a time, by ``--loso``
+#: (the test-like folders: each a set of kinds of work recorded apart; raw, collected and sweep
+#: always train).
+DEVELOPMENT_FOLDERS = ("raw", "collected", "sweep", "sweep-heldout", "ridge", "ridge2",
+                       "fresh", "fresh3", "fresh4", "latency")
+LOSO_SETS = ("sweep-heldout", "ridge", "ridge2", "fresh", "fresh3", "fresh4", "latency")
+#: ``--calibration``: how the inner out-of-fold predictions the Platt maps are fitted on are grouped.
+#: ``family``: whole workload families per fold, 5 folds (rounds 1-4); ``source``: one fold per
+#: recording folder (leave-one-folder-out: the error on a whole set of new kinds of work).
+CALIBRATIONS = ("family", "source")
+
+
+def source_of(key: str) -> str:
+    """The recording folder of a job key (``<folder>:<job_id>``, as ``training_set`` names jobs)."""
+    return str(key).split(":", 1)[0]
+
+
 def predict_unseen(train: Any, test: Any, families: dict[str, str], kind: str, inner_folds: int = 5,
                    cost_aware: bool = False, aggregation: str = "length-weighted",
-                   compute_weight: float = 1.0) -> tuple[Any, Any, Any, Any, float]:
-    """Fit on ``train`` (calibration nested on its family-grouped out-of-fold predictions), predict
-    the jobs of ``test``: (job keys, labels, raw confidence, calibrated confidence, compute weight).
-    ``compute_weight``: the fixed weight when not ``cost_aware`` (model.DEFAULT_COMPUTE_WEIGHT)."""
-    from wattclass.classifier.calibration import apply_calibration
+                   compute_weight: float = 1.0, calibration: str = "family",
+                   calibration_extra: Any = None) -> tuple[Any, Any, Any, Any, float]:
+    """Fit on ``train`` (calibration nested on its out-of-fold predictions, grouped by ``calibration``:
+    CALIBRATIONS), predict the jobs of ``test``: (job keys, labels, raw confidence, calibrated
+    confidence, compute weight). ``compute_weight``: the fixed weight when not ``cost_aware``
+    (model.DEFAULT_COMPUTE_WEIGHT). ``calibration_extra``: windows of jobs neither trained on nor
+    tested; the fitted model's predictions of them (set-out: the model never saw their kinds of
+    work) join the out-of-fold predictions the Platt maps are fitted on."""
+    from wattclass.classifier.calibration import apply_calibration, fit_calibration_by_label
     from wattclass.classifier.model import (
         MIN_TRAIN_WINDOW_S,
         aggregation_durations,
@@ -65,25 +95,81 @@ def predict_unseen(train: Any, test: Any, families: dict[str, str], kind: str, i
         weigh,
         window_proba,
     )
+    from wattclass.classifier.rules import JOB_LABELS
 
+    if calibration not in CALIBRATIONS:
+        raise SystemExit(f"--calibration: unknown {calibration!r} (known: {', '.join(CALIBRATIONS)})")
+    groups = None
+    if calibration == "source":
+        groups = {str(g): source_of(g) for g in np.unique(train.group)}
+        inner_folds = len(set(groups.values()))
     inner = cross_validate(train, inner_folds, seed=0, families=families, cost_aware=cost_aware, kind=kind,
-                           aggregation=aggregation, compute_weight=compute_weight)
+                           aggregation=aggregation, compute_weight=compute_weight, fold_groups=groups)
     booster, margin = fit_windows(train.subset(train.trainable(MIN_TRAIN_WINDOW_S)), kind, families=families)
-    proba = weigh(window_proba(booster, kind, margin, test.X), inner["compute_weight"])
-    k, p, r = job_predictions(proba, test.group, aggregation_durations(test, aggregation))
-    return k, p, r, apply_calibration(r, inner["calibration"], p), inner["compute_weight"]
+    w = inner["compute_weight"]
+
+    def predict(ts: Any) -> tuple[Any, Any, Any]:
+        proba = weigh(window_proba(booster, kind, margin, ts.X), w)
+        return job_predictions(proba, ts.group, aggregation_durations(ts, aggregation))
+
+    k, p, r = predict(test)
+    cal = inner["calibration"]
+    if calibration_extra is not None and len(calibration_extra):
+        _, xp, xr = predict(calibration_extra)
+        _, xt = calibration_extra.job_truth()
+        jobs = inner["jobs"]
+        oof_pred = np.asarray([JOB_LABELS.index(x) for x in jobs["pred"]], dtype=np.int64)
+        oof_ok = np.asarray(jobs["pred"]) == np.asarray(jobs["truth"])
+        cal = fit_calibration_by_label(np.concatenate([np.asarray(jobs["raw_confidence"]), xr]),
+                                       np.concatenate([oof_ok, xp == xt]), np.concatenate([oof_pred, xp]))
+    return k, p, r, apply_calibration(r, cal, p), w
 
 
 def held_out(train: Any, test: Any, families: dict[str, str], kind: str,
              cost_aware: bool = False, aggregation: str = "length-weighted", compute_weight: float = 1.0,
-             ) -> dict[str, Any]:
+             calibration: str = "family") -> dict[str, Any]:
     """Train on one set of recordings, test on another (the frozen held-out runs)."""
     keys, truth = test.job_truth()
     k, pred, raw, conf, w = predict_unseen(train, test, families, kind, cost_aware=cost_aware,
-                                           aggregation=aggregation, compute_weight=compute_weight)
+                                           aggregation=aggregation, compute_weight=compute_weight,
+                                           calibration=calibration)
     assert (k == keys).all()
     return {"keys": keys, "truth": truth, "pred": pred, "raw": raw, "conf": conf,
             "compute_weights": {"all": w}}
+
+
+def loso(ts: Any, families: dict[str, str], kind: str, sets: tuple[str, ...] = LOSO_SETS,
+         train_folders: tuple[str, ...] | None = None, calibration: str = "family",
+         calibrate_on_unused: bool = False, cost_aware: bool = False, aggregation: str = "length-weighted",
+         compute_weight: float = 1.0) -> dict[str, Any]:
+    """Leave one SET out (issue 13 round 5): each folder of ``sets`` held out whole in turn, trained
+    on the other folders of ``ts`` (``train_folders``: only these, less the held-out one), nested
+    calibration, the held-out predictions pooled. ``calibrate_on_unused``: the folders of ``ts``
+    neither trained on nor held out join the calibration data (``predict_unseen``)."""
+    src = np.asarray([source_of(g) for g in ts.group], dtype=object)
+    missing = [s for s in sets if not (src == s).any()]
+    if missing:
+        raise SystemExit(f"--loso: no jobs of the held-out set(s) {', '.join(missing)} in the sources")
+    keys, truth = ts.job_truth()
+    index = {k: i for i, k in enumerate(keys)}
+    tested = np.zeros(len(keys), dtype=bool)
+    pred = np.zeros(len(keys), dtype=np.int8)
+    raw = np.zeros(len(keys))
+    conf = np.zeros(len(keys))
+    weights: dict[str, float] = {}
+    for held in sets:
+        test_w = src == held
+        train_w = ~test_w if train_folders is None else ~test_w & np.isin(src, list(train_folders))
+        unused = ts.subset(~test_w & ~train_w) if calibrate_on_unused else None
+        k, p, r, c, weights[held] = predict_unseen(
+            ts.subset(train_w), ts.subset(test_w), families, kind, cost_aware=cost_aware,
+            aggregation=aggregation, compute_weight=compute_weight, calibration=calibration,
+            calibration_extra=unused)
+        for key, pi, ri, ci in zip(k, p, r, c, strict=True):
+            i = index[key]
+            tested[i], pred[i], raw[i], conf[i] = True, pi, ri, ci
+    return {"keys": keys[tested], "truth": truth[tested], "pred": pred[tested], "raw": raw[tested],
+            "conf": conf[tested], "compute_weights": weights}
 
 
 def saved_model(model_dir: Path, test: Any) -> dict[str, Any]:
@@ -101,7 +187,7 @@ def saved_model(model_dir: Path, test: Any) -> dict[str, Any]:
 
 def lofo(ts: Any, families: dict[str, str], inner_folds: int = 5, cost_aware: bool = False,
          kind: str = "roofline-margin", extra: Any = None, aggregation: str = "length-weighted",
-         compute_weight: float = 1.0) -> dict[str, Any]:
+         compute_weight: float = 1.0, calibration: str = "family") -> dict[str, Any]:
     """Out-of-family predictions for every job: label, raw and calibrated confidence.
 
     ``extra``: windows added to the training side of every fold and never tested (to ask whether
@@ -120,7 +206,8 @@ def lofo(ts: Any, families: dict[str, str], inner_folds: int = 5, cost_aware: bo
         test_w = fam_of_window == fam
         train = ts.subset(~test_w) if extra is None else TrainingSet.concat([ts.subset(~test_w), extra])
         k, p, r, c, weights[fam] = predict_unseen(train, ts.subset(test_w), families, kind,
-                                                  inner_folds, cost_aware, aggregation, compute_weight)
+                                                  inner_folds, cost_aware, aggregation, compute_weight,
+                                                  calibration)
         for key, pi, ri, ci in zip(k, p, r, c, strict=True):
             i = index[key]
             pred[i], raw[i], conf[i] = pi, ri, ci
@@ -142,9 +229,10 @@ def drop_features(ts: Any, names: list[str]) -> Any:
 
 
 def summarize(res: dict[str, Any], families: dict[str, str], min_conf: float,
-              min_conf_by_label: dict[str, float] | None = None) -> dict[str, Any]:
+              min_conf_by_label: dict[str, float] | None = None, by_set: bool = False) -> dict[str, Any]:
     """Metrics; a job is acted on when its calibrated confidence reaches ``min_conf``, or its
-    label's entry of ``min_conf_by_label`` (the policy's ``[min_confidence_by_label]``)."""
+    label's entry of ``min_conf_by_label`` (the policy's ``[min_confidence_by_label]``).
+    ``by_set``: the metrics per recording folder too (``sets``: the held-out sets of ``--loso``)."""
     from wattclass.classifier import rules
     from wattclass.classifier.calibration import ece
 
@@ -187,6 +275,9 @@ def summarize(res: dict[str, Any], families: dict[str, str], min_conf: float,
             out[name] = block(m)
     for f in sorted(set(fam)):
         out["families"][f] = block(fam == f)
+    if by_set:
+        order = {name: i for i, name in enumerate(LOSO_SETS)}
+        out["sets"] = {s: block(src == s) for s in sorted(set(src), key=lambda s: (order.get(s, 99), s))}
     wrong = [f"{k} [{families.get(k, k)}] {rules.JOB_LABELS[t]}->{rules.JOB_LABELS[p]} conf {c:.2f}"
              for k, t, p, c in zip(keys, truth, pred, conf, strict=True) if t != p]
     out["wrong"] = wrong
@@ -236,8 +327,29 @@ def main() -> int:
     ap.add_argument("--model", type=Path, default=None,
                     help="with --test: score this saved model folder as it is (e.g. classifier/models, the "
                          "shipped model) instead of training the recipe on --raw")
+    ap.add_argument("--loso", action="store_true",
+                    help="leave one SET out (issue 13 round 5): hold out each of the test-like folders "
+                         f"({', '.join(LOSO_SETS)}) whole in turn, train on the other folders of --raw "
+                         "(default: all ten development folders), pool the held-out predictions")
+    ap.add_argument("--sets", default=",".join(LOSO_SETS),
+                    help="with --loso: the folders held out in turn (comma-separated names; default: the "
+                         "seven test-like folders)")
+    ap.add_argument("--train-folders", default="",
+                    help="with --loso: train only on these folders (comma-separated names), less the "
+                         "held-out one; e.g. the shipped model's six: "
+                         "raw,collected,sweep,sweep-heldout,ridge,ridge2")
+    ap.add_argument("--calibration", choices=CALIBRATIONS, default="family",
+                    help="grouping of the out-of-fold predictions the Platt maps are fitted on: family "
+                         "(5 folds of whole families, rounds 1-4) or source (one fold per recording folder)")
+    ap.add_argument("--calibrate-on-unused", action="store_true",
+                    help="with --loso and --train-folders: the model's predictions of the folders neither "
+                         "trained on nor held out join the calibration data (set-out predictions)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
+    if a.loso and (a.test or a.extra or a.model is not None):
+        raise SystemExit("--loso holds out the sets of --raw itself: no --test, --extra or --model")
+    if (a.train_folders or a.calibrate_on_unused) and not a.loso:
+        raise SystemExit("--train-folders and --calibrate-on-unused go with --loso")
     if a.model is not None and not a.test:
         raise SystemExit("--model needs --test (a saved model is scored on held-out recordings only)")
     from wattclass.classifier import margin as margin_module
@@ -287,10 +399,20 @@ def main() -> int:
     from wattclass.classifier import features as F
     from wattclass.classifier.reader import iter_tables, telemetry_files
     from wattclass.classifier.replay import materialize
-    from wattclass.classifier.training import bundled_training_sources, job_families, training_set
+    from wattclass.classifier.training import (
+        bundled_training_sources,
+        h200_data_dir,
+        job_families,
+        training_set,
+    )
     from wattclass.schema import GPM_COLUMNS, conform
 
-    sources = a.raw or bundled_training_sources()
+    sources = a.raw or ([h200_data_dir() / n for n in DEVELOPMENT_FOLDERS] if a.loso
+                        else bundled_training_sources())
+    train_folders = tuple(n.strip() for n in a.train_folders.split(",") if n.strip()) or None
+    unknown = sorted(set(train_folders or ()) - {Path(s).name for s in sources})
+    if unknown:
+        raise SystemExit(f"--train-folders: {', '.join(unknown)} not among the sources")
     families = job_families([*sources, *(a.test or []), *(a.extra or [])])
     with tempfile.TemporaryDirectory(prefix="wattclass-lofo-") as tmp:
         test_ts = training_set(a.test, max_windows_per_job=0) if a.test else None
@@ -311,15 +433,25 @@ def main() -> int:
     elif test_ts is not None:
         train = ts if extra_ts is None else type(ts).concat([ts, extra_ts])
         res = held_out(train, test_ts, families, a.kind, cost_aware=a.cost_aware, aggregation=a.aggregation,
-                       compute_weight=a.compute_weight)
+                       compute_weight=a.compute_weight, calibration=a.calibration)
+    elif a.loso:
+        res = loso(ts, families, a.kind, sets=tuple(n.strip() for n in a.sets.split(",") if n.strip()),
+                   train_folders=train_folders, calibration=a.calibration,
+                   calibrate_on_unused=a.calibrate_on_unused, cost_aware=a.cost_aware,
+                   aggregation=a.aggregation, compute_weight=a.compute_weight)
     else:
         res = lofo(ts, families, cost_aware=a.cost_aware, kind=a.kind, extra=extra_ts,
-                   aggregation=a.aggregation, compute_weight=a.compute_weight)
+                   aggregation=a.aggregation, compute_weight=a.compute_weight, calibration=a.calibration)
     by_label = {} if a.min_confidence_memory is None else {"memory": a.min_confidence_memory}
-    out = summarize(res, families, a.min_confidence, by_label)
+    out = summarize(res, families, a.min_confidence, by_label, by_set=a.loso)
     out["protocol"] = (f"saved model {a.model}, test on held-out" if a.model is not None
                        else "train on sources, test on held-out" if test_ts is not None
+                       else "leave one set out" if a.loso
                        else "leave one family out")
+    out["calibration"] = a.calibration
+    out["held_out_sets"] = list(out.get("sets", {}))
+    out["train_folders"] = list(train_folders or ())
+    out["calibrate_on_unused"] = a.calibrate_on_unused
     if a.model is not None:
         out["model_version"] = saved.version
     out["kind"] = a.kind
@@ -363,6 +495,10 @@ def print_report(out: dict[str, Any]) -> None:
     for name in ("named_87", "sweep", "sweep_heldout", "all"):
         if name in out:
             print(_line(name, out[name]))
+    if "sets" in out:
+        print("-" * 96)
+        for name, b in out["sets"].items():
+            print(_line(name, b))
     a = out["all"]
     print(f"\nall: accuracy {a['accuracy']:.3f} (unsure counted wrong: {a['accuracy_unsure_wrong']:.3f}, "
           f"coverage {a['coverage']:.3f}); compute called memory {a['compute_called_memory']}/"

@@ -91,6 +91,10 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     t.add_argument("--round2-recipe", action="store_true",
                    help="issue 13 round 2's recipe (h200-20261130-lenweight, the shipped model): compute "
                    "weight 1 and, without --raw/--telemetry, its six recordings (training.ROUND2_RECORDINGS)")
+    t.add_argument("--calibration", choices=("family", "source"), default="family",
+                   help="how the CV the calibration maps are fitted on is grouped: family (whole workload "
+                   "families, --folds folds; default) or source (one fold per recording folder: the error "
+                   "on a whole set of new kinds of work; a nightly then keeps this model's maps)")
     t.add_argument("--json", action="store_true")
     t.set_defaults(func=cmd_model_train)
     s = msub.add_parser("show", help="print a model's metadata")
@@ -261,12 +265,15 @@ def _human_summary(s: dict[str, Any]) -> str:
 
 
 def cmd_model_train(args: argparse.Namespace) -> int:
+    import numpy as np
+
     from wattclass.classifier.model import (
         AGGREGATIONS,
         DEFAULT_AGGREGATION,
         DEFAULT_COMPUTE_WEIGHT,
         DEFAULT_KIND,
         MODEL_KINDS,
+        source_groups,
         train_model,
     )
     from wattclass.classifier.replay import is_recording
@@ -301,8 +308,14 @@ def cmd_model_train(args: argparse.Namespace) -> int:
     # Recordings name each job's workload family: CV (metrics, calibration) then holds out whole
     # families, so confidences reflect work the model never saw. Other sources: grouped by job.
     families = job_families(sources) or None
-    model = train_model(ts, version, n_folds=args.folds, created=args.created, families=families, kind=kind,
-                        aggregation=aggregation, compute_weight=weight)
+    n_folds, groups = args.folds, None
+    if args.calibration == "source":  # leave one recording folder out (issue 13 round 5)
+        groups = source_groups(np.unique(ts.group))
+        n_folds = len(set(groups.values()))
+        if n_folds < 2:
+            raise DataError("--calibration source: needs at least two recording folders (sources)")
+    model = train_model(ts, version, n_folds=n_folds, created=args.created, families=families, kind=kind,
+                        aggregation=aggregation, compute_weight=weight, fold_groups=groups)
     model.save(args.out)
     data = {"out": str(args.out), "version": version, "sources": [str(s) for s in sources],
             "metrics": model.meta["metrics"], "training_data": model.meta["training_data"]}

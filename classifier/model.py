@@ -118,6 +118,11 @@ DEFAULT_COST_AWARE = False
 #: (round 3) came out at 2 and lost those sets (docs/measurements/
 #: issue13-preregistration-round4-2026-11-30.md). ``bench/eval_families.py --round2-recipe``: 1.
 DEFAULT_COMPUTE_WEIGHT = 1.0
+#: model.json ``cv_grouping`` values whose calibration maps were fitted on out-of-fold predictions
+#: with whole recording folders held out (``source_groups``; ``wattclass model train --calibration
+#: source``). A nightly candidate keeps such an incumbent's maps (classifier/nightly.py): its own
+#: sample has no folders, and a job-grouped CV would fit optimistic maps (issue 13 round 5).
+SET_OUT_GROUPINGS: tuple[str, ...] = ("source",)
 #: Training uses only windows at least this long (see TrainingSet.trainable); jobs' truth uses all.
 MIN_TRAIN_WINDOW_S = 5.0
 
@@ -420,6 +425,12 @@ def job_folds(keys: npt.NDArray[np.object_], labels: npt.ArrayLike, n_folds: int
     return fold
 
 
+def source_groups(keys: Sequence[str] | npt.NDArray[np.object_]) -> dict[str, str]:
+    """Job key -> its source: the recording folder (or a nightly's date) before the first ``:`` of
+    ``<source>:<job_id>``, as ``training.training_set`` and the nightly name jobs."""
+    return {str(k): str(k).split(":", 1)[0] for k in keys}
+
+
 def family_folds(keys: npt.NDArray[np.object_], families: Mapping[str, str], n_folds: int,
                  seed: int = 0) -> I64:
     """Fold number per job such that every job of one family lands in the same fold.
@@ -446,6 +457,7 @@ def cross_validate(
     rounds: int = NUM_ROUNDS, min_window_s: float = MIN_TRAIN_WINDOW_S,
     families: Mapping[str, str] | None = None, cost_aware: bool = False, kind: str = DEFAULT_KIND,
     aggregation: str = DEFAULT_AGGREGATION, workers: int = 0, compute_weight: float = DEFAULT_COMPUTE_WEIGHT,
+    fold_groups: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Grouped k-fold CV at job level; returns metrics and the out-of-fold predictions.
 
@@ -464,21 +476,24 @@ def cross_validate(
     Without ``families`` folds are stratified by the job's rule label; with a job key -> family
     map, whole families are held out together (the out-of-fold predictions then say how the
     model does on kinds of work it never saw, which is what calibration should reflect).
+    ``fold_groups`` (job key -> group, e.g. ``source_groups``: the recording folder) deals whole
+    groups to the folds instead (``families`` still groups the margin map's sigma folds).
     """
     with _OneBlasThread():
         return _cross_validate(ts, n_folds, seed, params, rounds, min_window_s, families, cost_aware, kind,
-                               aggregation, workers, compute_weight)
+                               aggregation, workers, compute_weight, fold_groups)
 
 
 def _cross_validate(
     ts: TrainingSet, n_folds: int, seed: int, params: Mapping[str, Any] | None, rounds: int,
     min_window_s: float, families: Mapping[str, str] | None, cost_aware: bool, kind: str, aggregation: str,
-    workers: int, fixed_weight: float,
+    workers: int, fixed_weight: float, fold_groups: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     keys, truth = ts.job_truth()
     dur = aggregation_durations(ts, aggregation)
     n_folds = max(2, min(n_folds, len(keys)))
-    fold_of_job = (family_folds(keys, families, n_folds, seed) if families is not None
+    fold_of_job = (family_folds(keys, fold_groups, n_folds, seed) if fold_groups is not None
+                   else family_folds(keys, families, n_folds, seed) if families is not None
                    else job_folds(keys, truth, n_folds, seed))
     job_index = {k: i for i, k in enumerate(keys)}
     window_job = np.fromiter((job_index[g] for g in ts.group), dtype=np.int64, count=len(ts.group))
@@ -704,7 +719,7 @@ def train_model(
     created: str | None = None, min_window_s: float = MIN_TRAIN_WINDOW_S,
     families: Mapping[str, str] | None = None, kind: str = DEFAULT_KIND,
     aggregation: str = DEFAULT_AGGREGATION, workers: int = 0, cost_aware: bool = DEFAULT_COST_AWARE,
-    compute_weight: float = DEFAULT_COMPUTE_WEIGHT,
+    compute_weight: float = DEFAULT_COMPUTE_WEIGHT, fold_groups: Mapping[str, str] | None = None,
 ) -> WindowModel:
     """Cross-validate (for metrics, calibration and, with ``cost_aware``, the compute weight), and
     fit on every trainable window. The model applies ``compute_weight`` (or, with ``cost_aware``
@@ -715,7 +730,9 @@ def train_model(
     ``workers`` as for ``cross_validate``.
 
     ``created`` goes into the metadata as given (None: omitted), never the wall clock, so that
-    rebuilding from the same data gives byte-identical model files.
+    rebuilding from the same data gives byte-identical model files. ``fold_groups``
+    (``source_groups``): the CV deals whole groups to its folds (model.json ``cv_grouping``
+    ``source``; ``families`` still group the margin map's sigma).
     """
     if aggregation not in AGGREGATIONS:
         raise DataError(f"unknown job aggregation {aggregation!r} (known: {', '.join(AGGREGATIONS)})")
@@ -729,13 +746,14 @@ def train_model(
         cv, (booster, margin) = beside(
             lambda: cross_validate(ts, n_folds, seed, min_window_s=min_window_s, families=families, kind=kind,
                                    aggregation=aggregation, workers=workers, cost_aware=cost_aware,
-                                   compute_weight=compute_weight), fit_all)
+                                   compute_weight=compute_weight, fold_groups=fold_groups), fit_all)
     else:
         booster, margin = fit_all()
     meta: dict[str, Any] = {
         **model_meta(version, kind, aggregation, created, min_window_s, ts),
         "calibration": cv["calibration"] if cv else None,
-        "cv_grouping": ("family" if families is not None else "job") if cv else None,
+        "cv_grouping": ("source" if fold_groups is not None else "family" if families is not None
+                        else "job") if cv else None,
         "compute_weight": cv["compute_weight"] if cv else compute_weight,
         "metrics": ({k: v for k, v in cv.items() if k not in ("jobs", "calibration", "compute_weight")}
                     if cv else None),

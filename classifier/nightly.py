@@ -52,6 +52,7 @@ from wattclass.classifier.engine import (
 )
 from wattclass.classifier.labeling import LabelResult
 from wattclass.classifier.model import (
+    SET_OUT_GROUPINGS,
     TrainingSet,
     WindowModel,
     beside,
@@ -243,6 +244,14 @@ def _retrain(store: ClassifierStore, registry: ModelRegistry, current: WindowMod
             "incumbent": current.version}
     promoted = should_promote({"accuracy": cand_acc}, {"accuracy": inc_acc})
     model.meta["calibration"] = cv["calibration"]
+    if current.meta.get("cv_grouping") in SET_OUT_GROUPINGS and current.meta.get("calibration"):
+        # The incumbent's maps were fitted with whole recording folders held out (issue 13 round 5):
+        # they say how often the model is right on kinds of work it never saw. Tonight's sample has
+        # no folders, and its job-grouped CV keeps a job's siblings on both sides, so maps fitted
+        # on it are optimistic exactly there. The candidate keeps the incumbent's maps (same kind,
+        # aggregation and weight); its own CV still gives the gate and the metrics.
+        model.meta["calibration"] = current.meta["calibration"]
+        model.meta["cv_grouping"] = current.meta["cv_grouping"]
     model.meta["metrics"] = {k2: v for k2, v in cv.items() if k2 not in ("jobs", "calibration")}
     registry.add(model, promoted=promoted, gate=gate)
     return {"retrained": True, "version": version, "promoted": promoted, **gate,

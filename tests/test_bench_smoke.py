@@ -146,6 +146,36 @@ def test_eval_families_round3_recipe_turns_on_what_round_3_added() -> None:
     assert proc.returncode == 1 and "different recipes" in proc.stderr
 
 
+def test_eval_families_leaves_whole_sets_out_and_pools_them() -> None:
+    # issue 13 round 5: each --sets folder held out whole, trained on the other folders, pooled
+    script = str(BENCH / "eval_families.py")
+    data = H200_RAW.parent
+    raw = [str(data / n) for n in ("raw", "sweep", "ridge2")]
+    out = json.loads(_run(script, "--loso", "--raw", *raw, "--sets", "sweep,ridge2", "--json", timeout=300))
+    assert out["protocol"] == "leave one set out" and out["held_out_sets"] == ["ridge2", "sweep"]
+    assert out["all"]["jobs"] == 47 + 42 == sum(b["jobs"] for b in out["sets"].values())
+    assert out["sets"]["ridge2"]["jobs"] == 42 and not any(w.startswith("raw:") for w in out["wrong"])
+    pooled = out["all"]
+    assert pooled["compute_called_memory"] == sum(b["compute_called_memory"] for b in out["sets"].values())
+    # one set held out alone is the --test protocol: the same predictions
+    test = json.loads(_run(script, "--raw", str(data / "raw"), str(data / "sweep"), "--test",
+                           str(data / "ridge2"), "--json", timeout=300))
+    assert test["all"] == out["sets"]["ridge2"]
+    # training on fewer folders, and calibrating on the unused one, changes the figures
+    few = json.loads(_run(script, "--loso", "--raw", *raw, "--sets", "ridge2", "--train-folders", "raw",
+                          "--calibrate-on-unused", "--json", timeout=300))
+    assert few["train_folders"] == ["raw"] and few["calibrate_on_unused"] is True
+    assert few["all"]["jobs"] == 42 and few["all"] != test["all"]
+    # calibration on one fold per recording folder: the same labels, other confidences
+    src = json.loads(_run(script, "--loso", "--raw", *raw, "--sets", "ridge2", "--calibration", "source",
+                          "--json", timeout=300))
+    assert src["calibration"] == "source" and src["wrong"] != test["wrong"]
+    assert src["all"]["accuracy"] == test["all"]["accuracy"]
+    proc = subprocess.run([sys.executable, script, "--loso", "--raw", *raw, "--sets", "fresh4"],
+                          capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert proc.returncode == 1 and "no jobs of the held-out set(s) fresh4" in proc.stderr
+
+
 def test_colocation_collect_fake_and_analyse(tmp_path: Path) -> None:
     """The co-location recorder on a fake NVML with tiny CPU workloads, then the analysis (on the
     stored H200 recording: the fake's pairs have no meaningful solo references)."""

@@ -256,3 +256,35 @@ def test_nightly_candidate_keeps_the_incumbents_compute_weight(real_set: M.Train
     cv = M.cross_validate(store.samples(), kind=incumbent.kind, aggregation=incumbent.aggregation,
                           compute_weight=incumbent_weight)
     assert candidate.meta["calibration"] == cv["calibration"]
+
+
+@pytest.mark.parametrize("grouping", ["source", "family"])
+def test_nightly_candidate_keeps_set_out_calibration_maps(real_set: M.TrainingSet, tmp_path: Path,
+                                                          grouping: str) -> None:
+    # issue 13 round 5: maps fitted with whole recording folders held out say how often the model
+    # is right on work it never saw; tonight's sample has no folders and its job-grouped CV would
+    # fit optimistic maps, so the candidate keeps the incumbent's. Other incumbents (the shipped
+    # model's family-grouped maps) get the candidate's own, as before.
+    from wattclass.classifier.nightly import NightlyOptions, _retrain
+    from wattclass.classifier.store import ClassifierStore, ModelRegistry
+
+    store, registry = ClassifierStore(tmp_path), ModelRegistry(tmp_path)
+    incumbent = registry.current()
+    set_out = {"a": 0.5, "b": -0.25, "by_label": {"compute": {"a": 0.4, "b": -0.5}}}
+    incumbent.meta["calibration"] = set_out
+    incumbent.meta["cv_grouping"] = grouping
+    day = "2026-11-30"
+    today = np.asarray([f"{day}:{g}" for g in real_set.group], dtype=object)
+    sample = M.TrainingSet(real_set.X, real_set.y, today, real_set.sources, real_set.dur, real_set.margin)
+    store.write_sample(day, sample)
+    out = _retrain(store, registry, incumbent, NightlyOptions(tmp_path, day, tmp_path / "t.tsv"), sample)
+    assert out["retrained"] is True
+    candidate = M.load_model(registry.root / out["version"])
+    cv = M.cross_validate(store.samples(), kind=incumbent.kind, aggregation=incumbent.aggregation,
+                          compute_weight=float(incumbent.meta.get("compute_weight") or 1.0))
+    if grouping in M.SET_OUT_GROUPINGS:
+        assert candidate.meta["calibration"] == set_out != cv["calibration"]
+        assert candidate.meta["cv_grouping"] == grouping
+    else:
+        assert candidate.meta["calibration"] == cv["calibration"] != set_out
+    assert candidate.meta["metrics"]["accuracy"] == cv["accuracy"]  # the gate's own CV either way

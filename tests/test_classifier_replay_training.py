@@ -67,6 +67,33 @@ def test_model_files_are_identical_across_rebuilds(tmp_path: Path) -> None:
     assert meta["created"] is None and meta["training_data"]["n_jobs"] == 21
 
 
+def test_source_calibration_holds_out_whole_recording_folders(tmp_path: Path) -> None:
+    # issue 13 round 5: ``--calibration source`` fits the maps on out-of-fold predictions with one
+    # recording folder per fold (what a nightly then keeps); one folder alone is refused
+    raw, ridge2 = str(DATA / "raw"), str(DATA / "ridge2")
+    assert main(["model", "train", "--raw", raw, ridge2, "--out", str(tmp_path / "s"), "--version", "t",
+                 "--calibration", "source"]) == 0
+    meta = M.load_model(tmp_path / "s").meta
+    assert meta["cv_grouping"] == "source" and meta["metrics"]["n_folds"] == 2
+    assert meta["training_data"]["n_jobs"] == 21 + 42
+    assert main(["model", "train", "--raw", raw, ridge2, "--out", str(tmp_path / "f"), "--version", "t"]) == 0
+    fam = M.load_model(tmp_path / "f").meta
+    assert fam["cv_grouping"] == "family" and fam["calibration"] != meta["calibration"]
+    assert fam["model_version"] == meta["model_version"]
+    assert main(["model", "train", "--raw", raw, "--out", str(tmp_path / "one"), "--version", "t",
+                 "--calibration", "source"]) != 0
+    assert not (tmp_path / "one").exists()
+
+
+def test_source_groups_are_the_folder_or_date_before_the_first_colon() -> None:
+    keys = np.asarray(["raw:5001", "fresh4:42007", "2026-11-30:host:77"], dtype=object)
+    assert M.source_groups(keys) == {"raw:5001": "raw", "fresh4:42007": "fresh4",
+                                     "2026-11-30:host:77": "2026-11-30"}
+    # whole sources per fold: the CV never splits a folder
+    folds = M.family_folds(keys, M.source_groups(keys), 3)
+    assert len(set(folds.tolist())) == 3
+
+
 def test_train_raw_rejects_a_folder_that_is_not_a_recording(tmp_path: Path,
                                                             capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["model", "train", "--raw", str(tmp_path), "--out", str(tmp_path / "m")]) != 0
