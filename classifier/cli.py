@@ -31,6 +31,12 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_classify)
 
+    _register_nightly(sub)
+    _register_effects(sub)
+    _register_model(sub)
+
+
+def _register_nightly(sub: argparse._SubParsersAction[Any]) -> None:
     n = sub.add_parser("nightly", help="label a day's jobs, retrain, write the submission label table")
     n.add_argument("--data-root", type=Path, required=True)
     n.add_argument("--date", default=None, help="YYYY-MM-DD (UTC; default: yesterday)")
@@ -62,6 +68,8 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     n.add_argument("--json", action="store_true")
     n.set_defaults(func=cmd_nightly)
 
+
+def _register_effects(sub: argparse._SubParsersAction[Any]) -> None:
     ef = sub.add_parser("effects", help="measured effect of each cap: canary (capped) vs control runs",
                         description="One row per label and cap: label, cap, n_capped, n_control, n_keys, "
                         "runtime_ratio (lo, hi), energy_ratio (lo, hi): capped over uncapped runs of one "
@@ -73,6 +81,8 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     ef.add_argument("--json", action="store_true")
     ef.set_defaults(func=cmd_effects)
 
+
+def _register_model(sub: argparse._SubParsersAction[Any]) -> None:
     m = sub.add_parser("model", help="train and inspect classifier models")
     msub = m.add_subparsers(dest="model_command", metavar="ACTION")
     t = msub.add_parser("train", help="train a model from v1 telemetry (GPM gives the labels)")
