@@ -8,7 +8,6 @@ The local nightly trains with ``model.train_model``; both give the same kind of 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -24,16 +23,14 @@ log = logging.getLogger("wattclass.classifier")
 
 
 def train_model_dask(client: Client, ts: TrainingSet, version: str,
-                     kind: str | None = None, aggregation: str | None = None,
-                     families: Mapping[str, str] | None = None) -> WindowModel:
+                     kind: str | None = None, aggregation: str | None = None) -> WindowModel:
     """Fit the window model with LightGBM's Dask estimator on ``client``'s workers.
 
     Same parameters, rounds, features, per-job weights and trainable windows (>= 5 s) as
     ``model.train_model``; ``kind`` and ``aggregation`` default to its. A set lacking a window
     class is fitted with ``train_model`` (the estimator would renumber the classes it saw). For
     a roofline-margin model the workers train the idle-vs-active booster, the client the ridge
-    stage. ``aggregation`` is recorded for the calibration the caller attaches; ``families``
-    groups the margin map's sigma folds, as in ``train_model``."""
+    stage. ``aggregation`` is recorded for the calibration the caller attaches."""
     import datetime as dt
 
     import dask.array as da
@@ -65,7 +62,7 @@ def train_model_dask(client: Client, ts: TrainingSet, version: str,
     n_classes = 2 if margin_kind else len(rules.WINDOW_CLASSES)
     if set(np.unique(y).tolist()) != set(range(n_classes)):
         log.info("training set lacks a window class: fitting the candidate locally")
-        return train_model(ts, version, evaluate=False, kind=kind, aggregation=aggregation, families=families)
+        return train_model(ts, version, evaluate=False, kind=kind, aggregation=aggregation)
     n_workers = max(1, len(client.scheduler_info().get("workers", {})))
     rows = max(1, -(-len(y) // n_workers))
     # Rows in a seeded random order: each worker's part must hold every class (LightGBM's Dask
@@ -88,5 +85,5 @@ def train_model_dask(client: Client, ts: TrainingSet, version: str,
         "metrics": None,
     }
     if margin_kind:
-        meta["margin"] = fit_margin_stage(fit, families)
+        meta["margin"] = fit_margin_stage(fit)
     return WindowModel(booster, meta)

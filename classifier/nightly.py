@@ -257,11 +257,11 @@ def _retrain(store: ClassifierStore, registry: ModelRegistry, current: WindowMod
             lambda: cross_validate(ts, seed=opts.seed, kind=kind, aggregation=aggregation,
                                    compute_weight=weight, families=families),
             lambda: train_model(ts, version, evaluate=False, kind=kind, aggregation=aggregation,
-                                compute_weight=weight, families=families))
+                                compute_weight=weight))
     else:
         cv = cross_validate(ts, seed=opts.seed, kind=kind, aggregation=aggregation, compute_weight=weight,
                             families=families)
-        model = train_model_dask(client, ts, version, kind=kind, aggregation=aggregation, families=families)
+        model = train_model_dask(client, ts, version, kind=kind, aggregation=aggregation)
         model.meta["compute_weight"] = weight
     jobs = cv["jobs"]
     new_mask = np.char.startswith(np.asarray(jobs["key"], dtype=str), new_prefix)
