@@ -32,19 +32,18 @@ import datetime as dt
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import numpy.typing as npt
 import pandas as pd
 
 from wattclass.admincomment import parse_admin_comment
 from wattclass.classifier import rules
 from wattclass.classifier.dasktrain import train_model_dask
-from wattclass.classifier.effects import effects_from_history, job_key
+from wattclass.classifier.effects import effects_from_history
 from wattclass.classifier.engine import (
     AFTER_SCAN_MODULES,
     SAMPLE_PER_JOB,
@@ -64,7 +63,7 @@ from wattclass.classifier.model import (
 from wattclass.classifier.reader import telemetry_files
 from wattclass.classifier.store import ClassifierStore, ModelRegistry, utc_day_bounds
 from wattclass.classifier.table import HISTORY_DAYS, build_entries
-from wattclass.classifier.training import cached_training_set, job_families, thin
+from wattclass.classifier.training import cached_training_set, thin
 from wattclass.errors import ConfigError, SlurmError
 from wattclass.labeltable import write_label_table
 from wattclass.lockfile import FolderLock
@@ -195,33 +194,6 @@ def summarise(labels: pd.DataFrame) -> dict[str, Any]:
     return per_label
 
 
-def cv_families(store: ClassifierStore, base_training: Sequence[Path],
-                groups: npt.NDArray[np.object_]) -> dict[str, str]:
-    """Job key -> family for the candidate's cross-validation (its calibration maps and the gate).
-
-    Why: with one job per fold, every other run of the same workload (the same user's job of the
-    same name on another day, or another array task) sits on the training side, so the out-of-fold
-    predictions are right more often than on work the model has not seen, and the confidence fitted
-    on them is too high exactly where a cap would be wrong. A site job's family is its job key
-    (``effects.job_key``: user/name, or the user where the name is unknown) from the label store;
-    the bundled recordings' jobs keep their workload families (training.job_families). A job of
-    neither kind is its own family."""
-    out: dict[str, str] = {}
-    if base_training:
-        out.update({k: f"h200:{f}" for k, f in job_families(list(base_training)).items()})
-    keys = pd.Series(np.unique(groups.astype(str)))
-    site = keys[~keys.isin(out.keys())]
-    parts = site.str.split(":", n=1, expand=True) if len(site) else None
-    if parts is not None and parts.shape[1] == 2:
-        names = store.job_names(sorted(set(parts[0].dropna())))
-        if len(names):
-            key = names["date"].astype(str) + ":" + names["job_id"].astype(str)
-            fam = "site:" + job_key(names["user"], names["name"])
-            known = dict(zip(key, fam, strict=True))
-            out.update({k: known[k] for k in site if k in known})
-    return out
-
-
 def _retrain(store: ClassifierStore, registry: ModelRegistry, current: WindowModel, opts: NightlyOptions,
              sample: TrainingSet, client: Client | None = None) -> dict[str, Any]:
     """Train a candidate on everything we have and gate it against the current model."""
@@ -250,17 +222,15 @@ def _retrain(store: ClassifierStore, registry: ModelRegistry, current: WindowMod
     kind, aggregation = current.kind, current.aggregation
     weight = float(current.meta.get("compute_weight") or 1.0)
     version = registry.new_version(f"nightly-{opts.date.replace('-', '')}")
-    families = cv_families(store, opts.base_training, ts.group)
     if client is None:
         # the candidate's fit does not depend on its cross-validation: both run at once
         cv, model = beside(
             lambda: cross_validate(ts, seed=opts.seed, kind=kind, aggregation=aggregation,
-                                   compute_weight=weight, families=families),
+                                   compute_weight=weight),
             lambda: train_model(ts, version, evaluate=False, kind=kind, aggregation=aggregation,
                                 compute_weight=weight))
     else:
-        cv = cross_validate(ts, seed=opts.seed, kind=kind, aggregation=aggregation, compute_weight=weight,
-                            families=families)
+        cv = cross_validate(ts, seed=opts.seed, kind=kind, aggregation=aggregation, compute_weight=weight)
         model = train_model_dask(client, ts, version, kind=kind, aggregation=aggregation)
         model.meta["compute_weight"] = weight
     jobs = cv["jobs"]
@@ -274,7 +244,6 @@ def _retrain(store: ClassifierStore, registry: ModelRegistry, current: WindowMod
             "incumbent": current.version}
     promoted = should_promote({"accuracy": cand_acc}, {"accuracy": inc_acc})
     model.meta["calibration"] = cv["calibration"]
-    model.meta["cv_grouping"] = "job-key"  # cv_families: site jobs by user/name, bundled ones by family
     if current.meta.get("cv_grouping") in SET_OUT_GROUPINGS and current.meta.get("calibration"):
         # The incumbent's maps were fitted with whole recording folders held out (issue 13 round 5):
         # they say how often the model is right on kinds of work it never saw. Tonight's sample has

@@ -19,7 +19,6 @@ import datetime as dt
 import json
 import logging
 import shutil
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -62,24 +61,6 @@ class ClassifierStore:
             except (OSError, pa.ArrowException):
                 continue
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-
-    def job_names(self, dates: Sequence[str]) -> pd.DataFrame:
-        """date, job_id, user and name of the stored labels of ``dates`` (unreadable days skipped):
-        what the nightly groups its cross-validation by, read without the rest of the columns."""
-        frames = []
-        for date in sorted(set(dates)):
-            p = self.labels_path(date)
-            try:
-                names = pq.read_schema(p).names
-                cols = [c for c in ("job_id", "user", "name") if c in names]
-                frames.append(pd.read_parquet(p, columns=cols).assign(date=date))
-            except (OSError, pa.ArrowException):
-                continue
-        out = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-        for c in ("date", "job_id", "user", "name"):
-            if c not in out.columns:
-                out[c] = pd.Series(dtype=object)
-        return out
 
     # ---- training samples
     def write_sample(self, date: str, ts: TrainingSet) -> None:

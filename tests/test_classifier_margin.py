@@ -238,7 +238,7 @@ def test_nightly_candidate_keeps_the_incumbents_compute_weight(real_set: M.Train
                                                                incumbent_weight: float) -> None:
     # issue 13 round 4: the weight is part of the recipe, and a nightly never changes the recipe
     # by itself; the candidate's calibration is fitted on out-of-fold predictions weighed the same
-    from wattclass.classifier.nightly import NightlyOptions, _retrain, cv_families
+    from wattclass.classifier.nightly import NightlyOptions, _retrain
     from wattclass.classifier.store import ClassifierStore, ModelRegistry
 
     store, registry = ClassifierStore(tmp_path), ModelRegistry(tmp_path)
@@ -253,9 +253,8 @@ def test_nightly_candidate_keeps_the_incumbents_compute_weight(real_set: M.Train
     assert out["retrained"] is True
     candidate = M.load_model(registry.root / out["version"])
     assert candidate.meta["compute_weight"] == incumbent_weight
-    samples = store.samples()
-    cv = M.cross_validate(samples, kind=incumbent.kind, aggregation=incumbent.aggregation,
-                          compute_weight=incumbent_weight, families=cv_families(store, (), samples.group))
+    cv = M.cross_validate(store.samples(), kind=incumbent.kind, aggregation=incumbent.aggregation,
+                          compute_weight=incumbent_weight)
     assert candidate.meta["calibration"] == cv["calibration"]
 
 
@@ -266,7 +265,7 @@ def test_nightly_candidate_keeps_set_out_calibration_maps(real_set: M.TrainingSe
     # is right on work it never saw; tonight's sample has no folders and its job-grouped CV would
     # fit optimistic maps, so the candidate keeps the incumbent's. Other incumbents (the shipped
     # model's family-grouped maps) get the candidate's own, as before.
-    from wattclass.classifier.nightly import NightlyOptions, _retrain, cv_families
+    from wattclass.classifier.nightly import NightlyOptions, _retrain
     from wattclass.classifier.store import ClassifierStore, ModelRegistry
 
     store, registry = ClassifierStore(tmp_path), ModelRegistry(tmp_path)
@@ -281,10 +280,8 @@ def test_nightly_candidate_keeps_set_out_calibration_maps(real_set: M.TrainingSe
     out = _retrain(store, registry, incumbent, NightlyOptions(tmp_path, day, tmp_path / "t.tsv"), sample)
     assert out["retrained"] is True
     candidate = M.load_model(registry.root / out["version"])
-    samples = store.samples()
-    cv = M.cross_validate(samples, kind=incumbent.kind, aggregation=incumbent.aggregation,
-                          compute_weight=float(incumbent.meta.get("compute_weight") or 1.0),
-                          families=cv_families(store, (), samples.group))
+    cv = M.cross_validate(store.samples(), kind=incumbent.kind, aggregation=incumbent.aggregation,
+                          compute_weight=float(incumbent.meta.get("compute_weight") or 1.0))
     if grouping in M.SET_OUT_GROUPINGS:
         assert candidate.meta["calibration"] == set_out != cv["calibration"]
         assert candidate.meta["cv_grouping"] == grouping
