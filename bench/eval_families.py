@@ -103,6 +103,9 @@ def predict_unseen(train: Any, test: Any, families: dict[str, str], kind: str, i
     if calibration == "source":
         groups = {str(g): source_of(g) for g in np.unique(train.group)}
         inner_folds = len(set(groups.values()))
+        if inner_folds < 2:
+            raise SystemExit("--calibration source: needs at least two training folders (one fold "
+                             f"per folder), got {inner_folds}")
     inner = cross_validate(train, inner_folds, seed=0, families=families, cost_aware=cost_aware, kind=kind,
                            aggregation=aggregation, compute_weight=compute_weight, fold_groups=groups)
     booster, margin = fit_windows(train.subset(train.trainable(MIN_TRAIN_WINDOW_S)), kind, families=families)

@@ -188,3 +188,18 @@ def test_an_error_shows_bytes_that_are_not_utf8_as_question_marks(tmp_path: Path
         C.JobsFileClient(f)
     msg = str(err.value)
     assert "job 7?" in msg and "x" * 32 not in msg and chr(C._BAD_BASE + 0xFF) not in msg
+
+
+def test_spreadsheet_and_sacct_words_for_missing_are_null(tmp_path: Path) -> None:
+    f = tmp_path / "jobs.csv"
+    f.write_text("job_id,start,end,gpus\n1,2026-11-29T01:00:00,#N/A,#N/A\n2,<NA>,n/a,<NA>\n3,unknown,UNKNOWN,n/a\n")
+    assert [(r.start is None, r.end, r.gpus) for r in C.JobsFileClient(f).jobs(*EVER)] == [
+        (False, None, None), (True, None, None), (True, None, None)]
+
+
+def test_parquet_with_pandas_nullable_columns(tmp_path: Path) -> None:
+    f = tmp_path / "jobs.parquet"
+    pd.DataFrame({"job_id": pd.array([5, 6], dtype="Int64"), "name": pd.array(["a", None], dtype="string"),
+                  "gpus": pd.array([2, None], dtype="Int64")}).to_parquet(f)
+    recs = C.JobsFileClient(f).jobs(*EVER)
+    assert [(r.job_id, r.name, r.gpus) for r in recs] == [("5", "a", 2), ("6", None, None)]

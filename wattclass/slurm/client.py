@@ -132,7 +132,7 @@ class JobsFileClient(SlurmClient):
         for msg in self.problems[:20]:
             log.warning("%s: %s", self.path, msg)
         if len(self.problems) > 20:
-            log.warning("%s: %d more record(s) with invalid UTF-8", self.path, len(self.problems) - 20)
+            log.warning("%s: %d more record problem(s)", self.path, len(self.problems) - 20)
 
     def describe(self) -> str:
         return f"jobs file {self.path}"
@@ -162,9 +162,13 @@ _RECORD_FIELDS = ("name", "user", "account", "partition", "start", "end", "admin
 _TEXT_COLUMNS = ("job_id", "name", "user", "account", "partition", "admin_comment", "slurm_job_id")
 #: The text fields checked for bytes that were not UTF-8, in the order problems name them.
 _TEXT_FIELDS = ("job_id", "user", "account", "partition", "name", "admin_comment")
-#: What sacct and common exports write for "no time" (a running job's End=Unknown): null.
-_NO_TIME = ("Unknown", "None", "N/A", "NA", "NaN", "nan", "NaT", "null", "NULL", "")
-_NO_NUMBER = ("None", "N/A", "NA", "NaN", "nan", "null", "NULL", "")
+#: pandas' own words for a missing number (its read_csv default), kept for the number and time
+#: columns: a spreadsheet export writes #N/A, <NA>, n/a.
+_NA_WORDS = ("", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN",
+             "<NA>", "N/A", "NA", "NULL", "NaN", "None", "n/a", "nan", "null")
+#: ... and what sacct writes for "no time" (a running job's End=Unknown): null.
+_NO_TIME = (*_NA_WORDS, "Unknown", "unknown", "UNKNOWN", "none", "NaT")
+_NO_NUMBER = _NA_WORDS
 #: Epoch values at or above this are not seconds (1e11 s is the year 5138; 1.7e12 is a millisecond
 #: epoch of today, a common export mistake).
 _MAX_EPOCH_S = 1e11
@@ -205,7 +209,7 @@ def _text(col: pd.Series, ids: list[str], path: Path) -> list[str | None]:
 
     out: list[str | None] = []
     for job_id, v in zip(ids, col.tolist(), strict=True):
-        if v is None or v is pd.NaT or (isinstance(v, float) and v != v):
+        if v is None or v is pd.NaT or v is pd.NA or (isinstance(v, float) and v != v):
             out.append(None)
         elif isinstance(v, str):
             out.append(v)
@@ -261,8 +265,14 @@ def _times(col: pd.Series, ids: list[str], path: Path) -> list[dt.datetime | Non
         utc = col.dt.tz_localize("UTC") if col.dt.tz is None else col.dt.tz_convert("UTC")
         utc = utc.dt.floor("us")
         return [None if t is pd.NaT else t.to_pydatetime() for t in utc.tolist()]
+    # ISO 8601 text (what exports write) at once; the values it cannot read go one by one through
+    # ``_ts``, which reads other spellings or names the job whose value is not a time.
+    fast = pd.to_datetime(col, utc=True, errors="coerce", format="ISO8601").dt.floor("us")
     out: list[dt.datetime | None] = []
-    for job_id, value in zip(ids, col.tolist(), strict=True):
+    for job_id, value, t in zip(ids, col.tolist(), fast.tolist(), strict=True):
+        if t is not pd.NaT:
+            out.append(t.to_pydatetime())
+            continue
         try:
             out.append(None if isinstance(value, str) and value.strip() in _NO_TIME else _ts(value))
         except (ValueError, TypeError, OverflowError) as exc:
