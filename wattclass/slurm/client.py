@@ -69,8 +69,10 @@ def _ts(value: object) -> dt.datetime | None:
 class JobsFileClient(SlurmClient):
     """Job records from a CSV or Parquet file with (a subset of) the JOB_COLUMNS columns.
 
-    ``start``/``end`` may be ISO timestamps or epoch seconds. Missing optional columns read as
-    null; a missing ``job_id`` column is an error naming the file.
+    ``start``/``end`` may be ISO timestamps or epoch seconds; a time without a zone is read as
+    UTC (convert sacct's local times, or export them with ``SLURM_TIME_FORMAT`` carrying the
+    offset). Missing optional columns read as null; a missing ``job_id`` column is an error naming
+    the file.
 
     Job names are whatever users typed, in any encoding: a CSV field that is not valid UTF-8
     does not fail the file. A name that is not UTF-8 is dropped (the record keeps its user and
