@@ -269,9 +269,9 @@ def _times(col: pd.Series, ids: list[str], path: Path) -> list[dt.datetime | Non
         return [None if t is pd.NaT else t.to_pydatetime() for t in utc.tolist()]
     # ISO 8601 text (what exports write) at once; the values it cannot read go one by one through
     # ``_ts``, which reads other spellings or names the job whose value is not a time.
-    fast = pd.to_datetime(col, utc=True, errors="coerce", format="ISO8601").dt.floor("us")
+    fast: list[Any] = pd.to_datetime(col, utc=True, errors="coerce", format="ISO8601").dt.floor("us").tolist()
     out: list[dt.datetime | None] = []
-    for job_id, value, t in zip(ids, col.tolist(), fast.tolist(), strict=True):
+    for job_id, value, t in zip(ids, col.tolist(), fast, strict=True):
         if t is not pd.NaT:
             out.append(t.to_pydatetime())
             continue
