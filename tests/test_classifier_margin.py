@@ -6,6 +6,7 @@ import contextlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -233,18 +234,16 @@ def test_retraining_samples_keep_their_margin(real_set: M.TrainingSet, tmp_path:
     assert margin is not None and margin["sigma"] > 0
 
 
-@pytest.mark.parametrize("incumbent_weight", [1.25, 1.5])
-def test_nightly_candidate_keeps_the_incumbents_compute_weight(real_set: M.TrainingSet, tmp_path: Path,
-                                                               incumbent_weight: float) -> None:
-    # issue 13 round 4: the weight is part of the recipe, and a nightly never changes the recipe
-    # by itself; the candidate's calibration is fitted on out-of-fold predictions weighed the same
+def _nightly_candidate(real_set: M.TrainingSet, tmp_path: Path, **incumbent_meta: Any,
+                       ) -> tuple[M.WindowModel, M.WindowModel, dict[str, Any]]:
+    """Tonight's retraining on ``real_set`` as today's sample, the incumbent's meta changed by
+    ``incumbent_meta``: (incumbent, candidate, the CV of the stored samples at its weight)."""
     from wattclass.classifier.nightly import NightlyOptions, _retrain
     from wattclass.classifier.store import ClassifierStore, ModelRegistry
 
     store, registry = ClassifierStore(tmp_path), ModelRegistry(tmp_path)
     incumbent = registry.current()
-    assert incumbent_weight != M.DEFAULT_COMPUTE_WEIGHT
-    incumbent.meta["compute_weight"] = incumbent_weight
+    incumbent.meta.update(incumbent_meta)
     day = "2026-11-30"
     today = np.asarray([f"{day}:{g}" for g in real_set.group], dtype=object)
     sample = M.TrainingSet(real_set.X, real_set.y, today, real_set.sources, real_set.dur, real_set.margin)
@@ -252,9 +251,19 @@ def test_nightly_candidate_keeps_the_incumbents_compute_weight(real_set: M.Train
     out = _retrain(store, registry, incumbent, NightlyOptions(tmp_path, day, tmp_path / "t.tsv"), sample)
     assert out["retrained"] is True
     candidate = M.load_model(registry.root / out["version"])
-    assert candidate.meta["compute_weight"] == incumbent_weight
     cv = M.cross_validate(store.samples(), kind=incumbent.kind, aggregation=incumbent.aggregation,
-                          compute_weight=incumbent_weight)
+                          compute_weight=float(incumbent.meta.get("compute_weight") or 1.0))
+    return incumbent, candidate, cv
+
+
+@pytest.mark.parametrize("incumbent_weight", [1.25, 1.5])
+def test_nightly_candidate_keeps_the_incumbents_compute_weight(real_set: M.TrainingSet, tmp_path: Path,
+                                                               incumbent_weight: float) -> None:
+    # issue 13 round 4: the weight is part of the recipe, and a nightly never changes the recipe
+    # by itself; the candidate's calibration is fitted on out-of-fold predictions weighed the same
+    assert incumbent_weight != M.DEFAULT_COMPUTE_WEIGHT
+    _, candidate, cv = _nightly_candidate(real_set, tmp_path, compute_weight=incumbent_weight)
+    assert candidate.meta["compute_weight"] == incumbent_weight
     assert candidate.meta["calibration"] == cv["calibration"]
 
 
@@ -265,23 +274,8 @@ def test_nightly_candidate_keeps_set_out_calibration_maps(real_set: M.TrainingSe
     # is right on work it never saw; tonight's sample has no folders and its job-grouped CV would
     # fit optimistic maps, so the candidate keeps the incumbent's. Other incumbents (the shipped
     # model's family-grouped maps) get the candidate's own, as before.
-    from wattclass.classifier.nightly import NightlyOptions, _retrain
-    from wattclass.classifier.store import ClassifierStore, ModelRegistry
-
-    store, registry = ClassifierStore(tmp_path), ModelRegistry(tmp_path)
-    incumbent = registry.current()
     set_out = {"a": 0.5, "b": -0.25, "by_label": {"compute": {"a": 0.4, "b": -0.5}}}
-    incumbent.meta["calibration"] = set_out
-    incumbent.meta["cv_grouping"] = grouping
-    day = "2026-11-30"
-    today = np.asarray([f"{day}:{g}" for g in real_set.group], dtype=object)
-    sample = M.TrainingSet(real_set.X, real_set.y, today, real_set.sources, real_set.dur, real_set.margin)
-    store.write_sample(day, sample)
-    out = _retrain(store, registry, incumbent, NightlyOptions(tmp_path, day, tmp_path / "t.tsv"), sample)
-    assert out["retrained"] is True
-    candidate = M.load_model(registry.root / out["version"])
-    cv = M.cross_validate(store.samples(), kind=incumbent.kind, aggregation=incumbent.aggregation,
-                          compute_weight=float(incumbent.meta.get("compute_weight") or 1.0))
+    _, candidate, cv = _nightly_candidate(real_set, tmp_path, calibration=set_out, cv_grouping=grouping)
     if grouping in M.SET_OUT_GROUPINGS:
         assert candidate.meta["calibration"] == set_out != cv["calibration"]
         assert candidate.meta["cv_grouping"] == grouping
