@@ -70,11 +70,6 @@ LOSO_SETS = ("sweep-heldout", "ridge", "ridge2", "fresh", "fresh3", "fresh4", "l
 CALIBRATIONS = ("family", "source")
 
 
-def source_of(key: str) -> str:
-    """The recording folder of a job key (``<folder>:<job_id>``, as ``training_set`` names jobs)."""
-    return str(key).split(":", 1)[0]
-
-
 def predict_unseen(train: Any, test: Any, families: dict[str, str], kind: str, inner_folds: int = 5,
                    cost_aware: bool = False, aggregation: str = "length-weighted",
                    compute_weight: float = 1.0, calibration: str = "family",
@@ -92,20 +87,21 @@ def predict_unseen(train: Any, test: Any, families: dict[str, str], kind: str, i
         cross_validate,
         fit_windows,
         job_predictions,
+        source_folds,
         weigh,
         window_proba,
     )
     from wattclass.classifier.rules import JOB_LABELS
+    from wattclass.errors import DataError
 
     if calibration not in CALIBRATIONS:
         raise SystemExit(f"--calibration: unknown {calibration!r} (known: {', '.join(CALIBRATIONS)})")
     groups = None
     if calibration == "source":
-        groups = {str(g): source_of(g) for g in np.unique(train.group)}
-        inner_folds = len(set(groups.values()))
-        if inner_folds < 2:
-            raise SystemExit("--calibration source: needs at least two training folders (one fold "
-                             f"per folder), got {inner_folds}")
+        try:
+            groups, inner_folds = source_folds(train.group)
+        except DataError as exc:  # one training folder: nothing to hold out
+            raise SystemExit(str(exc)) from exc
     inner = cross_validate(train, inner_folds, seed=0, families=families, cost_aware=cost_aware, kind=kind,
                            aggregation=aggregation, compute_weight=compute_weight, fold_groups=groups)
     booster, margin = fit_windows(train.subset(train.trainable(MIN_TRAIN_WINDOW_S)), kind, families=families)
@@ -149,7 +145,10 @@ def loso(ts: Any, families: dict[str, str], kind: str, sets: tuple[str, ...] = L
     on the other folders of ``ts`` (``train_folders``: only these, less the held-out one), nested
     calibration, the held-out predictions pooled. ``calibrate_on_unused``: the folders of ``ts``
     neither trained on nor held out join the calibration data (``predict_unseen``)."""
-    src = np.asarray([source_of(g) for g in ts.group], dtype=object)
+    from wattclass.classifier.model import source_groups
+
+    of_job = source_groups(np.unique(ts.group))
+    src = np.asarray([of_job[str(g)] for g in ts.group], dtype=object)
     missing = [s for s in sets if not (src == s).any()]
     if missing:
         raise SystemExit(f"--loso: no jobs of the held-out set(s) {', '.join(missing)} in the sources")

@@ -275,15 +275,13 @@ def _human_summary(s: dict[str, Any]) -> str:
 
 
 def cmd_model_train(args: argparse.Namespace) -> int:
-    import numpy as np
-
     from wattclass.classifier.model import (
         AGGREGATIONS,
         DEFAULT_AGGREGATION,
         DEFAULT_COMPUTE_WEIGHT,
         DEFAULT_KIND,
         MODEL_KINDS,
-        source_groups,
+        source_folds,
         train_model,
     )
     from wattclass.classifier.replay import is_recording
@@ -320,10 +318,7 @@ def cmd_model_train(args: argparse.Namespace) -> int:
     families = job_families(sources) or None
     n_folds, groups = args.folds, None
     if args.calibration == "source":  # leave one recording folder out (issue 13 round 5)
-        groups = source_groups(np.unique(ts.group))
-        n_folds = len(set(groups.values()))
-        if n_folds < 2:
-            raise DataError("--calibration source: needs at least two recording folders (sources)")
+        groups, n_folds = source_folds(ts.group)
     model = train_model(ts, version, n_folds=n_folds, created=args.created, families=families, kind=kind,
                         aggregation=aggregation, compute_weight=weight, fold_groups=groups)
     model.save(args.out)

@@ -431,6 +431,18 @@ def source_groups(keys: Sequence[str] | npt.NDArray[np.object_]) -> dict[str, st
     return {str(k): str(k).split(":", 1)[0] for k in keys}
 
 
+def source_folds(keys: Sequence[str] | npt.NDArray[np.object_]) -> tuple[dict[str, str], int]:
+    """``source_groups`` of the distinct ``keys`` and the number of folds that makes: one per source.
+
+    One source is a DataError: a single fold cannot hold anything out."""
+    groups = source_groups(np.unique(np.asarray(keys, dtype=object).astype(str)))
+    n_folds = len(set(groups.values()))
+    if n_folds < 2:
+        raise DataError("--calibration source: needs at least two recording folders (sources), "
+                        f"got {n_folds}")
+    return groups, n_folds
+
+
 def family_folds(keys: npt.NDArray[np.object_], families: Mapping[str, str], n_folds: int,
                  seed: int = 0) -> I64:
     """Fold number per job such that every job of one family lands in the same fold.

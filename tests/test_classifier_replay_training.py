@@ -92,6 +92,11 @@ def test_source_groups_are_the_folder_or_date_before_the_first_colon() -> None:
     # whole sources per fold: the CV never splits a folder
     folds = M.family_folds(keys, M.source_groups(keys), 3)
     assert len(set(folds.tolist())) == 3
+    # one fold per source, from window keys (repeated); one source cannot hold anything out
+    groups, n_folds = M.source_folds(np.repeat(keys, 2))
+    assert (groups, n_folds) == (M.source_groups(keys), 3)
+    with pytest.raises(DataError, match="at least two recording folders"):
+        M.source_folds(np.asarray(["raw:1", "raw:2"], dtype=object))
 
 
 def test_train_raw_rejects_a_folder_that_is_not_a_recording(tmp_path: Path,
