@@ -249,8 +249,11 @@ def _gpus(col: pd.Series, ids: list[str], path: Path) -> list[int | None]:
 
 
 def _times(col: pd.Series, ids: list[str], path: Path) -> list[dt.datetime | None]:
-    """``_ts`` of each value; a datetime column at once (what Parquet gives), a numeric one as epoch
-    seconds (anything not finite, or at least ``_MAX_EPOCH_S``, is a DataError naming the job)."""
+    """Each value as a UTC datetime floored to microseconds, or None. A numeric column is epoch
+    seconds (anything not finite, or at least ``_MAX_EPOCH_S``, is a DataError naming the job);
+    datetime columns (what Parquet gives) and ISO 8601 text (what exports write) are converted at
+    once; the values that leaves unread go one by one through ``_ts``, which reads other spellings
+    or names the job whose value is not a time."""
     import numpy as np
     import pandas as pd
 
@@ -263,12 +266,6 @@ def _times(col: pd.Series, ids: list[str], path: Path) -> list[dt.datetime | Non
             i = int(np.flatnonzero(wrong)[0])
             raise _bad(path, ids[i], col.name, col.iloc[i], "is not a time in epoch seconds (milliseconds?)")
         col = pd.to_datetime(col, unit="s", utc=True)
-    if isinstance(col.dtype, pd.DatetimeTZDtype) or pd.api.types.is_datetime64_dtype(col.dtype):
-        utc = col.dt.tz_localize("UTC") if col.dt.tz is None else col.dt.tz_convert("UTC")
-        utc = utc.dt.floor("us")
-        return [None if t is pd.NaT else t.to_pydatetime() for t in utc.tolist()]
-    # ISO 8601 text (what exports write) at once; the values it cannot read go one by one through
-    # ``_ts``, which reads other spellings or names the job whose value is not a time.
     fast: list[Any] = pd.to_datetime(col, utc=True, errors="coerce", format="ISO8601").dt.floor("us").tolist()
     out: list[dt.datetime | None] = []
     for job_id, value, t in zip(ids, col.tolist(), fast, strict=True):
