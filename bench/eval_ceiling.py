@@ -1,0 +1,240 @@
+"""How well can *any* classifier on the NVML inputs do? Opposite-label twins in the H200 jobs (issue 13).
+
+Why: five rounds of modelling left the GPM-less label at 0.70-0.92 on never-seen kinds of work, and
+each round's misses were memory-bound jobs whose NVML readings sit among compute-bound ones. This
+script asks whether that is the model's fault or the inputs': it looks for pairs of jobs whose NVML
+readings are as close as two runs of the *same* workload, yet whose GPM truth is opposite (one
+compute-bound, one memory-bound). No classifier that reads only these inputs can be right on both
+of such a pair in a way that survives a re-run: the difference it would have to rely on is smaller
+than the difference between two runs of one job.
+
+Method (fixed before looking at the result; nothing is fitted to the truth):
+- Every job of the recordings (default: all ten development folders under wattclass/data/h200),
+  replayed through the telemetry daemon as training does; GPM truth by the docs/design.md job rule.
+- Fingerprint per job: for each model input (classifier/features.py FEATURES, all NVML-derived),
+  its mean over the job's windows weighted by window length (every input the shipped model sees,
+  as the job-level numbers it aggregates). Scaled per input by its spread over all jobs (the
+  inter-quartile range, floored), so every input counts alike.
+- Noise floor: the distances between jobs that ran the same workload with the same parameters
+  (runs.csv ``family``/``job`` and ``params``): how far two runs of one job land apart.
+- Twins: a compute-bound and a memory-bound job closer than the noise floor's quantile ``q``
+  (default: the median repeat distance, so half of all same-job re-runs are farther apart than
+  a twin pair). A maximum matching of the twin graph counts disjoint pairs; each costs at least
+  one error, so ``1 - matched / jobs`` bounds the accuracy of any classifier on these inputs on
+  this set of jobs (for compute/memory truth; idle and mixed jobs are not paired).
+- Beside it, k-nearest-neighbour accuracy, leave-one-out over all jobs in the same space: a
+  flexible classifier that has seen every other kind of work (an optimistic reference, not a bound).
+
+    python bench/eval_ceiling.py [--quantile 0.5] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from benchstamp import emit
+
+
+def repeat_configs(sources: list[Path]) -> dict[str, str]:
+    """Job key -> workload configuration (family or job name, and its parameters), from runs.csv;
+    same job id rules as classifier.training.job_families."""
+    from wattclass.classifier.training import FIRST_JOB_ID
+
+    out: dict[str, str] = {}
+    for src in sources:
+        index = 0
+        for runs in sorted(Path(src).glob("*_runs.csv")):
+            with runs.open(newline="") as fh:
+                for row in csv.DictReader(fh):
+                    job_id = row.get("job_id") or str(FIRST_JOB_ID + index)
+                    index += 1
+                    workload = row.get("family") or row["job"]
+                    out[f"{Path(src).name}:{job_id}"] = f"{workload}|{row.get('params') or ''}"
+    return out
+
+
+def fingerprints(ts: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per job: key, truth code (classifier.rules J_*), length-weighted mean of each FEATURE."""
+    keys, truth = ts.job_truth()
+    index = {k: i for i, k in enumerate(keys)}
+    inv = np.fromiter((index[g] for g in ts.group), dtype=np.int64, count=len(ts.group))
+    w = np.clip(np.nan_to_num(np.asarray(ts.dur, dtype=np.float64), nan=0.0), 0.0, None) + 1e-6
+    X = np.asarray(ts.X, dtype=np.float64)
+    fp = np.zeros((len(keys), X.shape[1]))
+    for j in range(X.shape[1]):
+        col = X[:, j]
+        ok = np.isfinite(col)
+        num = np.bincount(inv[ok], weights=(col * w)[ok], minlength=len(keys))
+        den = np.bincount(inv[ok], weights=w[ok], minlength=len(keys))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            fp[:, j] = np.where(den > 0, num / den, np.nan)
+    return keys, truth, fp
+
+
+def scaled(fp: np.ndarray) -> np.ndarray:
+    """Each input as its empirical quantile over all jobs (0..1; ties share their mean rank; missing
+    -> 0.5): every input counts alike whatever its unit or tail, and an input that is the same for
+    most jobs (the power-cap share, 0 for any job below the limit) adds nothing between them."""
+    from scipy.stats import rankdata
+
+    z = np.full(fp.shape, 0.5)
+    for j in range(fp.shape[1]):
+        ok = np.isfinite(fp[:, j])
+        if ok.sum() > 1:
+            z[ok, j] = (rankdata(fp[ok, j]) - 1.0) / (ok.sum() - 1.0)
+    return z
+
+
+def errors_on_twins(path: Path, twins: set[str], known: set[str]) -> dict[str, Any]:
+    """Of an eval_families.py --json result's wrong jobs (its ``wrong`` lines, "key [family] ..."),
+    how many are in a twin pair, against how many of the jobs it scored are."""
+    res = json.loads(Path(path).read_text())
+    wrong = {line.split()[0] for line in res.get("wrong", [])}
+    scored_n = int(res.get("all", {}).get("jobs", 0))
+    unknown = sorted(wrong - known)
+    if unknown:
+        raise SystemExit(f"--errors {path}: jobs not among the recordings here: {', '.join(unknown[:5])}")
+    sets = res.get("held_out_sets") or []
+    scored = {k for k in known if k.split(":")[0] in sets} if sets else set()
+    return {"file": str(path), "wrong": len(wrong), "wrong_in_twin_pairs": len(wrong & twins),
+            "scored": scored_n, "scored_in_twin_pairs": len(scored & twins) if scored else None}
+
+
+def max_matching(edges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """A maximum matching of a bipartite graph given as (left, right) pairs (Kuhn's algorithm)."""
+    adj: dict[int, list[int]] = {}
+    for u, v in edges:
+        adj.setdefault(u, []).append(v)
+    match_r: dict[int, int] = {}
+
+    def augment(u: int, seen: set[int]) -> bool:
+        for v in adj[u]:
+            if v in seen:
+                continue
+            seen.add(v)
+            if v not in match_r or augment(match_r[v], seen):
+                match_r[v] = u
+                return True
+        return False
+
+    for u in adj:
+        augment(u, set())
+    return sorted((u, v) for v, u in match_r.items())
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--raw", type=Path, nargs="*", default=None,
+                    help="raw probe recordings (default: the ten development folders)")
+    ap.add_argument("--quantile", type=float, default=0.5,
+                    help="twins are closer than this quantile of the same-workload repeat distances")
+    ap.add_argument("--k", type=int, default=5, help="neighbours of the k-NN reference")
+    ap.add_argument("--examples", type=int, default=12, help="twin pairs listed")
+    ap.add_argument("--errors", type=Path, default=None,
+                    help="an eval_families.py --json result: how many of its wrong jobs are in a twin pair")
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    if not 0.0 < a.quantile <= 1.0:
+        raise SystemExit(f"--quantile: must be in (0, 1], got {a.quantile:g}")
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from eval_families import DEVELOPMENT_FOLDERS
+
+    from wattclass.classifier import rules
+    from wattclass.classifier.features import FEATURES
+    from wattclass.classifier.training import h200_data_dir, job_families, training_set
+
+    sources = a.raw or [h200_data_dir() / n for n in DEVELOPMENT_FOLDERS]
+    ts = training_set(sources, max_windows_per_job=0)
+    families = job_families(sources)
+    configs = repeat_configs(sources)
+    keys, truth, fp = fingerprints(ts)
+    z = scaled(fp)
+    d = np.sqrt(((z[:, None, :] - z[None, :, :]) ** 2).sum(axis=2))
+
+    cfg = np.array([configs.get(str(k), f"?{k}") for k in keys], dtype=object)
+    same = (cfg[:, None] == cfg[None, :]) & ~np.eye(len(keys), dtype=bool)
+    iu = np.triu_indices(len(keys), 1)
+    rep_d = d[iu][same[iu]]
+    if len(rep_d) == 0:
+        raise SystemExit("no two jobs ran the same workload with the same parameters: no noise floor")
+    tau = float(np.quantile(rep_d, a.quantile))
+
+    comp = np.flatnonzero(truth == rules.J_COMPUTE)
+    mem = np.flatnonzero(truth == rules.J_MEMORY)
+    close = d[np.ix_(comp, mem)] <= tau
+    edges = [(int(comp[i]), int(mem[j])) for i, j in zip(*np.nonzero(close), strict=True)]
+    matched = max_matching(edges)
+    n = len(keys)
+    cm = len(comp) + len(mem)
+    twin_jobs = np.unique([x for e in edges for x in e])
+
+    # k-NN leave-one-out over all jobs (an optimistic reference: every other kind of work is "seen").
+    dd = d + np.diag(np.full(n, np.inf))
+    nn = np.argsort(dd, axis=1)[:, : a.k]
+    votes = np.zeros((n, len(rules.JOB_LABELS)))
+    for j in range(a.k):
+        votes[np.arange(n), truth[nn[:, j]].astype(np.int64)] += 1
+    knn_acc = float((votes.argmax(axis=1) == truth).mean())
+
+    fam = np.array([families.get(str(k), "?") for k in keys], dtype=object)
+    by_fam: dict[str, int] = {}
+    for x in twin_jobs:
+        by_fam[str(fam[x])] = by_fam.get(str(fam[x]), 0) + 1
+    shown = sorted(matched, key=lambda e: d[e])[: a.examples]
+    cols = list(FEATURES)
+    out = {
+        "sources": [str(s) for s in sources],
+        "jobs": n,
+        "truth_counts": {lab: int((truth == i).sum()) for i, lab in enumerate(rules.JOB_LABELS)},
+        "repeat_pairs": len(rep_d),
+        "repeat_distance_quantiles": {str(q): round(float(np.quantile(rep_d, q)), 3)
+                                      for q in (0.1, 0.25, 0.5, 0.75, 0.9)},
+        "quantile": a.quantile,
+        "twin_distance": round(tau, 3),
+        "twin_edges": len(edges),
+        "jobs_in_a_twin_pair": len(twin_jobs),
+        "disjoint_twin_pairs": len(matched),
+        "accuracy_bound_all_jobs": round(1.0 - len(matched) / n, 4),
+        "accuracy_bound_compute_memory_jobs": round(1.0 - len(matched) / max(cm, 1), 4),
+        "knn_loo_accuracy": round(knn_acc, 4),
+        "k": a.k,
+        "twin_jobs_by_family": dict(sorted(by_fam.items(), key=lambda kv: -kv[1])),
+        "examples": [{
+            "compute": str(keys[u]), "compute_family": str(fam[u]),
+            "memory": str(keys[v]), "memory_family": str(fam[v]),
+            "distance": round(float(d[u, v]), 3),
+            "compute_inputs": {c: round(float(fp[u, i]), 3) for i, c in enumerate(cols)},
+            "memory_inputs": {c: round(float(fp[v, i]), 3) for i, c in enumerate(cols)},
+        } for u, v in shown],
+    }
+    if a.errors is not None:
+        out["errors"] = errors_on_twins(a.errors, {str(keys[x]) for x in twin_jobs}, {str(k) for k in keys})
+    if a.json:
+        return emit(out)
+    print(f"{n} jobs ({out['truth_counts']}); {len(rep_d)} same-workload pairs, repeat distance "
+          f"quantiles {out['repeat_distance_quantiles']}")
+    print(f"twins (compute vs memory truth, distance <= {tau:.3f}, the repeats' q={a.quantile:g}): "
+          f"{len(edges)} pairs over {len(twin_jobs)} jobs; {len(matched)} disjoint")
+    print(f"accuracy bound for any classifier on these inputs: {out['accuracy_bound_all_jobs']:.3f} "
+          f"(all jobs), {out['accuracy_bound_compute_memory_jobs']:.3f} (compute and memory jobs)")
+    print(f"k-NN (k={a.k}) leave-one-out, every other job seen: {knn_acc:.3f}")
+    top = list(out["twin_jobs_by_family"].items())[:15]
+    print("twin jobs by family:", ", ".join(f"{k} {v}" for k, v in top))
+    if "errors" in out:
+        e = out["errors"]
+        print(f"{a.errors.name}: {e['wrong_in_twin_pairs']} of {e['wrong']} wrong jobs are in a twin pair "
+              f"({e['scored_in_twin_pairs']} of its {e['scored']} scored jobs are)")
+    for e in out["examples"]:
+        print(f"  {e['compute']} [{e['compute_family']}] ~ {e['memory']} [{e['memory_family']}] "
+              f"d={e['distance']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
