@@ -38,7 +38,7 @@ memory-bound training (DLRM training, batch-256 decode, a skinny fp32 GEMM):
 
 Later rounds' families, also weight 0: ``fresh.py`` (round 2's and 3's test families and ridge2),
 ``latency.py`` (``latency_chase``: latency-bound random chains, round 4's data plan) and
-``fresh4.py`` (round 4's eight test families).
+``fresh4.py`` (round 4's eight test families), ``fresh5.py`` (round 6's eight test families).
 """
 
 from __future__ import annotations
@@ -56,6 +56,7 @@ from h200_collect.workloads.fresh import (
     p_gemm_ridge2,
 )
 from h200_collect.workloads.fresh4 import FRESH4_TEST, fresh4_intended
+from h200_collect.workloads.fresh5 import FRESH5_TEST, fresh5_intended
 from h200_collect.workloads.latency import LATENCY_TRAIN, chase_intended
 from h200_collect.workloads.nets import b_gpt_decode
 from h200_collect.workloads.sizing import HBM_BPS, STEP_S, loguniform
@@ -595,6 +596,8 @@ FAMILIES: dict[str, tuple[Callable[[random.Random], dict[str, Any]],
     **{name: (sample, factory, 0.0) for name, (sample, factory) in (FRESH_TEST | FRESH3_TEST).items()},
     # round 4: the latency-bound training sweep (latency.py) and the test families (fresh4.py), weight 0
     **{name: (sample, factory, 0.0) for name, (sample, factory) in (LATENCY_TRAIN | FRESH4_TEST).items()},
+    # round 6: the test families (fresh5.py), weight 0
+    **{name: (sample, factory, 0.0) for name, (sample, factory) in FRESH5_TEST.items()},
 }
 
 
@@ -615,6 +618,8 @@ def intended_label(family: str, p: dict[str, Any]) -> str:
         return chase_intended(p)
     if family in FRESH4_TEST:
         return fresh4_intended(family, p)
+    if family in FRESH5_TEST:
+        return fresh5_intended(family, p)
     if family in FRESH_TEST or family in FRESH3_TEST or family in ("gemm_ridge2", "decode_wide"):
         return fresh_intended(family, p)
     if family in ("attn_prefill", "conv", "mlp_train", "gpt2_eager"):
