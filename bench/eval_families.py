@@ -176,14 +176,19 @@ def loso(ts: Any, families: dict[str, str], kind: str, sets: tuple[str, ...] = L
 
 def saved_model(model_dir: Path, test: Any) -> dict[str, Any]:
     """Score a saved model folder (e.g. the shipped classifier/models) on ``test`` as it is: its own
-    aggregation and calibration maps, no refit."""
+    aggregation and calibration maps and, where it has one, its ambiguity check (the confidence the
+    labels carry, ``WindowModel.job_confidence``); no refit."""
+    from wattclass.classifier.ambiguity import job_fingerprints
     from wattclass.classifier.model import load_model
 
     model = load_model(model_dir)
     keys, truth = test.job_truth()
     k, pred, raw = model.job_predictions(test.X, test.group, test.dur)
     assert (k == keys).all()
-    return {"keys": keys, "truth": truth, "pred": pred, "raw": raw, "conf": model.calibrate(raw, pred),
+    fkeys, fp = job_fingerprints(test.X, test.group, test.dur)
+    assert (fkeys == keys).all()
+    return {"keys": keys, "truth": truth, "pred": pred, "raw": raw,
+            "conf": model.job_confidence(raw, pred, fp),
             "compute_weights": {"all": float(model.meta.get("compute_weight") or 1.0)}}
 
 
