@@ -19,13 +19,13 @@ figures are eval_families' ``summarize``.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from benchstamp import emit
 
 SHIPPED_FOLDERS = ("raw", "collected", "sweep", "sweep-heldout", "ridge", "ridge2")
 #: (name, mode, value, lowering): every variant tried (the first three added after the first run,
@@ -116,8 +116,7 @@ def main() -> int:
                         for n, r in rows.items()},
            "fits": fits}
     if a.json:
-        print(json.dumps(out, indent=2))
-        return 0
+        return emit(out)
     print(f"{'variant':<18} {'acc':>6} {'acc(u=x)':>8} {'cover':>6} {'selacc':>6} {'C->M(act)':>10} "
           f"{'M->C(act)':>10} {'ECE':>6}")
     for n, r in out["variants"].items():
