@@ -40,7 +40,8 @@ pooled and reported per set too (docs/measurements/issue13-preregistration-round
 
 ``--test``: train once on ``--raw`` (default: the bundled recordings), calibration nested the same
 way, and score the jobs of the ``--test`` recordings; with ``--model DIR`` score that saved model
-as it is instead (with its ambiguity check, issue 13 round 6, where it has one) (docs/measurements/issue13-preregistration-round2-2026-11-30.md). 10-60 s on 2 cores.
+as it is instead, with its ambiguity check where it has one (issue 13 round 6)
+(docs/measurements/issue13-preregistration-round2-2026-11-30.md). 10-60 s on 2 cores.
 """
 
 from __future__ import annotations

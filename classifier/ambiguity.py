@@ -24,6 +24,7 @@ same recordings writes the same bytes whatever the BLAS.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -46,6 +47,8 @@ LOWERINGS = ("cap", "scale")
 DIGITS = 4
 #: Points of each input's quantile grid (the 0, 1/(n-1), ..., 1 quantiles of the training jobs).
 GRID_POINTS = 101
+#: Jobs whose distances to the reference are computed at once (``purity``).
+PURITY_BLOCK_JOBS = 512
 #: Weight of a window of unknown length in the fingerprint (the daemon's default period, s).
 UNKNOWN_WINDOW_S = 10.0
 #: The labelling engine's per-(job, host) sums that make a job's fingerprint (``window_sums``):
@@ -193,6 +196,12 @@ def _need(amb: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where
     return v
 
 
+def _numbers(x: object) -> bool:
+    """A list of finite numbers (JSON ints or floats, not booleans)."""
+    return isinstance(x, list) and all(
+        isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in x)
+
+
 def check_ambiguity(amb: object, where: str) -> None:
     """Refuse a model.json ``ambiguity`` entry this wattclass cannot apply, naming the key."""
     if not isinstance(amb, Mapping):
@@ -210,9 +219,9 @@ def check_ambiguity(amb: object, where: str) -> None:
     if list(_need(amb, "features", list, where)) != list(FEATURES):
         raise DataError(f"{where}: ambiguity 'features' differ from this wattclass's FEATURES")
     grids = _need(amb, "grids", list, where)
-    if len(grids) != len(FEATURES) or not all(isinstance(g, list) for g in grids) or any(
+    if len(grids) != len(FEATURES) or not all(_numbers(g) for g in grids) or any(
             np.any(np.diff(np.asarray(g, dtype=np.float64)) < 0) for g in grids):
-        raise DataError(f"{where}: ambiguity 'grids' must be {len(FEATURES)} non-decreasing lists")
+        raise DataError(f"{where}: ambiguity 'grids' must be {len(FEATURES)} non-decreasing lists of numbers")
     if mode == "radius":
         r = _need(amb, "radius", (int, float), where)
         if not r > 0:
@@ -226,7 +235,7 @@ def check_ambiguity(amb: object, where: str) -> None:
     if len(ref) != len(labels) or not ref:
         raise DataError(f"{where}: ambiguity 'reference' and 'reference_labels' must be non-empty and "
                         "of one length")
-    if any(not isinstance(r, list) or len(r) != len(FEATURES) for r in ref):
+    if any(not _numbers(r) or len(r) != len(FEATURES) for r in ref):
         raise DataError(f"{where}: ambiguity 'reference' rows must have {len(FEATURES)} numbers")
     bad = sorted({str(x)[:20] for x in labels} - {"compute", "memory"})
     if bad:
@@ -243,16 +252,21 @@ def purity(amb: Mapping[str, Any], fp: npt.ArrayLike, labels: npt.ArrayLike) -> 
     out = np.full(len(z), np.nan)
     if len(z) == 0:
         return out
-    d = distances(z, ref)
-    if amb["mode"] == "radius":
-        near = d <= float(amb["radius"])
-    else:
-        k = min(int(amb["k"]), ref.shape[0])
-        nn = np.argsort(d, axis=1, kind="stable")[:, :k]
-        near = np.zeros(d.shape, dtype=bool)
-        np.put_along_axis(near, nn, True, axis=1)
-    n_mem = (near & is_mem).sum(axis=1).astype(np.float64)
-    n_cmp = (near & ~is_mem).sum(axis=1).astype(np.float64)
+    n_mem = np.zeros(len(z))
+    n_cmp = np.zeros(len(z))
+    # in blocks of jobs: the distances of a fleet's night (10,000 jobs x the reference x the
+    # inputs) would take hundreds of MB at once
+    for lo in range(0, len(z), PURITY_BLOCK_JOBS):
+        d = distances(z[lo:lo + PURITY_BLOCK_JOBS], ref)
+        if amb["mode"] == "radius":
+            near = d <= float(amb["radius"])
+        else:
+            k = min(int(amb["k"]), ref.shape[0])
+            nn = np.argsort(d, axis=1, kind="stable")[:, :k]
+            near = np.zeros(d.shape, dtype=bool)
+            np.put_along_axis(near, nn, True, axis=1)
+        n_mem[lo:lo + len(d)] = (near & is_mem).sum(axis=1)
+        n_cmp[lo:lo + len(d)] = (near & ~is_mem).sum(axis=1)
     both = (n_mem > 0) & (n_cmp > 0)
     own = np.where(lab == rules.J_MEMORY, n_mem, n_cmp)
     known = np.isfinite(np.asarray(fp, dtype=np.float64)).any(axis=1)  # a job without a fingerprint

@@ -89,6 +89,10 @@ def test_confidence_is_lowered_only_where_both_labels_are_near() -> None:
     scaled = A.lower_confidence({**amb, "lowering": "scale"}, conf, q, labels)
     assert scaled[:2].tolist() == pytest.approx((0.95 * p[:2]).tolist())
     assert A.lower_confidence(None, conf, q, labels).tolist() == conf.tolist()
+    # the same whatever the block size the distances are computed in
+    many = np.repeat(q, 200, axis=0)
+    assert A.purity(amb, many, np.repeat(labels, 200)).tolist() == pytest.approx(
+        np.repeat(p, 200).tolist(), nan_ok=True)
 
 
 def test_the_radius_is_a_quantile_of_the_repeat_distances_and_far_jobs_are_left_alone() -> None:
@@ -182,6 +186,8 @@ def test_a_check_without_a_field_is_refused_naming_it(ridge: Any, tmp_path: Path
     ({"k": 0}, "'k' must be >= 1"),
     ({"format": A.AMBIGUITY_FORMAT + 1}, "newer than this wattclass reads"),
     ({"grids": [[1.0, 0.0]] * NF}, "'grids' must be"),
+    ({"grids": [["a", "b"]] * NF}, "'grids' must be"),
+    ({"reference": [[True] * NF], "reference_labels": ["memory"]}, f"rows must have {NF} numbers"),
     ({"reference_labels": ["idle"]}, "must be non-empty and of one length"),
     ({"reference": [[0.5] * NF], "reference_labels": ["idle"]}, "must be compute or memory"),
     ({"reference": [[0.5] * 3], "reference_labels": ["memory"]}, f"rows must have {NF} numbers"),
