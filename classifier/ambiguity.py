@@ -43,6 +43,10 @@ MODES = ("radius", "knn")
 #: How a neighbourhood's purity lowers the confidence: ``cap`` min(confidence, purity); ``scale``
 #: confidence x purity.
 LOWERINGS = ("cap", "scale")
+#: What ``wattclass model train`` adds unless told otherwise (``--ambiguity none``): round 6's
+#: candidate, which passed its registered shipping rule on the fresh5 test set (by one acted wrong
+#: call fewer, ECE 0.209 -> 0.206; docs/measurements/issue13-preregistration-round6-2026-11-30.md).
+DEFAULT_SPEC = "radius:0.15:cap"
 #: Decimals of every number stored (fingerprints and grids in quantile or input units).
 DIGITS = 4
 #: Points of each input's quantile grid (the 0, 1/(n-1), ..., 1 quantiles of the training jobs).

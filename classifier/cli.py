@@ -99,8 +99,9 @@ def _register_model(sub: argparse._SubParsersAction[Any]) -> None:
     t.add_argument("--kind", default=None, help="roofline-margin (default) or lightgbm-window-multiclass")
     t.add_argument("--aggregation", default=None, help="job aggregation: length-weighted (default) or counts")
     t.add_argument("--round2-recipe", action="store_true",
-                   help="issue 13 round 2's recipe (h200-20261130-lenweight, the shipped model): compute "
-                   "weight 1 and, without --raw/--telemetry, its six recordings (training.ROUND2_RECORDINGS)")
+                   help="issue 13 round 2's recipe (h200-20261130-lenweight, shipped until round 6): compute "
+                   "weight 1, no ambiguity check unless --ambiguity says so and, without --raw/--telemetry, "
+                   "its six recordings (training.ROUND2_RECORDINGS)")
     t.add_argument("--calibration", choices=("family", "source"), default="family",
                    help="how the CV the calibration maps are fitted on is grouped: family (whole workload "
                    "families, --folds folds; default) or source (one fold per recording folder: the error "
@@ -110,7 +111,8 @@ def _register_model(sub: argparse._SubParsersAction[Any]) -> None:
                    "confidence where training jobs of both labels sit next to it. radius:Q (neighbours "
                    "closer than the Q quantile of the training jobs' same-workload repeat distances; needs "
                    "recordings with runs.csv) or knn:K; LOWERING cap (default: min(confidence, purity)) or "
-                   "scale (confidence x purity). Round 6's candidate: radius:0.15:cap")
+                   "scale (confidence x purity); none: no check. Default: radius:0.15:cap (round 6, "
+                   "h200-20261130-lenweight-amb, the shipped model), none with --round2-recipe")
     t.add_argument("--json", action="store_true")
     t.set_defaults(func=cmd_model_train)
     s = msub.add_parser("show", help="print a model's metadata")
@@ -281,6 +283,7 @@ def _human_summary(s: dict[str, Any]) -> str:
 
 
 def cmd_model_train(args: argparse.Namespace) -> int:
+    from wattclass.classifier.ambiguity import DEFAULT_SPEC as AMBIGUITY_DEFAULT
     from wattclass.classifier.ambiguity import fit_ambiguity, job_fingerprints
     from wattclass.classifier.model import (
         AGGREGATIONS,
@@ -321,7 +324,9 @@ def cmd_model_train(args: argparse.Namespace) -> int:
     recipe_sources = [h200_data_dir() / name for name in ROUND2_RECORDINGS] if args.round2_recipe else None
     sources = given or recipe_sources or bundled_training_sources()
     weight = 1.0 if args.round2_recipe else DEFAULT_COMPUTE_WEIGHT
-    spec = parse_ambiguity(args.ambiguity) if args.ambiguity else None
+    # round 6 (the shipped model) adds the ambiguity check by default; the round-2 recipe pins none
+    wanted = args.ambiguity or ("none" if args.round2_recipe else AMBIGUITY_DEFAULT)
+    spec = None if wanted == "none" else parse_ambiguity(wanted)
     # every window of every job (the check's fingerprints are over whole jobs); the model trains on
     # the same thinned windows as ever (training_set's default)
     full = training_set(sources, max_windows_per_job=0)
@@ -340,8 +345,13 @@ def cmd_model_train(args: argparse.Namespace) -> int:
         fkeys, fp = job_fingerprints(full.X, full.group, full.dur)
         assert (fkeys == keys).all()
         configs = workload_configs(sources)
-        model.set_ambiguity(fit_ambiguity(fp, truth, spec[0], spec[1], spec[2],
-                                          configs=[configs.get(str(k)) for k in keys]))
+        try:
+            model.set_ambiguity(fit_ambiguity(fp, truth, spec[0], spec[1], spec[2],
+                                              configs=[configs.get(str(k)) for k in keys]))
+        except DataError as exc:
+            if args.ambiguity:  # asked for: an error; the default only where the sources allow it
+                raise
+            log.warning("model trained without the ambiguity check: %s", exc)
     model.save(args.out)
     data = {"out": str(args.out), "version": version, "sources": [str(s) for s in sources],
             "metrics": model.meta["metrics"], "training_data": model.meta["training_data"]}

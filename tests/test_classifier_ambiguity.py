@@ -4,6 +4,7 @@ check survives model.json and the labelling engine; bad entries are refused nami
 
 from __future__ import annotations
 
+import hashlib
 import json
 import tempfile
 from collections.abc import Iterator
@@ -155,13 +156,36 @@ def test_the_engine_applies_the_check_and_never_changes_a_label(ridge: Any, tmp_
         amb.job_confidence(raw, lab, None)
 
 
-def test_the_shipped_model_has_no_check_and_keeps_its_confidences() -> None:
+def test_the_shipped_model_is_the_round2_booster_with_the_round6_check() -> None:
+    # issue 13 round 6: the candidate passed its registered rule on fresh5 and ships; its booster,
+    # margin map and calibration are h200-20261130-lenweight's, the check only lowers confidences
+    from test_classifier_replay_training import ROUND2_MODEL_TXT_SHA256
+
     shipped = M.load_model(M.default_model_dir())
-    assert shipped.ambiguity is None and "ambiguity" not in shipped.meta
-    raw = np.array([0.6, 0.9, 0.99])
-    lab = np.array([C, MEM, C])
-    assert shipped.job_confidence(raw, lab, _fp([1.0, 2.0, 3.0])).tolist() == \
-        shipped.calibrate(raw, lab).tolist()
+    txt = (M.default_model_dir() / "model.txt").read_bytes()
+    assert hashlib.sha256(txt).hexdigest() == ROUND2_MODEL_TXT_SHA256
+    amb = shipped.ambiguity
+    assert amb is not None and (amb["mode"], amb["radius_quantile"], amb["lowering"]) == ("radius", 0.15, "cap")
+    assert len(amb["reference"]) == len(amb["reference_labels"]) == 279
+    ref = np.asarray(amb["reference"], dtype=np.float64)
+    ref_lab = np.asarray(amb["reference_labels"])
+    grids = np.asarray(amb["grids"], dtype=np.float64)
+    # a reference job whose neighbourhood holds both labels, put back into input units
+    d = np.sqrt(((ref[:, None, :] - ref[None, :, :]) ** 2).sum(axis=2))
+    near = d <= amb["radius"]
+    mixed = [i for i in range(len(ref)) if len({str(x) for x in ref_lab[near[i]]}) == 2]
+    assert mixed, "the shipped check lowers no training job at all"
+    i = mixed[0]
+    on = np.array([[np.interp(ref[i, j], np.linspace(0, 1, grids.shape[1]), grids[j])
+                    for j in range(NF)]])
+    lab = np.array([C if str(ref_lab[i]) == "compute" else MEM])
+    purity = float(np.mean([str(x) == str(ref_lab[i]) for x in ref_lab[near[i]]]))
+    cal = shipped.calibrate(np.array([0.999]), lab)
+    got = shipped.job_confidence(np.array([0.999]), lab, on)
+    assert got[0] == pytest.approx(min(cal[0], purity), abs=1e-3) and got[0] < cal[0]
+    # no fingerprint (the model labelled none of the job's windows): its calibration, unchanged
+    none = np.full((1, NF), np.nan)
+    assert shipped.job_confidence(np.array([0.999]), lab, none).tolist() == cal.tolist()
 
 
 @pytest.mark.parametrize("key", ["format", "mode", "lowering", "features", "grids", "k", "reference",
