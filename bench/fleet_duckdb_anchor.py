@@ -61,9 +61,10 @@ LABEL_AGGREGATES = (
     "count(*) FILTER (WHERE c >= 0) AS n_gpm", "count(*) FILTER (WHERE c = 0) AS r_idle",
     "count(*) FILTER (WHERE c = 1) AS r_compute", "count(*) FILTER (WHERE c = 2) AS r_memory",
 )
-_RULE = ("CASE WHEN sm_util_pct IS NULL OR dram_bw_util_pct IS NULL OR greatest(tensor_util_pct, "
-         "fp64_util_pct, fp32_util_pct, fp16_util_pct) IS NULL THEN -1 WHEN sm_util_pct < 10 THEN 0 "
-         "WHEN greatest(tensor_util_pct, fp64_util_pct, fp32_util_pct, fp16_util_pct) >= dram_bw_util_pct "
+#: The GPM rule (classifier/rules.py; the integer pipe counts since issue 13 round 7).
+_PIPES = "tensor_util_pct, fp64_util_pct, fp32_util_pct, fp16_util_pct, int_util_pct"
+_RULE = (f"CASE WHEN sm_util_pct IS NULL OR dram_bw_util_pct IS NULL OR greatest({_PIPES}) IS NULL "
+         f"THEN -1 WHEN sm_util_pct < 10 THEN 0 WHEN greatest({_PIPES}) >= dram_bw_util_pct "
          "THEN 1 ELSE 2 END")
 
 

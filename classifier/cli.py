@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -284,7 +285,6 @@ def _human_summary(s: dict[str, Any]) -> str:
 
 def cmd_model_train(args: argparse.Namespace) -> int:
     from wattclass.classifier.ambiguity import DEFAULT_SPEC as AMBIGUITY_DEFAULT
-    from wattclass.classifier.ambiguity import fit_ambiguity, job_fingerprints
     from wattclass.classifier.model import (
         AGGREGATIONS,
         DEFAULT_AGGREGATION,
@@ -303,7 +303,6 @@ def cmd_model_train(args: argparse.Namespace) -> int:
         job_families,
         thin,
         training_set,
-        workload_configs,
     )
     from wattclass.errors import DataError
     from wattclass.output import emit
@@ -341,17 +340,7 @@ def cmd_model_train(args: argparse.Namespace) -> int:
     model = train_model(ts, version, n_folds=n_folds, created=args.created, families=families, kind=kind,
                         aggregation=aggregation, compute_weight=weight, fold_groups=groups)
     if spec is not None:
-        keys, truth = full.job_truth()
-        fkeys, fp = job_fingerprints(full.X, full.group, full.dur)
-        assert (fkeys == keys).all()
-        configs = workload_configs(sources)
-        try:
-            model.set_ambiguity(fit_ambiguity(fp, truth, spec[0], spec[1], spec[2],
-                                              configs=[configs.get(str(k)) for k in keys]))
-        except DataError as exc:
-            if args.ambiguity:  # asked for: an error; the default only where the sources allow it
-                raise
-            log.warning("model trained without the ambiguity check: %s", exc)
+        _add_ambiguity(model, full, sources, spec, asked=bool(args.ambiguity))
     model.save(args.out)
     data = {"out": str(args.out), "version": version, "sources": [str(s) for s in sources],
             "metrics": model.meta["metrics"], "training_data": model.meta["training_data"]}
@@ -363,6 +352,28 @@ def cmd_model_train(args: argparse.Namespace) -> int:
 
     emit(data, args.json, human)
     return 0
+
+
+def _add_ambiguity(model: Any, full: Any, sources: Sequence[Path], spec: tuple[str, float, str],
+                   asked: bool) -> None:
+    """Fit the ambiguity check on every window of the training jobs (whole-job fingerprints) and
+    attach it. The default check needs repeat runs named in the recordings' runs.csv for its radius:
+    where the sources have none it is left out with a warning; asked for by flag, that is an error."""
+    from wattclass.classifier.ambiguity import fit_ambiguity, job_fingerprints
+    from wattclass.classifier.training import workload_configs
+    from wattclass.errors import DataError
+
+    keys, truth = full.job_truth()
+    fkeys, fp = job_fingerprints(full.X, full.group, full.dur)
+    assert (fkeys == keys).all()
+    configs = workload_configs(sources)
+    try:
+        model.set_ambiguity(fit_ambiguity(fp, truth, spec[0], spec[1], spec[2],
+                                          configs=[configs.get(str(k)) for k in keys]))
+    except DataError as exc:
+        if asked:
+            raise
+        log.warning("model trained without the ambiguity check: %s", exc)
 
 
 def parse_ambiguity(spec: str) -> tuple[str, float, str]:

@@ -1,7 +1,7 @@
 """The nightly scan's per-row SQL: the GPM window rule and issue 9's reject rules as DuckDB
 expressions (``scan`` builds its queries from them).
 
-Both test the common case first (all six GPM values present; a forward window with a plausible
+Both test the common case first (all seven GPM values present; a forward window with a plausible
 energy and power) with a few comparisons on the raw columns, and send only the other rows down
 the full chain, whose every branch mirrors the numpy code it stands for (``rules.window_labels``,
 ``validity.impossible_rows``): on 86 M rows a day the chains cost more than the read.
@@ -38,7 +38,7 @@ def rule_code_sql(dropped: frozenset[str] = frozenset()) -> str:
     """``rules.window_labels`` as a SQL expression (NO_GPM = -1, PIPE_GAP = -2: a memory verdict
     needs every compute pipe measured).
 
-    Most windows have all six GPM values: their sum is then a number (NULL if one is NULL, NaN if
+    Most windows have all seven GPM values: their sum is then a number (NULL if one is NULL, NaN if
     one is NaN, or if infinities of both signs meet), and the three-way test on the raw columns
     decides. The others take the full
     chain, where NaN reads as missing."""
@@ -50,10 +50,10 @@ def rule_code_sql(dropped: frozenset[str] = frozenset()) -> str:
             f"WHEN ({sm}) < {rules.SM_ACTIVE_PCT} THEN {rules.IDLE} "
             f"WHEN ({comp}) >= ({dram}) THEN {rules.COMPUTE} "
             f"WHEN {gap} THEN {rules.PIPE_GAP} ELSE {rules.MEMORY} END")
-    six = ("sm_util_pct", "dram_bw_util_pct", *rules.COMPUTE_UNITS)
-    if any(c in dropped for c in six):
+    gpm = ("sm_util_pct", "dram_bw_util_pct", *rules.COMPUTE_UNITS)
+    if any(c in dropped for c in gpm):
         return f"({full})"
-    raw = {c: _q(c) for c in six}
+    raw = {c: _q(c) for c in gpm}
     total = " + ".join(f"CAST({c} AS DOUBLE)" for c in raw.values())
     present = f"(({total}) <= CAST('infinity' AS DOUBLE))"
     quick = (f"CASE WHEN {raw['sm_util_pct']} < {rules.SM_ACTIVE_PCT} THEN {rules.IDLE} "

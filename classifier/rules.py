@@ -1,10 +1,17 @@
 """The GPM roofline rule: the ground truth wherever GPM metrics exist (docs/design.md, "Labels").
 
-Window: ``idle`` if sm_util < 10; else ``compute`` if max(tensor, fp64, fp32, fp16 util) >=
+Window: ``idle`` if sm_util < 10; else ``compute`` if max(tensor, fp64, fp32, fp16, int util) >=
 dram_bw_util, else ``memory`` (the busiest unit is the bottleneck). ``memory`` needs every compute
-pipe measured: where one is missing (dcgm-exporter's default counters lack the FP64/FP32/FP16
-pipes) the window is ``PIPE_GAP``, not memory, since an FP64 job looks memory-bound to a rule that
-cannot see its pipe; such jobs go to the model like jobs without GPM, and their label says why.
+pipe measured: where one is missing (dcgm-exporter's default counters lack the FP64/FP32/FP16 and
+integer pipes) the window is ``PIPE_GAP``, not memory, since an FP64 job looks memory-bound to a rule
+that cannot see its pipe; such jobs go to the model like jobs without GPM, and their label says why.
+
+The integer pipe counts since issue 13 round 7: before, the rule compared DRAM with the tensor and
+floating-point pipes only, so a job whose busiest unit is the integer pipe (pooling and top-k
+selection, layout permutes, random-number generation, sparse and graph kernels, index-heavy
+convolutions: 82% integer against 15% DRAM for max pooling on an H200) was called memory-bound and
+capped, although its speed follows the SM clock the cap lowers. 241 of the 997 recorded H200 jobs
+change label with it, 224 of them memory -> compute (docs/benchmarks.md, issue 13 round 7).
 Job: ``idle`` if under half its windows are active; else ``compute`` if >= 70% of the active
 windows are compute, ``memory`` if <= 30%, else ``mixed``. Windows are *counted* (not weighted by
 duration), exactly as the reference converter that produced the bundled jobs.csv.
@@ -43,7 +50,11 @@ COMPUTE_SHARE = 0.7
 MEMORY_SHARE = 0.3
 
 #: Compute pipes compared against DRAM bandwidth activity.
-COMPUTE_UNITS: tuple[str, ...] = ("tensor_util_pct", "fp64_util_pct", "fp32_util_pct", "fp16_util_pct")
+COMPUTE_UNITS: tuple[str, ...] = ("tensor_util_pct", "fp64_util_pct", "fp32_util_pct", "fp16_util_pct",
+                                  "int_util_pct")
+#: The rule's compute pipes before issue 13 round 7 (no integer pipe): what the reference labels of
+#: tests/data/former-engine-labels and the recordings' ``*_fp_only`` columns were made with.
+COMPUTE_UNITS_FP_ONLY: tuple[str, ...] = COMPUTE_UNITS[:4]
 #: GPM columns the window rule reads.
 RULE_COLUMNS: tuple[str, ...] = ("sm_util_pct", "dram_bw_util_pct", *COMPUTE_UNITS)
 

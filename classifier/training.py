@@ -218,13 +218,19 @@ def h200_data_dir() -> Path:
     return data
 
 
-#: Raw recordings the default model is trained on (folders under wattclass/data/h200).
+#: Raw recordings the default model is trained on (folders under wattclass/data/h200): all eleven
+#: since issue 13 round 7. With the integer pipe in the GPM rule, the later sets hold most of the
+#: integer-bound compute work (layout permutes, random numbers, sparse and graph kernels, quantised
+#: GEMMs, pooling, top-k), which the six round-2 folders barely have: trained on those six, leave
+#: one set out called 53 of 509 compute-bound jobs memory-bound and acted on all 53; trained on
+#: every other folder, 24 acted (docs/benchmarks.md, issue 13 round 7).
 BUNDLED_RECORDINGS: tuple[str, ...] = (
-    "raw", "collected", "sweep", "sweep-heldout", "ridge", "ridge2",
+    "raw", "collected", "sweep", "sweep-heldout", "ridge", "ridge2", "fresh", "fresh3", "fresh4",
+    "latency", "fresh5",
 )
-#: The recordings h200-20261130-lenweight (issue 13 round 2, shipped) was trained on: the bundled
-#: ones (round 4's model, trained with ``fresh`` and ``fresh3`` too, failed its registered rule on
-#: ``fresh4``); ``--round2-recipe`` rebuilds it byte for byte from these.
+#: The recordings h200-20261130-lenweight (issue 13 round 2) and -lenweight-amb (round 6) were
+#: trained on; ``--round2-recipe`` trains that recipe on them. With the round-7 rule (integer
+#: pipe) their truth differs, so it no longer rebuilds those files byte for byte.
 ROUND2_RECORDINGS: tuple[str, ...] = ("raw", "collected", "sweep", "sweep-heldout", "ridge", "ridge2")
 
 
@@ -233,17 +239,14 @@ def bundled_training_sources() -> list[Path]:
 
     ``raw`` (21 development jobs, 5001-5021, ~34 s each) and ``collected`` (66 jobs, 6000-6165,
     13 s each, two recording sessions), then the randomised mechanism runs of issue 13: ``sweep``
-    (47), ``sweep-heldout`` (61) and ``ridge`` (81), the last two held-out test sets in its first
-    round that joined training in round 2 when a fresh set became the test, and ``ridge2`` (42:
-    fp32/tf32 GEMMs just past the ridge and wide-batch decode). Not here, development data only:
-    the former test sets ``fresh`` (124), ``fresh3`` (71) and ``fresh4`` (165), each scored once
-    by its round's registered commands, and ``latency`` (82 randomised latency-bound runs). Rounds
-    3 and 4 trained on ``fresh`` (and ``fresh3``) and each failed its registered rule on the next
-    test set (docs/benchmarks.md, issue 13). All are raw 1 Hz probe recordings
-    that ``training_set`` replays through the telemetry daemon. ``live-nvml`` (the same 66 jobs
-    written live by the NVML daemon) is *not* a training source: it would count those jobs twice;
-    it is kept for the replay-vs-live check in bench/eval_classifier.py. Rebuild the default model with
-    ``wattclass model train --out classifier/models --version V``.
+    (47), ``sweep-heldout`` (61), ``ridge`` (81), ``ridge2`` (42), and the later test sets, each
+    scored once by its round's registered commands before it joined: ``fresh`` (124), ``fresh3``
+    (71), ``fresh4`` (165), ``latency`` (82 randomised latency-bound runs) and ``fresh5`` (237);
+    997 jobs (see BUNDLED_RECORDINGS for why all of them since round 7). All are raw 1 Hz probe
+    recordings that ``training_set`` replays through the telemetry daemon. ``live-nvml`` (66 jobs
+    of ``collected`` written live by the NVML daemon) is *not* a training source: it would count
+    those jobs twice; it is kept for the replay-vs-live check in bench/eval_classifier.py. Rebuild
+    the default model with ``wattclass model train --out classifier/models --version V``.
     """
     data = h200_data_dir()
     return [data / name for name in BUNDLED_RECORDINGS if (data / name).is_dir()]

@@ -40,6 +40,7 @@ FIELDS: dict[str, tuple[str, float]] = {
     "DCGM_FI_PROF_PIPE_FP64_ACTIVE": ("gpm_fp64_util", 0.01),
     "DCGM_FI_PROF_PIPE_FP32_ACTIVE": ("gpm_fp32_util", 0.01),
     "DCGM_FI_PROF_PIPE_FP16_ACTIVE": ("gpm_fp16_util", 0.01),
+    "DCGM_FI_PROF_PIPE_INT_ACTIVE": ("gpm_int_util", 0.01),
     "DCGM_FI_PROF_PCIE_TX_BYTES": ("gpm_pcie_tx_mibs", 2.0**20),
     "DCGM_FI_PROF_PCIE_RX_BYTES": ("gpm_pcie_rx_mibs", 2.0**20),
 }

@@ -219,9 +219,9 @@ def test_eval_ambiguity_scores_the_loso_predictions_of_eval_families() -> None:
 def test_eval_families_applies_a_saved_models_ambiguity_check(tmp_path: Path) -> None:
     from wattclass.cli import main
 
-    for name, extra in (("plain", []), ("amb", ["--ambiguity", "knn:4"])):
-        assert main(["model", "train", "--raw", str(H200_RAW), "--out", str(tmp_path / name), "--version",
-                     name, "--folds", "3", *extra]) == 0
+    for name, extra in (("plain", ["--ambiguity", "none"]), ("amb", ["--ambiguity", "knn:10"])):
+        assert main(["model", "train", "--raw", str(H200_RAW), str(H200_RAW.parent / "collected"), "--out",
+                     str(tmp_path / name), "--version", name, "--folds", "3", *extra]) == 0
     sweep = str(H200_RAW.parent / "sweep")
     plain, amb = (json.loads(_run(str(BENCH / "eval_families.py"), "--test", sweep, "--model",
                                   str(tmp_path / name), "--json", timeout=300)) for name in ("plain", "amb"))

@@ -222,7 +222,8 @@ def test_cpu_sweep_smoke_records_family_and_params(tmp_path: Path) -> None:
 @pytest.mark.parametrize("folder", ["latency", "fresh4", "fresh5"])
 def test_recorded_round4_runs_are_what_the_plan_draws(folder: str) -> None:
     """Every run of the round 4 and 6 recordings (wattclass/data/h200/latency, fresh4, fresh5) is the
-    plan's run of its seed: same name, family and parameters, so the data stays traceable to the code that made it."""
+    plan's run of its seed: same name, family and parameters, so the data stays traceable to the
+    code that made it."""
     sweep = load_sweep()
     data = Path(__file__).resolve().parent.parent / "wattclass/data/h200" / folder
     runs_files = sorted(data.glob("*_runs.csv"))

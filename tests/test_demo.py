@@ -103,11 +103,21 @@ def test_labels_equal_the_former_engine(demo: tuple[Path, dict[str, tuple[str, s
     assert got["energy_j"].to_numpy() == pytest.approx(per_job[got["job_id"]].to_numpy(), rel=1e-9)
     assert got["energy_j"].to_numpy() == pytest.approx(ref["energy_j"].to_numpy(), rel=0.005)
     exact = [c for c in cols if c != "energy_j"]
-    pd.testing.assert_frame_equal(got.loc[~by_model, exact], ref.loc[~by_model, exact], check_exact=False,
-                                  rtol=1e-9, check_dtype=False)
+    # The reference was written with the GPM rule of its time (no integer pipe): jobs spliced from a
+    # workload whose truth the integer pipe changed (issue 13 round 7; jobs.csv truth_fp_only) may
+    # differ in their label and confidence, and only there.
+    rec = pd.read_csv(Path(__file__).resolve().parent.parent / "wattclass/data/h200/jobs.csv")
+    changed = set(rec.loc[rec["truth"] != rec["truth_fp_only"], "workload"])
+    truth_csv = pd.read_csv(out / "cluster" / "truth.csv", dtype={"job_id": str})
+    workload = truth_csv.set_index("job_id")["workload"]
+    moved = got["job_id"].astype(str).map(workload).isin(changed).to_numpy() & ~by_model
+    assert changed == {"spmm_csr"}
+    pd.testing.assert_frame_equal(got.loc[~by_model & ~moved, exact], ref.loc[~by_model & ~moved, exact],
+                                  check_exact=False, rtol=1e-9, check_dtype=False)
     rest = [c for c in exact if c not in ("label", "confidence", "source")]
-    pd.testing.assert_frame_equal(got.loc[by_model, rest], ref.loc[by_model, rest], check_exact=False,
-                                  rtol=1e-9, check_dtype=False)
+    pd.testing.assert_frame_equal(got.loc[by_model | moved, rest], ref.loc[by_model | moved, rest],
+                                  check_exact=False, rtol=1e-9, check_dtype=False)
+    assert (got.loc[moved, "label"] == "compute").all()
 
 
 def test_label_table_loads_in_lua(demo: tuple[Path, dict[str, tuple[str, str]], str], tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ GPM_V1 = {
     "gpm_fp64_util": "fp64_util_pct",
     "gpm_fp32_util": "fp32_util_pct",
     "gpm_fp16_util": "fp16_util_pct",
+    "gpm_int_util": "int_util_pct",
 }
 
 

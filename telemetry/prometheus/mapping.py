@@ -38,6 +38,7 @@ PROF: dict[str, tuple[str, float]] = {
     "DCGM_FI_PROF_PIPE_FP64_ACTIVE": ("fp64_util_pct", 100.0),
     "DCGM_FI_PROF_PIPE_FP32_ACTIVE": ("fp32_util_pct", 100.0),
     "DCGM_FI_PROF_PIPE_FP16_ACTIVE": ("fp16_util_pct", 100.0),
+    "DCGM_FI_PROF_PIPE_INT_ACTIVE": ("int_util_pct", 100.0),  # field 1016 (DCGM 3.x)
     "DCGM_FI_PROF_PCIE_TX_BYTES": ("pcie_tx_mibs", 1.0 / 2**20),
     "DCGM_FI_PROF_PCIE_RX_BYTES": ("pcie_rx_mibs", 1.0 / 2**20),
 }
@@ -50,6 +51,7 @@ RULE_FIELDS: tuple[str, ...] = (
     "DCGM_FI_PROF_PIPE_FP64_ACTIVE",
     "DCGM_FI_PROF_PIPE_FP32_ACTIVE",
     "DCGM_FI_PROF_PIPE_FP16_ACTIVE",
+    "DCGM_FI_PROF_PIPE_INT_ACTIVE",
 )
 
 ALL_FIELDS: tuple[str, ...] = (ENERGY, *GAUGES, *PROF)

@@ -20,12 +20,13 @@ from typing import Any
 
 import pandas as pd
 
+from wattclass.classifier import rules
 from wattclass.errors import DataError
 
-#: Telemetry columns the summary reads (and nothing else).
+#: Telemetry columns the summary reads (and nothing else): the GPM rule's columns from the rule itself.
 READ_COLUMNS: tuple[str, ...] = (
     "host", "gpu_uuid", "gpu_model", "user", "ts_start", "ts_end", "energy_j", "power_limit_w", "power_max_w",
-    "sm_util_pct", "dram_bw_util_pct", "tensor_util_pct", "fp64_util_pct", "fp32_util_pct", "fp16_util_pct",
+    *rules.RULE_COLUMNS,
 )
 
 
@@ -190,8 +191,6 @@ def discover_hosts(root: Path, start: pd.Timestamp, job_id: str) -> list[str] | 
 
 
 def _rule_label(w: pd.DataFrame) -> tuple[str | None, float | None, str]:
-    from wattclass.classifier import rules
-
     codes = rules.window_labels(w["sm_util_pct"].astype(float), w["dram_bw_util_pct"].astype(float),
                                 [w[c].astype(float) for c in rules.COMPUTE_UNITS])
     if (codes < 0).any() or len(codes) == 0:
