@@ -31,7 +31,6 @@ Method (fixed before looking at the result; nothing is fitted to the truth):
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import sys
 from pathlib import Path
@@ -42,21 +41,11 @@ from benchstamp import emit
 
 
 def repeat_configs(sources: list[Path]) -> dict[str, str]:
-    """Job key -> workload configuration (family or job name, and its parameters), from runs.csv;
-    same job id rules as classifier.training.job_families."""
-    from wattclass.classifier.training import FIRST_JOB_ID
+    """Job key -> workload configuration (family or job name, and its parameters), from runs.csv
+    (classifier.training.workload_configs, which the ambiguity check's radius uses too)."""
+    from wattclass.classifier.training import workload_configs
 
-    out: dict[str, str] = {}
-    for src in sources:
-        index = 0
-        for runs in sorted(Path(src).glob("*_runs.csv")):
-            with runs.open(newline="") as fh:
-                for row in csv.DictReader(fh):
-                    job_id = row.get("job_id") or str(FIRST_JOB_ID + index)
-                    index += 1
-                    workload = row.get("family") or row["job"]
-                    out[f"{Path(src).name}:{job_id}"] = f"{workload}|{row.get('params') or ''}"
-    return out
+    return workload_configs(sources)
 
 
 def fingerprints(ts: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -40,7 +40,8 @@ pooled and reported per set too (docs/measurements/issue13-preregistration-round
 
 ``--test``: train once on ``--raw`` (default: the bundled recordings), calibration nested the same
 way, and score the jobs of the ``--test`` recordings; with ``--model DIR`` score that saved model
-as it is instead (docs/measurements/issue13-preregistration-round2-2026-11-30.md). 10-60 s on 2 cores.
+as it is instead, with its ambiguity check where it has one (issue 13 round 6)
+(docs/measurements/issue13-preregistration-round2-2026-11-30.md). 10-60 s on 2 cores.
 """
 
 from __future__ import annotations
@@ -176,14 +177,19 @@ def loso(ts: Any, families: dict[str, str], kind: str, sets: tuple[str, ...] = L
 
 def saved_model(model_dir: Path, test: Any) -> dict[str, Any]:
     """Score a saved model folder (e.g. the shipped classifier/models) on ``test`` as it is: its own
-    aggregation and calibration maps, no refit."""
+    aggregation and calibration maps and, where it has one, its ambiguity check (the confidence the
+    labels carry, ``WindowModel.job_confidence``); no refit."""
+    from wattclass.classifier.ambiguity import job_fingerprints
     from wattclass.classifier.model import load_model
 
     model = load_model(model_dir)
     keys, truth = test.job_truth()
     k, pred, raw = model.job_predictions(test.X, test.group, test.dur)
     assert (k == keys).all()
-    return {"keys": keys, "truth": truth, "pred": pred, "raw": raw, "conf": model.calibrate(raw, pred),
+    fkeys, fp = job_fingerprints(test.X, test.group, test.dur)
+    assert (fkeys == keys).all()
+    return {"keys": keys, "truth": truth, "pred": pred, "raw": raw,
+            "conf": model.job_confidence(raw, pred, fp),
             "compute_weights": {"all": float(model.meta.get("compute_weight") or 1.0)}}
 
 

@@ -99,12 +99,20 @@ def _register_model(sub: argparse._SubParsersAction[Any]) -> None:
     t.add_argument("--kind", default=None, help="roofline-margin (default) or lightgbm-window-multiclass")
     t.add_argument("--aggregation", default=None, help="job aggregation: length-weighted (default) or counts")
     t.add_argument("--round2-recipe", action="store_true",
-                   help="issue 13 round 2's recipe (h200-20261130-lenweight, the shipped model): compute "
-                   "weight 1 and, without --raw/--telemetry, its six recordings (training.ROUND2_RECORDINGS)")
+                   help="issue 13 round 2's recipe (h200-20261130-lenweight, shipped until round 6): compute "
+                   "weight 1, no ambiguity check unless --ambiguity says so and, without --raw/--telemetry, "
+                   "its six recordings (training.ROUND2_RECORDINGS)")
     t.add_argument("--calibration", choices=("family", "source"), default="family",
                    help="how the CV the calibration maps are fitted on is grouped: family (whole workload "
                    "families, --folds folds; default) or source (one fold per recording folder: the error "
                    "on a whole set of new kinds of work; a nightly then keeps this model's maps)")
+    t.add_argument("--ambiguity", default=None, metavar="MODE:VALUE[:LOWERING]",
+                   help="add the ambiguity check (issue 13 round 6; classifier/ambiguity.py): lower a job's "
+                   "confidence where training jobs of both labels sit next to it. radius:Q (neighbours "
+                   "closer than the Q quantile of the training jobs' same-workload repeat distances; needs "
+                   "recordings with runs.csv) or knn:K; LOWERING cap (default: min(confidence, purity)) or "
+                   "scale (confidence x purity); none: no check. Default: radius:0.15:cap (round 6, "
+                   "h200-20261130-lenweight-amb, the shipped model), none with --round2-recipe")
     t.add_argument("--json", action="store_true")
     t.set_defaults(func=cmd_model_train)
     s = msub.add_parser("show", help="print a model's metadata")
@@ -275,6 +283,8 @@ def _human_summary(s: dict[str, Any]) -> str:
 
 
 def cmd_model_train(args: argparse.Namespace) -> int:
+    from wattclass.classifier.ambiguity import DEFAULT_SPEC as AMBIGUITY_DEFAULT
+    from wattclass.classifier.ambiguity import fit_ambiguity, job_fingerprints
     from wattclass.classifier.model import (
         AGGREGATIONS,
         DEFAULT_AGGREGATION,
@@ -286,11 +296,14 @@ def cmd_model_train(args: argparse.Namespace) -> int:
     )
     from wattclass.classifier.replay import is_recording
     from wattclass.classifier.training import (
+        MAX_WINDOWS_PER_JOB,
         ROUND2_RECORDINGS,
         bundled_training_sources,
         h200_data_dir,
         job_families,
+        thin,
         training_set,
+        workload_configs,
     )
     from wattclass.errors import DataError
     from wattclass.output import emit
@@ -311,7 +324,13 @@ def cmd_model_train(args: argparse.Namespace) -> int:
     recipe_sources = [h200_data_dir() / name for name in ROUND2_RECORDINGS] if args.round2_recipe else None
     sources = given or recipe_sources or bundled_training_sources()
     weight = 1.0 if args.round2_recipe else DEFAULT_COMPUTE_WEIGHT
-    ts = training_set(sources)
+    # round 6 (the shipped model) adds the ambiguity check by default; the round-2 recipe pins none
+    wanted = args.ambiguity or ("none" if args.round2_recipe else AMBIGUITY_DEFAULT)
+    spec = None if wanted == "none" else parse_ambiguity(wanted)
+    # every window of every job (the check's fingerprints are over whole jobs); the model trains on
+    # the same thinned windows as ever (training_set's default)
+    full = training_set(sources, max_windows_per_job=0)
+    ts = thin(full, MAX_WINDOWS_PER_JOB)
     version = args.version or f"h200-{dt.datetime.now(dt.UTC):%Y%m%d}"
     # Recordings name each job's workload family: CV (metrics, calibration) then holds out whole
     # families, so confidences reflect work the model never saw. Other sources: grouped by job.
@@ -321,6 +340,18 @@ def cmd_model_train(args: argparse.Namespace) -> int:
         groups, n_folds = source_folds(ts.group)
     model = train_model(ts, version, n_folds=n_folds, created=args.created, families=families, kind=kind,
                         aggregation=aggregation, compute_weight=weight, fold_groups=groups)
+    if spec is not None:
+        keys, truth = full.job_truth()
+        fkeys, fp = job_fingerprints(full.X, full.group, full.dur)
+        assert (fkeys == keys).all()
+        configs = workload_configs(sources)
+        try:
+            model.set_ambiguity(fit_ambiguity(fp, truth, spec[0], spec[1], spec[2],
+                                              configs=[configs.get(str(k)) for k in keys]))
+        except DataError as exc:
+            if args.ambiguity:  # asked for: an error; the default only where the sources allow it
+                raise
+            log.warning("model trained without the ambiguity check: %s", exc)
     model.save(args.out)
     data = {"out": str(args.out), "version": version, "sources": [str(s) for s in sources],
             "metrics": model.meta["metrics"], "training_data": model.meta["training_data"]}
@@ -332,6 +363,23 @@ def cmd_model_train(args: argparse.Namespace) -> int:
 
     emit(data, args.json, human)
     return 0
+
+
+def parse_ambiguity(spec: str) -> tuple[str, float, str]:
+    """``--ambiguity MODE:VALUE[:LOWERING]`` -> (mode, value, lowering); a DataError names the flag."""
+    from wattclass.classifier.ambiguity import LOWERINGS, MODES
+    from wattclass.errors import DataError
+
+    parts = spec.split(":")
+    if len(parts) not in (2, 3) or parts[0] not in MODES or (len(parts) == 3 and parts[2] not in LOWERINGS):
+        raise DataError(f"--ambiguity {spec[:60]!r}: expected MODE:VALUE[:LOWERING] with MODE one of "
+                        f"{', '.join(MODES)} and LOWERING one of {', '.join(LOWERINGS)}, "
+                        "e.g. radius:0.15:cap")
+    try:
+        value = float(parts[1])
+    except ValueError:
+        raise DataError(f"--ambiguity {spec[:60]!r}: {parts[1][:20]!r} is not a number") from None
+    return parts[0], value, parts[2] if len(parts) == 3 else "cap"
 
 
 def cmd_model_show(args: argparse.Namespace) -> int:

@@ -109,24 +109,40 @@ class ChunkResult:
 def _model_counts(scanner: Scanner, files: Sequence[Path], model: WindowModel, forced: bool,
                   drop_columns: Sequence[str]) -> pa.Table | None:
     """Per (job, host): the model's window classes, summed top probability and length-weighted
-    compute and memory counts (x_*, ``_X_SUMS``)."""
+    compute and memory counts (x_*, ``_X_SUMS``); for a model with the ambiguity check, the sums of
+    its windows' fingerprints too (fp_*, classifier/ambiguity.py)."""
+    from wattclass.classifier.ambiguity import FP_SUM_COLUMNS, FP_WEIGHT_COLUMNS, window_sums
     from wattclass.classifier.features import column_f64, feature_matrix, window_features
     from wattclass.classifier.model import window_weights
 
+    amb = model.ambiguity is not None
+    cols = [*_X_SUMS, *(FP_SUM_COLUMNS + FP_WEIGHT_COLUMNS if amb else ())]
     parts = []
     for batch in scanner.model_batches(files, forced, drop_columns):
-        proba = model.predict_proba(feature_matrix(window_features(batch)))
+        X = feature_matrix(window_features(batch))
+        proba = model.predict_proba(X)
         cls = proba.argmax(axis=1)
-        w = window_weights(column_f64(batch, "window_ms") / 1000.0)
-        t = pa.table({"job_id": batch.column("job_id"), "host": batch.column("host"),
-                      "x_idle": (cls == 0).astype(np.int64), "x_compute": (cls == 1).astype(np.int64),
-                      "x_memory": (cls == 2).astype(np.int64),
-                      "x_pmax": proba.max(axis=1).astype(np.float64),
-                      "x_compute_w": np.where(cls == 1, w, 0.0), "x_memory_w": np.where(cls == 2, w, 0.0)})
-        parts.append(_sum_by_key(t, list(_X_SUMS)))
+        dur_s = column_f64(batch, "window_ms") / 1000.0
+        w = window_weights(dur_s)
+        data = {"job_id": batch.column("job_id"), "host": batch.column("host"),
+                "x_idle": (cls == 0).astype(np.int64), "x_compute": (cls == 1).astype(np.int64),
+                "x_memory": (cls == 2).astype(np.int64),
+                "x_pmax": proba.max(axis=1).astype(np.float64),
+                "x_compute_w": np.where(cls == 1, w, 0.0), "x_memory_w": np.where(cls == 2, w, 0.0)}
+        if amb:
+            num, den = window_sums(X, dur_s)
+            for j, (cn, cd) in enumerate(zip(FP_SUM_COLUMNS, FP_WEIGHT_COLUMNS, strict=True)):
+                data[cn], data[cd] = num[:, j], den[:, j]
+        parts.append(_sum_by_key(pa.table(data), cols))
     if not parts:
         return None
-    return _sum_by_key(pa.concat_tables(parts), list(_X_SUMS))
+    return _sum_by_key(pa.concat_tables(parts), cols)
+
+
+def _fp_columns(names: Sequence[str]) -> list[str]:
+    """The fingerprint sums (``_model_counts``) among ``names``: present only for a model with the
+    ambiguity check."""
+    return [c for c in names if c.startswith("fp_")]
 
 
 def _sum_by_key(t: pa.Table, cols: Sequence[str]) -> pa.Table:
@@ -223,9 +239,9 @@ def _with_model_counts(part: pa.Table, x: pa.Table | None, use_model: bool, forc
     zeros_i, zeros_f = pa.array(np.zeros(n, dtype=np.int64)), pa.array(np.zeros(n, dtype=np.float64))
     if x is not None and x.num_rows:
         joined = part.join(x, ["job_id", "host"], join_type="left outer", use_threads=False)
-        part = joined.select([*part.column_names, *_X_SUMS])
-        part = pa.table({c: (pc.fill_null(part.column(c), 0) if c.startswith("x_") else part.column(c))
-                         for c in part.column_names})
+        part = joined.select([*part.column_names, *_X_SUMS, *_fp_columns(x.column_names)])
+        part = pa.table({c: (pc.fill_null(part.column(c), 0) if c.startswith(("x_", "fp_"))
+                             else part.column(c)) for c in part.column_names})
     else:
         for c in ("x_idle", "x_compute", "x_memory"):
             part = part.append_column(c, zeros_i)
@@ -241,8 +257,8 @@ def merge_partials(parts: Sequence[pa.Table]) -> pa.Table | None:
     if not parts:
         return None
     t = pa.concat_tables(parts, promote_options="default")
-    aggs = [(c, "sum") for c in _SUMS] + [("user", "min"), ("ts_start_ms", "min"), ("ts_end_ms", "max"),
-                                           ("model_mode", "max")]
+    aggs = [(c, "sum") for c in (*_SUMS, *_fp_columns(t.column_names))] + [
+        ("user", "min"), ("ts_start_ms", "min"), ("ts_end_ms", "max"), ("model_mode", "max")]
     out = t.group_by(["job_id", "host"], use_threads=False).aggregate(aggs)
     back = {f"{c}_{a}": c for c, a in aggs}
     return out.rename_columns([back.get(n, n) for n in out.column_names])
@@ -267,7 +283,7 @@ def finalize(partials: pa.Table) -> pd.DataFrame:
 
     df = partials.to_pandas()
     g = df.groupby("job_id", sort=True)
-    jobs = g[list(_SUMS)].sum()
+    jobs = g[[*_SUMS, *_fp_columns(list(df.columns))]].sum()
     jobs["user"] = g["user"].min()
     jobs["hosts"] = _hosts(partials).reindex(jobs.index)
     for col, src, how in (("ts_start", "ts_start_ms", "min"), ("ts_end", "ts_end_ms", "max")):

@@ -112,6 +112,17 @@ def _empty_labels() -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype=object) for c in LABEL_COLUMNS})
 
 
+def _fingerprints(jobs: pd.DataFrame) -> np.ndarray:
+    """Per job: the fingerprint of the windows the model labelled (classifier/ambiguity.py), from the
+    engine's fp_* sums; NaN (no lowering) where the model labelled none of a job's windows."""
+    from wattclass.classifier.ambiguity import FP_SUM_COLUMNS, FP_WEIGHT_COLUMNS, fingerprint_from_sums
+
+    if not all(c in jobs for c in FP_SUM_COLUMNS + FP_WEIGHT_COLUMNS):  # no window went to the model
+        return np.full((len(jobs), len(FP_SUM_COLUMNS)), np.nan)
+    return fingerprint_from_sums(jobs[list(FP_SUM_COLUMNS)].to_numpy(dtype=np.float64),
+                                 jobs[list(FP_WEIGHT_COLUMNS)].to_numpy(dtype=np.float64))
+
+
 def decide(jobs: pd.DataFrame, model: WindowModel | None, source: Source = "auto") -> pd.DataFrame:
     """Per-job label, confidence and source from finalized job aggregates."""
     n = jobs["n_windows"].to_numpy(dtype=np.float64)
@@ -128,7 +139,7 @@ def decide(jobs: pd.DataFrame, model: WindowModel | None, source: Source = "auto
         m_lab, m_raw = job_from_counts(jobs["m_idle"], jobs["m_compute"], jobs["m_memory"], jobs["m_pmax"],
                                        jobs["m_compute_w"] if weighted else None,
                                        jobs["m_memory_w"] if weighted else None)
-        m_conf = model.calibrate(m_raw, m_lab)
+        m_conf = model.job_confidence(m_raw, m_lab, _fingerprints(jobs) if model.ambiguity else None)
         use_model = ~use_rule
         label[use_model] = rules.label_names(m_lab)[use_model]
         conf[use_model] = m_conf[use_model]

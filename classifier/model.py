@@ -41,6 +41,7 @@ import numpy.typing as npt
 
 from wattclass import __version__
 from wattclass.classifier import lgbload, rules
+from wattclass.classifier.ambiguity import check_ambiguity, lower_confidence
 from wattclass.classifier.calibration import apply_calibration, ece, fit_calibration_by_label
 from wattclass.classifier.features import FEATURES
 from wattclass.classifier.margin import SIGMA_FOLDS, fit_margin, memory_probability
@@ -53,7 +54,11 @@ if TYPE_CHECKING:  # LightGBM loads only to train or predict, without scikit-lea
 #: The newest model-file format this wattclass reads. 2: the roofline-margin kind (its model.json
 #: carries the margin map, and an older wattclass would read its binary booster as the multiclass
 #: one); multiclass models are still written as format 1, so an older wattclass keeps reading them.
-FORMAT_VERSION = 2
+#: 3: a model with an ``ambiguity`` check (classifier/ambiguity.py, issue 13 round 6): an older
+#: wattclass would ignore it and act on confidences the model says are too high, so it refuses the
+#: file; models without the check keep format 1 or 2 (the shipped model's bytes are unchanged).
+FORMAT_VERSION = 3
+FORMAT_AMBIGUITY = 3
 MODEL_FILE = "model.txt"
 META_FILE = "model.json"
 
@@ -215,9 +220,12 @@ def fit_booster(
     return lgb.train(p, data, num_boost_round=rounds)
 
 
-def format_version_for(kind: str) -> int:
-    """The model-file format a model of ``kind`` is written in (see FORMAT_VERSION)."""
-    return 1 if kind == KIND_MULTICLASS else FORMAT_VERSION
+def format_version_for(kind: str, ambiguity: bool = False) -> int:
+    """The model-file format a model of ``kind`` (with an ambiguity check or not) is written in
+    (see FORMAT_VERSION)."""
+    if ambiguity:
+        return FORMAT_AMBIGUITY
+    return 1 if kind == KIND_MULTICLASS else 2
 
 
 def stage_params(kind: str, params: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -715,8 +723,40 @@ class WindowModel:
         return str(self.meta.get("kind") or KIND_MULTICLASS)
 
     def calibrate(self, conf: npt.ArrayLike, labels: npt.ArrayLike | None = None) -> F64:
-        """Calibrated job confidence; ``labels`` (job label codes) select per-label maps."""
+        """Calibrated job confidence; ``labels`` (job label codes) select per-label maps. Without
+        the ambiguity check: ``job_confidence`` is the confidence the policy reads."""
         return apply_calibration(conf, self.meta.get("calibration"), labels)
+
+    @property
+    def ambiguity(self) -> dict[str, Any] | None:
+        """The model.json ``ambiguity`` check (classifier/ambiguity.py), or None."""
+        amb = self.meta.get("ambiguity")
+        return amb if isinstance(amb, dict) else None
+
+    def job_confidence(self, raw: npt.ArrayLike, labels: npt.ArrayLike, fingerprint: npt.ArrayLike | None,
+                       ) -> F64:
+        """The job confidence the labels carry (and the policy reads): calibrated, then lowered by
+        the ambiguity check where the model has one (``fingerprint``: the jobs' fingerprints,
+        ``ambiguity.job_fingerprints``; None only for a model without the check). Labels never
+        change."""
+        conf = self.calibrate(raw, labels)
+        amb = self.ambiguity
+        if amb is None:
+            return conf
+        if fingerprint is None:
+            raise DataError(f"model {self.version} has an ambiguity check: job confidences need the "
+                            "jobs' fingerprints")
+        return lower_confidence(amb, conf, fingerprint, labels)
+
+    def set_ambiguity(self, entry: dict[str, Any] | None) -> None:
+        """Attach (or, None, remove) an ambiguity check (``ambiguity.fit_ambiguity``) and write the
+        file format it needs."""
+        if entry is None:
+            self.meta.pop("ambiguity", None)
+        else:
+            check_ambiguity(entry, f"model {self.version}")
+            self.meta["ambiguity"] = entry
+        self.meta["format_version"] = format_version_for(self.kind, entry is not None)
 
     def save(self, directory: Path) -> None:
         """Write model.txt then model.json (atomically each); model.json last marks it complete."""
@@ -805,6 +845,11 @@ def load_model(directory: Path) -> WindowModel:
                         f"(this wattclass knows {', '.join(MODEL_KINDS)})")
     if kind == KIND_MARGIN and not isinstance(meta.get("margin"), dict):
         raise DataError(f"{meta_path}: roofline-margin model without its 'margin' map")
+    if "ambiguity" in meta:
+        if fmt < FORMAT_AMBIGUITY:
+            raise DataError(f"{meta_path}: 'ambiguity' in a format {fmt} file (it needs format "
+                            f"{FORMAT_AMBIGUITY})")
+        check_ambiguity(meta["ambiguity"], str(meta_path))
     agg = meta.get("aggregation")
     if agg is not None and agg not in (*AGGREGATIONS.values(), AGG_COUNTS_OLD):
         # its calibration belongs to an aggregation this wattclass does not apply

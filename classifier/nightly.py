@@ -252,6 +252,12 @@ def _retrain(store: ClassifierStore, registry: ModelRegistry, current: WindowMod
         # aggregation and weight); its own CV still gives the gate and the metrics.
         model.meta["calibration"] = current.meta["calibration"]
         model.meta["cv_grouping"] = current.meta["cv_grouping"]
+    # The candidate keeps the incumbent's ambiguity check (issue 13 round 6) as it is: the check's
+    # radius comes from repeat runs of one workload (runs.csv of the recordings), which tonight's
+    # sample does not name; the sample holds at most SAMPLE_PER_JOB windows of a job, not the
+    # whole job a fingerprint is; and where the two labels overlap in the inputs is a property of
+    # the inputs, measured on the recordings, not of tonight's booster.
+    model.set_ambiguity(current.ambiguity)
     model.meta["metrics"] = {k2: v for k2, v in cv.items() if k2 not in ("jobs", "calibration")}
     registry.add(model, promoted=promoted, gate=gate)
     return {"retrained": True, "version": version, "promoted": promoted, **gate,

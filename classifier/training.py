@@ -71,8 +71,12 @@ def thin(ts: TrainingSet, max_windows_per_job: int) -> TrainingSet:
     return ts.subset(keep)
 
 
+#: Windows per job ``wattclass model train`` learns from (``thin``): evenly spaced.
+MAX_WINDOWS_PER_JOB = 64
+
+
 def training_set(
-    sources: Sequence[Path], max_windows_per_job: int = 64, date: str | None = None
+    sources: Sequence[Path], max_windows_per_job: int = MAX_WINDOWS_PER_JOB, date: str | None = None
 ) -> TrainingSet:
     """Labelled windows from every source: a v1 Parquet file, a data root, or a raw probe
     recording (replayed through the telemetry daemon into a temporary data root first)."""
@@ -296,4 +300,22 @@ def job_families(sources: Sequence[Path]) -> dict[str, str]:
                     index += 1
                     out[f"{Path(src).name}:{job_id}"] = family_of(
                         row["job"], row.get("family") or "", row.get("params") or "")
+    return out
+
+
+def workload_configs(sources: Sequence[Path]) -> dict[str, str]:
+    """Job key (as ``job_families`` names it) -> its workload configuration: the runs.csv ``family``
+    (or ``job``) and ``params``. Two jobs with one configuration are repeats of one workload: the
+    ambiguity check (classifier/ambiguity.py) takes its radius from how far such runs land apart."""
+    out: dict[str, str] = {}
+    for src in sources:
+        runs_files = sorted(Path(src).glob("*_runs.csv")) if Path(src).is_dir() else []
+        index = 0
+        for runs in runs_files:
+            with runs.open(newline="") as fh:
+                for row in csv.DictReader(fh):
+                    job_id = row.get("job_id") or str(FIRST_JOB_ID + index)
+                    index += 1
+                    workload = row.get("family") or row["job"]
+                    out[f"{Path(src).name}:{job_id}"] = f"{workload}|{row.get('params') or ''}"
     return out

@@ -199,3 +199,31 @@ def test_sbatch_throughput_lua_table_costs() -> None:
     (row,) = out["sizes"]
     assert row["keys"] == 2000 and row["load_s"] >= 0 and row["per_submission_us"] > 0
     assert "load_avg_1m" in out
+
+
+def test_eval_ambiguity_scores_the_loso_predictions_of_eval_families() -> None:
+    # issue 13 round 6: its baseline is eval_families' pooled LOSO of the shipped recipe on the six
+    # folders, and a check only lowers confidences: the same accuracy, never more coverage
+    six = "raw,collected,sweep,sweep-heldout,ridge,ridge2"
+    base = json.loads(_run(str(BENCH / "eval_families.py"), "--loso", "--round2-recipe", "--train-folders",
+                           six, "--json", timeout=300))
+    out = json.loads(_run(str(BENCH / "eval_ambiguity.py"), "--json", timeout=300))
+    shipped = out["variants"]["shipped recipe"]
+    assert {k: shipped[k] for k in ("accuracy", "coverage", "ece")} == \
+        {k: base["all"][k] for k in ("accuracy", "coverage", "ece")}
+    assert len(out["variants"]) == 12 and "machine" in out
+    for name, v in out["variants"].items():
+        assert v["accuracy"] == shipped["accuracy"] and v["coverage"] <= shipped["coverage"], name
+
+
+def test_eval_families_applies_a_saved_models_ambiguity_check(tmp_path: Path) -> None:
+    from wattclass.cli import main
+
+    for name, extra in (("plain", []), ("amb", ["--ambiguity", "knn:4"])):
+        assert main(["model", "train", "--raw", str(H200_RAW), "--out", str(tmp_path / name), "--version",
+                     name, "--folds", "3", *extra]) == 0
+    sweep = str(H200_RAW.parent / "sweep")
+    plain, amb = (json.loads(_run(str(BENCH / "eval_families.py"), "--test", sweep, "--model",
+                                  str(tmp_path / name), "--json", timeout=300)) for name in ("plain", "amb"))
+    assert amb["all"]["accuracy"] == plain["all"]["accuracy"]
+    assert amb["all"]["coverage"] < plain["all"]["coverage"]

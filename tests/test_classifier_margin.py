@@ -94,8 +94,9 @@ def test_roofline_model_round_trips_and_refuses_a_file_without_its_map(real_set:
     m = M.train_model(real_set, "t-margin", evaluate=False, kind=M.KIND_MARGIN)
     assert m.meta["kind"] == M.KIND_MARGIN and m.meta["params"]["objective"] == "binary"
     # format 2: an older wattclass (reads format 1) refuses it instead of misreading the booster;
-    # multiclass models stay format 1, readable by older versions
-    assert m.meta["format_version"] == 2 == M.FORMAT_VERSION
+    # multiclass models stay format 1, readable by older versions (format 3, the newest, is a
+    # model with an ambiguity check: issue 13 round 6)
+    assert m.meta["format_version"] == 2 < M.FORMAT_VERSION == M.FORMAT_AMBIGUITY
     multi = M.train_model(real_set, "t-multi", evaluate=False, kind=M.KIND_MULTICLASS)
     assert multi.meta["format_version"] == 1 and "margin" not in multi.meta
     assert m.meta["margin"]["sigma"] > 0
@@ -282,3 +283,20 @@ def test_nightly_candidate_keeps_set_out_calibration_maps(real_set: M.TrainingSe
     else:
         assert candidate.meta["calibration"] == cv["calibration"] != set_out
     assert candidate.meta["metrics"]["accuracy"] == cv["accuracy"]  # the gate's own CV either way
+
+
+def test_nightly_candidate_keeps_the_incumbents_ambiguity_check(real_set: M.TrainingSet,
+                                                                tmp_path: Path) -> None:
+    # issue 13 round 6: the check's reference (fingerprints of whole jobs, radius from repeat runs
+    # named in runs.csv) comes from the recordings; tonight's sample has neither, so the candidate
+    # keeps the incumbent's as it is; an incumbent without one gives a candidate without one
+    from wattclass.classifier.ambiguity import fit_ambiguity, job_fingerprints
+
+    _, truth = real_set.job_truth()
+    _, fp = job_fingerprints(real_set.X, real_set.group, real_set.dur)
+    entry = fit_ambiguity(fp, truth, "knn", 3)
+    _, candidate, _ = _nightly_candidate(real_set, tmp_path / "with", ambiguity=entry,
+                                         format_version=M.FORMAT_AMBIGUITY)
+    assert candidate.ambiguity == entry and candidate.meta["format_version"] == M.FORMAT_AMBIGUITY
+    _, plain, _ = _nightly_candidate(real_set, tmp_path / "without")
+    assert plain.ambiguity is None and plain.meta["format_version"] == 2
