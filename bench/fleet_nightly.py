@@ -107,7 +107,9 @@ def features_child(root: Path, date: str, workers: int) -> None:
     from wattclass.classifier.engine import SAMPLE_PER_JOB, label_files_local
     from wattclass.classifier.model import default_model_dir, load_model
     from wattclass.classifier.reader import telemetry_files
+    from wattclass.cli import skip_collection_at_exit
 
+    skip_collection_at_exit()  # the child ends as wattclass's commands do (wattclass.cli)
     files = telemetry_files([root], date=date)
     t0 = time.perf_counter()
     res = label_files_local(files, lambda: load_model(default_model_dir()), "auto",

@@ -311,8 +311,11 @@ def _run(
         kw: dict[str, Any] = {"on_file": on_file, "sample_per_job": SAMPLE_PER_JOB,
                               "sample_prefix": opts.date, "seed": opts.seed}
         try:
-            result = (label_files_local(files, current, "auto", workers=opts.workers,
-                                        preload=(*AFTER_SCAN_MODULES, current), **kw) if client is None
+            # scipy.optimize (the retraining's calibration fits) loads beside the scan too: after
+            # it, its import ran on one core while the other waited (issue 15, round 5)
+            preload = (*AFTER_SCAN_MODULES, current, *(("scipy.optimize",) if opts.retrain else ()))
+            result = (label_files_local(files, current, "auto", workers=opts.workers, preload=preload, **kw)
+                      if client is None
                       else label_files_dask(client, files, current, "auto", **kw))
         except BaseException:
             current.close()

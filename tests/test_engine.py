@@ -100,6 +100,20 @@ def test_sample_draws_the_same_files_and_windows_under_any_data_root(
     assert samples[0] == samples[1] and samples[0]
 
 
+def test_sample_draw_key_is_the_paths_last_three_parts_for_any_path() -> None:
+    """The draw's key (``scan._tail``) skips parsing a Path's text where it can (issue 15): it must
+    equal the last three of ``Path.parts`` for every form of path, short, relative or odd."""
+    from wattclass.classifier import scan
+
+    texts = ["/data/telemetry/date=2026-11-29/host=gpu00001/00.parquet", "date=D/host=H/01.parquet",
+             "host=H/01.parquet", "01.parquet", "/01.parquet", "/a/01.parquet", "//a/b/c.parquet",
+             "//b/c.parquet", "/data//telemetry/./host=a/x.parquet", "rel/./a//b/c.parquet",
+             "/d/host=gpu-1.a b/ü.parquet", "a/b/c/"]
+    for text in texts:
+        for path in (Path(text), text):
+            assert scan._tail(path) == "/".join(Path(text).parts[-3:]), path
+
+
 def test_sample_drawn_in_the_pass_equals_a_window_query_of_the_draw(
     fleet: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -213,3 +213,45 @@ def test_folders_root_creates_have_mode_0755_whatever_the_umask(tmp_path: Path, 
     for d in ("etc", "etc/wattclass", "run", "run/wattclass", "run/wattclass/caps"):
         assert stat.S_IMODE((tmp_path / d).stat().st_mode) == 0o755, d
     assert stat.S_IMODE((tmp_path / "etc" / "wattclass" / "labels.tsv").stat().st_mode) == 0o644
+
+
+def test_wattclass_asks_openblas_for_one_thread_unless_the_environment_says_otherwise() -> None:
+    """Importing wattclass before NumPy sets OPENBLAS_NUM_THREADS=1 (no BLAS thread pool spinning at
+    start-up, issue 15); a value the environment gives is kept, and NumPy's BLAS then follows it."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("threadpoolctl")
+    code = ("import os, wattclass, numpy, threadpoolctl; print(os.environ['OPENBLAS_NUM_THREADS'], "
+            "sorted({i['num_threads'] for i in threadpoolctl.threadpool_info() if i['user_api'] == 'blas'}))")
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["1", "[1]"]
+    env["OPENBLAS_NUM_THREADS"] = "2"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split()[0] == "2"  # kept (the pool's size then depends on the cores)
+
+
+def test_the_cli_leaves_what_is_alive_at_exit_to_the_os_uncollected(tmp_path: Path) -> None:
+    """wattclass.cli skips Python's collection at exit (issue 15: 0.1-0.15 s of every night); exit
+    handlers still run (a log file's handler is flushed and closed); an object in a reference cycle
+    is no longer finalised at exit (the trade-off, written down here)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import logging, sys\n"
+        "import wattclass.cli as c\n"
+        "class Cycle:\n"
+        "    def __del__(self): print('finalised', flush=True)\n"
+        "a = Cycle(); a.me = a; del a\n"
+        "h = logging.FileHandler(sys.argv[2]); logging.getLogger('t').addHandler(h)\n"
+        "logging.getLogger('t').warning('flushed at exit')\n"
+        "if sys.argv[1] == 'cli': c.skip_collection_at_exit()\n")
+    runs = {}
+    for how in ("plain", "cli"):
+        log = tmp_path / f"{how}.log"
+        runs[how] = subprocess.run([sys.executable, "-c", code, how, str(log)], capture_output=True,
+                                   text=True, check=True).stdout
+        assert log.read_text() == "flushed at exit\n"
+    assert "finalised" in runs["plain"] and "finalised" not in runs["cli"]
