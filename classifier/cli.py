@@ -113,7 +113,7 @@ def _register_model(sub: argparse._SubParsersAction[Any]) -> None:
                    "closer than the Q quantile of the training jobs' same-workload repeat distances; needs "
                    "recordings with runs.csv) or knn:K; LOWERING cap (default: min(confidence, purity)) or "
                    "scale (confidence x purity); none: no check. Default: radius:0.15:cap (round 6, "
-                   "h200-20261130-lenweight-amb, the shipped model), none with --round2-recipe")
+                   "in every shipped model since), none with --round2-recipe")
     t.add_argument("--json", action="store_true")
     t.set_defaults(func=cmd_model_train)
     s = msub.add_parser("show", help="print a model's metadata")
