@@ -20,8 +20,9 @@ Method (fixed before looking at the result; nothing is fitted to the truth):
 - Twins: a compute-bound and a memory-bound job closer than the noise floor's quantile ``q``
   (default: the median repeat distance, so half of all same-job re-runs are farther apart than
   a twin pair). A maximum matching of the twin graph counts disjoint pairs; each costs at least
-  one error, so ``1 - matched / jobs`` bounds the accuracy of any classifier on these inputs on
-  this set of jobs (for compute/memory truth; idle and mixed jobs are not paired).
+  one error to a classifier that gives two jobs closer than that the same label (one that does
+  not relies on differences smaller than a re-run's), so ``1 - matched / jobs`` bounds such a
+  classifier's accuracy on this set of jobs (compute/memory truth; idle and mixed are not paired).
 - Beside it, k-nearest-neighbour accuracy, leave-one-out over all jobs in the same space: a
   flexible classifier that has seen every other kind of work (an optimistic reference, not a bound).
 
@@ -210,7 +211,7 @@ def main() -> int:
           f"quantiles {out['repeat_distance_quantiles']}")
     print(f"twins (compute vs memory truth, distance <= {tau:.3f}, the repeats' q={a.quantile:g}): "
           f"{len(edges)} pairs over {len(twin_jobs)} jobs; {len(matched)} disjoint")
-    print(f"accuracy bound for any classifier on these inputs: {out['accuracy_bound_all_jobs']:.3f} "
+    print(f"accuracy bound, classifier blind below the twin distance: {out['accuracy_bound_all_jobs']:.3f} "
           f"(all jobs), {out['accuracy_bound_compute_memory_jobs']:.3f} (compute and memory jobs)")
     print(f"k-NN (k={a.k}) leave-one-out, every other job seen: {knn_acc:.3f}")
     top = list(out["twin_jobs_by_family"].items())[:15]

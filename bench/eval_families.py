@@ -24,14 +24,14 @@ calibrated confidence.
         --extra wattclass/data/h200/ridge2                       # issue 13 round 2's decision protocol
     python bench/eval_families.py --test DIR --model classifier/models  # the shipped model on DIR
     python bench/eval_families.py ... --shipped-margin                  # the round-1 recipe
-    python bench/eval_families.py ... --round2-recipe                   # round 2's (lenweight, shipped)
+    python bench/eval_families.py ... --round2-recipe                   # round 2's (lenweight, rounds 2-5)
     python bench/eval_families.py ... --round3-recipe                   # round 3's (spread, not shipped)
     python bench/eval_families.py \
         --raw wattclass/data/h200/{raw,collected,sweep,sweep-heldout,ridge,ridge2,fresh}  # round 3: LOFO-442
     python bench/eval_families.py --raw <all but one former test set> --test <that set>  # round 4: set out
     python bench/eval_families.py --loso [--round2-recipe]     # round 5: leave one SET out, pooled
     python bench/eval_families.py --loso --round2-recipe \
-        --train-folders raw,collected,sweep,sweep-heldout,ridge,ridge2  # the shipped model's folders
+        --train-folders raw,collected,sweep,sweep-heldout,ridge,ridge2  # the round-2 model's folders
 
 ``--loso`` (issue 13 round 5; no never-seen test set was left, all ten folders are development
 data): each of the seven test-like folders (LOSO_SETS) held out whole in turn, trained on the

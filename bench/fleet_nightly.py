@@ -29,10 +29,14 @@ anchor (issue 15: feature stage <= 1.2x, classify and nightly <= 2x), nightly wa
 
 from __future__ import annotations
 
+import os
+
+# The feature-stage child measures what the command runs: the same BLAS setting as wattclass.cli.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 import argparse
 import contextlib
 import json
-import os
 import resource
 import subprocess
 import sys

@@ -228,8 +228,8 @@ def check_ambiguity(amb: object, where: str) -> None:
         raise DataError(f"{where}: ambiguity 'grids' must be {len(FEATURES)} non-decreasing lists of numbers")
     if mode == "radius":
         r = _need(amb, "radius", (int, float), where)
-        if not r > 0:
-            raise DataError(f"{where}: ambiguity 'radius' must be > 0, got {r}")
+        if not 0 < r < math.inf:
+            raise DataError(f"{where}: ambiguity 'radius' must be a finite number > 0, got {r}")
     else:
         k = _need(amb, "k", int, where)
         if k < 1:

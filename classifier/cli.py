@@ -365,7 +365,8 @@ def _add_ambiguity(model: Any, full: Any, sources: Sequence[Path], spec: tuple[s
 
     keys, truth = full.job_truth()
     fkeys, fp = job_fingerprints(full.X, full.group, full.dur)
-    assert (fkeys == keys).all()
+    if len(fkeys) != len(keys) or not (fkeys == keys).all():
+        raise DataError("ambiguity: the fingerprints' jobs differ from the training jobs (internal error)")
     configs = workload_configs(sources)
     try:
         model.set_ambiguity(fit_ambiguity(fp, truth, spec[0], spec[1], spec[2],

@@ -47,7 +47,7 @@ COUNT_COLUMNS = ("n_gpm", "r_idle", "r_compute", "r_memory", "m_idle", "m_comput
 SHARED_CONFIDENCE_PENALTY = 0.5
 LABEL_COLUMNS = (
     "job_id", "user", "label", "confidence", "source", "n_windows", "energy_j", "gpu_hours",
-    "hosts", "start", "end", "gpm_share", "inputs",
+    "hosts", "start", "end", "gpm_share", "inputs", "confidence_unchecked",
 )
 #: The telemetry columns labelling reads (the rest of v1 is never decoded).
 READ_COLUMNS: tuple[str, ...] = ("user", *INPUT_COLUMNS, *rules.RULE_COLUMNS, "shared_jobs", "share_basis")
@@ -134,27 +134,33 @@ def decide(jobs: pd.DataFrame, model: WindowModel | None, source: Source = "auto
     label = np.where(use_rule, rules.label_names(r_lab), no_label).astype(object)
     conf = np.asarray(np.where(use_rule, r_conf, np.nan), dtype=np.float64)
     src = np.asarray(np.where(use_rule, "rule", "none"), dtype=object)
+    # The confidence before the ambiguity check, for the table's per-key vote (table.build_entries):
+    # a check that lowers some of a key's jobs must not raise the share of the others.
+    unchecked = conf.copy()
     if model is not None and source != "rule":
         weighted = model.aggregation == "length-weighted" and "m_compute_w" in jobs
         m_lab, m_raw = job_from_counts(jobs["m_idle"], jobs["m_compute"], jobs["m_memory"], jobs["m_pmax"],
                                        jobs["m_compute_w"] if weighted else None,
                                        jobs["m_memory_w"] if weighted else None)
         m_conf = model.job_confidence(m_raw, m_lab, _fingerprints(jobs) if model.ambiguity else None)
+        m_unchecked = model.calibrate(m_raw, m_lab) if model.ambiguity else m_conf
         use_model = ~use_rule
         label[use_model] = rules.label_names(m_lab)[use_model]
         conf[use_model] = m_conf[use_model]
+        unchecked[use_model] = m_unchecked[use_model]
         src[use_model] = model.source
     if "n_shared" in jobs:
         shared = jobs["n_shared"].to_numpy(dtype=np.float64) / np.maximum(n, 1)
         marked = (shared > 0) & (src != "none")
         conf = np.where(marked, conf * (1 - SHARED_CONFIDENCE_PENALTY * shared), conf)
+        unchecked = np.where(marked, unchecked * (1 - SHARED_CONFIDENCE_PENALTY * shared), unchecked)
         src = np.where(marked, src.astype(str) + "+shared", src).astype(object)
     inputs = np.where(use_rule, "gpm (sm, dram, compute pipes)",
                       np.where(src == "none", "-", "nvml basic counters (model)")).astype(object)
     gap = jobs["n_pipe_gap"].to_numpy(dtype=np.float64) if "n_pipe_gap" in jobs else np.zeros(len(jobs))
     for i in np.flatnonzero(gap > 0):
         inputs[i] = (f"{inputs[i]}; rule withheld: {int(gap[i])} active window(s) lacked a compute pipe "
-                     "(FP64/FP32/FP16/tensor not exported), could be compute on that pipe")
+                     "(FP64/FP32/FP16/integer/tensor not exported), could be compute on that pipe")
     unlabelled = int((src == "none").sum())
     if unlabelled:
         log.warning("%d job(s) lack GPM in some window and no model was used: left unlabelled", unlabelled)
@@ -172,6 +178,7 @@ def decide(jobs: pd.DataFrame, model: WindowModel | None, source: Source = "auto
         "end": jobs["ts_end"],
         "gpm_share": np.round(n_gpm / np.maximum(n, 1), 4),
         "inputs": inputs,
+        "confidence_unchecked": np.round(unchecked, 4),
     })
 
 

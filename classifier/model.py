@@ -56,7 +56,7 @@ if TYPE_CHECKING:  # LightGBM loads only to train or predict, without scikit-lea
 #: one); multiclass models are still written as format 1, so an older wattclass keeps reading them.
 #: 3: a model with an ``ambiguity`` check (classifier/ambiguity.py, issue 13 round 6): an older
 #: wattclass would ignore it and act on confidences the model says are too high, so it refuses the
-#: file; models without the check keep format 1 or 2 (the shipped model's bytes are unchanged).
+#: file; models without the check keep format 1 or 2 (every shipped model since round 6 has it).
 FORMAT_VERSION = 3
 FORMAT_AMBIGUITY = 3
 MODEL_FILE = "model.txt"

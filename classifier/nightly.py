@@ -287,6 +287,23 @@ def run_nightly(
             return _run(opts, slurm, client, on_file, files_total)
 
 
+def _scan(opts: NightlyOptions, files: list[Path], current: _Once, client: Client | None,
+          on_file: Callable[[int, Path], None] | None) -> LabelResult:
+    """Label the day's files (step 1), keeping the retraining sample; the model loads beside."""
+    kw: dict[str, Any] = {"on_file": on_file, "sample_per_job": SAMPLE_PER_JOB,
+                          "sample_prefix": opts.date, "seed": opts.seed}
+    try:
+        if client is not None:
+            return label_files_dask(client, files, current, "auto", **kw)
+        # scipy.optimize (the retraining's calibration fits) loads beside the scan too: after it,
+        # its import ran on one core while the other waited (issue 15, round 5)
+        preload = (*AFTER_SCAN_MODULES, current, *(("scipy.optimize",) if opts.retrain else ()))
+        return label_files_local(files, current, "auto", workers=opts.workers, preload=preload, **kw)
+    except BaseException:
+        current.close()
+        raise
+
+
 def _run(
     opts: NightlyOptions,
     slurm: SlurmClient | None,
@@ -306,20 +323,7 @@ def _run(
     # The registry's model (and LightGBM) loads beside the scan: the labels need it only for
     # windows without GPM, the retraining after the scan (issue 15: 0.2 s before a 2 s scan).
     current = _Once(registry.current)
-    result: LabelResult | None = None
-    if files:
-        kw: dict[str, Any] = {"on_file": on_file, "sample_per_job": SAMPLE_PER_JOB,
-                              "sample_prefix": opts.date, "seed": opts.seed}
-        try:
-            # scipy.optimize (the retraining's calibration fits) loads beside the scan too: after
-            # it, its import ran on one core while the other waited (issue 15, round 5)
-            preload = (*AFTER_SCAN_MODULES, current, *(("scipy.optimize",) if opts.retrain else ()))
-            result = (label_files_local(files, current, "auto", workers=opts.workers, preload=preload, **kw)
-                      if client is None
-                      else label_files_dask(client, files, current, "auto", **kw))
-        except BaseException:
-            current.close()
-            raise
+    result = _scan(opts, files, current, client, on_file) if files else None
     model = current()
     summary["model"] = model.version
     summary["feature_seconds"] = round(time.monotonic() - t0, 2)

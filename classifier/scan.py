@@ -1,3 +1,4 @@
+# long: one DuckDB pass (query, input rules, rule codes, sample and its file draw) on one connection
 """The nightly scan in DuckDB: telemetry files -> per-(job, host) partial aggregates in one pass.
 
 Why DuckDB: the feature stage is a scan of a few columns of tens of thousands of small Parquet

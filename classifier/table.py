@@ -28,7 +28,8 @@ HISTORY_DAYS = 120
 
 
 def build_entries(history: pd.DataFrame, now: dt.datetime) -> list[TableEntry]:
-    """Entries for every key in ``history`` (columns user, name, account, label, confidence, end, source)."""
+    """Entries for every key in ``history`` (columns user, name, account, label, confidence, end, source;
+    ``confidence_unchecked`` where the labels have it)."""
     if history.empty:
         return []
     h = history[history["label"].isin(LABELS)].copy()
@@ -37,7 +38,18 @@ def build_entries(history: pd.DataFrame, now: dt.datetime) -> list[TableEntry]:
     end = pd.to_datetime(h["end"], utc=True)
     age_days = np.maximum((pd.Timestamp(now) - end).dt.total_seconds().to_numpy() / 86400.0, 0.0)
     conf = h["confidence"].astype(float).fillna(0.0).to_numpy()
-    h["w"] = np.clip(conf, 0.0, 1.0) * 0.5 ** (age_days / HALF_LIFE_DAYS)
+    decay = 0.5 ** (age_days / HALF_LIFE_DAYS)
+    h["w"] = np.clip(conf, 0.0, 1.0) * decay
+    # The vote's total counts each job at its confidence *before* the model's ambiguity check
+    # (labeling.decide): the check lowers a job's own weight, and must not thereby raise the
+    # share of the key's other labels (a key of mostly-memory jobs whose compute jobs the check
+    # lowered would otherwise move towards a memory cap). Label stores older than the check lack
+    # the column: there both are the same.
+    if "confidence_unchecked" in h:
+        unchecked = h["confidence_unchecked"].astype(float).fillna(h["confidence"].astype(float)).fillna(0.0)
+        h["w_all"] = np.clip(np.maximum(unchecked.to_numpy(), conf), 0.0, 1.0) * decay
+    else:
+        h["w_all"] = h["w"]
     h["is_rule"] = h["source"].astype(str).str.startswith("rule").astype(float)  # "rule+shared" too
     entries: list[TableEntry] = []
     levels: list[tuple[Level, list[str]]] = [("user_name", ["user", "name"]), ("user", ["user"]),
@@ -53,7 +65,7 @@ def build_entries(history: pd.DataFrame, now: dt.datetime) -> list[TableEntry]:
         votes = sub.pivot_table(index=cols, columns="label", values="w", aggfunc="sum", fill_value=0.0)
         n = sub.groupby(cols).size()
         rule_share = sub.groupby(cols)["is_rule"].mean()
-        total = votes.sum(axis=1)
+        total = sub.groupby(cols)["w_all"].sum().reindex(votes.index)
         win = votes.idxmax(axis=1)
         wmax = votes.max(axis=1)
         for key in votes.index:

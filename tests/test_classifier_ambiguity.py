@@ -200,7 +200,8 @@ def test_a_check_without_a_field_is_refused_naming_it(ridge: Any, tmp_path: Path
 
 @pytest.mark.parametrize(("change", "message"), [
     ({"mode": "radius"}, "lacks 'radius'"),
-    ({"mode": "radius", "radius": -1.0}, "'radius' must be > 0"),
+    ({"mode": "radius", "radius": -1.0}, "'radius' must be a finite number > 0"),
+    ({"mode": "radius", "radius": float("inf")}, "'radius' must be a finite number > 0"),
     ({"mode": "cosine"}, "'mode' 'cosine' unknown"),
     ({"lowering": "drop"}, "'lowering' 'drop' unknown"),
     ({"k": "5"}, "'k' has the wrong type"),

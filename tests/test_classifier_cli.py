@@ -245,3 +245,29 @@ def test_nightly_estimates_and_stores_canary_effects(data_root: tuple[Path, Path
     assert eff is not None and set(eff["date"]) == {DATE}
     mem = eff[eff["label"] == "memory"].iloc[0]
     assert mem["energy_ratio_lo"] < 0.75 < mem["energy_ratio_hi"] or abs(mem["energy_ratio"] - 0.75) < 0.02
+
+
+def test_the_ambiguity_check_never_raises_a_keys_confidence() -> None:
+    # review finding (issue 13 round 6): the check lowers some jobs' confidence; with the vote's
+    # total taken from the checked confidences, lowering a key's compute jobs raised its memory
+    # share past the policy's 0.8 and the table would cap the key. The total counts each job at
+    # its confidence before the check (labels' confidence_unchecked).
+    now = dt.datetime(2026, 11, 30, tzinfo=dt.UTC)
+    rows = [("u", "job", "a", "memory", 0.95, 0.95, now, "model:x") for _ in range(5)]
+    rows += [("u", "job", "a", "compute", c, 0.9, now, "model:x") for c in (0.9, 0.2)]
+    cols = ["user", "name", "account", "label", "confidence", "confidence_unchecked", "end", "source"]
+    checked = pd.DataFrame(rows, columns=cols)
+    before = pd.DataFrame([(*r[:4], r[5], r[5], *r[6:]) for r in rows], columns=cols)
+    old_store = checked.drop(columns=["confidence_unchecked"])  # a label store before the column
+
+    def key_conf(h: pd.DataFrame) -> tuple[str, float]:
+        e = lookup(index_entries(build_entries(h, now)), "u", "job", "a")
+        assert e is not None and e.level == "user_name"
+        return e.label, e.confidence
+
+    lab0, c0 = key_conf(before)
+    lab1, c1 = key_conf(checked)
+    assert lab0 == lab1 == "memory" and c0 < 0.8 and c1 <= c0
+    # without the column the old total is used, and the same lowering lifts the key past 0.8
+    lab2, c2 = key_conf(old_store)
+    assert lab2 == "memory" and c2 > c0

@@ -215,18 +215,22 @@ def test_folders_root_creates_have_mode_0755_whatever_the_umask(tmp_path: Path, 
     assert stat.S_IMODE((tmp_path / "etc" / "wattclass" / "labels.tsv").stat().st_mode) == 0o644
 
 
-def test_wattclass_asks_openblas_for_one_thread_unless_the_environment_says_otherwise() -> None:
-    """Importing wattclass before NumPy sets OPENBLAS_NUM_THREADS=1 (no BLAS thread pool spinning at
-    start-up, issue 15); a value the environment gives is kept, and NumPy's BLAS then follows it."""
+def test_the_cli_asks_openblas_for_one_thread_unless_the_environment_says_otherwise() -> None:
+    """The wattclass command (wattclass.cli) sets OPENBLAS_NUM_THREADS=1 before NumPy loads (no BLAS
+    thread pool spinning at start-up, issue 15); a value the environment gives is kept, and NumPy's
+    BLAS then follows it. Importing wattclass as a library changes nothing (review finding)."""
     import subprocess
     import sys
 
     pytest.importorskip("threadpoolctl")
-    code = ("import os, wattclass, numpy, threadpoolctl; print(os.environ['OPENBLAS_NUM_THREADS'], "
+    code = ("import os, wattclass.cli, numpy, threadpoolctl; print(os.environ['OPENBLAS_NUM_THREADS'], "
             "sorted({i['num_threads'] for i in threadpoolctl.threadpool_info() if i['user_api'] == 'blas'}))")
     env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["1", "[1]"]
+    lib = "import os, wattclass.report.estimates; print(os.environ.get('OPENBLAS_NUM_THREADS', '-'))"
+    out = subprocess.run([sys.executable, "-c", lib], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["-"]
     env["OPENBLAS_NUM_THREADS"] = "2"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.split()[0] == "2"  # kept (the pool's size then depends on the cores)

@@ -116,3 +116,16 @@ def test_a_label_store_day_with_fewer_columns_does_not_hide_another_days_confide
                   "hosts": ["gpu-h200-03"]}).to_parquet(base / f"date={DAY}" / "labels.parquet")
     d = _json(capsys, "5003", "--data-root", str(root), "--date", DAY)
     assert (d["label"], d["confidence"]) == ("memory", 0.93)
+
+
+def test_job_on_telemetry_without_the_integer_pipe_column(root: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    # review finding (issue 13 round 7): files written before a GPM column existed made DuckDB
+    # fail on the column; now the pipe reads as not measured, and the rule leaves the job alone
+    import pyarrow.parquet as pq
+
+    for f in root.rglob("*.parquet"):
+        pq.write_table(pq.read_table(f).drop_columns(["int_util_pct"]), f)
+    d = _json(capsys, "5003", "--data-root", str(root), "--date", DAY)
+    assert d["label"] is None and "compute pipe" in d["inputs"]
+    assert d["energy_kwh"] > 0 and d["n_gpus"] == 1

@@ -114,3 +114,14 @@ def test_report_cli_days_reads_the_span(tmp_path: Path, h200_telemetry: Path) ->
     page = out.read_text()
     assert "date=2026-11-01..2026-11-02 (2 files)" in page
     assert main(["report", "--data-root", str(tmp_path), "--days", "0", "--out", str(out)]) == 2
+
+
+def test_rule_fallback_leaves_a_job_with_an_unmeasured_pipe_unlabelled() -> None:
+    # issue 13 round 7 (review): the report's own rule needs every compute pipe for "memory", like
+    # the engine's: job "a" lacks the integer pipe (a pooling kernel would look memory-bound)
+    nan = float("nan")
+    rows = [{"job_id": j, "sm_util_pct": 90.0, "dram_bw_util_pct": 30.0, "tensor_util_pct": 2.0,
+             "fp64_util_pct": 0.0, "fp32_util_pct": 1.0, "fp16_util_pct": 0.0, "int_util_pct": i}
+            for j, i in (("a", nan), ("a", nan), ("b", 5.0), ("b", 5.0), ("c", 80.0), ("c", 80.0))]
+    labels = est.rule_job_labels(pd.DataFrame(rows)).set_index("job_id")["label"].to_dict()
+    assert labels == {"b": "memory", "c": "compute"}

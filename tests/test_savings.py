@@ -71,7 +71,7 @@ def _telemetry(root: Path) -> None:
                          "gpu_model": "NVIDIA H200", "job_id": job, "user": user, "energy_j": pw * 10,
                          "power_avg_w": pw, "power_max_w": pw + 5, "power_limit_w": 700.0, "sm_util_pct": sm,
                          "tensor_util_pct": tensor, "fp64_util_pct": 0.0, "fp32_util_pct": 1.0,
-                         "fp16_util_pct": 0.0, "dram_bw_util_pct": dram})
+                         "fp16_util_pct": 0.0, "int_util_pct": 2.0, "dram_bw_util_pct": dram})
     rows.append({**rows[0], "job_id": None, "user": None})  # an idle window: no job
     df = pd.DataFrame(rows)
     t = conform(pa.Table.from_pandas(df, preserve_index=False), "test")
@@ -215,9 +215,21 @@ def test_simulate_reads_files_that_lack_gpm_columns(tmp_path: Path) -> None:
     t = pq.read_table(f)
     old = t.filter(pa.compute.equal(t["job_id"], "j2")).drop_columns(
         ["sm_util_pct", "dram_bw_util_pct", "tensor_util_pct", "fp64_util_pct", "fp32_util_pct",
-         "fp16_util_pct"])
+         "fp16_util_pct", "int_util_pct"])
     pq.write_table(t.filter(pa.compute.equal(t["job_id"], "j1")), f)
     pq.write_table(old, f.with_name("01.parquet"))
     j = simulate(tmp_path, parse_policy({"caps": {"memory": "60%"}})).jobs.set_index("job_id")
     assert j.loc["j1", "label"] == "memory" and j.loc["j2", "label"] == "unlabelled"
     assert np.isnan(j.loc["j2", "compute_act"]) and j.loc["j2", "energy_j"] == pytest.approx(690 * 3600)
+
+
+def test_simulate_never_calls_memory_where_the_integer_pipe_was_not_measured(tmp_path: Path) -> None:
+    # issue 13 round 7 (review): the simulation's own rule, like the engine's, needs every compute
+    # pipe for "memory": without the integer pipe a pooling kernel looks memory-bound
+    _telemetry(tmp_path)
+    f = next((tmp_path / "telemetry").rglob("*.parquet"))
+    t = pq.read_table(f)
+    pq.write_table(t.drop_columns(["int_util_pct"]), f)
+    j = simulate(tmp_path, parse_policy({"caps": {"memory": "60%"}})).jobs.set_index("job_id")
+    assert j.loc["j1", "label"] == "unlabelled"  # memory with the pipe, unknown without it
+    assert j.loc["j2", "label"] == "compute"  # a measured pipe above DRAM still says compute

@@ -8,9 +8,21 @@ on stderr and the error's own exit code:
   4 GPU/NVML failure, 5 Slurm failure, 6 another process holds the lock (second telemetry
   daemon on a WAL folder, second nightly run on a classifier folder), 7 no data (nightly: a day
   without telemetry, unless --allow-empty), 130 interrupted.
+
+One BLAS thread for the command: unless the environment says otherwise, ``OPENBLAS_NUM_THREADS``
+is set to 1 when this module loads, before any command imports NumPy or SciPy. Why (issue 15):
+OpenBLAS starts its thread pool when its library loads, and the pool's threads spin waiting for
+work (docs/benchmarks.md, issue 15 fifth round), CPU the nightly and the node daemon spend for
+nothing; wattclass's linear algebra is tiny and every fit already ran on one BLAS thread
+(``classifier.model._OneBlasThread``), so no result changes. Only the ``wattclass`` command (and
+what it starts) sees it: a program that imports wattclass as a library keeps its own BLAS setup.
 """
 
 from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before NumPy loads (module docstring)
 
 import argparse
 import importlib

@@ -133,11 +133,13 @@ def _rule_code(src: _Source) -> str:
         x = src.col(c)
         return f"(CASE WHEN isnan({x}) THEN NULL ELSE {x} END)"
 
-    comp = "greatest(" + ", ".join(v(u) for u in rules.COMPUTE_UNITS) + ")"
+    pipes = [v(u) for u in rules.COMPUTE_UNITS]
+    comp = "greatest(" + ", ".join(pipes) + ")"
+    gap = " OR ".join(f"{p} IS NULL" for p in pipes)  # memory needs every pipe (rules.PIPE_GAP)
     sm, dram = v("sm_util_pct"), v("dram_bw_util_pct")
     return (f"(CASE WHEN {sm} IS NULL OR {dram} IS NULL OR {comp} IS NULL THEN {rules.NO_GPM} "
             f"WHEN {sm} < {rules.SM_ACTIVE_PCT} THEN {rules.IDLE} WHEN {comp} >= {dram} THEN {rules.COMPUTE} "
-            f"ELSE {rules.MEMORY} END)")
+            f"WHEN {gap} THEN {rules.PIPE_GAP} ELSE {rules.MEMORY} END)")
 
 
 def _cap_sql(cap: str | None, limit: str) -> str | None:
@@ -184,6 +186,7 @@ def _load(src: _Source, labels: pd.DataFrame | None, caps: Mapping[str, str] | N
         f"count(*) FILTER (WHERE {code} = {rules.IDLE}) AS r_idle, "
         f"count(*) FILTER (WHERE {code} = {rules.COMPUTE}) AS r_compute, "
         f"count(*) FILTER (WHERE {code} = {rules.MEMORY}) AS r_memory, "
+        f"count(*) FILTER (WHERE {code} = {rules.PIPE_GAP}) AS r_gap, "
         f"sum(({tflops}) * {secs}) FILTER (WHERE {gpm}) AS tflop, "
         f"sum({energy}) FILTER (WHERE {gpm}) AS gpm_energy_j"
         + "".join(", " + c for c in cap_aggs)
@@ -257,7 +260,8 @@ def _with_labels(jobs: pd.DataFrame, labels: pd.DataFrame | None) -> pd.DataFram
     from wattclass.classifier import rules
 
     if labels is None:
-        has = (jobs["r_idle"] + jobs["r_compute"] + jobs["r_memory"]) > 0
+        # a window the rule cannot call (a compute pipe not measured) leaves the job to the model
+        has = ((jobs["r_idle"] + jobs["r_compute"] + jobs["r_memory"]) > 0) & (jobs["r_gap"] == 0)
         j = jobs[has]
         lab = rules.job_labels(j["r_idle"], j["r_compute"], j["r_memory"])
         conf = rules.job_confidence(j["r_idle"], j["r_compute"], j["r_memory"], lab)

@@ -56,8 +56,11 @@ def rule_job_labels(w: pd.DataFrame) -> pd.DataFrame:
         jw["dram_bw_util_pct"].astype(float).to_numpy(),
         [jw[c].astype(float).to_numpy() for c in rules.COMPUTE_UNITS],
     )
+    frame = pd.DataFrame({"job_id": jw["job_id"].astype(str).to_numpy(), "c": codes})
+    # a job with a window the rule cannot call (a compute pipe not measured) gets no rule label
+    gapped = set(frame.loc[frame["c"] == rules.PIPE_GAP, "job_id"])
     counts = (
-        pd.DataFrame({"job_id": jw["job_id"].astype(str).to_numpy(), "c": codes})
+        frame[~frame["job_id"].isin(gapped)]
         .query("c >= 0")
         .pivot_table(index="job_id", columns="c", aggfunc="size", fill_value=0)
         .reindex(columns=[rules.IDLE, rules.COMPUTE, rules.MEMORY], fill_value=0)

@@ -161,11 +161,17 @@ def read_job_windows(files: Sequence[Path], job_id: str) -> pd.DataFrame:
     con = duckdb.connect()
     con.execute("SET threads TO 2")
     cols = ", ".join(READ_COLUMNS)
-    df = con.execute(
-        f"SELECT {cols} FROM read_parquet(?, union_by_name=true) WHERE job_id = ?",
-        [[str(f) for f in files], job_id],
-    ).df()
-    con.close()
+    try:
+        df = con.execute(
+            f"SELECT {cols} FROM read_parquet(?, union_by_name=true) WHERE job_id = ?",
+            [[str(f) for f in files], job_id],
+        ).df()
+    except duckdb.BinderException:
+        # a column no file has (telemetry older than a GPM column, e.g. int_util_pct): the arrow
+        # read fills it with nulls from the v1 schema, so the rule sees the pipe as not measured
+        return _read_with_arrow(files, job_id)
+    finally:
+        con.close()
     return df
 
 

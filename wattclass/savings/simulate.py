@@ -81,6 +81,8 @@ def _sql(globs: list[str], present: set[str], union: bool) -> str:
         return f'"{c}"' if c in present else "NULL"
 
     comp = f"greatest({', '.join(col(c) for c in rules.COMPUTE_UNITS)})"
+    # memory needs every compute pipe measured (rules.PIPE_GAP): such a window leaves its job to the model
+    gap = " OR ".join(f"{col(c)} IS NULL" for c in rules.COMPUTE_UNITS)
     sm, dram = col("sm_util_pct"), col("dram_bw_util_pct")
     files = ", ".join("'" + g.replace("'", "''") + "'" for g in globs)
     return f"""
@@ -92,6 +94,7 @@ SELECT job_id, max("user") AS "user", max(gpu_model) AS gpu_model,
   count(CASE WHEN code = {rules.IDLE} THEN 1 END) AS n_idle,
   count(CASE WHEN code = {rules.COMPUTE} THEN 1 END) AS n_comp,
   count(CASE WHEN code = {rules.MEMORY} THEN 1 END) AS n_mem,
+  count(CASE WHEN code = {rules.PIPE_GAP} THEN 1 END) AS n_gap,
   min(ts_start) AS "start", max(ts_end) AS "end"
 FROM (
   SELECT job_id, {col("user")} AS "user", {col("gpu_model")} AS gpu_model, energy_j,
@@ -99,8 +102,8 @@ FROM (
     {col("power_avg_w")} AS pavg, {col("power_limit_w")} AS plim, c, dram,
     CASE WHEN sm IS NULL OR dram IS NULL OR c IS NULL THEN -1
          WHEN sm < {rules.SM_ACTIVE_PCT} THEN {rules.IDLE}
-         WHEN c >= dram THEN {rules.COMPUTE} ELSE {rules.MEMORY} END AS code
-  FROM (SELECT *, {comp} AS c, {dram} AS dram, {sm} AS sm
+         WHEN c >= dram THEN {rules.COMPUTE} WHEN gap THEN {rules.PIPE_GAP} ELSE {rules.MEMORY} END AS code
+  FROM (SELECT *, {comp} AS c, {dram} AS dram, {sm} AS sm, ({gap}) AS gap
         FROM read_parquet([{files}]{", union_by_name = true" if union else ""})
         WHERE job_id IS NOT NULL)
 )
@@ -134,7 +137,7 @@ def scan_jobs(data_root: Path, date_from: str | None = None, date_to: str | None
     finally:
         con.close()
     df["job_id"] = df["job_id"].astype(str)
-    for c in ("n_idle", "n_comp", "n_mem"):
+    for c in ("n_idle", "n_comp", "n_mem", "n_gap"):
         df[c] = df[c].astype(np.int64)
     return df
 
@@ -143,7 +146,7 @@ def attach_labels(jobs: pd.DataFrame, store_labels: pd.DataFrame | None) -> pd.D
     """Label, source, account and job name per job (module docstring, step 2)."""
     out = jobs.copy()
     ni, nc, nm = (out[c].to_numpy(np.int64) for c in ("n_idle", "n_comp", "n_mem"))
-    has = (ni + nc + nm) > 0
+    has = ((ni + nc + nm) > 0) & (out["n_gap"].to_numpy(np.int64) == 0)  # a PIPE_GAP window: no rule label
     names = np.asarray(rules.label_names(rules.job_labels(ni, nc, nm)), dtype=object)
     out["label"] = pd.Series(names, index=out.index).where(has)
     out["label_source"] = pd.Series("rule(sim)", index=out.index).where(has)
