@@ -13,7 +13,7 @@ import csv
 import logging
 import re
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -286,13 +286,10 @@ def family_of(name: str, family: str = "", params: str = "") -> str:
     return next(fam for pattern, fam in FAMILY_RULES if re.search(pattern, name))
 
 
-def job_families(sources: Sequence[Path]) -> dict[str, str]:
-    """Job key (``<recording folder>:<job_id>``, as ``training_set`` names jobs) -> family.
-
-    Job ids follow the replay backend: the runs.csv ``job_id`` column, else counting up from 5001
-    over the rows of all parts sorted by part name.
-    """
-    out: dict[str, str] = {}
+def _runs_rows(sources: Sequence[Path]) -> Iterator[tuple[str, dict[str, str]]]:
+    """(job key, runs.csv row) of every recorded run, keyed as ``training_set`` names jobs
+    (``<recording folder>:<job_id>``). Job ids follow the replay backend: the runs.csv ``job_id``
+    column, else counting up from 5001 over the rows of all parts sorted by part name."""
     for src in sources:
         runs_files = sorted(Path(src).glob("*_runs.csv")) if Path(src).is_dir() else []
         index = 0
@@ -301,24 +298,18 @@ def job_families(sources: Sequence[Path]) -> dict[str, str]:
                 for row in csv.DictReader(fh):
                     job_id = row.get("job_id") or str(FIRST_JOB_ID + index)
                     index += 1
-                    out[f"{Path(src).name}:{job_id}"] = family_of(
-                        row["job"], row.get("family") or "", row.get("params") or "")
-    return out
+                    yield f"{Path(src).name}:{job_id}", row
+
+
+def job_families(sources: Sequence[Path]) -> dict[str, str]:
+    """Job key (``<recording folder>:<job_id>``, as ``training_set`` names jobs) -> family."""
+    return {key: family_of(row["job"], row.get("family") or "", row.get("params") or "")
+            for key, row in _runs_rows(sources)}
 
 
 def workload_configs(sources: Sequence[Path]) -> dict[str, str]:
     """Job key (as ``job_families`` names it) -> its workload configuration: the runs.csv ``family``
     (or ``job``) and ``params``. Two jobs with one configuration are repeats of one workload: the
     ambiguity check (classifier/ambiguity.py) takes its radius from how far such runs land apart."""
-    out: dict[str, str] = {}
-    for src in sources:
-        runs_files = sorted(Path(src).glob("*_runs.csv")) if Path(src).is_dir() else []
-        index = 0
-        for runs in runs_files:
-            with runs.open(newline="") as fh:
-                for row in csv.DictReader(fh):
-                    job_id = row.get("job_id") or str(FIRST_JOB_ID + index)
-                    index += 1
-                    workload = row.get("family") or row["job"]
-                    out[f"{Path(src).name}:{job_id}"] = f"{workload}|{row.get('params') or ''}"
-    return out
+    return {key: f"{row.get('family') or row['job']}|{row.get('params') or ''}"
+            for key, row in _runs_rows(sources)}
