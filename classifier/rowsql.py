@@ -55,7 +55,9 @@ def rule_code_sql(dropped: frozenset[str] = frozenset()) -> str:
         return f"({full})"
     raw = {c: _q(c) for c in gpm}
     total = " + ".join(f"CAST({c} AS DOUBLE)" for c in raw.values())
-    present = f"(({total}) <= CAST('infinity' AS DOUBLE))"
+    # all seven present and none NaN: NOT isnan() of the sum (NULL if one is NULL, NaN if one is NaN);
+    # not "sum <= infinity", which DuckDB may decide from the Parquet statistics, which leave NaN out
+    present = f"(NOT isnan({total}))"
     quick = (f"CASE WHEN {raw['sm_util_pct']} < {rules.SM_ACTIVE_PCT} THEN {rules.IDLE} "
              f"WHEN greatest({', '.join(raw[u] for u in rules.COMPUTE_UNITS)}) >= {raw['dram_bw_util_pct']} "
              f"THEN {rules.COMPUTE} ELSE {rules.MEMORY} END")

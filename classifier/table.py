@@ -8,6 +8,13 @@ the policy's usual 0.8 only with repeated, consistent evidence, and a user who c
 switches label within about a half-life. Unlabelled jobs never vote. ``source`` is ``rule`` when
 most of the key's jobs were labelled by the GPM rule, else ``model``.
 
+The model's ambiguity check (issue 13 round 6) lowers some jobs' confidence; it must only make a
+key less sure, never change what it says. So the heaviest label and ``W_all`` come from each job's
+confidence *before* the check (labels' ``confidence_unchecked``), and only ``W_label`` from the
+checked one. A key the check makes unsure falls through to the broader keys, as any key below the
+policy's min_confidence does (a new job name, a changed habit): the job then gets what the user's
+or account's history says, not a guess of its own (docs/design.md, "Submission-time label table").
+
 ``lookup`` mirrors job_submit.lua's order (most specific key first) for the replay evaluation.
 """
 
@@ -50,6 +57,7 @@ def build_entries(history: pd.DataFrame, now: dt.datetime) -> list[TableEntry]:
         h["w_all"] = np.clip(np.maximum(unchecked.to_numpy(), conf), 0.0, 1.0) * decay
     else:
         h["w_all"] = h["w"]
+    # w_all per label picks the winner (the check never changes a key's label), w its confidence
     h["is_rule"] = h["source"].astype(str).str.startswith("rule").astype(float)  # "rule+shared" too
     entries: list[TableEntry] = []
     levels: list[tuple[Level, list[str]]] = [("user_name", ["user", "name"]), ("user", ["user"]),
@@ -63,11 +71,13 @@ def build_entries(history: pd.DataFrame, now: dt.datetime) -> list[TableEntry]:
         if sub.empty:
             continue
         votes = sub.pivot_table(index=cols, columns="label", values="w", aggfunc="sum", fill_value=0.0)
+        votes_all = sub.pivot_table(index=cols, columns="label", values="w_all", aggfunc="sum",
+                                    fill_value=0.0).reindex(index=votes.index, columns=votes.columns)
         n = sub.groupby(cols).size()
         rule_share = sub.groupby(cols)["is_rule"].mean()
-        total = sub.groupby(cols)["w_all"].sum().reindex(votes.index)
-        win = votes.idxmax(axis=1)
-        wmax = votes.max(axis=1)
+        total = votes_all.sum(axis=1)
+        win = votes_all.idxmax(axis=1)
+        wmax = pd.Series([votes.at[k, win[k]] for k in votes.index], index=votes.index)
         for key in votes.index:
             k = key if isinstance(key, tuple) else (key,)
             kd = dict(zip(cols, k, strict=True))

@@ -271,3 +271,17 @@ def test_the_ambiguity_check_never_raises_a_keys_confidence() -> None:
     # without the column the old total is used, and the same lowering lifts the key past 0.8
     lab2, c2 = key_conf(old_store)
     assert lab2 == "memory" and c2 > c0
+
+
+def test_the_ambiguity_check_never_changes_a_keys_label() -> None:
+    # second review: the winner came from the checked confidences, so lowering three compute jobs
+    # flipped a key to memory; the winner now comes from the confidences before the check
+    now = dt.datetime(2026, 11, 30, tzinfo=dt.UTC)
+    rows = [("u", "n", "a", "compute", 0.3, 0.9, now, "model:x")] * 3
+    rows += [("u", "n", "a", "memory", 0.9, 0.9, now, "rule")] * 2
+    cols = ["user", "name", "account", "label", "confidence", "confidence_unchecked", "end", "source"]
+    checked = pd.DataFrame(rows, columns=cols)
+    before = checked.assign(confidence=checked["confidence_unchecked"])
+    (a,) = [e for e in build_entries(checked, now) if e.level == "user_name"]
+    (b,) = [e for e in build_entries(before, now) if e.level == "user_name"]
+    assert a.label == b.label == "compute" and a.confidence < b.confidence

@@ -108,3 +108,34 @@ def test_jobs_with_pipe_gaps_go_to_the_model_and_say_why(h200_telemetry: Path, t
     assert len(mem_jobs) > 0 and set(mem_jobs) <= set(gap.index)
     assert (gap["source"] != "rule").all() and gap["source"].str.startswith("model").all()
     assert (full["inputs"].str.startswith("gpm")).all()
+
+
+def test_the_engines_sql_rule_equals_window_labels_with_nulls_and_nans(tmp_path: Path) -> None:
+    """Review finding: the SQL's quick path tested ``sum <= infinity``, which DuckDB decided from the
+    Parquet statistics (they leave NaN out), so a window with a NaN pipe came out memory or compute
+    where ``window_labels`` says PIPE_GAP or NO_GPM. Random windows with nulls and NaNs, written with
+    statistics, must get the same code from both."""
+    import duckdb
+    import pyarrow as pa
+
+    from wattclass.classifier.rowsql import rule_code_sql
+
+    rng = np.random.default_rng(0)
+    n = 2000
+    cols = ("sm_util_pct", "dram_bw_util_pct", *rules.COMPUTE_UNITS)
+    vals = {}
+    for c in cols:
+        v = rng.choice([5.0, 9.99, 10.0, 30.0, 50.0, 70.0, 100.0], n)
+        r = rng.random(n)
+        v[(r >= 0.12) & (r < 0.2)] = np.nan
+        vals[c] = (v, r < 0.12)  # values, null mask
+    table = pa.table({"i": pa.array(np.arange(n)),
+                      **{c: pa.array(v, mask=m, type=pa.float64(), from_pandas=False)
+                         for c, (v, m) in vals.items()}})
+    f = tmp_path / "w.parquet"
+    pq.write_table(table, f, write_statistics=True)
+    want = rules.window_labels(*(np.where(vals[c][1], np.nan, vals[c][0]) for c in cols[:2]),
+                               [np.where(vals[c][1], np.nan, vals[c][0]) for c in cols[2:]])
+    got = duckdb.sql(f"SELECT {rule_code_sql()} AS c FROM read_parquet('{f}') ORDER BY i").df()["c"]
+    assert (got.to_numpy() == want).all()
+    assert {rules.PIPE_GAP, rules.NO_GPM, rules.MEMORY, rules.COMPUTE} <= set(want.tolist())

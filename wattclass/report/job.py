@@ -140,12 +140,18 @@ def telemetry_files(root: Path, start: pd.Timestamp | None, end: pd.Timestamp | 
 
 def _read_with_arrow(files: Sequence[Path], job_id: str) -> pd.DataFrame:
     """The same read with pyarrow alone (DuckDB is optional: the dev and bench extras)."""
+    import pyarrow as pa
     import pyarrow.dataset as ds
 
     from wattclass.schema import TELEMETRY_V1
 
-    d = ds.dataset([str(f) for f in files], format="parquet", schema=TELEMETRY_V1)
-    t = d.to_table(columns=list(READ_COLUMNS), filter=ds.field("job_id") == job_id)
+    try:
+        d = ds.dataset([str(f) for f in files], format="parquet", schema=TELEMETRY_V1)
+        t = d.to_table(columns=list(READ_COLUMNS), filter=ds.field("job_id") == job_id)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
+        where = str(files[0]) if len(files) == 1 else f"{len(files)} telemetry files under {files[0].parent}"
+        why = str(exc).splitlines()[0][:300]
+        raise DataError(f"{where}: cannot read job {job_id[:64]!r}: {why}") from exc
     out: pd.DataFrame = t.to_pandas()
     return out
 
@@ -186,10 +192,12 @@ def discover_hosts(root: Path, start: pd.Timestamp, job_id: str) -> list[str] | 
     except ImportError:
         return sorted(set(_read_with_arrow(files, job_id)["host"].astype(str))) or None
     con = duckdb.connect()
-    con.execute("SET threads TO 2")
-    rows = con.execute("SELECT DISTINCT host FROM read_parquet(?) WHERE job_id = ?",
-                       [[str(f) for f in files], job_id]).fetchall()
-    con.close()
+    try:
+        con.execute("SET threads TO 2")
+        rows = con.execute("SELECT DISTINCT host FROM read_parquet(?) WHERE job_id = ?",
+                           [[str(f) for f in files], job_id]).fetchall()
+    finally:
+        con.close()
     return sorted(str(r[0]) for r in rows) or None
 
 

@@ -80,10 +80,13 @@ def _sql(globs: list[str], present: set[str], union: bool) -> str:
     def col(c: str) -> str:
         return f'"{c}"' if c in present else "NULL"
 
-    comp = f"greatest({', '.join(col(c) for c in rules.COMPUTE_UNITS)})"
+    def gpm(c: str) -> str:  # NaN reads as not measured, as in rules.window_labels
+        return f"(CASE WHEN isnan({col(c)}) THEN NULL ELSE {col(c)} END)" if c in present else "NULL"
+
+    comp = f"greatest({', '.join(gpm(c) for c in rules.COMPUTE_UNITS)})"
     # memory needs every compute pipe measured (rules.PIPE_GAP): such a window leaves its job to the model
-    gap = " OR ".join(f"{col(c)} IS NULL" for c in rules.COMPUTE_UNITS)
-    sm, dram = col("sm_util_pct"), col("dram_bw_util_pct")
+    gap = " OR ".join(f"{gpm(c)} IS NULL" for c in rules.COMPUTE_UNITS)
+    sm, dram = gpm("sm_util_pct"), gpm("dram_bw_util_pct")
     files = ", ".join("'" + g.replace("'", "''") + "'" for g in globs)
     return f"""
 SELECT job_id, max("user") AS "user", max(gpu_model) AS gpu_model,
