@@ -64,6 +64,7 @@ GAUGES: tuple[tuple[str, str, float, str], ...] = (
     ("fp64_util_pct", "wattclass_gpu_fp64_active_ratio", 0.01, "GPM FP64 pipe activity"),
     ("fp32_util_pct", "wattclass_gpu_fp32_active_ratio", 0.01, "GPM FP32 pipe activity"),
     ("fp16_util_pct", "wattclass_gpu_fp16_active_ratio", 0.01, "GPM FP16 pipe activity"),
+    ("int_util_pct", "wattclass_gpu_int_active_ratio", 0.01, "GPM integer pipe activity (a GPM rule pipe)"),
 )
 
 

@@ -125,3 +125,15 @@ def test_rule_fallback_leaves_a_job_with_an_unmeasured_pipe_unlabelled() -> None
             for j, i in (("a", nan), ("a", nan), ("b", 5.0), ("b", 5.0), ("c", 80.0), ("c", 80.0))]
     labels = est.rule_job_labels(pd.DataFrame(rows)).set_index("job_id")["label"].to_dict()
     assert labels == {"b": "memory", "c": "compute"}
+
+
+def test_rule_fallback_leaves_a_job_with_a_window_without_gpm_unlabelled() -> None:
+    # second review: the engine labels by the rule only a job whose every window has GPM
+    # (labeling.decide); the report's fallback gave a label from the GPM windows alone
+    nan = float("nan")
+    gpm = {"sm_util_pct": 90.0, "dram_bw_util_pct": 30.0, "tensor_util_pct": 2.0, "fp64_util_pct": 0.0,
+           "fp32_util_pct": 1.0, "fp16_util_pct": 0.0, "int_util_pct": 5.0}
+    rows = [dict(gpm, job_id="a"), dict(gpm, job_id="a"), dict(gpm, job_id="b"),
+            dict(gpm, job_id="b", sm_util_pct=nan, dram_bw_util_pct=nan)]
+    labels = est.rule_job_labels(pd.DataFrame(rows)).set_index("job_id")["label"].to_dict()
+    assert labels == {"a": "memory"}

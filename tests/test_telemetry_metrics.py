@@ -29,7 +29,8 @@ def _get(samples: dict, name: str, **labels: str) -> float:  # type: ignore[type
 
 
 ROW = {"gpu_index": 0, "gpu_uuid": "GPU-a", "host": "n1", "power_avg_w": 500.0, "util_gpu_pct": 87.0,
-       "sm_clock_mhz": 1980.0, "sm_util_pct": 42.0, "fb_used_mib": 1024.0, "power_limit_w": 420.0}
+       "sm_clock_mhz": 1980.0, "sm_util_pct": 42.0, "fb_used_mib": 1024.0, "power_limit_w": 420.0,
+       "int_util_pct": 76.0}
 
 
 def test_units_ratios_counters_and_labels() -> None:
@@ -45,6 +46,7 @@ def test_units_ratios_counters_and_labels() -> None:
     assert _get(s, "wattclass_job_gpu_energy_joules_total", job_id="2") == 3000.0
     assert _get(s, "wattclass_gpu_utilization_ratio", job_id="2") == pytest.approx(0.87)
     assert _get(s, "wattclass_gpu_sm_active_ratio", job_id="2") == pytest.approx(0.42)
+    assert _get(s, "wattclass_gpu_int_active_ratio", job_id="2") == pytest.approx(0.76)  # a rule pipe
     assert _get(s, "wattclass_gpu_sm_clock_hertz", job_id="2") == 1.98e9
     assert _get(s, "wattclass_gpu_memory_used_bytes", job_id="2") == 2**30
     assert _get(s, "wattclass_gpu_power_cap_watts", job_id="2") == 420.0

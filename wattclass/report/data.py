@@ -260,8 +260,10 @@ def _with_labels(jobs: pd.DataFrame, labels: pd.DataFrame | None) -> pd.DataFram
     from wattclass.classifier import rules
 
     if labels is None:
-        # a window the rule cannot call (a compute pipe not measured) leaves the job to the model
-        has = ((jobs["r_idle"] + jobs["r_compute"] + jobs["r_memory"]) > 0) & (jobs["r_gap"] == 0)
+        # the rule labels a job only where it can call every window (as the engine: labeling.decide);
+        # a window without GPM or with a compute pipe not measured leaves the job to the model
+        called = jobs["r_idle"] + jobs["r_compute"] + jobs["r_memory"]
+        has = (called > 0) & (called == jobs["n_windows"])
         j = jobs[has]
         lab = rules.job_labels(j["r_idle"], j["r_compute"], j["r_memory"])
         conf = rules.job_confidence(j["r_idle"], j["r_compute"], j["r_memory"], lab)

@@ -42,8 +42,9 @@ def window_seconds(w: pd.DataFrame) -> pd.Series:
 def rule_job_labels(w: pd.DataFrame) -> pd.DataFrame:
     """Job labels by the classifier's GPM rule (``wattclass.classifier.rules``) on these windows.
 
-    Used when no label store is given; windows without GPM do not count, jobs with none are left
-    out (unlabelled). Returns job_id, label, confidence, source="rule".
+    Used when no label store is given; a job with any window the rule cannot call (no GPM, or a
+    compute pipe not measured) is left out (unlabelled), as the engine leaves it to the model.
+    Returns job_id, label, confidence, source="rule".
     """
     from wattclass.classifier import rules
 
@@ -57,8 +58,9 @@ def rule_job_labels(w: pd.DataFrame) -> pd.DataFrame:
         [jw[c].astype(float).to_numpy() for c in rules.COMPUTE_UNITS],
     )
     frame = pd.DataFrame({"job_id": jw["job_id"].astype(str).to_numpy(), "c": codes})
-    # a job with a window the rule cannot call (a compute pipe not measured) gets no rule label
-    gapped = set(frame.loc[frame["c"] == rules.PIPE_GAP, "job_id"])
+    # the rule labels a job only where it can call every window (as the engine: labeling.decide);
+    # a window without GPM or with a compute pipe not measured leaves the job unlabelled here
+    gapped = set(frame.loc[frame["c"] < 0, "job_id"])
     counts = (
         frame[~frame["job_id"].isin(gapped)]
         .query("c >= 0")
