@@ -185,7 +185,8 @@ def test_bad_files_in_a_batch(fleet: Path, model, tmp_path: Path, caplog) -> Non
 def test_dask_engine_gives_the_local_labels(fleet: Path, model) -> None:  # type: ignore[no-untyped-def]
     files = _files(fleet)
     local = label_files_local(files, model, "auto")
-    with open_client(local=LocalConfig(n_workers=2, processes=False, memory_limit="1GiB")) as client:
+    # thread workers: no memory limit (Dask would weigh the whole test process against it and pause them)
+    with open_client(local=LocalConfig(n_workers=2, processes=False, memory_limit="0")) as client:
         res = label_files_dask(client, files, model, "auto", chunk_files=2)
     assert len(chunks_of(files, 2)) > 2
     pd.testing.assert_frame_equal(res.labels, local.labels, check_exact=False, rtol=1e-9)
