@@ -73,7 +73,7 @@ def main() -> int:
     from eval_families import DEVELOPMENT_FOLDERS, LOSO_SETS, summarize
 
     from wattclass.classifier import margin as margin_module
-    from wattclass.classifier.ambiguity import fit_ambiguity, job_fingerprints, lower_confidence
+    from wattclass.classifier.ambiguity import fit_ambiguity, lower_confidence, training_fingerprints
     from wattclass.classifier.replay import materialize
     from wattclass.classifier.training import h200_data_dir, job_families, training_set, workload_configs
 
@@ -87,9 +87,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="wattclass-amb-") as tmp:
         ts = training_set(materialize(sources, Path(tmp)), max_windows_per_job=0)
     res = loso_predictions(ts, families, a.cache)
-    keys, truth = ts.job_truth()
-    fkeys, fp = job_fingerprints(ts.X, ts.group, ts.dur)
-    assert (fkeys == keys).all()
+    keys, truth, fp = training_fingerprints(ts)
     src = np.asarray([str(k).split(":", 1)[0] for k in keys], dtype=object)
     index = {k: i for i, k in enumerate(keys)}
     tested = np.asarray([index[k] for k in res["keys"]], dtype=np.int64)

@@ -13,8 +13,9 @@ Method (fixed before looking at the result; nothing is fitted to the truth):
   replayed through the telemetry daemon as training does; GPM truth by the docs/design.md job rule.
 - Fingerprint per job: for each model input (classifier/features.py FEATURES, all NVML-derived),
   its mean over the job's windows weighted by window length (every input the shipped model sees,
-  as the job-level numbers it aggregates). Scaled per input by its spread over all jobs (the
-  inter-quartile range, floored), so every input counts alike.
+  as the job-level numbers it aggregates; ``classifier.ambiguity.training_fingerprints``). Each
+  input then taken as its quantile among all jobs (``scaled``), so every input counts alike
+  whatever its unit or tail.
 - Noise floor: the distances between jobs that ran the same workload with the same parameters
   (runs.csv ``family``/``job`` and ``params``): how far two runs of one job land apart.
 - Twins: a compute-bound and a memory-bound job closer than the noise floor's quantile ``q``
@@ -39,32 +40,6 @@ from typing import Any
 
 import numpy as np
 from benchstamp import emit
-
-
-def repeat_configs(sources: list[Path]) -> dict[str, str]:
-    """Job key -> workload configuration (family or job name, and its parameters), from runs.csv
-    (classifier.training.workload_configs, which the ambiguity check's radius uses too)."""
-    from wattclass.classifier.training import workload_configs
-
-    return workload_configs(sources)
-
-
-def fingerprints(ts: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per job: key, truth code (classifier.rules J_*), length-weighted mean of each FEATURE."""
-    keys, truth = ts.job_truth()
-    index = {k: i for i, k in enumerate(keys)}
-    inv = np.fromiter((index[g] for g in ts.group), dtype=np.int64, count=len(ts.group))
-    w = np.clip(np.nan_to_num(np.asarray(ts.dur, dtype=np.float64), nan=0.0), 0.0, None) + 1e-6
-    X = np.asarray(ts.X, dtype=np.float64)
-    fp = np.zeros((len(keys), X.shape[1]))
-    for j in range(X.shape[1]):
-        col = X[:, j]
-        ok = np.isfinite(col)
-        num = np.bincount(inv[ok], weights=(col * w)[ok], minlength=len(keys))
-        den = np.bincount(inv[ok], weights=w[ok], minlength=len(keys))
-        with np.errstate(invalid="ignore", divide="ignore"):
-            fp[:, j] = np.where(den > 0, num / den, np.nan)
-    return keys, truth, fp
 
 
 def scaled(fp: np.ndarray) -> np.ndarray:
@@ -136,21 +111,18 @@ def main() -> int:
     from eval_families import DEVELOPMENT_FOLDERS
 
     from wattclass.classifier import rules
+    from wattclass.classifier.ambiguity import distances, repeat_distances, training_fingerprints
     from wattclass.classifier.features import FEATURES
-    from wattclass.classifier.training import h200_data_dir, job_families, training_set
+    from wattclass.classifier.training import h200_data_dir, job_families, training_set, workload_configs
 
     sources = a.raw or [h200_data_dir() / n for n in DEVELOPMENT_FOLDERS]
     ts = training_set(sources, max_windows_per_job=0)
     families = job_families(sources)
-    configs = repeat_configs(sources)
-    keys, truth, fp = fingerprints(ts)
+    configs = workload_configs(sources)
+    keys, truth, fp = training_fingerprints(ts)
     z = scaled(fp)
-    d = np.sqrt(((z[:, None, :] - z[None, :, :]) ** 2).sum(axis=2))
-
-    cfg = np.array([configs.get(str(k), f"?{k}") for k in keys], dtype=object)
-    same = (cfg[:, None] == cfg[None, :]) & ~np.eye(len(keys), dtype=bool)
-    iu = np.triu_indices(len(keys), 1)
-    rep_d = d[iu][same[iu]]
+    d = distances(z, z)
+    rep_d = repeat_distances(z, [configs.get(str(k)) for k in keys])
     if len(rep_d) == 0:
         raise SystemExit("no two jobs ran the same workload with the same parameters: no noise floor")
     tau = float(np.quantile(rep_d, a.quantile))

@@ -99,6 +99,16 @@ def job_fingerprints(X: npt.ArrayLike, group: npt.NDArray[np.object_], dur_s: np
     return keys, fingerprint_from_sums(sn, sd)
 
 
+def training_fingerprints(ts: Any) -> tuple[npt.NDArray[np.object_], npt.NDArray[np.int8], F64]:
+    """(job keys, GPM truth codes, fingerprints) of a ``TrainingSet``'s jobs, in one order: what the
+    check is fitted on (``model train``) and what the evaluations compare (bench/eval_*.py)."""
+    keys, truth = ts.job_truth()
+    fkeys, fp = job_fingerprints(ts.X, ts.group, ts.dur)
+    if len(fkeys) != len(keys) or not (fkeys == keys).all():
+        raise DataError("ambiguity: the fingerprints' jobs differ from the training jobs (internal error)")
+    return keys, truth, fp
+
+
 def quantile_grids(fp: npt.ArrayLike, points: int = GRID_POINTS) -> list[list[float]]:
     """Per input: its quantiles over the jobs that have it (rounded; empty where none has it)."""
     f = np.asarray(fp, dtype=np.float64)

@@ -359,14 +359,11 @@ def _add_ambiguity(model: Any, full: Any, sources: Sequence[Path], spec: tuple[s
     """Fit the ambiguity check on every window of the training jobs (whole-job fingerprints) and
     attach it. The default check needs repeat runs named in the recordings' runs.csv for its radius:
     where the sources have none it is left out with a warning; asked for by flag, that is an error."""
-    from wattclass.classifier.ambiguity import fit_ambiguity, job_fingerprints
+    from wattclass.classifier.ambiguity import fit_ambiguity, training_fingerprints
     from wattclass.classifier.training import workload_configs
     from wattclass.errors import DataError
 
-    keys, truth = full.job_truth()
-    fkeys, fp = job_fingerprints(full.X, full.group, full.dur)
-    if len(fkeys) != len(keys) or not (fkeys == keys).all():
-        raise DataError("ambiguity: the fingerprints' jobs differ from the training jobs (internal error)")
+    keys, truth, fp = training_fingerprints(full)
     configs = workload_configs(sources)
     try:
         model.set_ambiguity(fit_ambiguity(fp, truth, spec[0], spec[1], spec[2],
