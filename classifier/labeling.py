@@ -142,8 +142,8 @@ def decide(jobs: pd.DataFrame, model: WindowModel | None, source: Source = "auto
         m_lab, m_raw = job_from_counts(jobs["m_idle"], jobs["m_compute"], jobs["m_memory"], jobs["m_pmax"],
                                        jobs["m_compute_w"] if weighted else None,
                                        jobs["m_memory_w"] if weighted else None)
-        m_conf = model.job_confidence(m_raw, m_lab, _fingerprints(jobs) if model.ambiguity else None)
-        m_unchecked = model.calibrate(m_raw, m_lab) if model.ambiguity else m_conf
+        m_unchecked = model.calibrate(m_raw, m_lab)
+        m_conf = model.checked(m_unchecked, m_lab, _fingerprints(jobs) if model.ambiguity else None)
         use_model = ~use_rule
         label[use_model] = rules.label_names(m_lab)[use_model]
         conf[use_model] = m_conf[use_model]

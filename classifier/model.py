@@ -739,14 +739,19 @@ class WindowModel:
         the ambiguity check where the model has one (``fingerprint``: the jobs' fingerprints,
         ``ambiguity.job_fingerprints``; None only for a model without the check). Labels never
         change."""
-        conf = self.calibrate(raw, labels)
+        return self.checked(self.calibrate(raw, labels), labels, fingerprint)
+
+    def checked(self, calibrated: npt.ArrayLike, labels: npt.ArrayLike, fingerprint: npt.ArrayLike | None,
+                ) -> F64:
+        """Calibrated job confidences after the ambiguity check (unchanged for a model without one):
+        for callers that keep the calibrated confidence too (labeling: the table's vote uses it)."""
         amb = self.ambiguity
         if amb is None:
-            return conf
+            return np.asarray(calibrated, dtype=np.float64)
         if fingerprint is None:
             raise DataError(f"model {self.version} has an ambiguity check: job confidences need the "
                             "jobs' fingerprints")
-        return lower_confidence(amb, conf, fingerprint, labels)
+        return lower_confidence(amb, calibrated, fingerprint, labels)
 
     def set_ambiguity(self, entry: dict[str, Any] | None) -> None:
         """Attach (or, None, remove) an ambiguity check (``ambiguity.fit_ambiguity``) and write the
