@@ -498,7 +498,9 @@ def test_job_file_of_an_ended_job_no_longer_holds_the_gpu_uncapped(fresh: Wattcl
             subprocess.run(["scancel", j], env=c.env, check=False, timeout=30)
         with contextlib.suppress(AssertionError):
             c.wait_job(running, states=("CANCELLED",))
-        # the planted files, and a record that keeps the cancelled running job on its GPU
+        # the planted files, and a record that keeps the cancelled running job on its GPU; the
+        # cancelled job's Epilog may remove some of them meanwhile (Slurm says CANCELLED before
+        # the node has finished completing the job)
         for p in [*fresh.jobs_dir.rglob("*.json"), *fresh.caps_dir.glob("*.json")]:
-            p.unlink()
+            p.unlink(missing_ok=True)
         wait_restored(fresh)
