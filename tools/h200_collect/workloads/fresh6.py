@@ -22,9 +22,9 @@ whatever the family intended.
 * ``divergent_iter``   escape-time fractal iteration (Mandelbrot, fp32 or fp64, 16-4096 iterations)
                        over regions where threads of a warp leave the loop together or apart.
 * ``cuda_graph``       a small MLP or attention block (batch 1-64) captured once into a CUDA graph,
-                       1-16 forward passes per graph (fewer where one replay would pass ~50 ms;
-                       runs.csv keeps the drawn ``unroll``), and replayed: back-to-back small kernels
-                       with no launch gaps (eager on the CPU check).
+                       1-16 forward passes per graph (fewer passes, then layers, then rows where one
+                       replay would pass ~50 ms; runs.csv keeps the drawn values), and replayed:
+                       back-to-back small kernels with no launch gaps (eager on the CPU check).
 * ``per_sample_grad``  DP-SGD: per-sample gradients by ``torch.func.vmap(grad(...))`` of an MLP over
                        1-256 tokens per sample, per-sample clipping and Gaussian noise.
 * ``hash_encoding``    an instant-NGP multiresolution hash encoding (2-16 levels, 2^14-2^22-entry
@@ -369,6 +369,18 @@ def b_graph(p: dict[str, Any]) -> Callable[[Ctx], Job]:
         attn = p["net"] == "attn_block"
         heads = max(1, W // 128)
 
+        def flop_of(u: int, d: int, b: int) -> float:
+            return 2.0 * b * (S if attn else 1) * W * W * (8 + (4 if attn else 0)) * d * u
+        while flop_of(U, D, B) / (400e12 if dtype == t.bfloat16 else 40e12) > 0.05 and B * D * U > 1:
+            # one replay stays well under a step (runs.csv keeps the drawn values)
+            if U > 1:
+                U //= 2
+            elif D > 2:
+                D //= 2
+            else:
+                B //= 2
+        flop = flop_of(U, D, B)
+
         class Block(nn.Module):  # type: ignore[misc]
             def __init__(self) -> None:
                 super().__init__()
@@ -386,13 +398,6 @@ def b_graph(p: dict[str, Any]) -> Callable[[Ctx], Job]:
 
         net = nn.Sequential(*[Block() for _ in range(D)]).to(device=c.dev, dtype=dtype).eval()
         x = t.randn(*((B, S, W) if attn else (B, W)), device=c.dev, dtype=dtype)
-        tokens = B * (S if attn else 1)
-
-        def flop_of(u: int) -> float:
-            return 2.0 * tokens * W * W * (8 + (4 if attn else 0)) * D * u
-        while U > 1 and flop_of(U) / (400e12 if dtype == t.bfloat16 else 40e12) > 0.05:
-            U //= 2  # one replay stays well under a step (runs.csv keeps the drawn ``unroll``)
-        flop = flop_of(U)
 
         def forward() -> None:
             with t.no_grad():
@@ -546,7 +551,7 @@ def fresh6_intended(family: str, p: dict[str, Any]) -> str:
         return "compute" if 3.0 * int(p["queries"]) / INT_OPS > 4 / HBM_BPS else "memory"
     if family == "divergent_iter":
         return "memory" if p["region"] == "outside" else "compute"
-    if family == "cuda_graph":
+    if family == "cuda_graph":  # rows per weight read (as drawn; the size cap may lower it)
         tokens = int(p["batch"]) * (int(p["seq"]) if p["net"] == "attn_block" else 1)
         return "compute" if tokens >= 256 else "memory"
     if family == "per_sample_grad":
