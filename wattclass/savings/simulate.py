@@ -2,7 +2,7 @@
 
 1. Scan the telemetry of the date range with DuckDB, reading only the columns the model needs, and
    aggregate per job first: energy, GPU-hours, power, GPM activity and the GPM rule's window
-   counts (the classifier's window rule, written in SQL with its thresholds).
+   counts (the classifier's window rule: the nightly scan's SQL of it, ``classifier.rowsql``).
 2. Label each job: the label store's label where the nightly run stored one; else the GPM rule on
    the job's own windows (the classifier's rule, same thresholds); else ``unlabelled``.
 3. Look up the policy's cap for the label (exempt accounts/users from the store's Slurm fields
