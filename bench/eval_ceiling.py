@@ -27,7 +27,14 @@ Method (fixed before looking at the result; nothing is fitted to the truth):
 - Beside it, k-nearest-neighbour accuracy, leave-one-out over all jobs in the same space: a
   flexible classifier that has seen every other kind of work (an optimistic reference, not a bound).
 
-    python bench/eval_ceiling.py [--quantile 0.5] [--json]
+``--fingerprint nvml-all`` (issue 13 round 8) takes the same bound over every non-GPM NVML field
+of the raw 1 Hz samples instead (bench/nvml_signals.py: 84 normalised per-job statistics, fixed
+before its bound was looked at), and adds bench/ceiling_signals.py's checks: the bound in several
+variants of that space, a leave-one-folder-out LightGBM on it against the GPM truth, which
+model-input twins survive and which signals separate the rest.
+
+    python bench/eval_ceiling.py [--quantile 0.5] [--fingerprint model-inputs|nvml-all] [--raw DIR...]
+                                  [--json]
 """
 
 from __future__ import annotations
@@ -93,12 +100,62 @@ def max_matching(edges: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return sorted((u, v) for v, u in match_r.items())
 
 
+def twin_bound(z: np.ndarray, truth: np.ndarray, configs: list[str | None], quantile: float,
+               d: np.ndarray | None = None) -> dict[str, Any]:
+    """The noise floor, the twin graph and its maximum matching in one fingerprint space ``z``:
+    ``repeat_distances`` (same-workload pairs), ``tau`` (their ``quantile``), ``edges`` (compute,
+    memory) job pairs closer than ``tau``, ``matched`` (disjoint pairs), ``bound`` (1 - matched / jobs)."""
+    from wattclass.classifier import rules
+    from wattclass.classifier.ambiguity import distances, repeat_distances
+
+    if d is None:
+        d = distances(z, z)
+    rep_d = repeat_distances(z, configs)
+    if len(rep_d) == 0:
+        raise SystemExit("no two jobs ran the same workload with the same parameters: no noise floor")
+    tau = float(np.quantile(rep_d, quantile))
+    comp = np.flatnonzero(truth == rules.J_COMPUTE)
+    mem = np.flatnonzero(truth == rules.J_MEMORY)
+    close = d[np.ix_(comp, mem)] <= tau
+    edges = [(int(comp[i]), int(mem[j])) for i, j in zip(*np.nonzero(close), strict=True)]
+    matched = max_matching(edges)
+    return {"repeat_distances": rep_d, "tau": tau, "edges": edges, "matched": matched,
+            "bound": 1.0 - len(matched) / max(len(truth), 1)}
+
+
+def knn_loo_accuracy(d: np.ndarray, truth: np.ndarray, k: int) -> float:
+    """k-NN leave-one-out accuracy over all jobs (an optimistic reference: every other kind of work
+    is "seen"); ties go to the lower label code."""
+    from wattclass.classifier import rules
+
+    n = len(truth)
+    dd = d + np.diag(np.full(n, np.inf))
+    nn = np.argsort(dd, axis=1)[:, :k]
+    votes = np.zeros((n, len(rules.JOB_LABELS)))
+    for j in range(k):
+        votes[np.arange(n), truth[nn[:, j]].astype(np.int64)] += 1
+    return float((votes.argmax(axis=1) == truth).mean())
+
+
+def aligned_signals(keys: np.ndarray, skeys: list[str], sfp: np.ndarray) -> np.ndarray:
+    """The all-signals fingerprints (``nvml_signals.signal_fingerprints``) in ``keys``' order; every
+    job of the training set must have one."""
+    pos = {k: i for i, k in enumerate(skeys)}
+    missing = [str(k) for k in keys if str(k) not in pos]
+    if missing:
+        raise SystemExit(f"jobs without raw 1 Hz samples (runs.csv rows): {', '.join(missing[:5])}")
+    return sfp[[pos[str(k)] for k in keys]]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--raw", type=Path, nargs="*", default=None,
                     help="raw probe recordings (default: the ten development folders)")
     ap.add_argument("--quantile", type=float, default=0.5,
                     help="twins are closer than this quantile of the same-workload repeat distances")
+    ap.add_argument("--fingerprint", choices=("model-inputs", "nvml-all"), default="model-inputs",
+                    help="model-inputs: the 15 model inputs' job means; nvml-all: every non-GPM 1 Hz signal "
+                         "(bench/nvml_signals.py), with the round-8 checks (bench/ceiling_signals.py)")
     ap.add_argument("--k", type=int, default=5, help="neighbours of the k-NN reference")
     ap.add_argument("--examples", type=int, default=12, help="twin pairs listed")
     ap.add_argument("--errors", type=Path, default=None,
@@ -111,7 +168,7 @@ def main() -> int:
     from eval_families import DEVELOPMENT_FOLDERS
 
     from wattclass.classifier import rules
-    from wattclass.classifier.ambiguity import distances, repeat_distances, training_fingerprints
+    from wattclass.classifier.ambiguity import distances, training_fingerprints
     from wattclass.classifier.features import FEATURES
     from wattclass.classifier.training import h200_data_dir, job_families, training_set, workload_configs
 
@@ -119,38 +176,30 @@ def main() -> int:
     ts = training_set(sources, max_windows_per_job=0)
     families = job_families(sources)
     configs = workload_configs(sources)
-    keys, truth, fp = training_fingerprints(ts)
+    keys, truth, fp_model = training_fingerprints(ts)
+    cfg = [configs.get(str(k)) for k in keys]
+    if a.fingerprint == "nvml-all":
+        from nvml_signals import FEATURE_NAMES, signal_fingerprints
+
+        fp = aligned_signals(keys, *signal_fingerprints(sources))
+        cols = list(FEATURE_NAMES)
+    else:
+        fp, cols = fp_model, list(FEATURES)
     z = scaled(fp)
     d = distances(z, z)
-    rep_d = repeat_distances(z, [configs.get(str(k)) for k in keys])
-    if len(rep_d) == 0:
-        raise SystemExit("no two jobs ran the same workload with the same parameters: no noise floor")
-    tau = float(np.quantile(rep_d, a.quantile))
-
-    comp = np.flatnonzero(truth == rules.J_COMPUTE)
-    mem = np.flatnonzero(truth == rules.J_MEMORY)
-    close = d[np.ix_(comp, mem)] <= tau
-    edges = [(int(comp[i]), int(mem[j])) for i, j in zip(*np.nonzero(close), strict=True)]
-    matched = max_matching(edges)
+    b = twin_bound(z, truth, cfg, a.quantile, d)
+    rep_d, tau, edges, matched = b["repeat_distances"], b["tau"], b["edges"], b["matched"]
     n = len(keys)
-    cm = len(comp) + len(mem)
+    cm = int(((truth == rules.J_COMPUTE) | (truth == rules.J_MEMORY)).sum())
     twin_jobs = np.unique([x for e in edges for x in e])
-
-    # k-NN leave-one-out over all jobs (an optimistic reference: every other kind of work is "seen").
-    dd = d + np.diag(np.full(n, np.inf))
-    nn = np.argsort(dd, axis=1)[:, : a.k]
-    votes = np.zeros((n, len(rules.JOB_LABELS)))
-    for j in range(a.k):
-        votes[np.arange(n), truth[nn[:, j]].astype(np.int64)] += 1
-    knn_acc = float((votes.argmax(axis=1) == truth).mean())
+    knn_acc = knn_loo_accuracy(d, truth, a.k)
 
     fam = np.array([families.get(str(k), "?") for k in keys], dtype=object)
     by_fam: dict[str, int] = {}
     for x in twin_jobs:
         by_fam[str(fam[x])] = by_fam.get(str(fam[x]), 0) + 1
     shown = sorted(matched, key=lambda e: d[e])[: a.examples]
-    cols = list(FEATURES)
-    out = {
+    out: dict[str, Any] = {
         "sources": [str(s) for s in sources],
         "jobs": n,
         "truth_counts": {lab: int((truth == i).sum()) for i, lab in enumerate(rules.JOB_LABELS)},
@@ -175,10 +224,18 @@ def main() -> int:
             "memory_inputs": {c: round(float(fp[v, i]), 3) for i, c in enumerate(cols)},
         } for u, v in shown],
     }
+    if a.fingerprint != "model-inputs":
+        out = {"fingerprint": a.fingerprint, "dimensions": len(cols), **out}
+    if a.fingerprint == "nvml-all":
+        from ceiling_signals import round8
+
+        out["round8"] = round8(keys, truth, fp_model, fp, cfg, families, a.k)
     if a.errors is not None:
         out["errors"] = errors_on_twins(a.errors, {str(keys[x]) for x in twin_jobs}, {str(k) for k in keys})
     if a.json:
         return emit(out)
+    if a.fingerprint != "model-inputs":
+        print(f"fingerprint {a.fingerprint}: {len(cols)} dimensions")
     print(f"{n} jobs ({out['truth_counts']}); {len(rep_d)} same-workload pairs, repeat distance "
           f"quantiles {out['repeat_distance_quantiles']}")
     print(f"twins (compute vs memory truth, distance <= {tau:.3f}, the repeats' q={a.quantile:g}): "
@@ -188,6 +245,10 @@ def main() -> int:
     print(f"k-NN (k={a.k}) leave-one-out, every other job seen: {knn_acc:.3f}")
     top = list(out["twin_jobs_by_family"].items())[:15]
     print("twin jobs by family:", ", ".join(f"{k} {v}" for k, v in top))
+    if "round8" in out:
+        from ceiling_signals import print_round8
+
+        print_round8(out["round8"])
     if "errors" in out:
         e = out["errors"]
         print(f"{a.errors.name}: {e['wrong_in_twin_pairs']} of {e['wrong']} wrong jobs are in a twin pair "

@@ -227,3 +227,23 @@ def test_eval_families_applies_a_saved_models_ambiguity_check(tmp_path: Path) ->
                                   str(tmp_path / name), "--json", timeout=300)) for name in ("plain", "amb"))
     assert amb["all"]["accuracy"] == plain["all"]["accuracy"]
     assert amb["all"]["coverage"] < plain["all"]["coverage"]
+
+
+def test_eval_ceiling_over_every_nvml_signal() -> None:
+    # issue 13 round 8: the twin bound over every non-GPM 1 Hz signal beside the model inputs'
+    script = str(BENCH / "eval_ceiling.py")
+    data = H200_RAW.parent
+    raw = [str(data / n) for n in ("raw", "ridge2", "sweep")]
+    model = json.loads(_run(script, "--raw", *raw, "--json", timeout=300))
+    out = json.loads(_run(script, "--fingerprint", "nvml-all", "--raw", *raw, "--json", timeout=300))
+    assert "fingerprint" not in model and out["fingerprint"] == "nvml-all" and out["dimensions"] == 84
+    assert out["jobs"] == model["jobs"] == 21 + 42 + 47 and out["repeat_pairs"] == model["repeat_pairs"]
+    r8 = out["round8"]
+    # the model-input space inside round 8 is eval_ceiling's own default space
+    assert r8["spaces"]["model_inputs"]["q0.50"]["accuracy_bound"] == model["accuracy_bound_all_jobs"]
+    loso = r8["lgbm_leave_one_folder_out"]["nvml_all"]
+    assert set(loso["per_folder"]) == {"raw", "ridge2", "sweep"}
+    assert loso["jobs"] == sum(v["jobs"] for v in loso["per_folder"].values())
+    assert loso["jobs"] == loso["compute_jobs"] + loso["memory_jobs"]
+    t = r8["twin_survival"]
+    assert t["surviving"] + t["separated"] == t["model_input_pairs"]
