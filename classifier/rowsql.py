@@ -1,5 +1,6 @@
-"""The nightly scan's per-row SQL: the GPM window rule and issue 9's reject rules as DuckDB
-expressions (``scan`` builds its queries from them).
+"""The GPM window rule and issue 9's reject rules as DuckDB expressions: the one SQL text of
+``rules.window_labels`` (the nightly scan, ``wattclass report`` and ``wattclass simulate`` build
+their queries from it; tests/test_classifier_rules.py runs all three against the numpy rule).
 
 Both test the common case first (all seven GPM values present; a forward window with a plausible
 energy and power) with a few comparisons on the raw columns, and send only the other rows down
@@ -8,6 +9,9 @@ the full chain, whose every branch mirrors the numpy code it stands for (``rules
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from wattclass.classifier import rules
 from wattclass.classifier.validity import MAX_GPU_POWER_W
@@ -21,11 +25,13 @@ def _lit(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def _val(col: str, dropped: frozenset[str]) -> str:
-    """A float column with NaN read as missing (NULL), as ``features.column_f64`` + NaN checks."""
+def _val(col: str, dropped: frozenset[str], column: Callable[[str], str] = _q) -> str:
+    """A float column with NaN read as missing (NULL), as ``features.column_f64`` + NaN checks.
+
+    ``column``: how the query names a present column (a quoted name, or a caller's cast)."""
     if col in dropped:
         return "CAST(NULL AS DOUBLE)"
-    c = _q(col)
+    c = column(col)
     return f"CASE WHEN isnan({c}) THEN NULL ELSE CAST({c} AS DOUBLE) END"
 
 
@@ -34,26 +40,49 @@ def _raw(col: str, dropped: frozenset[str]) -> str:
     return "CAST(NULL AS DOUBLE)" if col in dropped else f"CAST({_q(col)} AS DOUBLE)"
 
 
-def rule_code_sql(dropped: frozenset[str] = frozenset()) -> str:
+@dataclass(frozen=True)
+class RuleInputs:
+    """What the window rule reads, as SQL: ``sm``, ``dram`` and ``comp`` (the busiest measured
+    compute pipe) are DOUBLE with NaN read as missing (NULL); ``gap`` is true where a compute pipe
+    was not measured. Either expressions (``rule_inputs_sql``) or the names a subquery gave them,
+    so a query that also aggregates ``comp`` computes it once per window."""
+
+    sm: str
+    dram: str
+    comp: str
+    gap: str
+
+
+def rule_inputs_sql(dropped: frozenset[str] = frozenset(), column: Callable[[str], str] = _q) -> RuleInputs:
+    """The rule's inputs from the GPM columns (``dropped``: columns the data lacks, read as NULL)."""
+    sm, dram = _val("sm_util_pct", dropped, column), _val("dram_bw_util_pct", dropped, column)
+    pipes = [_val(u, dropped, column) for u in rules.COMPUTE_UNITS]
+    return RuleInputs(sm=sm, dram=dram, comp="greatest(" + ", ".join(pipes) + ")",  # NULLs skipped
+                      gap=" OR ".join(f"({p}) IS NULL" for p in pipes))
+
+
+def rule_chain_sql(x: RuleInputs) -> str:
+    """``rules.window_labels`` branch by branch on ``x``: NO_GPM without sm, DRAM or any pipe; IDLE
+    under SM_ACTIVE_PCT; COMPUTE where the busiest pipe is at least as busy as DRAM; PIPE_GAP where
+    memory would need a pipe that was not measured; else MEMORY."""
+    return (f"CASE WHEN ({x.sm}) IS NULL OR ({x.dram}) IS NULL OR ({x.comp}) IS NULL THEN {rules.NO_GPM} "
+            f"WHEN ({x.sm}) < {rules.SM_ACTIVE_PCT} THEN {rules.IDLE} "
+            f"WHEN ({x.comp}) >= ({x.dram}) THEN {rules.COMPUTE} "
+            f"WHEN {x.gap} THEN {rules.PIPE_GAP} ELSE {rules.MEMORY} END")
+
+
+def rule_code_sql(dropped: frozenset[str] = frozenset(), column: Callable[[str], str] = _q) -> str:
     """``rules.window_labels`` as a SQL expression (NO_GPM = -1, PIPE_GAP = -2: a memory verdict
-    needs every compute pipe measured).
+    needs every compute pipe measured); ``column`` as in ``_val``.
 
     Most windows have all seven GPM values: their sum is then a number (NULL if one is NULL, NaN if
     one is NaN, or if infinities of both signs meet), and the three-way test on the raw columns
     decides. The others take the full
     chain, where NaN reads as missing."""
-    sm, dram = _val("sm_util_pct", dropped), _val("dram_bw_util_pct", dropped)
-    pipes = [_val(u, dropped) for u in rules.COMPUTE_UNITS]
-    comp = "greatest(" + ", ".join(pipes) + ")"  # NULLs skipped
-    gap = " OR ".join(f"({p}) IS NULL" for p in pipes)
-    full = (f"CASE WHEN ({sm}) IS NULL OR ({dram}) IS NULL OR ({comp}) IS NULL THEN {rules.NO_GPM} "
-            f"WHEN ({sm}) < {rules.SM_ACTIVE_PCT} THEN {rules.IDLE} "
-            f"WHEN ({comp}) >= ({dram}) THEN {rules.COMPUTE} "
-            f"WHEN {gap} THEN {rules.PIPE_GAP} ELSE {rules.MEMORY} END")
-    gpm = ("sm_util_pct", "dram_bw_util_pct", *rules.COMPUTE_UNITS)
-    if any(c in dropped for c in gpm):
+    full = rule_chain_sql(rule_inputs_sql(dropped, column))
+    if any(c in dropped for c in rules.RULE_COLUMNS):
         return f"({full})"
-    raw = {c: _q(c) for c in gpm}
+    raw = {c: column(c) for c in rules.RULE_COLUMNS}
     total = " + ".join(f"CAST({c} AS DOUBLE)" for c in raw.values())
     # all seven present and none NaN: NOT isnan() of the sum (NULL if one is NULL, NaN if one is NaN);
     # not "sum <= infinity", which DuckDB may decide from the Parquet statistics, which leave NaN out

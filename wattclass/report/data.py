@@ -127,19 +127,12 @@ def load(
 
 
 def _rule_code(src: _Source) -> str:
-    from wattclass.classifier import rules
+    """The GPM window rule's code per window: the nightly scan's SQL (``classifier.rowsql``), so the
+    report's rule labels are the engine's; a GPM column that no file has reads as not measured."""
+    from wattclass.classifier import rowsql, rules
 
-    def v(c: str) -> str:
-        x = src.col(c)
-        return f"(CASE WHEN isnan({x}) THEN NULL ELSE {x} END)"
-
-    pipes = [v(u) for u in rules.COMPUTE_UNITS]
-    comp = "greatest(" + ", ".join(pipes) + ")"
-    gap = " OR ".join(f"{p} IS NULL" for p in pipes)  # memory needs every pipe (rules.PIPE_GAP)
-    sm, dram = v("sm_util_pct"), v("dram_bw_util_pct")
-    return (f"(CASE WHEN {sm} IS NULL OR {dram} IS NULL OR {comp} IS NULL THEN {rules.NO_GPM} "
-            f"WHEN {sm} < {rules.SM_ACTIVE_PCT} THEN {rules.IDLE} WHEN {comp} >= {dram} THEN {rules.COMPUTE} "
-            f"WHEN {gap} THEN {rules.PIPE_GAP} ELSE {rules.MEMORY} END)")
+    dropped = frozenset(c for c in rules.RULE_COLUMNS if c not in src.columns)
+    return rowsql.rule_code_sql(dropped, column=src.col)
 
 
 def _cap_sql(cap: str | None, limit: str) -> str | None:

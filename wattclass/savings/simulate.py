@@ -2,7 +2,7 @@
 
 1. Scan the telemetry of the date range with DuckDB, reading only the columns the model needs, and
    aggregate per job first: energy, GPU-hours, power, GPM activity and the GPM rule's window
-   counts (the classifier's window rule, written in SQL with its thresholds).
+   counts (the classifier's window rule: the nightly scan's SQL of it, ``classifier.rowsql``).
 2. Label each job: the label store's label where the nightly run stored one; else the GPM rule on
    the job's own windows (the classifier's rule, same thresholds); else ``unlabelled``.
 3. Look up the policy's cap for the label (exempt accounts/users from the store's Slurm fields
@@ -26,7 +26,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from wattclass.caps import cap_watts
-from wattclass.classifier import rules
+from wattclass.classifier import rowsql, rules
 from wattclass.classifier.reader import telemetry_root
 from wattclass.errors import DataError
 from wattclass.policy import Policy
@@ -80,13 +80,9 @@ def _sql(globs: list[str], present: set[str], union: bool) -> str:
     def col(c: str) -> str:
         return f'"{c}"' if c in present else "NULL"
 
-    def gpm(c: str) -> str:  # NaN reads as not measured, as in rules.window_labels
-        return f"(CASE WHEN isnan({col(c)}) THEN NULL ELSE {col(c)} END)" if c in present else "NULL"
-
-    comp = f"greatest({', '.join(gpm(c) for c in rules.COMPUTE_UNITS)})"
-    # memory needs every compute pipe measured (rules.PIPE_GAP): such a window leaves its job to the model
-    gap = " OR ".join(f"{gpm(c)} IS NULL" for c in rules.COMPUTE_UNITS)
-    sm, dram = gpm("sm_util_pct"), gpm("dram_bw_util_pct")
+    # the classifier's rule SQL (classifier.rowsql): inputs in the inner query, the chain on their names
+    x = rowsql.rule_inputs_sql(frozenset(rules.RULE_COLUMNS) - present)
+    code = rowsql.rule_chain_sql(rowsql.RuleInputs(sm="sm", dram="dram", comp="c", gap="gap"))
     files = ", ".join("'" + g.replace("'", "''") + "'" for g in globs)
     return f"""
 SELECT job_id, max("user") AS "user", max(gpu_model) AS gpu_model,
@@ -103,10 +99,8 @@ FROM (
   SELECT job_id, {col("user")} AS "user", {col("gpu_model")} AS gpu_model, energy_j,
     epoch_ms(ts_end) - epoch_ms(ts_start) AS ms, ts_start, ts_end, {col("power_max_w")} AS pmax,
     {col("power_avg_w")} AS pavg, {col("power_limit_w")} AS plim, c, dram,
-    CASE WHEN sm IS NULL OR dram IS NULL OR c IS NULL THEN -1
-         WHEN sm < {rules.SM_ACTIVE_PCT} THEN {rules.IDLE}
-         WHEN c >= dram THEN {rules.COMPUTE} WHEN gap THEN {rules.PIPE_GAP} ELSE {rules.MEMORY} END AS code
-  FROM (SELECT *, {comp} AS c, {dram} AS dram, {sm} AS sm, ({gap}) AS gap
+    {code} AS code
+  FROM (SELECT *, {x.comp} AS c, {x.dram} AS dram, {x.sm} AS sm, ({x.gap}) AS gap
         FROM read_parquet([{files}]{", union_by_name = true" if union else ""})
         WHERE job_id IS NOT NULL)
 )
