@@ -7,7 +7,6 @@ import argparse
 import logging
 import signal
 import socket
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -126,7 +125,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     if args.energy_every_windows is not None:
         cfg.energy_every_windows = args.energy_every_windows
-    stop = threading.Event()
+    from wattclass.telemetry.stopsignal import SignalStop
+
+    stop = SignalStop()  # a handler must not set a threading.Event: telemetry/stopsignal.py
     # Fail on an unwritable data root before touching the GPUs.
     from wattclass.fsutil import ensure_writable_dir
 
@@ -136,12 +137,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     with backend:
         daemon = Daemon(backend, cfg, collector=collector, stop=stop)
 
-        def on_signal(signum: int, _frame: object) -> None:
-            log.info("signal %d: flushing and stopping", signum)
-            stop.set()
-
-        signal.signal(signal.SIGTERM, on_signal)
-        signal.signal(signal.SIGINT, on_signal)
+        signal.signal(signal.SIGTERM, stop.on_signal)
+        signal.signal(signal.SIGINT, stop.on_signal)
         daemon.lock.acquire()  # a second daemon says "locked by pid N", not "port in use"
         if collector is not None:
             bind = args.metrics_bind or DEFAULT_BIND

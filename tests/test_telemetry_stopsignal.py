@@ -1,0 +1,94 @@
+"""The daemon's stop event takes no lock in the signal handler (telemetry/stopsignal.py).
+
+A SIGTERM that lands while the main thread holds a ``threading.Event``'s internal lock (entering
+or leaving ``Event.wait``) used to deadlock the daemon in ``Event.set()``: it logged "flushing and
+stopping" and never exited (once in eight CI runs).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+from wattclass.telemetry.stopsignal import SignalStop
+
+
+def test_a_signal_while_the_events_lock_is_held_is_recorded_and_seen_by_the_next_wait(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    stop = SignalStop()
+    # the moment of the deadlock: this thread holds the event's lock (inside Event.wait) when the
+    # handler runs; Event.set() would ask for the same lock here and never return
+    with stop._cond:  # the lock Event.wait holds
+        stop.on_signal(signal.SIGTERM, None)
+        assert stop.signum == signal.SIGTERM
+    with caplog.at_level(logging.INFO, logger="wattclass.telemetry.cli"):
+        assert stop.wait(60.0) is True  # returns at once: the signal is already there
+        assert stop.is_set() and stop.wait(0.0)
+    assert [r.getMessage() for r in caplog.records] == ["signal 15: flushing and stopping"]
+
+
+def test_a_signal_during_a_long_wait_ends_it() -> None:
+    stop = SignalStop()
+    ended: list[bool] = []
+    waiter = threading.Thread(target=lambda: ended.append(stop.wait(120.0)))
+    waiter.start()
+    stop.on_signal(signal.SIGINT, None)  # from outside the wait, as a handler would
+    waiter.join(timeout=60)
+    assert not waiter.is_alive() and ended == [True]
+
+
+def test_plain_waits_time_out_and_clear_forgets_an_unseen_signal() -> None:
+    stop = SignalStop()
+    assert stop.wait(0.01) is False and not stop.is_set()
+    stop.on_signal(signal.SIGTERM, None)
+    stop.clear()
+    assert stop.signum is None and stop.wait(0.01) is False
+    stop.set()  # set directly (not from a handler) works as for any Event
+    assert stop.wait(0.0) is True
+
+
+CHILD = textwrap.dedent("""
+    import signal, sys, time
+    from wattclass.telemetry.stopsignal import SignalStop
+    stop = SignalStop()
+    seen = [0]
+    def handler(signum, frame):
+        stop.on_signal(signum, frame)
+        seen[0] += 1
+    signal.signal(signal.SIGUSR1, handler)
+    print("ready", flush=True)
+    end = time.monotonic() + float(sys.argv[1])
+    while time.monotonic() < end:  # the daemon's loop, compressed: short waits, stop and go
+        if stop.wait(0.00001):
+            stop.clear()
+    print(seen[0], flush=True)
+""")
+
+
+def test_a_loop_of_short_waits_survives_a_storm_of_signals() -> None:
+    """A plain Event in this loop (``stop.set()`` in the handler) hangs within a few hundred
+    signals; SignalStop never blocks in the handler."""
+    child = subprocess.Popen([sys.executable, "-c", CHILD, "2.0"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        sent = 0
+        while child.poll() is None and sent < 4000:
+            os.kill(child.pid, signal.SIGUSR1)
+            sent += 1
+            time.sleep(0.0003)
+        out, _ = child.communicate(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert child.returncode == 0
+    assert int(out.strip()) > 0  # it did take signals
