@@ -186,17 +186,17 @@ class Scanner:
         unreadable ones, refuse a missing required column) and read the rest by column name."""
         import duckdb
 
-        self._union, self._absent = False, frozenset()
-        first_last = _names(files[0]), _names(files[-1])
-        try:
-            if None in first_last or first_last[0] != first_last[1]:
-                raise _Differ("the first and the last file have different columns")
-            from wattclass.schema import TELEMETRY_V1
+        from wattclass.schema import TELEMETRY_V1, first_schema_reads_all
 
-            # Columns the files do not have at all (older writers) read as NULL; a night's files
-            # come from one writer version, checked at both ends (a file that lacks a column
-            # the first has fails the fast read and sends the night down the checked path).
-            self._absent = frozenset(TELEMETRY_V1.names) - set(first_last[0] or ())
+        self._union, self._absent = False, frozenset()
+        plan = first_schema_reads_all(files)
+        try:
+            if not plan.exact:
+                raise _Differ("not every file has the first file's columns")
+            # Columns the files do not have at all (older writers, GPUs without GPM) read as NULL;
+            # a file that lacks a column the first has fails the fast read and sends the night
+            # down the checked path (first_schema_reads_all: why a file with more is looked for).
+            self._absent = frozenset(TELEMETRY_V1.names) - set(plan.first or ())
             return self.con.sql(sql_for(files)).to_arrow_table(), files, []
         except _Differ as exc:
             log.info("telemetry files differ (%s): checking each file", exc)
@@ -442,16 +442,6 @@ def _bad_types(schema: pa.Schema) -> list[str]:
 
 class _Differ(Exception):
     """The files of a scan do not share one schema: read them by column name."""
-
-
-def _names(path: Path) -> tuple[str, ...] | None:
-    """A Parquet file's column names (None if its footer cannot be read)."""
-    import pyarrow.parquet as pq
-
-    try:
-        return tuple(pq.read_schema(path).names)
-    except (OSError, pa.ArrowException):
-        return None
 
 
 def _empty_partials() -> pa.Table:

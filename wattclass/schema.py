@@ -7,6 +7,8 @@ columns in REQUIRED_COLUMNS must be present.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
@@ -131,3 +133,77 @@ def schema_version_of(path: Path) -> str | None:
     if raw is None:
         return None
     return str(raw.decode()).rpartition("/")[2]
+
+
+def column_names(path: Path) -> tuple[str, ...] | None:
+    """A Parquet file's column names, in order (None if its footer cannot be read)."""
+    try:
+        return tuple(pq.read_schema(path).names)
+    except (OSError, pa.ArrowException):
+        return None
+
+
+@dataclass(frozen=True)
+class ReadPlan:
+    """``first_schema_reads_all``'s answer: ``exact`` when reading with the first file's schema
+    loses no column; ``first``, the first file's names (None: unreadable); ``seen``, every
+    column name found in the files it opened."""
+
+    exact: bool
+    first: tuple[str, ...] | None
+    seen: frozenset[str]
+
+
+def first_schema_reads_all(files: Sequence[Path]) -> ReadPlan:
+    """Whether many telemetry files can be read with the first file's schema without losing a
+    column, opening as few footers as that takes.
+
+    Why: the fast way to read a day's files (DuckDB's ``read_parquet`` without
+    ``union_by_name``) binds the first file's columns, by name. A later file that lacks one fails
+    the read, and every caller then reads by column name; but a later file that has a column the
+    first lacks is read without it, silently. Files from older writers do that (the daemon has
+    written every v1 column only since the schema's last additions, and older ones wrote no GPM
+    columns for a GPU without GPM): when the first file (by path: the first host by name) lacked
+    the GPM columns, the GPM hosts' columns were dropped and their jobs went to the model
+    instead of the rule. Reading every footer costs a quarter of the scan (0.7 s for 3,000
+    files), so: the first and the last file must have the same columns; if the first has every
+    v1 column (every file of today's writers), nothing can be dropped; otherwise the first and
+    the last file of every folder (one host's files, whose writer and GPUs rarely change within
+    a day) must have the first file's columns too, read by DuckDB in one query (0.4 s for the
+    2,500 files that are the ends of 10,000 GPUs' hosts, half of pyarrow's time).
+    """
+    if not files:
+        return ReadPlan(True, None, frozenset())
+    first, last = column_names(files[0]), column_names(files[-1])
+    seen = set(first or ()) | set(last or ())
+    if first is None or last is None or set(first) != set(last):
+        return ReadPlan(False, first, frozenset(seen))
+    if set(TELEMETRY_V1.names) <= set(first):
+        return ReadPlan(True, first, frozenset(seen))
+    ends: dict[Path, list[Path]] = {}
+    for f in files:
+        pair = ends.setdefault(f.parent, [f, f])
+        pair[1] = f
+    probe = [str(p) for p in dict.fromkeys(p for pair in ends.values() for p in pair)]
+    names = _column_sets(probe)
+    if names is None or len(names) != len(probe):  # a footer DuckDB cannot read: check each file
+        return ReadPlan(False, first, frozenset(seen))
+    for cols in names.values():
+        seen.update(cols)
+    return ReadPlan(all(cols == set(first) for cols in names.values()), first, frozenset(seen))
+
+
+def _column_sets(paths: list[str]) -> dict[str, set[str]] | None:
+    """Each file's column names, from DuckDB's ``parquet_schema`` (None if a footer is unreadable)."""
+    import duckdb
+
+    try:
+        with duckdb.connect() as con:
+            rows = con.execute("SELECT file_name, name FROM parquet_schema(?) WHERE num_children IS NULL",
+                               [paths]).fetchall()
+    except duckdb.Error:
+        return None
+    out: dict[str, set[str]] = {}
+    for file_name, name in rows:
+        out.setdefault(str(file_name), set()).add(str(name))
+    return out

@@ -111,7 +111,12 @@ def load(
     """Aggregate the windows (``files`` or a ``windows`` DataFrame) for the report."""
     import duckdb
 
-    src = _Source(files, windows)
+    from wattclass.schema import first_schema_reads_all
+
+    # by column name where the files differ: a GPU without GPM writes no GPM columns, and read
+    # with such a first file's schema, the other files' GPM columns would be dropped
+    src = _Source(files, windows, by_name=files is not None and windows is None
+                  and not first_schema_reads_all(list(files)).exact)
     try:
         return _load(src, labels, caps, slowdown, max_gpus)
     except (duckdb.InvalidInputException, duckdb.BinderException, duckdb.ConversionException):

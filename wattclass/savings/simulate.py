@@ -23,7 +23,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import pyarrow.parquet as pq
 
 from wattclass.caps import cap_watts
 from wattclass.classifier import rowsql, rules
@@ -36,6 +35,7 @@ from wattclass.savings.response import (
     default_effect,
     default_limit_w,
 )
+from wattclass.schema import first_schema_reads_all
 
 GROUPS: tuple[str, ...] = ("label", "user", "account")
 
@@ -93,7 +93,7 @@ SELECT job_id, max("user") AS "user", max(gpu_model) AS gpu_model,
   count(CASE WHEN code = {rules.IDLE} THEN 1 END) AS n_idle,
   count(CASE WHEN code = {rules.COMPUTE} THEN 1 END) AS n_comp,
   count(CASE WHEN code = {rules.MEMORY} THEN 1 END) AS n_mem,
-  count(CASE WHEN code = {rules.PIPE_GAP} THEN 1 END) AS n_gap,
+  count(CASE WHEN code = {rules.PIPE_GAP} THEN 1 END) AS n_gap, count(*) AS n_windows,
   min(ts_start) AS "start", max(ts_end) AS "end"
 FROM (
   SELECT job_id, {col("user")} AS "user", {col("gpu_model")} AS gpu_model, energy_j,
@@ -116,7 +116,8 @@ def scan_jobs(data_root: Path, date_from: str | None = None, date_to: str | None
     files = telemetry_paths(data_root, date_from, date_to)
     if not files:
         return pd.DataFrame()
-    present = set(pq.read_schema(files[0]).names) | set(pq.read_schema(files[-1]).names)
+    plan = first_schema_reads_all(files)  # why not just the first file's: wattclass.schema
+    present = set(plan.seen)
     missing = [c for c in ("ts_start", "ts_end", "job_id", "energy_j") if c not in present]
     if missing:
         raise DataError(f"{files[0]}: telemetry lacks column(s) {', '.join(missing)}")
@@ -126,7 +127,7 @@ def scan_jobs(data_root: Path, date_from: str | None = None, date_to: str | None
             con.execute(f"SET threads = {int(threads)}")
         globs = _day_globs(data_root, date_from, date_to)
         try:  # the fleet's files normally share one schema: the fast path
-            df = con.execute(_sql(globs, present, union=False)).df()
+            df = con.execute(_sql(globs, present, union=not plan.exact)).df()
         except duckdb.Error:  # some file lacks a column: read every schema
             df = con.execute(_sql(globs, present, union=True)).df()
     except duckdb.Error as exc:
@@ -134,7 +135,7 @@ def scan_jobs(data_root: Path, date_from: str | None = None, date_to: str | None
     finally:
         con.close()
     df["job_id"] = df["job_id"].astype(str)
-    for c in ("n_idle", "n_comp", "n_mem", "n_gap"):
+    for c in ("n_idle", "n_comp", "n_mem", "n_gap", "n_windows"):
         df[c] = df[c].astype(np.int64)
     return df
 
@@ -143,7 +144,9 @@ def attach_labels(jobs: pd.DataFrame, store_labels: pd.DataFrame | None) -> pd.D
     """Label, source, account and job name per job (module docstring, step 2)."""
     out = jobs.copy()
     ni, nc, nm = (out[c].to_numpy(np.int64) for c in ("n_idle", "n_comp", "n_mem"))
-    has = ((ni + nc + nm) > 0) & (out["n_gap"].to_numpy(np.int64) == 0)  # a PIPE_GAP window: no rule label
+    # the rule labels a job only where it called every window, as the nightly does (labeling.decide):
+    # a window without GPM, or with a compute pipe missing (PIPE_GAP), leaves the job to the model
+    has = ((ni + nc + nm) > 0) & ((ni + nc + nm) == out["n_windows"].to_numpy(np.int64))
     names = np.asarray(rules.label_names(rules.job_labels(ni, nc, nm)), dtype=object)
     out["label"] = pd.Series(names, index=out.index).where(has)
     out["label_source"] = pd.Series("rule(sim)", index=out.index).where(has)
