@@ -25,7 +25,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
             "Poll every GPU each --poll seconds, close a window per GPU and job every --period "
             "seconds (aligned to the clock), append each closed window to a write-ahead log "
             "(fsynced) and roll the log into Parquet under DATA_ROOT/telemetry/date=.../host=.../ "
-            "every --roll-seconds and at exit. SIGTERM/SIGINT flush and exit 0 (1 if windows could "
+            "every --roll-seconds and at exit. SIGTERM/SIGINT/SIGHUP flush and exit 0 (1 if windows could "
             "not be persisted, disk full). The WAL folder is locked: a second daemon on it exits 6."
         ),
     )
@@ -137,14 +137,22 @@ def cmd_run(args: argparse.Namespace) -> int:
     with backend:
         daemon = Daemon(backend, cfg, collector=collector, stop=stop)
 
-        signal.signal(signal.SIGTERM, stop.on_signal)
-        signal.signal(signal.SIGINT, stop.on_signal)
+        # SIGHUP too: a closed terminal or a `kill -HUP` flushes like a stop, not a death
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, stop.on_signal)
         daemon.lock.acquire()  # a second daemon says "locked by pid N", not "port in use"
         if collector is not None:
             bind = args.metrics_bind or DEFAULT_BIND
             serve(int(args.metrics_port), collector, bind)
             log.info("metrics on http://%s:%d/metrics", bind, args.metrics_port)
-        rc = daemon.run()
+        try:
+            rc = daemon.run()
+        finally:
+            # Flushed: later signals change nothing. Python's exit would give them their default
+            # action back, and a late SIGTERM would kill the process and with it the exit code
+            # that says whether windows were lost (review finding).
+            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+                signal.signal(sig, signal.SIG_IGN)
     s = daemon.stats
     log.info("done: %d rows, %.1f J, %d GPU error(s)", s.rows, s.energy_j, s.gpu_errors)
     return rc

@@ -346,6 +346,9 @@ class Daemon:
                 now = self.backend.now()
                 if now - t > poll:  # overran (suspend, slow NVML): skip to the grid, not a burst
                     t = math.ceil(now / poll) * poll
+                elif t - now > 2 * poll:  # the clock stepped back (NTP at boot): poll on from now
+                    log.warning("the clock stepped back %.1f s; polling on from now", t - now)
+                    t = math.ceil(now / poll) * poll
         finally:
             self.shutdown()
         return 0 if self.unpersisted() == (0, 0) else 1

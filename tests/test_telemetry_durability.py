@@ -116,7 +116,9 @@ def test_kill9_loses_nothing_that_reached_the_wal(tmp_path: Path, h200_raw: Path
     assert not [p for p in root.rglob(".*") if p.is_file()]
 
 
-def test_sigterm_flushes_and_exits_zero(tmp_path: Path, h200_raw: Path) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_sigterm_flushes_and_exits_zero(tmp_path: Path, h200_raw: Path, sig: int) -> None:
+    """SIGTERM (systemd's stop) and SIGHUP (a closed terminal) flush every window and exit 0."""
     root = tmp_path / "data"
     proc = subprocess.Popen(
         [
@@ -142,12 +144,34 @@ def test_sigterm_flushes_and_exits_zero(tmp_path: Path, h200_raw: Path) -> None:
         time.sleep(0.1)
     in_wal = len(wal_rows(root / "wal" / "n1"))
     assert in_wal >= 3, f"the daemon wrote {in_wal} windows in 60 s (exit code {proc.poll()})"
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(sig)
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
     t = read_all(root)
     left = list((root / "wal" / "n1").glob("wal-*.log"))
     assert len(t) >= in_wal and not left, (len(t), in_wal, left, err[-2000:])
+
+
+def test_signals_after_the_flush_keep_the_exit_code(tmp_path: Path, h200_raw: Path) -> None:
+    """Review finding: Python's exit gives SIGTERM/SIGINT their default action back, so a signal
+    that came after the flush killed the process (exit -15 or -2), hiding the exit code that says
+    whether windows were lost. A storm of them from the first SIGTERM on: exit 0, all flushed."""
+    root = tmp_path / "data"
+    proc = subprocess.Popen([sys.executable, "-m", "wattclass.cli", "telemetry", "run", "--backend",
+                             f"replay:{h200_raw}", "--data-root", str(root), "--host", "n1", "--speed", "30"],
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while time.time() < deadline and len(wal_rows(root / "wal" / "n1")) < 3:
+        time.sleep(0.1)
+    sigs = (signal.SIGTERM, signal.SIGINT)
+    n = 0
+    while proc.poll() is None and n < 5000:
+        proc.send_signal(sigs[n % 2])
+        n += 1
+        time.sleep(0.002)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err[-2000:]
+    assert len(read_all(root)) >= 3 and not list((root / "wal" / "n1").glob("wal-*.log"))
 
 
 def test_torn_wal_tail_is_cut_and_earlier_rows_kept(

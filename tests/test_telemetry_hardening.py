@@ -352,3 +352,38 @@ def test_epilog_cleans_up_its_job_files_past_a_bad_one(tmp_path: Path, h200_raw:
     # one file per job per GPU since issue 16: the bad legacy file stays, job 42's file is gone
     assert sorted(str(p.relative_to(jobs)) for p in jobs.rglob("*.json")) == ["GPU-aaa.json",
                                                                                "GPU-ccc/43.json"]
+
+
+def test_a_clock_stepped_back_does_not_stall_polling(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Review finding: the daemon waits for the next poll time on the wall clock, so a clock
+    stepped back by 30 s (NTP at boot) made the next wait 30 s long, without a word. Now it warns
+    and polls on from the new time."""
+    import threading
+
+    from wattclass.gpu.filestate import FileStateBackend
+
+    backend = FileStateBackend.create(tmp_path / "g.json", n=1)
+    offset_s = [0.0]
+    backend.now = lambda: time.time() + offset_s[0]  # type: ignore[method-assign]
+    stop = threading.Event()
+    d = Daemon(backend, DaemonConfig(data_root=tmp_path / "d", host="n1", period_s=1.0, poll_s=0.1),
+               stop=stop)
+    th = threading.Thread(target=d.run)
+    with caplog.at_level(logging.WARNING, logger="wattclass.telemetry"):
+        th.start()
+        try:
+            deadline = time.monotonic() + 30
+            while d.stats.polls < 5 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            offset_s[0] = -30.0
+            before = d.stats.polls
+            deadline = time.monotonic() + 20
+            while d.stats.polls < before + 5 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert d.stats.polls >= before + 5  # it polled on (it used to wait the 30 s out)
+        finally:
+            stop.set()
+            th.join(timeout=60)
+    assert any("clock stepped back" in r.getMessage() for r in caplog.records)

@@ -84,8 +84,8 @@ class Progress:
 
 @contextlib.contextmanager
 def _keep_signal_handlers() -> Iterator[None]:
-    """The daemon's CLI installs SIGTERM/SIGINT handlers for its own loop; restore ours after."""
-    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    """The daemon's CLI installs SIGTERM/SIGINT/SIGHUP handlers for its own loop; restore ours after."""
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
         yield
     finally:

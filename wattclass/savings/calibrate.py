@@ -194,15 +194,31 @@ def measure(backend: GpuBackend, index: int, w: Workload) -> tuple[float, float 
     return wall, energy
 
 
-@contextlib.contextmanager
-def _signals_raise() -> Iterator[None]:
-    """SIGTERM/SIGHUP/SIGINT raise Interrupted so ``finally`` restores the limit."""
-    def handler(signum: int, _frame: FrameType | None) -> None:
+class _SignalGate:
+    """SIGTERM/SIGHUP/SIGINT raise Interrupted once, and never while the limit is being restored.
+
+    Why (review): every signal used to raise, also inside the ``finally`` that restores the
+    limit; a second Ctrl-C or SIGTERM during the restore cut it short, and the GPU stayed capped
+    while the message said "original limit restored" (4 of 16 runs with two SIGTERMs 0.5-20 ms
+    apart)."""
+
+    def __init__(self) -> None:
+        self.raised = False
+        self.restoring = False
+
+    def handler(self, signum: int, _frame: FrameType | None) -> None:
+        if self.raised or self.restoring:
+            return
+        self.raised = True
         raise Interrupted(f"stopped by signal {signal.Signals(signum).name}; original limit restored")
 
+
+@contextlib.contextmanager
+def _signals_raise(gate: _SignalGate) -> Iterator[None]:
+    """The signals go to ``gate`` (which raises Interrupted so ``finally`` restores the limit)."""
     saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)}
     for s in saved:
-        signal.signal(s, handler)
+        signal.signal(s, gate.handler)
     try:
         yield
     finally:
@@ -253,7 +269,8 @@ def calibrate(backend: GpuBackend, opts: CalibrateOptions, workloads: Sequence[W
         raise GpuError(f"GPU {gpu.uuid}: power limit unknown; cannot calibrate")
     owner = f"calibrate:{os.getpid()}"
     points: list[dict[str, Any]] = []
-    with _signals_raise():
+    gate = _SignalGate()
+    with _signals_raise(gate):
         try:
             for share in opts.caps:
                 target = cap_watts(Cap(share * 100.0, "%"), default, gpu.power_limit_min_w,
@@ -273,8 +290,14 @@ def calibrate(backend: GpuBackend, opts: CalibrateOptions, workloads: Sequence[W
                         on_step(f"cap {share:.0%} ({applied} W) {w.name}: "
                                 f"{statistics.median(walls):.3f} s")
         finally:
-            if not opts.dry_run:
-                _restore(backend, gpu, original, owner, opts.state_dir)
+            while True:  # a first signal that lands before ``restoring`` is set: restore again
+                try:
+                    gate.restoring = True
+                    if not opts.dry_run:
+                        _restore(backend, gpu, original, owner, opts.state_dir)
+                    break
+                except Interrupted:
+                    continue
     return response_document(gpu, default, original, points, opts.dry_run)
 
 
