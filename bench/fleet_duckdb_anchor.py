@@ -61,7 +61,9 @@ LABEL_AGGREGATES = (
     "count(*) FILTER (WHERE c >= 0) AS n_gpm", "count(*) FILTER (WHERE c = 0) AS r_idle",
     "count(*) FILTER (WHERE c = 1) AS r_compute", "count(*) FILTER (WHERE c = 2) AS r_memory",
 )
-#: The GPM rule (classifier/rules.py; the integer pipe counts since issue 13 round 7).
+#: The GPM rule (classifier/rules.py; the integer pipe counts since issue 13 round 7), plainly: the
+#: baseline a hand-written query would be. It leaves out what the product's rule adds on top
+#: (NaN read as not measured, PIPE_GAP: classifier/rowsql.py), which on this data changes no row.
 _PIPES = "tensor_util_pct, fp64_util_pct, fp32_util_pct, fp16_util_pct, int_util_pct"
 _RULE = (f"CASE WHEN sm_util_pct IS NULL OR dram_bw_util_pct IS NULL OR greatest({_PIPES}) IS NULL "
          f"THEN -1 WHEN sm_util_pct < 10 THEN 0 WHEN greatest({_PIPES}) >= dram_bw_util_pct "

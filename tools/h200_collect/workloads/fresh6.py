@@ -489,7 +489,10 @@ def b_hashgrid(p: dict[str, Any]) -> Callable[[Ctx], Job]:
         dtype = t.float16 if c.cuda and p["dtype"] == "fp16" else t.float32
         tables = nn.Parameter(1e-4 * t.randn(L, size, feat, device=c.dev, dtype=dtype))
         mlp = nn.Sequential(nn.Linear(L * feat, 64), nn.ReLU(), nn.Linear(64, 4)).to(c.dev)
-        opt = t.optim.Adam([tables, *mlp.parameters()], lr=1e-3)
+        # fp16 tables: Adam's default eps (1e-8) is 0 in fp16, and every entry without a gradient
+        # in a step would turn to 0/0 = NaN (review); 1e-4 is representable
+        opt = t.optim.Adam([{"params": [tables], "eps": 1e-4 if dtype == t.float16 else 1e-8},
+                            {"params": list(mlp.parameters())}], lr=1e-3)
         pts = t.rand(N, dims, device=c.dev)
         target = t.rand(N, 4, device=c.dev)
         corners = t.tensor([[(i >> d) & 1 for d in range(dims)] for i in range(1 << dims)], device=c.dev)
