@@ -10,10 +10,15 @@ the bound was looked at:
   that explain 95% of the variance, each scaled to unit variance: what "many near-duplicate dims"
   would do to the Euclidean distance is undone); all signals less each field group
   (nvml_signals.GROUPS), and each group alone. Each with k-NN leave-one-out accuracy.
-- LightGBM leave-one-folder-out (one recording folder of new kinds of work held out at a time)
-  on compute- and memory-bound jobs against their GPM truth, on the model-input job means, on
-  all signals and on both. Fixed parameters (``LGBM_PARAMS``), no tuning; threshold 0.5; the raw
-  (unscaled) features, so nothing of the held-out folder enters training.
+- LightGBM leave one fold out on compute- and memory-bound jobs against their GPM truth, on the
+  model-input job means, on all signals and on both. A fold is a recording folder, or the folders
+  that share a workload family merged into one (``family_disjoint_folds``: ``raw`` with
+  ``collected``, ``sweep`` with ``sweep-heldout``), so no family of a held-out job is in training
+  (``lgbm_loso`` refuses folds that a family crosses). Fixed parameters (``LGBM_PARAMS``), no
+  tuning; threshold 0.5; the raw (unscaled) features, so nothing of the held-out fold enters
+  training. (The first run held out single folders; a review found that 11 families cross
+  raw/collected and 11 sweep/sweep-heldout, so up to 162 of the 904 held-out jobs had their family
+  in training. Re-run with these folds.)
 - Twins that survive: the model-input twin pairs at q = 0.25 that are still twins over all
   signals (at that space's own q = 0.25), per workload family.
 - Which signals separate the pairs that separate: per feature, |difference| over the feature's
@@ -33,7 +38,7 @@ chosen for its value):
 - LightGBM with stratified 10-fold random cross-validation (every kind of work seen in
   training, siblings included): the optimistic reference for "is the information there at all".
 - Per-family LOSO accuracy of the all-signals LightGBM.
-- What a signal adds: LightGBM leave one folder out on the model inputs plus one field group
+- What a signal adds: LightGBM leave one fold out on the model inputs plus one field group
   (``GROUPS``) or one finer set (``ADDITIONS``), and on all signals less one group; the finer
   sets and the headline runs over three seeds (``SEEDS``), whose spread says which gains are noise.
 - The same twin survival and separators in the noise-scaled spaces.
@@ -55,7 +60,7 @@ PCA_VARIANCE = 0.95
 NOISE_FLOOR_QUANTILE = 0.1
 #: LightGBM seeds of the post-hoc "what does a signal add" checks (their spread is the noise).
 SEEDS: tuple[int, ...] = (0, 1, 2)
-#: Post hoc: finer sets of all-signals features, each added to the model inputs (leave one folder
+#: Post hoc: finer sets of all-signals features, each added to the model inputs (leave one fold
 #: out): which signal the daemon would have to record.
 ADDITIONS: dict[str, tuple[str, ...]] = {
     "power_1s_shape": ("power_q10", "power_q50", "power_q90", "power_step", "power_acf1"),
@@ -140,44 +145,83 @@ def lgbm_random_cv(X: np.ndarray, y: np.ndarray, folds: int = 10) -> float:
     return round(float((pred == y).mean()), 4)
 
 
-def lgbm_loso(X: np.ndarray, y: np.ndarray, folder: np.ndarray, names: Sequence[str],
-              family: np.ndarray | None = None, seed: int = 0) -> dict[str, Any]:
-    """Leave-one-folder-out LightGBM, compute (1) vs memory (0): pooled, per-folder (and per-family)
-    accuracy."""
+def family_disjoint_folds(folder: np.ndarray, family: np.ndarray) -> np.ndarray:
+    """Per job, its fold: its recording folder, merged with every folder it shares a workload family
+    with (transitively), named by the merged folders joined with ``+`` in sorted order. Holding out a
+    fold then never leaves a held-out job's family in training."""
+    parent = {str(f): str(f) for f in folder.tolist()}
+
+    def root(f: str) -> str:
+        while parent[f] != f:
+            parent[f] = parent[parent[f]]
+            f = parent[f]
+        return f
+
+    first: dict[str, str] = {}
+    for f, fam in zip(folder.tolist(), family.tolist(), strict=True):
+        other = first.setdefault(str(fam), str(f))
+        parent[root(str(f))] = root(other)
+    members: dict[str, list[str]] = {}
+    for f in parent:
+        members.setdefault(root(f), []).append(f)
+    name = {f: "+".join(sorted(m)) for m in members.values() for f in m}
+    return np.array([name[str(f)] for f in folder.tolist()], dtype=object)
+
+
+def check_family_disjoint(fold: np.ndarray, family: np.ndarray) -> None:
+    """Raise if a workload family has jobs in more than one fold (a held-out job's family in training)."""
+    seen: dict[str, set[str]] = {}
+    for f, fam in zip(fold.tolist(), family.tolist(), strict=True):
+        seen.setdefault(str(fam), set()).add(str(f))
+    crossing = {fam: sorted(fs) for fam, fs in sorted(seen.items()) if len(fs) > 1}
+    if crossing:
+        shown = "; ".join(f"{fam} in {', '.join(fs)}" for fam, fs in list(crossing.items())[:5])
+        raise ValueError(f"{len(crossing)} workload families cross folds ({shown}): held out, their jobs' "
+                         "family would be in training")
+
+
+def lgbm_loso(X: np.ndarray, y: np.ndarray, fold: np.ndarray, family: np.ndarray, names: Sequence[str],
+              seed: int = 0) -> dict[str, Any]:
+    """Leave-one-fold-out LightGBM, compute (1) vs memory (0): pooled, per-fold and per-family
+    accuracy. ``fold`` must not split a family (``check_family_disjoint``; ``family_disjoint_folds``
+    builds such folds from recording folders)."""
     import lightgbm as lgb
 
+    check_family_disjoint(fold, family)
     pred = np.full(len(y), -1)
     per: dict[str, Any] = {}
-    for f in sorted(set(folder.tolist())):
-        te = folder == f
+    for f in sorted(set(fold.tolist())):
+        te = fold == f
         m = lgb.LGBMClassifier(**{**LGBM_PARAMS, "random_state": seed})
         m.fit(X[~te], y[~te])
         pred[te] = m.predict(X[te])
-        per[str(f)] = {"jobs": int(te.sum()), "accuracy": round(float((pred[te] == y[te]).mean()), 4)}
+        right = int((pred[te] == y[te]).sum())
+        per[str(f)] = {"jobs": int(te.sum()), "right": right, "accuracy": round(right / int(te.sum()), 4)}
     ok = pred == y
-    out: dict[str, Any] = {
+    fams = {str(f): {"jobs": int((family == f).sum()), "right": int(ok[family == f].sum())}
+            for f in sorted(set(family.tolist()))}
+    return {
         "features": len(names), "jobs": len(y), "accuracy": round(float(ok.mean()), 4),
         "compute_called_memory": int(((y == 1) & (pred == 0)).sum()), "compute_jobs": int((y == 1).sum()),
         "memory_called_compute": int(((y == 0) & (pred == 1)).sum()), "memory_jobs": int((y == 0).sum()),
-        "per_folder": per}
-    if family is not None:
-        fams = {str(f): {"jobs": int((family == f).sum()), "right": int(ok[family == f].sum())}
-                for f in sorted(set(family.tolist()))}
-        out["per_family"] = dict(sorted(fams.items(), key=lambda kv: kv[1]["right"] - kv[1]["jobs"]))
-    return out
+        "per_fold": per,
+        "per_family": dict(sorted(fams.items(), key=lambda kv: kv[1]["right"] - kv[1]["jobs"]))}
 
 
-def lgbm_loso_seeds(X: np.ndarray, y: np.ndarray, folder: np.ndarray) -> dict[str, float]:
+def lgbm_loso_seeds(X: np.ndarray, y: np.ndarray, fold: np.ndarray, family: np.ndarray) -> dict[str, float]:
     """``lgbm_loso`` pooled accuracy over SEEDS (row and column subsampling): mean, min, max."""
-    acc = [lgbm_loso(X, y, folder, [], seed=s_)["accuracy"] for s_ in SEEDS]
+    acc = [lgbm_loso(X, y, fold, family, [], seed=s_)["accuracy"] for s_ in SEEDS]
     return {"mean": round(float(np.mean(acc)), 4), "min": min(acc), "max": max(acc)}
 
 
-def _without(res: dict[str, Any], folder: str) -> float:
-    """Pooled accuracy of a ``lgbm_loso`` result less one folder's jobs."""
-    per = res["per_folder"]
-    right = sum(v["accuracy"] * v["jobs"] for f, v in per.items() if f != folder)
-    jobs = sum(v["jobs"] for f, v in per.items() if f != folder)
+def _without(res: dict[str, Any], fold: str) -> float:
+    """Pooled accuracy of a ``lgbm_loso`` result less one fold's jobs; a fold it does not have is an
+    error (a misspelt name would otherwise return the pooled accuracy unchanged)."""
+    per = res["per_fold"]
+    if fold not in per:
+        raise ValueError(f"no fold {fold!r} (folds: {', '.join(sorted(per))})")
+    right = sum(v["right"] for f, v in per.items() if f != fold)
+    jobs = sum(v["jobs"] for f, v in per.items() if f != fold)
     return round(right / max(jobs, 1), 4)
 
 
@@ -273,15 +317,17 @@ def round8(keys: np.ndarray, truth: np.ndarray, fp_model: np.ndarray, fp_all: np
     y = (truth[cm] == rules.J_COMPUTE).astype(np.int64)
     folder = np.array([str(x).split(":")[0] for x in keys], dtype=object)[cm]
     family = np.array([families.get(str(x), "?") for x in keys], dtype=object)[cm]
+    fold = family_disjoint_folds(folder, family)
+    folds = {str(f): sorted(set(folder[fold == f].tolist())) for f in sorted(set(fold.tolist()))}
     post_hoc["lgbm_random_10fold"] = {
         "model_inputs": lgbm_random_cv(fp_model[cm], y),
         "nvml_all": lgbm_random_cv(fp_all[cm], y),
         "nvml_all_plus_model_inputs": lgbm_random_cv(np.hstack([fp_all, fp_model])[cm], y),
     }
     loso = {
-        "model_inputs": lgbm_loso(fp_model[cm], y, folder, FEATURES, family),
-        "nvml_all": lgbm_loso(fp_all[cm], y, folder, FEATURE_NAMES, family),
-        "nvml_all_plus_model_inputs": lgbm_loso(np.hstack([fp_all, fp_model])[cm], y, folder,
+        "model_inputs": lgbm_loso(fp_model[cm], y, fold, family, FEATURES),
+        "nvml_all": lgbm_loso(fp_all[cm], y, fold, family, FEATURE_NAMES),
+        "nvml_all_plus_model_inputs": lgbm_loso(np.hstack([fp_all, fp_model])[cm], y, fold, family,
                                                 [*FEATURE_NAMES, *FEATURES]),
     }
     full = lgb.LGBMClassifier(**{**LGBM_PARAMS, "importance_type": "gain"}).fit(fp_all[cm], y)
@@ -298,21 +344,25 @@ def round8(keys: np.ndarray, truth: np.ndarray, fp_model: np.ndarray, fp_all: np
                          strict=True) if k_], groups[keep], unit_noise=True)
     post_hoc["twin_survival_noise_scaled"] = {kk: v for kk, v in surv_ns.items() if not kk.startswith("_")}
     post_hoc["separators_noise_scaled"] = seps_ns
-    # Post hoc: what each field group buys a LightGBM on the model inputs, leave one folder out.
+    # Post hoc: what each field group buys a LightGBM on the model inputs, leave one fold out.
     post_hoc["lgbm_loso_model_inputs_plus_group"] = {
-        g: lgbm_loso(np.hstack([fp_model, fp_all[:, groups == g]])[cm], y, folder, FEATURES)["accuracy"]
+        g: lgbm_loso(np.hstack([fp_model, fp_all[:, groups == g]])[cm], y, fold, family, FEATURES)["accuracy"]
         for g in GROUPS}
     post_hoc["lgbm_loso_nvml_all_without_group"] = {
-        g: lgbm_loso(fp_all[:, groups != g][cm], y, folder, FEATURE_NAMES)["accuracy"] for g in GROUPS}
-    post_hoc["lgbm_loso_seeds"] = {
-        "model_inputs": lgbm_loso_seeds(fp_model[cm], y, folder),
-        "nvml_all": lgbm_loso_seeds(fp_all[cm], y, folder),
+        g: lgbm_loso(fp_all[:, groups != g][cm], y, fold, family, FEATURE_NAMES)["accuracy"] for g in GROUPS}
+    seeds = {
+        "model_inputs": lgbm_loso_seeds(fp_model[cm], y, fold, family),
+        "nvml_all": lgbm_loso_seeds(fp_all[cm], y, fold, family),
         **{f"model_inputs_plus_{name}": lgbm_loso_seeds(
-            np.hstack([fp_model, fp_all[:, [FEATURE_NAMES.index(c) for c in cols]]])[cm], y, folder)
+            np.hstack([fp_model, fp_all[:, [FEATURE_NAMES.index(c) for c in cols]]])[cm], y, fold, family)
            for name, cols in ADDITIONS.items()},
     }
-    post_hoc["lgbm_loso_nvml_all_without_latency_folder_jobs"] = _without(loso["nvml_all"], "latency")
-    post_hoc["lgbm_loso_model_inputs_without_latency_folder_jobs"] = _without(loso["model_inputs"], "latency")
+    post_hoc["lgbm_loso_seeds"] = seeds
+    post_hoc["lgbm_loso_seed_mean_gain_nvml_all_over_model_inputs"] = round(
+        seeds["nvml_all"]["mean"] - seeds["model_inputs"]["mean"], 4)
+    if "latency" in folds:
+        for name in ("nvml_all", "model_inputs"):
+            post_hoc[f"lgbm_loso_{name}_without_latency_fold_jobs"] = _without(loso[name], "latency")
     return {
         "dimensions": {"all": len(FEATURE_NAMES), "informative": len(informative),
                        "constant_over_all_jobs": [FEATURE_NAMES[j] for j in range(za.shape[1])
@@ -320,7 +370,8 @@ def round8(keys: np.ndarray, truth: np.ndarray, fp_model: np.ndarray, fp_all: np
                        "pca_components_95pct": spaces["nvml_all_pca_whitened"]["dimensions"]},
         "spaces": spaces,
         "post_hoc": post_hoc,
-        "lgbm_leave_one_folder_out": loso,
+        "lgbm_folds": folds,
+        "lgbm_leave_one_fold_out": loso,
         "lgbm_params": LGBM_PARAMS,
         "lgbm_top_gain_all_signals": top_gain,
         "twin_survival": {kk: v for kk, v in surv_eq.items() if not kk.startswith("_")},
@@ -354,12 +405,12 @@ def print_round8(r: dict[str, Any]) -> None:
             continue
         b = " / ".join(f"{s[f'q{q:.2f}']['accuracy_bound']:.3f}" for q in QUANTILES)
         print(f"  {name:40s} {s['dimensions']:3d} dims  {b}  knn {s['knn_loo_accuracy']:.3f}")
-    print("LightGBM leave-one-folder-out, compute vs memory:")
-    for name, s in r["lgbm_leave_one_folder_out"].items():
-        per = ", ".join(f"{f} {v['accuracy']:.2f}" for f, v in s["per_folder"].items())
+    print(f"LightGBM leave one fold out ({len(r['lgbm_folds'])} folds sharing no family), compute vs memory:")
+    for name, s in r["lgbm_leave_one_fold_out"].items():
+        per = ", ".join(f"{f} {v['accuracy']:.2f}" for f, v in s["per_fold"].items())
         print(f"  {name:28s} {s['accuracy']:.3f} (C->M {s['compute_called_memory']}/{s['compute_jobs']}, "
               f"M->C {s['memory_called_compute']}/{s['memory_jobs']}); {per}")
-    worst = list(r["lgbm_leave_one_folder_out"]["nvml_all"]["per_family"].items())[:12]
+    worst = list(r["lgbm_leave_one_fold_out"]["nvml_all"]["per_family"].items())[:12]
     print("  nvml_all, worst families:", ", ".join(f"{f} {v['right']}/{v['jobs']}" for f, v in worst))
     ph = r["post_hoc"]
     for t, sp, label in ((r["twin_survival"], r["separators"], "equal weights"),

@@ -30,8 +30,9 @@ Method (fixed before looking at the result; nothing is fitted to the truth):
 ``--fingerprint nvml-all`` (issue 13 round 8) takes the same bound over every non-GPM NVML field
 of the raw 1 Hz samples instead (bench/nvml_signals.py: 84 normalised per-job statistics, fixed
 before its bound was looked at), and adds bench/ceiling_signals.py's checks: the bound in several
-variants of that space, a leave-one-folder-out LightGBM on it against the GPM truth, which
-model-input twins survive and which signals separate the rest.
+variants of that space, a LightGBM on it against the GPM truth with one fold of recording folders
+held out at a time (folders that share a workload family are one fold), which model-input twins
+survive and which signals separate the rest.
 
     python bench/eval_ceiling.py [--quantile 0.5] [--fingerprint model-inputs|nvml-all] [--raw DIR...]
                                   [--json]

@@ -228,7 +228,8 @@ def _limit(caps: dict[str, object], path: Path, *keys: str) -> float:
 def signal_fingerprints(sources: Sequence[Path]) -> tuple[list[str], F64]:
     """(job keys, FEATURE_NAMES per job) of every run in the raw probe recording folders ``sources``,
     keyed as classifier/training.py keys its jobs."""
-    caps_all = {p: _read_caps(c) for src in sources for p, c, _, _ in _parts(Path(src))}
+    # Keyed by (folder, part): two recording folders may each have a part of one name (``part1``).
+    caps_all = {(Path(src), p): _read_caps(c) for src in sources for p, c, _, _ in _parts(Path(src))}
     fb_by_model: dict[str, float] = {}
     for caps in caps_all.values():
         fb = caps.get("fb_total_mib")
@@ -242,7 +243,7 @@ def signal_fingerprints(sources: Sequence[Path]) -> tuple[list[str], F64]:
         for part, caps_path, samples_path, runs_path in _parts(src):
             if not runs_path.exists():
                 continue
-            caps = caps_all[part]
+            caps = caps_all[(src, part)]
             limit = _limit(caps, caps_path, "enforced_limit_mw", "limit_mw")
             max_sm = _limit(caps, caps_path, "clocks_max_sm")
             max_mem = _limit(caps, caps_path, "clocks_max_mem")

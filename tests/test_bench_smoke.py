@@ -241,9 +241,13 @@ def test_eval_ceiling_over_every_nvml_signal() -> None:
     r8 = out["round8"]
     # the model-input space inside round 8 is eval_ceiling's own default space
     assert r8["spaces"]["model_inputs"]["q0.50"]["accuracy_bound"] == model["accuracy_bound_all_jobs"]
-    loso = r8["lgbm_leave_one_folder_out"]["nvml_all"]
-    assert set(loso["per_folder"]) == {"raw", "ridge2", "sweep"}
-    assert loso["jobs"] == sum(v["jobs"] for v in loso["per_folder"].values())
+    loso = r8["lgbm_leave_one_fold_out"]["nvml_all"]
+    # these three folders share no workload family, so each is a fold of its own
+    assert r8["lgbm_folds"] == {"raw": ["raw"], "ridge2": ["ridge2"], "sweep": ["sweep"]}
+    assert set(loso["per_fold"]) == {"raw", "ridge2", "sweep"}
+    assert loso["jobs"] == sum(v["jobs"] for v in loso["per_fold"].values())
+    # no latency fold here: no "less the latency jobs" figure (rather than the pooled one under its name)
+    assert not any("latency" in k for k in r8["post_hoc"])
     assert loso["jobs"] == loso["compute_jobs"] + loso["memory_jobs"]
     t = r8["twin_survival"]
     assert t["surviving"] + t["separated"] == t["model_input_pairs"]

@@ -177,3 +177,109 @@ def test_twin_bound_counts_disjoint_opposite_label_pairs() -> None:
     assert len(b["matched"]) == 2 and b["bound"] == pytest.approx(1 - 2 / 6)
     # 1-NN: only compute 3 has a job of its label nearest (compute 2)
     assert ec.knn_loo_accuracy(np.abs(z - z.T), truth, 1) == pytest.approx(1 / 6)
+
+
+def test_a_caps_file_belongs_to_its_own_folder(ns: ModuleType, tmp_path: Path) -> None:
+    # two recording folders with a part of one name ("p0"): each part normalised by its own folder's
+    # caps, not by the last folder's (another GPU model: twice the watts and twice the limit)
+    rng = np.random.default_rng(5)
+    jobs = [_job_samples(rng, 1000.0 + 50 * i, 10, kind) for i, kind in enumerate(("compute", "memory"))]
+    h200 = _write_folder(tmp_path / "h200", jobs)
+    big = [{**j, **{c: j[c] * 2 for c in ("power_mw", "power_instant_mw", "energy_mj")}} for j in jobs]
+    caps = {"name": "NVIDIA H200", "uuid": "GPU-w", "enforced_limit_mw": 1_400_000, "clocks_max_sm": 1980,
+            "clocks_max_mem": 3201, "fb_total_mib": 143771.0}
+    other = _write_folder(tmp_path / "big", big, caps=caps)
+    keys, fp = ns.signal_fingerprints([h200, other])
+    assert keys == ["h200:5001", "h200:5002", "big:5001", "big:5002"]
+    np.testing.assert_allclose(fp[:2], fp[2:], rtol=1e-9, atol=1e-12, equal_nan=True)
+
+
+@pytest.fixture(scope="module")
+def cs() -> ModuleType:
+    return _load("ceiling_signals")
+
+
+def test_folds_merge_folders_that_share_a_family(cs: ModuleType) -> None:
+    folder = np.array(["raw", "raw", "collected", "sweep", "sweep-heldout", "a", "b", "b", "c", "latency"],
+                      dtype=object)
+    family = np.array(["gemm", "fft", "gemm", "conv", "conv", "x", "x", "y", "y", "chase"], dtype=object)
+    fold = cs.family_disjoint_folds(folder, family)
+    # a~b share x, b~c share y: one fold by the chain
+    assert fold.tolist() == ["collected+raw", "collected+raw", "collected+raw", "sweep+sweep-heldout",
+                             "sweep+sweep-heldout", "a+b+c", "a+b+c", "a+b+c", "a+b+c", "latency"]
+    cs.check_family_disjoint(fold, family)
+    with pytest.raises(ValueError, match=r"2 workload families cross folds \(conv in sweep, sweep-heldout; "
+                                         r"gemm in collected, raw"):
+        cs.check_family_disjoint(folder[:5], family[:5])
+
+
+def _family_coded_jobs(seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Jobs of 20 families, each recorded in two folders (10 jobs per folder). Feature 0 encodes the
+    family (its index, plus a little noise), the label follows the family (0, 0, 1, 1, 0, 0, ... in
+    index order), features 1-2 are noise: a model can only learn "which family is this", which is
+    worth nothing on a family it has not seen (chance: 0.5) and everything on one it has."""
+    rng = np.random.default_rng(seed)
+    fam_idx = np.repeat(np.repeat(np.arange(20), 2), 10)
+    folder = np.repeat([f"rec{i:02d}" for i in range(40)], 10).astype(object)
+    family = np.array([f"fam{i:02d}" for i in fam_idx], dtype=object)
+    X = np.column_stack([fam_idx + rng.normal(0, 0.01, len(fam_idx)), rng.normal(size=(len(fam_idx), 2))])
+    y = ((fam_idx // 2) % 2).astype(np.int64)
+    return X, y, folder, family
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_held_out_folds_never_see_the_family(cs: ModuleType, seed: int) -> None:
+    X, y, folder, family = _family_coded_jobs(seed)
+    fold = cs.family_disjoint_folds(folder, family)
+    assert len(set(fold.tolist())) == 20
+    res = cs.lgbm_loso(X, y, fold, family, ["family_code", "noise1", "noise2"], seed=seed)
+    assert abs(res["accuracy"] - 0.5) <= 0.15
+    assert res["jobs"] == 400 == sum(v["jobs"] for v in res["per_fold"].values())
+    assert sum(v["right"] for v in res["per_family"].values()) == round(res["accuracy"] * 400)
+    # every family seen in training: the same model is near perfect ...
+    assert cs.lgbm_random_cv(X, y) >= 0.9
+    # ... and so is one folder held out, when its sibling folder (same family) is in training: the
+    # leak the folds exist to prevent, which lgbm_loso refuses when told the families
+    assert cs.lgbm_loso(X, y, folder, folder, ["family_code", "noise1", "noise2"])["accuracy"] >= 0.9
+    with pytest.raises(ValueError, match="20 workload families cross folds"):
+        cs.lgbm_loso(X, y, folder, family, ["family_code", "noise1", "noise2"])
+
+
+def test_without_a_fold_needs_that_fold(cs: ModuleType) -> None:
+    res = {"per_fold": {"latency": {"jobs": 10, "right": 2, "accuracy": 0.2},
+                        "collected+raw": {"jobs": 30, "right": 27, "accuracy": 0.9}}}
+    assert cs._without(res, "latency") == 0.9
+    with pytest.raises(ValueError, match=r"no fold 'latncy'.*collected\+raw, latency"):
+        cs._without(res, "latncy")
+
+
+def test_noise_scaled_counts_each_feature_in_its_rerun_noise(cs: ModuleType) -> None:
+    # jobs 0/1 and 2/3 are re-runs; feature 0 differs by 0.1 between them, feature 1 by 0.4,
+    # feature 2 never moves (dropped), feature 3 varies but is the same in both re-runs (floored)
+    z = np.array([[0.0, 0.0, 0.5, 0.0],
+                  [0.1, 0.4, 0.5, 0.0],
+                  [1.0, 2.0, 0.5, 1.0],
+                  [1.1, 2.4, 0.5, 1.0],
+                  [3.0, 3.0, 0.5, 3.0]])
+    out = cs.noise_scaled(z, ["a", "a", "b", "b", None])
+    assert out.shape == (5, 3)
+    rms, pairs = cs.repeat_rms(z, ["a", "a", "b", "b", None])
+    assert pairs == 2 and rms[:2] == pytest.approx([0.1, 0.4])
+    # the floor: the NOISE_FLOOR_QUANTILE of the positive re-run RMS differences (0.13 here), so the
+    # quietest feature (0.1) and the one whose re-runs never differ count at most 1/0.13 per unit
+    floor = float(np.quantile([0.1, 0.4], cs.NOISE_FLOOR_QUANTILE))
+    assert floor == pytest.approx(0.13)
+    np.testing.assert_allclose(out, np.column_stack([z[:, 0] / floor, z[:, 1] / 0.4, z[:, 3] / floor]))
+    # feature 1's re-runs differ by one unit of its noise
+    assert abs(out[1, 1] - out[0, 1]) == pytest.approx(1.0)
+
+
+def test_whitened_keeps_the_components_of_95_percent_at_unit_variance(cs: ModuleType) -> None:
+    rng = np.random.default_rng(6)
+    base = rng.normal(size=(200, 2)) * [5.0, 2.0]
+    # four correlated columns of two strong directions, plus a faint one
+    z = np.column_stack([base[:, 0], base[:, 0] + base[:, 1], base[:, 1], rng.normal(0, 0.01, 200)])
+    w = cs.whitened(z)
+    assert w.shape == (200, 2)
+    np.testing.assert_allclose(np.cov(w, rowvar=False), np.eye(2), atol=1e-9)
+    assert cs.whitened(z, variance=0.999999).shape == (200, 3)
