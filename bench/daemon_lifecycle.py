@@ -476,9 +476,29 @@ def _jobs(files: list[Path]) -> int:
     return len(ids)
 
 
+def summary(path: Path) -> str:
+    """A ``live`` result (the JSON this script printed) as a few lines, for the device scripts."""
+    import json
+
+    d = json.loads(path.read_text())
+    lines = [f"{d['seconds']} s, {d['jobs']} jobs ({d['jobs_without_file']} without a job file)"]
+    for r in d["daemons"]:
+        lines.append(f"{r['name']:7s} {r['cpu_ms_per_gpu_s']:.3f} ms/GPU/s  cpu {r['cpu_s']} s  "
+                     f"rss {r['peak_rss_mb']} MB  rows {r['rows']}  jobs {r['jobs_seen']}  "
+                     f"{r['energy_j']} J  exit {r['exit_code']}  {r['poll_loop']}")
+    p = d.get("nvml_probe") or {}
+    lines.append(f"cheap fields per poll, CPU us: {p.get('cheap_fields_cpu_us_per_poll')}")
+    for k, v in (p.get("cold_1hz") or {}).items():
+        hot = (p.get("hot_back_to_back") or {}).get(k, {})
+        lines.append(f"  {k:42s} cold {v.get('cpu_us_mean')} us  hot {hot.get('cpu_us_mean')} us")
+    return "\n".join(lines)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="mode", required=True)
+    sm = sub.add_parser("summary", help="print a live result's JSON as a few lines")
+    sm.add_argument("result", type=Path)
     s = sub.add_parser("sim")
     s.add_argument("--gpus", type=int, default=8)
     s.add_argument("--hours", type=float, default=1.0)
@@ -497,6 +517,9 @@ def main() -> int:
     lv.add_argument("--nvml-probe", action="store_true",
                     help="also time each NVML call at 1 Hz (cold) and back to back (hot), in this process")
     a = ap.parse_args()
+    if a.mode == "summary":
+        print(summary(a.result))
+        return 0
     out = run_sim(a) if a.mode == "sim" else run_live(a)
     return emit(out)
 

@@ -35,13 +35,4 @@ PYTHONPATH=$pkg python3 "$repo/bench/daemon_lifecycle.py" live --seconds "${SECO
     --load-cmd "python3 $repo/bench/gpu_load.py" \
     > "$out/h200x2-daemon-lifecycle.json" 2> >(tee "$out/h200x2-daemon-lifecycle.stderr" >&2)
 date -u +"end %FT%TZ" >&2
-python3 - "$out/h200x2-daemon-lifecycle.json" <<'EOF'
-import json, sys
-d = json.load(open(sys.argv[1]))
-print(f"{d['seconds']} s, {d['jobs']} jobs ({d['jobs_without_file']} without a job file)")
-for r in d["daemons"]:
-    print(f"{r['name']:7s} {r['cpu_ms_per_gpu_s']:.3f} ms/GPU/s  cpu {r['cpu_s']} s  rss {r['peak_rss_mb']} MB  "
-          f"rows {r['rows']}  jobs {r['jobs_seen']}  {r['energy_j']} J  exit {r['exit_code']}  {r['poll_loop']}")
-p = d.get("nvml_probe") or {}
-print("cheap fields per poll, CPU us:", p.get("cheap_fields_cpu_us_per_poll"))
-EOF
+python3 "$repo/bench/daemon_lifecycle.py" summary "$out/h200x2-daemon-lifecycle.json"

@@ -70,18 +70,7 @@ run)
         --load-cmd "${LOAD_CMD:-python3 $bench/gpu_load.py}" \
         > "$out/h200x2-daemon2-lifecycle.json" 2> >(tee "$out/h200x2-daemon2-lifecycle.stderr" >&2)
     date -u +"end %FT%TZ" >&2
-    python3 - "$out/h200x2-daemon2-lifecycle.json" <<'EOF'
-import json, sys
-d = json.load(open(sys.argv[1]))
-print(f"{d['seconds']} s, {d['jobs']} jobs ({d['jobs_without_file']} without a job file)")
-for r in d["daemons"]:
-    print(f"{r['name']:7s} {r['cpu_ms_per_gpu_s']:.3f} ms/GPU/s  cpu {r['cpu_s']} s  rss {r['peak_rss_mb']} MB  "
-          f"rows {r['rows']}  jobs {r['jobs_seen']}  {r['energy_j']} J  exit {r['exit_code']}  {r['poll_loop']}")
-p = d.get("nvml_probe") or {}
-print("cheap fields per poll, CPU us:", p.get("cheap_fields_cpu_us_per_poll"))
-for k, v in (p.get("cold_1hz") or {}).items():
-    print(f"  {k:42s} cold {v.get('cpu_us_mean')} us  hot {p['hot_back_to_back'][k].get('cpu_us_mean')} us")
-EOF
+    python3 "$bench/daemon_lifecycle.py" summary "$out/h200x2-daemon2-lifecycle.json"
     ;;
 *)
     echo "usage: $0 carry MAIN_CHECKOUT | run" >&2

@@ -251,3 +251,12 @@ def test_eval_ceiling_over_every_nvml_signal() -> None:
     assert loso["jobs"] == loso["compute_jobs"] + loso["memory_jobs"]
     t = r8["twin_survival"]
     assert t["surviving"] + t["separated"] == t["model_input_pairs"]
+
+
+def test_daemon_lifecycle_summary_of_a_recorded_device_run() -> None:
+    # the device scripts print their result through this (bench/device_daemon.sh, device_daemon2.sh)
+    raw = BENCH.parent / "docs" / "measurements" / "h200x2-daemon2-lifecycle-2026-11-30-run2.json"
+    out = _run(str(BENCH / "daemon_lifecycle.py"), "summary", str(raw), timeout=60).splitlines()
+    assert out[0] == "301.0 s, 10 jobs (2 without a job file)"
+    assert [line.split()[0] for line in out[1:5]] == ["old", "new_n1", "new_n2", "new_n3"]
+    assert "0.828 ms/GPU/s" in out[3] and out[5].startswith("cheap fields per poll")
