@@ -86,6 +86,15 @@ LGBM_PARAMS: dict[str, Any] = {
 }
 
 
+
+def _lightgbm() -> Any:
+    """LightGBM with its scikit-learn API (``LGBMClassifier``), also in a process where wattclass
+    already imported it without (classifier/lgbload.py: the nightly's light import; a test run
+    that trained a model earlier would otherwise have no ``LGBMClassifier``)."""
+    from wattclass.classifier.lgbload import full
+
+    return full()
+
 def whitened(z: np.ndarray, variance: float = PCA_VARIANCE) -> np.ndarray:
     """``z`` (jobs x dims) on its principal components that explain ``variance`` of the total, each
     scaled to unit variance (unsupervised: no truth)."""
@@ -136,7 +145,7 @@ def noise_scaled(z: np.ndarray, configs: Sequence[str | None]) -> np.ndarray:
 
 def lgbm_random_cv(X: np.ndarray, y: np.ndarray, folds: int = 10) -> float:
     """Stratified random k-fold accuracy (every kind of work seen): an optimistic reference."""
-    import lightgbm as lgb
+    lgb = _lightgbm()
     from sklearn.model_selection import StratifiedKFold
 
     pred = np.full(len(y), -1)
@@ -185,7 +194,7 @@ def lgbm_loso(X: np.ndarray, y: np.ndarray, fold: np.ndarray, family: np.ndarray
     """Leave-one-fold-out LightGBM, compute (1) vs memory (0): pooled, per-fold and per-family
     accuracy. ``fold`` must not split a family (``check_family_disjoint``; ``family_disjoint_folds``
     builds such folds from recording folders)."""
-    import lightgbm as lgb
+    lgb = _lightgbm()
 
     check_family_disjoint(fold, family)
     pred = np.full(len(y), -1)
@@ -284,7 +293,7 @@ def separators(za: np.ndarray, cfg: list[str | None], survival: dict[str, Any], 
 
 def round8(keys: np.ndarray, truth: np.ndarray, fp_model: np.ndarray, fp_all: np.ndarray,
            configs: Sequence[str | None], families: dict[str, str], k: int) -> dict[str, Any]:
-    import lightgbm as lgb
+    lgb = _lightgbm()
     from eval_ceiling import scaled
     from nvml_signals import FEATURE_NAMES, GROUPS, feature_group
 
