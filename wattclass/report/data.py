@@ -210,7 +210,8 @@ def _load(src: _Source, labels: pd.DataFrame | None, caps: Mapping[str, str] | N
     # rows the nightly rejects: counted (each once, in its job's set), then out of every number
     bad = g["_bad"].to_numpy(np.int64)
     left_out = g.loc[(bad > 0) & (g["by_gpu"] == 0).to_numpy()].groupby("_bad")["n_windows"].sum()
-    rejected = rowsql.reject_counts({int(k): int(v) for k, v in left_out.items()})
+    rejected = rowsql.reject_counts(dict(zip(left_out.index.astype(int).tolist(), left_out.tolist(),
+                                             strict=True)))
     if rejected:
         log.warning("report: %d impossible telemetry row(s) left out, as the nightly leaves them out: %s",
                     sum(rejected.values()), "; ".join(f"{k}: {v}" for k, v in rejected.items()))

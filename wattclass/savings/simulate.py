@@ -146,14 +146,15 @@ def scan_jobs(data_root: Path, date_from: str | None = None, date_to: str | None
     finally:
         con.close()
     bad = df["bad"].to_numpy(np.int64)
-    counts = rowsql.reject_counts({int(k): int(v) for k, v in
-                                   df.loc[bad > 0].groupby("bad")["n_windows"].sum().items()})
+    left_out = df.loc[bad > 0].groupby("bad")["n_windows"].sum()
+    counts = rowsql.reject_counts(dict(zip(left_out.index.astype(int).tolist(), left_out.tolist(),
+                                           strict=True)))
     if counts:
         log.warning("simulate: %d impossible telemetry row(s) left out, as the nightly leaves them out: %s",
                     sum(counts.values()), "; ".join(f"{k}: {v}" for k, v in counts.items()))
     if rejected is not None:
         rejected.update(counts)
-    df = df.loc[bad == 0].drop(columns="bad").reset_index(drop=True)
+    df = pd.DataFrame(df.loc[bad == 0].drop(columns="bad").reset_index(drop=True))
     df["job_id"] = df["job_id"].astype(str)
     for c in ("n_idle", "n_comp", "n_mem", "n_gap", "n_windows"):
         df[c] = df[c].astype(np.int64)
