@@ -53,8 +53,11 @@ from wattclass.classifier.validity import (
     REJECT_TIME,
     SKIP_BAD_TYPE,
     SKIP_MISSING_COLUMN,
+    SKIP_REFUSED,
     SKIP_UNREADABLE,
 )
+from wattclass.errors import DataError
+from wattclass.logsafe import clip
 from wattclass.schema import REQUIRED_COLUMNS
 
 log = logging.getLogger("wattclass.classifier")
@@ -186,9 +189,16 @@ class Scanner:
         unreadable ones, refuse a missing required column) and read the rest by column name."""
         import duckdb
 
+        from wattclass.fsutil import split_trusted_files
         from wattclass.schema import TELEMETRY_V1, first_schema_reads_all
 
         self._union, self._absent = False, frozenset()
+        files, refused = split_trusted_files(files)
+        for f, why in refused:
+            log.warning("skipping telemetry file %s (%s): %s", clip(f), SKIP_REFUSED, clip(why))
+        refused = [(f, f"{SKIP_REFUSED}: {why}") for f, why in refused]
+        if not files:
+            return None, [], refused
         plan = first_schema_reads_all(files)
         try:
             if not plan.exact:
@@ -197,7 +207,7 @@ class Scanner:
             # a file that lacks a column the first has fails the fast read and sends the night
             # down the checked path (first_schema_reads_all: why a file with more is looked for).
             self._absent = frozenset(TELEMETRY_V1.names) - set(plan.first or ())
-            return self.con.sql(sql_for(files)).to_arrow_table(), files, []
+            return self.con.sql(sql_for(files)).to_arrow_table(), files, refused
         except _Differ as exc:
             log.info("telemetry files differ (%s): checking each file", exc)
         except (duckdb.IOException, duckdb.InvalidInputException, duckdb.BinderException,
@@ -206,10 +216,15 @@ class Scanner:
                      str(exc).splitlines()[0][:300])
         self._absent = frozenset()
         good, bad = self._check_schemas(files)
+        bad = refused + bad
         self._union = True
         if not good:
             return None, good, bad
-        return self.con.sql(sql_for(good)).to_arrow_table(), good, bad
+        try:
+            return self.con.sql(sql_for(good)).to_arrow_table(), good, bad
+        except duckdb.Error as exc:  # every file passed its own checks: name the set, not a traceback
+            raise DataError(f"telemetry ({len(good)} files from {clip(good[0])}) cannot be read: "
+                            f"{str(exc).splitlines()[0][:300]}") from exc
 
     # -- the one pass -------------------------------------------------------------------------
     def partials(self, files: Sequence[Path], drop_columns: Sequence[str] = (), sample_per_job: int = 0,
@@ -430,7 +445,8 @@ def _bad_types(schema: pa.Schema) -> list[str]:
         if pa.types.is_null(got):
             continue
         if pa.types.is_timestamp(want):
-            ok = pa.types.is_timestamp(got) or pa.types.is_date(got)
+            # not nanoseconds: DuckDB's epoch_ms has no form for them, and the whole scan failed
+            ok = (pa.types.is_timestamp(got) and got.unit != "ns") or pa.types.is_date(got)
         elif pa.types.is_string(want) or pa.types.is_large_string(want):
             ok = pa.types.is_string(got) or pa.types.is_large_string(got)
         else:

@@ -40,6 +40,7 @@ MAX_GPU_POWER_W = 3000.0
 SKIP_UNREADABLE = "unreadable"
 SKIP_MISSING_COLUMN = "missing required column"
 SKIP_BAD_TYPE = "bad column type"
+SKIP_REFUSED = "refused"  # not a regular file, a symlink, or (as root) others can write it
 
 #: Reasons a row is rejected (keys of the summary's ``rejected_rows``).
 REJECT_NULL = "ts_start, ts_end or gpu_uuid null"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -330,3 +331,21 @@ def test_a_job_back_on_the_node_after_slurm_was_asked_keeps_its_new_files(tmp_pa
     prolog(env, be, lambda _j: MEM, {"0": uuids[0], "1": uuids[1]}, jobs, tmp_path / "c", job_ended=ended)
     held = {u: {a.job_id for a in jobs_on_gpu(jobs, u)} for u in uuids}
     assert held == {uuids[0]: {"9"}, uuids[1]: {"9"}, uuids[2]: {"555"}}, held
+
+
+def test_a_malformed_wattclass_token_is_logged_as_an_error(tmp_path: Path,
+                                                          caplog: pytest.LogCaptureFixture) -> None:
+    # only job_submit.lua or an administrator writes admin_comment; a token nobody can read means
+    # an uncapped job, which the sysadmin must see (review finding)
+    be = FileStateBackend.create(tmp_path / "g.json", 4, order=[3, 2, 1, 0], default_w=700, min_w=300)
+    env = {"SLURM_JOB_ID": "43", "SLURM_JOB_GPUS": "0", "SLURM_JOB_USER": "alice", "SLURM_JOB_UID": "1000"}
+    bad = MEM.replace("label=memory", "label=memory;label=compute")
+    with caplog.at_level(logging.ERROR, logger="wattclass"):
+        plan = prolog(env, be, lambda _j: bad, MAP, tmp_path / "jobs", tmp_path / "caps")
+    assert [p["action"] for p in plan] == ["none"] and be.power_limit_w(3) == 700.0
+    assert any("job 43: malformed wattclass token" in r.getMessage() for r in caplog.records)
+    caplog.clear()
+    with caplog.at_level(logging.ERROR, logger="wattclass"):
+        prolog({**env, "SLURM_JOB_ID": "44"}, be, lambda _j: "ops note, no token", MAP, tmp_path / "jobs",
+               tmp_path / "caps")
+    assert not caplog.records  # no wattclass token at all: nothing to report

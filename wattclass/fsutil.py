@@ -12,11 +12,11 @@ import errno
 import os
 import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO
 
-from wattclass.errors import ConfigError, WattclassError
+from wattclass.errors import ConfigError, DataError, WattclassError
 
 
 def fsync_dir(path: Path) -> None:
@@ -187,3 +187,83 @@ def ensure_writable_dir(path: Path, what: str) -> Path:
     except OSError as exc:
         raise WattclassError(f"{what} {path} is not writable: {exc.strerror or exc}") from exc
     return path
+
+
+def split_trusted_files(files: Sequence[Path]) -> tuple[list[Path], list[tuple[Path, str]]]:
+    """``files`` a run may read, and the others with the reason, keeping the order.
+
+    Why (review): telemetry comes from every node over shared storage. Every run refuses what is
+    not a regular file or is a symlink: a FIFO named ``*.parquet`` blocked the nightly forever
+    (holding its lock, so every later night failed too), and a link made root read any file as
+    telemetry. A run as root also refuses files and folders that non-root users own or can write
+    (``_refuse_stat``, the hooks' rule; a folder may be a symlink, whose target path is checked
+    too), checking each folder that holds a file and every folder above it once: a user who
+    could write there could plant or replace windows of another user's job and change the
+    label, and with it the cap, of that job."""
+    as_root = os.geteuid() == 0
+    dirs: dict[Path, str | None] = {}
+
+    def dir_problem(d: Path) -> str | None:
+        # A folder that is a symlink (a data root's telemetry/ on shared storage) is followed:
+        # only whoever can write the folder holding the link can re-point it, and that folder is
+        # checked too, as is every folder on the link's target path.
+        if d in dirs:
+            return dirs[d]
+        problem = None if d.parent == d else dir_problem(d.parent)
+        if problem is None:
+            try:
+                st = os.lstat(d)
+                if stat.S_ISLNK(st.st_mode):
+                    problem = dir_problem(Path(os.path.realpath(d)))
+                else:
+                    _refuse_stat(d, st, True)
+            except (ConfigError, OSError) as exc:
+                problem = str(exc)
+        dirs[d] = problem
+        return problem
+
+    good: list[Path] = []
+    refused: list[tuple[Path, str]] = []
+    for f in files:
+        p = Path(f)
+        try:
+            st = os.lstat(p)
+        except OSError as exc:
+            refused.append((p, f"cannot stat: {exc.strerror}"))
+            continue
+        if stat.S_ISLNK(st.st_mode):
+            refused.append((p, "a symlink"))
+        elif not stat.S_ISREG(st.st_mode):
+            refused.append((p, "not a regular file"))
+        else:
+            problem = None
+            if as_root:
+                problem = dir_problem(Path(os.path.abspath(p.parent))) or _stat_problem(p, st)
+            if problem is None:
+                good.append(p)
+            else:
+                refused.append((p, problem))
+    return good, refused
+
+
+def _stat_problem(p: Path, st: os.stat_result) -> str | None:
+    try:
+        _refuse_stat(p, st, False)
+    except ConfigError as exc:
+        return str(exc)
+    return None
+
+
+def require_trusted_files(files: Sequence[Path], what: str = "telemetry") -> list[Path]:
+    """``files`` as a list, or DataError naming the first refused ones (``split_trusted_files``).
+
+    For the commands an administrator runs and reads (report, simulate, job): a clear refusal they
+    can fix. The nightly, which nobody watches, skips and counts such files instead."""
+    good, refused = split_trusted_files(files)
+    if refused:
+        from wattclass.logsafe import clip
+
+        named = "; ".join(f"{clip(p)}: {clip(why)}" for p, why in refused[:3])
+        more = f" (and {len(refused) - 3} more)" if len(refused) > 3 else ""
+        raise DataError(f"refusing {len(refused)} {what} file(s): {named}{more}")
+    return good

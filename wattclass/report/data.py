@@ -127,8 +127,11 @@ def load(
     """Aggregate the windows (``files`` or a ``windows`` DataFrame) for the report."""
     import duckdb
 
+    from wattclass.fsutil import require_trusted_files
     from wattclass.schema import first_schema_reads_all
 
+    if files is not None and windows is None:
+        files = require_trusted_files(files)  # a FIFO would block the scan; see wattclass.fsutil
     # by column name where the files differ: a GPU without GPM writes no GPM columns, and read
     # with such a first file's schema, the other files' GPM columns would be dropped
     src = _Source(files, windows, by_name=files is not None and windows is None

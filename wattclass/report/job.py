@@ -135,7 +135,9 @@ def telemetry_files(root: Path, start: pd.Timestamp | None, end: pd.Timestamp | 
                     if h0 + pd.Timedelta(hours=1) <= start or h0 > end:
                         continue
                 out.append(f)
-    return out
+    from wattclass.fsutil import require_trusted_files
+
+    return require_trusted_files(out)  # a FIFO or a planted link: refused by name
 
 
 def _read_with_arrow(files: Sequence[Path], job_id: str) -> pd.DataFrame:

@@ -33,6 +33,7 @@ from wattclass.caps import cap_watts
 from wattclass.classifier import rowsql, rules
 from wattclass.classifier.reader import telemetry_root
 from wattclass.errors import DataError
+from wattclass.fsutil import require_trusted_files
 from wattclass.policy import Policy
 from wattclass.savings.response import (
     SiteResponse,
@@ -124,7 +125,7 @@ def scan_jobs(data_root: Path, date_from: str | None = None, date_to: str | None
     summary names them."""
     import duckdb
 
-    files = telemetry_paths(data_root, date_from, date_to)
+    files = require_trusted_files(telemetry_paths(data_root, date_from, date_to))
     if not files:
         return pd.DataFrame()
     plan = first_schema_reads_all(files)  # why not just the first file's: wattclass.schema
