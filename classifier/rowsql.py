@@ -14,7 +14,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from wattclass.classifier import rules
-from wattclass.classifier.validity import MAX_GPU_POWER_W
+from wattclass.classifier.validity import (
+    MAX_GPU_POWER_W,
+    REJECT_ENERGY,
+    REJECT_NULL,
+    REJECT_POWER,
+    REJECT_TIME,
+)
 
 
 def _q(name: str) -> str:
@@ -98,7 +104,10 @@ def _reject_sql(absent: frozenset[str]) -> str:
 
     Nearly every row is valid, so a cheap test of the common case comes first and only the rows
     it does not pass get the full rule chain (NULL, NaN and infinity fail the cheap test: a
-    comparison with NULL is NULL, and DuckDB orders NaN above every number)."""
+    comparison with NULL is NULL, and DuckDB orders NaN above every number).
+
+    ``absent``: columns the data lacks, read as NULL; ``gpu_uuid`` among them (a report over a
+    DataFrame of windows without it) is not tested rather than failing every row."""
     def f(c: str) -> str:
         return "CAST(NULL AS DOUBLE)" if c in absent else f"CAST({_q(c)} AS DOUBLE)"
 
@@ -110,12 +119,24 @@ def _reject_sql(absent: frozenset[str]) -> str:
         return f"coalesce(CASE WHEN isnan({x}) THEN 0 ELSE {x} END, 0) > {MAX_GPU_POWER_W!r}"
 
     mean_w = f"CASE WHEN {bad_e} THEN NULL ELSE {e} / {dur} END"
-    full = ("CASE WHEN ts_start IS NULL OR ts_end IS NULL OR gpu_uuid IS NULL THEN 1 "
+    uuid_null = "FALSE" if "gpu_uuid" in absent else "gpu_uuid IS NULL"
+    full = (f"CASE WHEN ts_start IS NULL OR ts_end IS NULL OR {uuid_null} THEN 1 "
             f"WHEN epoch_ms(ts_end) <= epoch_ms(ts_start) THEN 2 WHEN {bad_e} THEN 3 "
             f"WHEN {over(f('power_avg_w'))} OR {over(f('power_max_w'))} OR {over(mean_w)} THEN 4 ELSE 0 END")
     # Valid for sure: no NULL key, a forward window, a finite energy >= 0 whose mean power and both
     # power columns are at most MAX_GPU_POWER_W (a missing power column: only the mean counts).
     powers = [f"{f(c)} <= {MAX_GPU_POWER_W!r}" for c in ("power_avg_w", "power_max_w") if c not in absent]
-    ok = " AND ".join(["gpu_uuid IS NOT NULL", "epoch_ms(ts_end) > epoch_ms(ts_start)", f"{e} >= 0",
+    key = "TRUE" if "gpu_uuid" in absent else "gpu_uuid IS NOT NULL"
+    ok = " AND ".join([key, "epoch_ms(ts_end) > epoch_ms(ts_start)", f"{e} >= 0",
                        f"{e} / {dur} <= {MAX_GPU_POWER_W!r}", *powers])
     return f"CASE WHEN {ok} THEN 0 ELSE {full} END"
+
+
+#: ``_reject_sql``'s codes 1, 2, 3, 4 as ``validity`` names them (the nightly summary's
+#: ``rejected_rows`` keys), so ``wattclass report`` and ``simulate`` count left-out rows the same way.
+REJECT_REASONS: tuple[str, ...] = (REJECT_NULL, REJECT_TIME, REJECT_ENERGY, REJECT_POWER)
+
+
+def reject_counts(by_code: dict[int, int]) -> dict[str, int]:
+    """Rows per ``_reject_sql`` code (0 = valid, left out) as rows per validity reason, zeros dropped."""
+    return {reason: int(by_code[k]) for k, reason in enumerate(REJECT_REASONS, start=1) if by_code.get(k)}

@@ -203,3 +203,37 @@ def test_parquet_with_pandas_nullable_columns(tmp_path: Path) -> None:
                   "gpus": pd.array([2, None], dtype="Int64")}).to_parquet(f)
     recs = C.JobsFileClient(f).jobs(*EVER)
     assert [(r.job_id, r.name, r.gpus) for r in recs] == [("5", "a", 2), ("6", None, None)]
+
+
+def test_a_carriage_return_in_a_field_neither_splits_nor_shifts_the_row(tmp_path: Path) -> None:
+    """A user and a job name holding a bare CR, unquoted (as pandas' to_csv writes it) and quoted: each
+    row stays one record with its own columns (pandas used to end the row at the CR: 2 rows read
+    as 4 records, job 5001 with user "a" and a record "b" in the job_id column)."""
+    f = tmp_path / "jobs.csv"
+    f.write_bytes(b"job_id,name,user,account\n5001,train,a\rb,ml\n5002,\"x\ry\",c,ml\r\n5003,n,d,ml\n")
+    client = C.JobsFileClient(f)
+    recs = client.jobs(*EVER)
+    assert [(r.job_id, r.name, r.user, r.account) for r in recs] == [
+        ("5001", "train", "a\rb", "ml"), ("5002", "x\ry", "c", "ml"), ("5003", "n", "d", "ml")]
+    assert client.problems == []
+
+
+def test_a_row_with_more_or_fewer_fields_than_the_header_is_skipped_and_named(tmp_path: Path) -> None:
+    """A row that does not have the header's field count is not read into the wrong columns (too
+    few used to fill the last columns with null silently; too many failed the whole file): it is
+    skipped, and the problem names its row, line and job id; a line break inside quotes is data."""
+    f = tmp_path / "jobs.csv"
+    f.write_text("job_id,name,user,account\n1,a,u,ml\n2,b,u\n3,c,u,ml,extra\n4,\"two\nlines\",u,ml\n5,e,u,ml\n")
+    client = C.JobsFileClient(f)
+    assert [(r.job_id, r.name) for r in client.jobs(*EVER)] == [("1", "a"), ("4", "two\nlines"), ("5", "e")]
+    assert client.problems == [
+        "row 2 (line 3, job 2): 3 fields, the header has 4; skipped (a line break or delimiter in an "
+        "unquoted field?)",
+        "row 3 (line 4, job 3): 5 fields, the header has 4; skipped (a line break or delimiter in an "
+        "unquoted field?)"]
+    no_id = tmp_path / "noid.csv"
+    no_id.write_text("job_id,name\n,a\n1,b,c\n7,d\n")  # row numbers stay the file's after a skipped row
+    c2 = C.JobsFileClient(no_id)
+    assert [r.job_id for r in c2.jobs(*EVER)] == ["7"]
+    assert c2.problems[0].startswith("row 2 (line 3, job 1): 3 fields") and c2.problems[1] == \
+        "row 1: no job_id, record skipped"

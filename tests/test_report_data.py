@@ -137,3 +137,36 @@ def test_rule_fallback_leaves_a_job_with_a_window_without_gpm_unlabelled() -> No
             dict(gpm, job_id="b", sm_util_pct=nan, dram_bw_util_pct=nan)]
     labels = est.rule_job_labels(pd.DataFrame(rows)).set_index("job_id")["label"].to_dict()
     assert labels == {"a": "memory"}
+
+
+def test_rows_the_nightly_rejects_are_left_out_and_counted(tmp_path: Path, h200_telemetry: Path) -> None:
+    """A second file with an infinite energy, a backwards window and a 5 kW power: the nightly rejects
+    them (classifier.validity); the report used to show inf kWh. Its numbers now equal the clean
+    day's, and the page says how many windows it left out and why."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from wattclass.cli import main
+
+    folder = tmp_path / "telemetry" / "date=2026-11-01" / "host=n1"
+    folder.mkdir(parents=True)
+    t = pq.read_table(h200_telemetry)
+    pq.write_table(t, folder / "00.parquet")
+    clean = report_data.load(files=[folder / "00.parquet"])
+    assert clean.rejected_rows == {}
+    bad = t.slice(0, 3).to_pandas()
+    bad["energy_j"] = [np.inf, 100.0, 100.0]
+    bad.loc[1, "ts_end"] = bad.loc[1, "ts_start"] - pd.Timedelta(days=3000)
+    bad.loc[2, "power_avg_w"] = 5000.0
+    pq.write_table(pa.Table.from_pandas(bad, schema=t.schema, preserve_index=False), folder / "01.parquet")
+    agg = report_data.load(files=sorted(folder.glob("*.parquet")))
+    assert agg.rejected_rows == {"ts_end <= ts_start": 1, "energy_j negative, NaN or infinite": 1,
+                                 "power above 3000 W": 1}
+    pd.testing.assert_frame_equal(agg.by_label, clean.by_label, rtol=1e-9)
+    assert np.isfinite(agg.by_label["energy_kwh"]).all() and agg.n_windows == clean.n_windows
+    assert (agg.t0, agg.t1) == (clean.t0, clean.t1)  # the backwards window does not stretch the span
+    assert agg.savings.saved_kwh == pytest.approx(clean.savings.saved_kwh)
+    out = tmp_path / "r.html"
+    assert main(["report", "--data-root", str(tmp_path), "--days", "1", "--out", str(out)]) == 0
+    assert "impossible windows left out</b>: 3 (" in out.read_text()

@@ -265,3 +265,33 @@ def test_simulate_never_calls_memory_where_the_integer_pipe_was_not_measured(tmp
     j = simulate(tmp_path, parse_policy({"caps": {"memory": "60%"}})).jobs.set_index("job_id")
     assert j.loc["j1", "label"] == "unlabelled"  # memory with the pipe, unknown without it
     assert j.loc["j2", "label"] == "compute"  # a measured pipe above DRAM still says compute
+
+
+def test_simulate_leaves_out_the_rows_the_nightly_rejects(tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """One window of infinite energy, one of negative energy and one backwards window (a second file of
+    j1): the nightly rejects them (classifier.validity); simulate used to sum them into inf kWh and
+    negative GPU-hours, and wrote ``Infinity`` into its JSON."""
+    _telemetry(tmp_path)
+    clean = simulate(tmp_path, parse_policy({"caps": {"memory": "60%"}}))
+    day = tmp_path / "telemetry" / "date=2026-11-20" / "host=n1"
+    t = pq.read_table(day / "00.parquet").slice(0, 3).to_pandas()
+    t["energy_j"] = [np.inf, -1e12, 6000.0]
+    t.loc[2, "ts_end"] = t.loc[2, "ts_start"] - pd.Timedelta(days=3000)
+    pq.write_table(pa.Table.from_pandas(t, preserve_index=False).cast(TELEMETRY_V1), day / "01.parquet")
+    res = simulate(tmp_path, parse_policy({"caps": {"memory": "60%"}}))
+    assert res.totals["rejected_rows"] == {"ts_end <= ts_start": 1, "energy_j negative, NaN or infinite": 2}
+    for k in ("energy_kwh", "gpu_hours", "kwh_saved", "gpu_hours_added"):
+        assert res.totals[k] == pytest.approx(clean.totals[k]), k
+    j1 = res.jobs.set_index("job_id").loc["j1"]
+    assert j1["n_windows"] == 360 and j1["gpu_hours"] == pytest.approx(1.0)
+    assert clean.totals["rejected_rows"] == {}
+    capsys.readouterr()
+    pol = tmp_path / "p.toml"
+    pol.write_text(POLICY)
+    assert main(["simulate", "--data-root", str(tmp_path), "--policy", str(pol), "--json"]) == 0
+    out = capsys.readouterr().out
+    doc = json.loads(out, parse_constant=lambda c: pytest.fail(f"non-standard JSON constant {c}"))
+    assert doc["totals"]["rejected_rows"]["ts_end <= ts_start"] == 1
+    assert main(["simulate", "--data-root", str(tmp_path), "--policy", str(pol)]) == 0
+    assert "3 impossible telemetry row(s) left out" in capsys.readouterr().out

@@ -100,6 +100,11 @@ def render_report(
         agg = report_data.load(files=[Path(f) for f in telemetry], labels=labels, caps=used_caps,
                                max_gpus=max_gpus)
     prov = dict(provenance or {})
+    if agg.rejected_rows:
+        # the data-quality note: the page's numbers leave these rows out, as the nightly does
+        why = "; ".join(f"{k}: {v:,}" for k, v in agg.rejected_rows.items())
+        prov["impossible windows left out"] = (f"{sum(agg.rejected_rows.values()):,} ({why}), as the "
+                                               "nightly run rejects them (classifier.validity)")
     if agg.labels_computed:
         prov["labels"] = (
             "computed here with the GPM rule of wattclass.classifier.rules (no label store found)"

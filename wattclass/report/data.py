@@ -15,10 +15,11 @@ time, or ``slowdown`` longer), per-job totals; tests/test_report_data.py checks 
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from wattclass.report import estimates as est
 #: At most this many time buckets per GPU in the power timeline (a month of 10 s windows is
 #: 259,200 points per GPU; the plot is 1,100 pixels wide).
 TIMELINE_POINTS = 1500
+log = logging.getLogger(__name__)
 
 
 def _lit(text: str) -> str:
@@ -55,10 +57,19 @@ class ReportData:
     labels_computed: bool  # labels came from the GPM rule here (no label store)
     fleet: pd.DataFrame  # above max_gpus GPUs: bin (int), label, energy_j: the fleet's energy per time bin
     fleet_bin_s: float  # the width of one fleet bin (s)
+    #: rows left out as the nightly leaves them out, per ``classifier.validity`` reason (none: {})
+    rejected_rows: dict[str, int] = field(default_factory=dict)
 
 
 class _Source:
-    """A DuckDB connection with a ``w`` view over the windows (Parquet files or a DataFrame)."""
+    """A DuckDB connection with a ``w`` view over the valid windows (Parquet files or a DataFrame)
+    and ``w_all`` over every window.
+
+    ``w`` leaves out the rows the nightly rejects (``classifier.validity``'s rules as the scan's
+    SQL, ``rowsql._reject_sql``: a null key, a backwards window, a negative, NaN or infinite
+    energy, an impossible power): one infinite energy would otherwise make the page's totals
+    inf. ``reject`` is that per-row code (0 = valid); the main aggregate reads ``w_all`` and
+    groups by it, so the left-out rows are counted in the same scan."""
 
     def __init__(self, files: Sequence[Path] | None = None, windows: pd.DataFrame | None = None,
                  threads: int = 0, by_name: bool = False) -> None:
@@ -72,17 +83,22 @@ class _Source:
             w["job_id"] = w["job_id"].astype(object).where(w["job_id"].notna(), None)
             w.loc[w["job_id"].notna(), "job_id"] = w.loc[w["job_id"].notna(), "job_id"].astype(str)
             self.con.register("w_df", w)
-            self.con.execute("CREATE VIEW w AS SELECT * FROM w_df")
+            self.con.execute("CREATE VIEW w_all AS SELECT * FROM w_df")
         else:
             if not files:
                 raise DataError("report: no telemetry files to read")
             lst = "[" + ", ".join(_lit(str(f)) for f in files) + "]"
             # By position with the first file's schema unless files differ (``by_name``): matching
             # columns by name means reading every file's footer first (6.6 s for 3,000 files).
-            self.con.execute(f"CREATE VIEW w AS SELECT * FROM read_parquet({lst}, hive_partitioning = false, "
-                             f"union_by_name = {str(by_name).lower()})")
+            self.con.execute(f"CREATE VIEW w_all AS SELECT * FROM read_parquet({lst}, "
+                             f"hive_partitioning = false, union_by_name = {str(by_name).lower()})")
         self.by_name = by_name
-        self.columns = {r[0] for r in self.con.execute("DESCRIBE w").fetchall()}
+        self.columns = {r[0] for r in self.con.execute("DESCRIBE w_all").fetchall()}
+        from wattclass.classifier import rowsql
+        from wattclass.schema import TELEMETRY_V1
+
+        self.reject = rowsql._reject_sql(frozenset(TELEMETRY_V1.names) - self.columns)
+        self.con.execute(f"CREATE VIEW w AS SELECT * FROM w_all WHERE ({self.reject}) = 0")
 
     def col(self, name: str, sql_type: str = "DOUBLE") -> str:
         """``name`` (optionally ``alias.name``) cast to ``sql_type``; NULL where no file has it."""
@@ -164,7 +180,7 @@ def _load(src: _Source, labels: pd.DataFrame | None, caps: Mapping[str, str] | N
     counts of this very scan) are applied afterwards; the savings model's capped energy is summed
     per job for each capped label's cap, and picked by the job's label.
     """
-    from wattclass.classifier import rules
+    from wattclass.classifier import rowsql, rules
 
     caps = dict(est.DEFAULT_CAPS if caps is None else caps)
     secs, energy, code = _secs(src), src.col("energy_j"), _rule_code(src)
@@ -181,7 +197,8 @@ def _load(src: _Source, labels: pd.DataFrame | None, caps: Mapping[str, str] | N
         cap_aggs += [f"sum({new_j}) AS new_j_{lab}", f"sum(greatest({energy} - {new_j}, 0)) AS saved_j_{lab}"]
     uuid = src.col("gpu_uuid", "VARCHAR")
     g = src.df(
-        f"SELECT GROUPING(job_id) AS by_gpu, CAST(job_id AS VARCHAR) AS job_id, host, {uuid} AS gpu_uuid, "
+        f"SELECT GROUPING(job_id) AS by_gpu, _bad, CAST(job_id AS VARCHAR) AS job_id, host, "
+        f"{uuid} AS gpu_uuid, "
         f"first({src.col('user', 'VARCHAR')}) AS user, count(*) AS n_windows, sum({energy}) AS energy_j, "
         f"sum({secs}) AS secs, min(ts_start) AS t0, max(ts_end) AS t1, "
         f"count(*) FILTER (WHERE {code} = {rules.IDLE}) AS r_idle, "
@@ -191,10 +208,21 @@ def _load(src: _Source, labels: pd.DataFrame | None, caps: Mapping[str, str] | N
         f"sum(({tflops}) * {secs}) FILTER (WHERE {gpm}) AS tflop, "
         f"sum({energy}) FILTER (WHERE {gpm}) AS gpm_energy_j"
         + "".join(", " + c for c in cap_aggs)
-        + f" FROM w GROUP BY GROUPING SETS ((job_id), (host, {uuid}))")
+        + f" FROM (SELECT *, {src.reject} AS _bad FROM w_all) "
+        f"GROUP BY GROUPING SETS ((job_id, _bad), (host, {uuid}, _bad))")
+    # rows the nightly rejects: counted (each once, in its job's set), then out of every number
+    bad = g["_bad"].to_numpy(np.int64)
+    left_out = g.loc[(bad > 0) & (g["by_gpu"] == 0).to_numpy()].groupby("_bad")["n_windows"].sum()
+    rejected = rowsql.reject_counts(dict(zip(left_out.index.astype(int).tolist(), left_out.tolist(),
+                                             strict=True)))
+    if rejected:
+        log.warning("report: %d impossible telemetry row(s) left out, as the nightly leaves them out: %s",
+                    sum(rejected.values()), "; ".join(f"{k}: {v}" for k, v in rejected.items()))
+    g = g.loc[bad == 0].drop(columns="_bad")
     per_gpu = g[g["by_gpu"] == 1]
     if per_gpu.empty or int(per_gpu["n_windows"].sum()) == 0:
-        raise DataError("report: the telemetry has no windows")
+        why = f" ({sum(rejected.values())} impossible row(s) left out)" if rejected else ""
+        raise DataError(f"report: the telemetry has no windows{why}")
     per_job = g[g["by_gpu"] == 0]
     idle = per_job[per_job["job_id"].isna()]
     jobs = per_job[per_job["job_id"].notna()].sort_values("job_id").reset_index(drop=True)
@@ -230,6 +258,7 @@ def _load(src: _Source, labels: pd.DataFrame | None, caps: Mapping[str, str] | N
         t0=t0, t1=t1,
         n_hosts=len(gpus), n_gpus=len(per_gpu), n_gpus_timeline_of=n_all,
         n_windows=n_windows, labels_computed=computed, fleet=fleet, fleet_bin_s=bin_s,
+        rejected_rows=rejected,
     )
 
 
@@ -315,7 +344,8 @@ def _timeline(src: _Source, jobs: pd.DataFrame, max_gpus: int, t0: pd.Timestamp,
         first_files = [f for f in src.files if f.parent.name.removeprefix("host=") in set(hosts[:max_gpus])]
         lst = "[" + ", ".join(_lit(str(f)) for f in first_files) + "]"
         src.con.execute(f"CREATE OR REPLACE VIEW w_first AS SELECT * FROM read_parquet({lst}, "
-                        f"hive_partitioning = false, union_by_name = {str(src.by_name).lower()})")
+                        f"hive_partitioning = false, union_by_name = {str(src.by_name).lower()}) "
+                        f"WHERE ({src.reject}) = 0")
         view = "w_first"
     gi = src.col(f"{view}.gpu_index", "INTEGER")
     gpus = src.df(f"SELECT DISTINCT host, {gi} AS gpu_index FROM {view} ORDER BY 1, 2")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import sys
@@ -59,7 +60,15 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
 
 
 def _clean(v: Any) -> Any:
-    return None if isinstance(v, float) and math.isnan(v) else v
+    """JSON-safe: a NaN or infinite number as null (standard JSON has neither; Python's json would
+    write ``NaN``/``Infinity``, which other parsers refuse), nested dicts and lists likewise."""
+    if isinstance(v, dict):
+        return {k: _clean(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [_clean(x) for x in v]
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
@@ -70,9 +79,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     policy = load_policy(args.policy)
     response = load_response(args.response) if args.response else None
     res = simulate(args.data_root, policy, args.date_from, args.date_to, response)
-    data = {"model": res.model, "files": res.files, "policy": str(args.policy), "totals": res.totals,
-            **{f"by_{g}": [{k: _clean(v) for k, v in r.items()} for r in res.by[g].to_dict("records")]
-               for g in GROUPS}}
+    data = _clean({"model": res.model, "files": res.files, "policy": str(args.policy), "totals": res.totals,
+                   **{f"by_{g}": res.by[g].to_dict("records") for g in GROUPS}})
+    # standard JSON or nothing: a non-finite number left after _clean is a bug, not output
+    json.dumps(data, allow_nan=False, default=str)
 
     def human(d: dict[str, Any]) -> str:
         t = d["totals"]
@@ -81,6 +91,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                  f"{t['kwh_saved']:.1f} kWh saved [{t['kwh_saved_lo']:.1f}, {t['kwh_saved_hi']:.1f}] of "
                  f"{t['energy_kwh']:.1f} kWh; {t['gpu_hours_added']:.2f} GPU-hours added "
                  f"[{t['gpu_hours_added_lo']:.2f}, {t['gpu_hours_added_hi']:.2f}] to {t['gpu_hours']:.1f}"]
+        if t.get("rejected_rows"):
+            lines.append(f"{sum(t['rejected_rows'].values())} impossible telemetry row(s) left out (as the "
+                         "nightly does): " + "; ".join(f"{k}: {v}" for k, v in t["rejected_rows"].items()))
         for g in GROUPS:
             rows = d[f"by_{g}"][: args.top if g != "label" else None]
             lines += ["", f"{'by ' + g:<14} {'jobs':>6} {'capped':>6} {'kWh':>9} {'kWh saved [lo, hi]':>26} "

@@ -3,6 +3,10 @@
 1. Scan the telemetry of the date range with DuckDB, reading only the columns the model needs, and
    aggregate per job first: energy, GPU-hours, power, GPM activity and the GPM rule's window
    counts (the classifier's window rule: the nightly scan's SQL of it, ``classifier.rowsql``).
+   Rows the nightly rejects (``classifier.validity``: a null key, a backwards window, an energy
+   that is negative, NaN or infinite, an impossible power) are left out, as the nightly leaves
+   them out, and counted per reason (``totals["rejected_rows"]``): one infinite energy would
+   otherwise make every sum infinite.
 2. Label each job: the label store's label where the nightly run stored one; else the GPM rule on
    the job's own windows (the classifier's rule, same thresholds); else ``unlabelled``.
 3. Look up the policy's cap for the label (exempt accounts/users from the store's Slurm fields
@@ -17,6 +21,7 @@ wrong for all), the honest reading for a model error, wider than independent per
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,9 +41,10 @@ from wattclass.savings.response import (
     default_effect,
     default_limit_w,
 )
-from wattclass.schema import first_schema_reads_all
+from wattclass.schema import TELEMETRY_V1, first_schema_reads_all
 
 GROUPS: tuple[str, ...] = ("label", "user", "account")
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -47,7 +53,7 @@ class SimResult:
 
     jobs: pd.DataFrame
     by: dict[str, pd.DataFrame]
-    totals: dict[str, float]
+    totals: dict[str, Any]
     model: str
     files: int
 
@@ -77,16 +83,19 @@ def _sql(globs: list[str], present: set[str], union: bool) -> str:
     differ in columns (read every file's schema: slower on tens of thousands of files).
 
     The inner query computes each window's busiest compute pipe and rule code once (DuckDB does not
-    share the repeated ``greatest`` between aggregates: this halves the CPU time)."""
+    share the repeated ``greatest`` between aggregates: this halves the CPU time). Grouped by job and
+    reject code (``rowsql._reject_sql``; 0 = valid): the caller keeps code 0 and counts the others,
+    in the same scan (a job's rejected rows are a second, rare group)."""
     def col(c: str) -> str:
         return f'"{c}"' if c in present else "NULL"
 
     # the classifier's rule SQL (classifier.rowsql): inputs in the inner query, the chain on their names
     x = rowsql.rule_inputs_sql(frozenset(rules.RULE_COLUMNS) - present)
     code = rowsql.rule_chain_sql(rowsql.RuleInputs(sm="sm", dram="dram", comp="c", gap="gap"))
+    reject = rowsql._reject_sql(frozenset(TELEMETRY_V1.names) - present)
     files = ", ".join("'" + g.replace("'", "''") + "'" for g in globs)
     return f"""
-SELECT job_id, max("user") AS "user", max(gpu_model) AS gpu_model,
+SELECT job_id, bad, max("user") AS "user", max(gpu_model) AS gpu_model,
   sum(energy_j) AS energy_j, sum(ms) / 3.6e6 AS gpu_hours,
   avg(pmax) AS need_w, avg(pavg) AS avg_w, max(plim) AS limit_w,
   avg(CASE WHEN code >= 0 THEN c END) / 100.0 AS compute_act,
@@ -100,18 +109,20 @@ FROM (
   SELECT job_id, {col("user")} AS "user", {col("gpu_model")} AS gpu_model, energy_j,
     epoch_ms(ts_end) - epoch_ms(ts_start) AS ms, ts_start, ts_end, {col("power_max_w")} AS pmax,
     {col("power_avg_w")} AS pavg, {col("power_limit_w")} AS plim, c, dram,
-    {code} AS code
-  FROM (SELECT *, {x.comp} AS c, {x.dram} AS dram, {x.sm} AS sm, ({x.gap}) AS gap
+    {code} AS code, bad
+  FROM (SELECT *, {reject} AS bad, {x.comp} AS c, {x.dram} AS dram, {x.sm} AS sm, ({x.gap}) AS gap
         FROM read_parquet([{files}]{", union_by_name = true" if union else ""})
         WHERE job_id IS NOT NULL)
 )
-GROUP BY job_id
+GROUP BY job_id, bad
 """
 
 
 def scan_jobs(data_root: Path, date_from: str | None = None, date_to: str | None = None,
-              threads: int | None = None) -> pd.DataFrame:
-    """Per-job aggregates (module docstring, step 1), by DuckDB reading only the needed columns."""
+              threads: int | None = None, rejected: dict[str, int] | None = None) -> pd.DataFrame:
+    """Per-job aggregates (module docstring, step 1), by DuckDB reading only the needed columns, of
+    the valid rows; ``rejected`` (if given) gets the rows left out per reason, as the nightly's
+    summary names them."""
     import duckdb
 
     files = require_trusted_files(telemetry_paths(data_root, date_from, date_to))
@@ -135,6 +146,16 @@ def scan_jobs(data_root: Path, date_from: str | None = None, date_to: str | None
         raise DataError(f"{data_root}: cannot scan telemetry: {exc}") from exc
     finally:
         con.close()
+    bad = df["bad"].to_numpy(np.int64)
+    left_out = df.loc[bad > 0].groupby("bad")["n_windows"].sum()
+    counts = rowsql.reject_counts(dict(zip(left_out.index.astype(int).tolist(), left_out.tolist(),
+                                           strict=True)))
+    if counts:
+        log.warning("simulate: %d impossible telemetry row(s) left out, as the nightly leaves them out: %s",
+                    sum(counts.values()), "; ".join(f"{k}: {v}" for k, v in counts.items()))
+    if rejected is not None:
+        rejected.update(counts)
+    df = pd.DataFrame(df.loc[bad == 0].drop(columns="bad").reset_index(drop=True))
     df["job_id"] = df["job_id"].astype(str)
     for c in ("n_idle", "n_comp", "n_mem", "n_gap", "n_windows"):
         df[c] = df[c].astype(np.int64)
@@ -230,7 +251,8 @@ def simulate(data_root: Path, policy: Policy, date_from: str | None = None, date
             except ValueError as exc:
                 raise DataError(f"{what}: expected YYYY-MM-DD, got {d!r}") from exc
     files = telemetry_paths(data_root, date_from, date_to)
-    jobs = scan_jobs(data_root, date_from, date_to)
+    rejected: dict[str, int] = {}
+    jobs = scan_jobs(data_root, date_from, date_to, rejected=rejected)
     if jobs.empty:
         span = f" between {date_from or '...'} and {date_to or '...'}" if date_from or date_to else ""
         raise DataError(f"{data_root}: no job windows in telemetry{span}")
@@ -242,6 +264,7 @@ def simulate(data_root: Path, policy: Policy, date_from: str | None = None, date
     totals["energy_kwh"] = float(jobs["energy_j"].sum() / 3.6e6)
     totals["jobs"] = len(jobs)
     totals["capped_jobs"] = int(jobs["cap"].notna().sum())
+    totals["rejected_rows"] = rejected
     return SimResult(jobs, {g: summarise(jobs, g) for g in GROUPS}, totals,
                      "default (own telemetry + published curves)" if response is None
                      else f"site calibration {response.source} ({response.gpu_model})", len(files))

@@ -87,6 +87,8 @@ class JobsFileClient(SlurmClient):
 
         self.path = Path(path)
         self.problems: list[str] = []
+        row_numbers: list[int] = []
+        marked = False
         try:
             if self.path.suffix == ".parquet":
                 df = pd.read_parquet(self.path)
@@ -94,6 +96,8 @@ class JobsFileClient(SlurmClient):
                 import io
 
                 text = self.path.read_bytes().decode("utf-8", "surrogateescape").translate(_MARK_BAD)
+                text, row_numbers = _whole_rows(text, self.problems)
+                marked = _CR_MARK in text
                 # Text stays text ("0042" is an account, not 42; a user called "NA" is a user), a
                 # blank is null, and sacct's words for "no time" (a running job's End) are null.
                 df = pd.read_csv(io.StringIO(text), dtype=dict.fromkeys(_TEXT_COLUMNS, str),
@@ -107,7 +111,13 @@ class JobsFileClient(SlurmClient):
         for col in _REQUIRED:
             if col not in df.columns:
                 raise DataError(f"{self.path}: jobs file is missing column {col}")
-        raw_ids = _text(df["job_id"], [f"row {i + 1}" for i in range(len(df))], self.path)
+        if self.path.suffix == ".parquet" or len(row_numbers) != len(df):
+            row_numbers = list(range(1, len(df) + 1))  # (the csv module and pandas disagree: by position)
+        if marked:
+            for col in _TEXT_COLUMNS:  # a CR inside a field (see _whole_rows) back as itself
+                if col in df.columns:
+                    df[col] = df[col].map(lambda v: v.replace(_CR_MARK, "\r") if isinstance(v, str) else v)
+        raw_ids = _text(df["job_id"], [f"row {n}" for n in row_numbers], self.path)
         ids = ["" if v is None else v for v in raw_ids]
         # Column by column rather than row by row (issue 15: 0.15-0.3 s of a 1,000-GPU night went
         # to building 4,000 records one dict and one Timestamp at a time).
@@ -116,7 +126,7 @@ class JobsFileClient(SlurmClient):
         self._records: list[JobRecord] = []
         for i, values in enumerate(zip(*cols.values(), strict=True)):
             if raw_ids[i] is None:
-                self.problems.append(f"row {i + 1}: no job_id, record skipped")
+                self.problems.append(f"row {row_numbers[i]}: no job_id, record skipped")
                 continue
             rec = JobRecord(ids[i], **dict(zip(_RECORD_FIELDS, values, strict=True)))
             bad = [f for f in _TEXT_FIELDS if not utf8[f][i]]
@@ -154,6 +164,55 @@ class JobsFileClient(SlurmClient):
 #: Supplementary Private Use Area-A, which pandas can carry and which no real job name contains.
 _BAD_BASE = 0xF0000
 _MARK_BAD = {0xDC80 + b: _BAD_BASE + 0x80 + b for b in range(128)}
+
+
+#: A carriage return inside a field of a file whose lines end in LF or CRLF, while the file is
+#: parsed (``_whole_rows``): pandas would end the row there and shift the rest into the next one.
+_CR_MARK = chr(_BAD_BASE + 0x0D)
+_BARE_CR = re.compile("\r(?!\n)")
+
+
+def _whole_rows(text: str, problems: list[str]) -> tuple[str, list[int]]:
+    """The CSV ``text`` with only rows of the header's field count, and each kept row's number
+    (1 = the first row after the header).
+
+    Why: a job name or user holding a carriage return split its row in two and shifted every
+    later column of it silently (pandas ends a row at a bare CR even outside quotes: 21 jobs read
+    as 42 records, job 5001 with user "a"). Where the file's lines end in LF or CRLF, a CR not
+    before LF is a character of the field (marked as ``_CR_MARK`` while parsing); the rows are
+    then split as the csv module splits them (newline="": a line break inside quotes stays in the
+    field), and a row whose field count differs from the header's is skipped and named in
+    ``problems`` (row, line and job id) rather than read into the wrong columns."""
+    import csv
+    import io
+
+    if "\n" in text and "\r" in text:
+        text = _BARE_CR.sub(_CR_MARK, text)
+    reader = csv.reader(io.StringIO(text, newline=""))
+    header = next(reader, None)
+    if header is None:
+        return text, []
+    at = header.index("job_id") if "job_id" in header else None
+    kept: list[list[str]] = [header]
+    numbers: list[int] = []
+    n = 0
+    for row in reader:
+        if not row:  # a blank line: pandas skips it too
+            continue
+        n += 1
+        if len(row) == len(header):
+            kept.append(row)
+            numbers.append(n)
+            continue
+        job = _shown(row[at]).replace(_CR_MARK, "?") if at is not None and at < len(row) else "?"
+        problems.append(f"row {n} (line {reader.line_num}, job {job}): {len(row)} fields, the header "
+                        f"has {len(header)}; skipped (a line break or delimiter in an unquoted field?)")
+    if len(kept) - 1 == n:
+        return text, numbers  # every row whole: parse the text as it is
+    out = io.StringIO()
+    # CRLF as the terminator: the writer then quotes any field holding a CR or LF
+    csv.writer(out, lineterminator="\r\n").writerows(kept)
+    return out.getvalue(), numbers
 
 
 _NOT_UTF8 = re.compile(f"[{chr(_BAD_BASE + 0x80)}-{chr(_BAD_BASE + 0xFF)}]")
