@@ -49,7 +49,8 @@ def main(argv: list[str] | None = None) -> int:
         # the process's peak (Linux reports KiB): issue 15's 8 GB target
         "peak_rss_mib": round(ru1.ru_maxrss / 1024, 1), "files": len(files), "rows": rows,
         "jobs": res.totals["jobs"],
-        "rows_per_s": round(rows / wall), "totals": {k: round(v, 2) for k, v in res.totals.items()},
+        "rows_per_s": round(rows / wall),
+        "totals": {k: round(v, 2) if isinstance(v, float) else v for k, v in res.totals.items()},
         "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} CPUs, "
                    f"Python {platform.python_version()}",
         "load_avg_before": [round(x, 2) for x in load0],

@@ -260,3 +260,9 @@ def test_daemon_lifecycle_summary_of_a_recorded_device_run() -> None:
     assert out[0] == "301.0 s, 10 jobs (2 without a job file)"
     assert [line.split()[0] for line in out[1:5]] == ["old", "new_n1", "new_n2", "new_n3"]
     assert "0.828 ms/GPU/s" in out[3] and out[5].startswith("cheap fields per poll")
+
+
+def test_simulate_fleet_tiny(tiny_fleet: Path) -> None:
+    out = json.loads(_run(str(BENCH / "simulate_fleet.py"), "--data-root", str(tiny_fleet)))
+    assert out["rows"] > 0 and out["jobs"] == out["totals"]["jobs"] > 0
+    assert out["totals"]["rejected_rows"] == {} and out["totals"]["energy_kwh"] > 0
