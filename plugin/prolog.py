@@ -43,7 +43,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from wattclass.admincomment import COMMENT_PREFIX, parse_admin_comment
+from wattclass.admincomment import COMMENT_PREFIX, Comment, parse_admin_comment
 from wattclass.caps import cap_watts
 from wattclass.errors import ConfigError, DataError, GpuError, WattclassError
 from wattclass.fsutil import atomic_write_text, ensure_trusted_dir, read_trusted_text, refuse_untrusted_dir
@@ -207,6 +207,18 @@ def _drop_jobs_gone(jobs_dir: Path, held: list[str], job_id: str, liveness: Live
     drop_ended(jobs_dir, "GPU " + ",".join(held), others, liveness)
 
 
+def _decision(job_id: str, text: str | None) -> Comment | None:
+    """The job's wattclass decision from its admin_comment (None: no cap).
+
+    Only job_submit.lua or an administrator writes admin_comment: a wattclass token nobody can
+    read is a bug or a hand edit, and the job runs uncapped; so that is logged as an ERROR where
+    the sysadmin looks (hook review)."""
+    comment = parse_admin_comment(text)
+    if comment is None and text and COMMENT_PREFIX in text:
+        log.error("job %s: malformed wattclass token in admin_comment, not capped: %s", job_id, text)
+    return comment
+
+
 def prolog(
     env: Mapping[str, str],
     backend: GpuBackend,
@@ -237,13 +249,7 @@ def prolog(
         if hpc_job_dir is not None:
             for g in resolve_gpus(backend, job.gpus, gpu_map):
                 write_hpc_job_file(hpc_job_dir, g.gpu_index, job.display_id)
-    raw_comment = admin_comment(job.job_id)
-    comment = parse_admin_comment(raw_comment)
-    if comment is None and raw_comment and COMMENT_PREFIX in raw_comment:
-        # only job_submit.lua or an administrator writes admin_comment: a token it cannot read is
-        # a bug or a hand edit, and the job runs uncapped; say so where the sysadmin looks
-        log.error("job %s: malformed wattclass token in admin_comment, not capped: %s", job.job_id,
-                  raw_comment)
+    comment = _decision(job.job_id, admin_comment(job.job_id))
     if comment is not None and not dry_run:  # the label, for the exporter's wattclass_job_label_info
         for held, _ in targets:
             write_job_file(jobs_dir, held, JobAssignment(job.display_id, job.user, job.uid,

@@ -172,6 +172,7 @@ def _cap_sql(cap: str | None, limit: str) -> str | None:
         return None
 
 
+# long: one scan's GROUPING SETS and their split into jobs, GPUs, rejected rows and the span
 def _load(src: _Source, labels: pd.DataFrame | None, caps: Mapping[str, str] | None, slowdown: float,
           max_gpus: int) -> ReportData:
     """One scan: per job (the no-job windows as one group) and per GPU, with GROUPING SETS.
