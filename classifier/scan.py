@@ -45,12 +45,8 @@ import pyarrow.compute as pc
 
 from wattclass.classifier import rules
 from wattclass.classifier.features import INPUT_COLUMNS
-from wattclass.classifier.rowsql import _lit, _q, _raw, _reject_sql, _val, rule_code_sql
+from wattclass.classifier.rowsql import REJECT_REASONS, _lit, _q, _raw, _reject_sql, _val, rule_code_sql
 from wattclass.classifier.validity import (
-    REJECT_ENERGY,
-    REJECT_NULL,
-    REJECT_POWER,
-    REJECT_TIME,
     SKIP_BAD_TYPE,
     SKIP_MISSING_COLUMN,
     SKIP_REFUSED,
@@ -86,10 +82,6 @@ class ScanResult:
     #: the retraining sample (``Scanner.partials`` with ``sample_per_job``): job_id, h (the draw's
     #: hash), code and the model's input columns; at most ``sample_per_job`` windows a job
     sample: pa.Table | None = None
-
-
-#: validity's row rules in order; a row is counted under the first it breaks.
-_REJECT_REASONS = (REJECT_NULL, REJECT_TIME, REJECT_ENERGY, REJECT_POWER)
 
 
 def _overlapping_files(con: Any, per_file: pa.Table) -> bool:
@@ -251,7 +243,7 @@ class Scanner:
             [("n_windows", "sum")])
         by_code = dict(zip(rejects.column("bad").to_pylist(), rejects.column("n_windows_sum").to_pylist(),
                            strict=True))
-        rejected = {reason: int(by_code.get(k, 0)) for k, reason in enumerate(_REJECT_REASONS, start=1)}
+        rejected = {reason: int(by_code.get(k, 0)) for k, reason in enumerate(REJECT_REASONS, start=1)}
         table = table.filter(valid_mask)
         dups = 0
         if self._overlap(order, table):
