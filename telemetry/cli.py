@@ -125,7 +125,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     if args.energy_every_windows is not None:
         cfg.energy_every_windows = args.energy_every_windows
-    from wattclass.telemetry.stopsignal import SignalStop
+    from wattclass.telemetry.stopsignal import STOP_SIGNALS, SignalStop
 
     stop = SignalStop()  # a handler must not set a threading.Event: telemetry/stopsignal.py
     # Fail on an unwritable data root before touching the GPUs.
@@ -137,8 +137,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     with backend:
         daemon = Daemon(backend, cfg, collector=collector, stop=stop)
 
-        # SIGHUP too: a closed terminal or a `kill -HUP` flushes like a stop, not a death
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        for sig in STOP_SIGNALS:  # SIGHUP too: a closed terminal flushes like a stop, not a death
             signal.signal(sig, stop.on_signal)
         daemon.lock.acquire()  # a second daemon says "locked by pid N", not "port in use"
         if collector is not None:
@@ -151,7 +150,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             # Flushed: later signals change nothing. Python's exit would give them their default
             # action back, and a late SIGTERM would kill the process and with it the exit code
             # that says whether windows were lost (review finding).
-            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            for sig in STOP_SIGNALS:
                 signal.signal(sig, signal.SIG_IGN)
     s = daemon.stats
     log.info("done: %d rows, %.1f J, %d GPU error(s)", s.rows, s.energy_j, s.gpu_errors)

@@ -18,11 +18,15 @@ that time (a poll waits at most one poll period anyway).
 from __future__ import annotations
 
 import logging
+import signal
 import threading
 import time
 from types import FrameType
 
 log = logging.getLogger("wattclass.telemetry.cli")
+
+#: What stops the daemon with a flush: systemd's stop, Ctrl-C, a closed terminal or `kill -HUP`.
+STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 class SignalStop(threading.Event):

@@ -85,7 +85,9 @@ class Progress:
 @contextlib.contextmanager
 def _keep_signal_handlers() -> Iterator[None]:
     """The daemon's CLI installs SIGTERM/SIGINT/SIGHUP handlers for its own loop; restore ours after."""
-    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    from wattclass.telemetry.stopsignal import STOP_SIGNALS
+
+    saved = {s: signal.getsignal(s) for s in STOP_SIGNALS}
     try:
         yield
     finally:
