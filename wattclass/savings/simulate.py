@@ -119,13 +119,17 @@ GROUP BY job_id, bad
 
 
 def scan_jobs(data_root: Path, date_from: str | None = None, date_to: str | None = None,
-              threads: int | None = None, rejected: dict[str, int] | None = None) -> pd.DataFrame:
+              threads: int | None = None, rejected: dict[str, int] | None = None,
+              files: list[Path] | None = None) -> pd.DataFrame:
     """Per-job aggregates (module docstring, step 1), by DuckDB reading only the needed columns, of
     the valid rows; ``rejected`` (if given) gets the rows left out per reason, as the nightly's
-    summary names them."""
+    summary names them. ``files``: ``telemetry_paths`` of the same range if the caller listed them
+    already (a month of 1,000 GPUs is 90,000 files)."""
     import duckdb
 
-    files = require_trusted_files(telemetry_paths(data_root, date_from, date_to))
+    if files is None:
+        files = telemetry_paths(data_root, date_from, date_to)
+    files = require_trusted_files(files)
     if not files:
         return pd.DataFrame()
     plan = first_schema_reads_all(files)  # why not just the first file's: wattclass.schema
@@ -252,7 +256,7 @@ def simulate(data_root: Path, policy: Policy, date_from: str | None = None, date
                 raise DataError(f"{what}: expected YYYY-MM-DD, got {d!r}") from exc
     files = telemetry_paths(data_root, date_from, date_to)
     rejected: dict[str, int] = {}
-    jobs = scan_jobs(data_root, date_from, date_to, rejected=rejected)
+    jobs = scan_jobs(data_root, date_from, date_to, rejected=rejected, files=files)
     if jobs.empty:
         span = f" between {date_from or '...'} and {date_to or '...'}" if date_from or date_to else ""
         raise DataError(f"{data_root}: no job windows in telemetry{span}")
