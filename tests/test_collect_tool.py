@@ -219,7 +219,7 @@ def test_cpu_sweep_smoke_records_family_and_params(tmp_path: Path) -> None:
     assert [int(r["job_id"]) for r in runs] == list(range(6000, 6006))
 
 
-@pytest.mark.parametrize("folder", ["latency", "fresh4", "fresh5"])
+@pytest.mark.parametrize("folder", ["latency", "fresh4", "fresh5", "fresh6"])
 def test_recorded_round4_runs_are_what_the_plan_draws(folder: str) -> None:
     """Every run of the round 4 and 6 recordings (wattclass/data/h200/latency, fresh4, fresh5) is the
     plan's run of its seed: same name, family and parameters, so the data stays traceable to the
@@ -234,10 +234,11 @@ def test_recorded_round4_runs_are_what_the_plan_draws(folder: str) -> None:
             runs = list(csv.DictReader(f))
         seed = int(runs[0]["job"].rsplit("_s", 1)[1].split("_")[0])
         families = tuple(sorted({r["family"] for r in runs}))
-        test_families = {"fresh4": tuple(sweep.FRESH4_TEST), "fresh5": tuple(sweep.FRESH5_TEST)}
+        test_families = {"fresh4": tuple(sweep.FRESH4_TEST), "fresh5": tuple(sweep.FRESH5_TEST),
+                         "fresh6": tuple(sweep.FRESH6_TEST)}
         plan = {w.name: w for w in sweep.plan(seed, 60, test_families.get(folder, families))}
         for r in runs:
             w = plan[r["job"]]
             assert (w.family, w.params) == (r["family"], json.loads(r["params"])), r["job"]
             n += 1
-    assert n == {"latency": 82, "fresh4": 165, "fresh5": 237}[folder]
+    assert n == {"latency": 82, "fresh4": 165, "fresh5": 237, "fresh6": 85}[folder]
