@@ -53,6 +53,7 @@ from wattclass.jobmap import (
     JobAssignment,
     jobs_on_gpu,
     remove_hpc_job_file,
+    remove_job_file,
     remove_job_files,
     write_hpc_job_file,
     write_job_file,
@@ -287,7 +288,9 @@ def prolog(
                     target = None  # enforce mode, control arm: holds the GPU uncapped among neighbours
         if dry_run or (comment is not None and comment.mode != "enforce" and not comment.capped_for_real()):
             continue
-        entry.update(register(backend, g, job.job_id, job.display_id, target, jobs_dir,
+        # the record names the job as the job map does (display id: "123_4" for an array task),
+        # so a neighbour found through the map and the job's own Epilog name the same entry
+        entry.update(register(backend, g, job.display_id, job.display_id, target, jobs_dir,
                               _record_path(state_dir, g.uuid), read_record, liveness))
         if target is not None:
             entry["action"] = "capped"
@@ -337,6 +340,29 @@ def _job_gpus(backend: GpuBackend, job: JobEnv, gpu_map: Mapping[str, str] | Non
         return {}
 
 
+def _held_gpus(backend: GpuBackend, jobs_dir: Path, display_id: str) -> dict[str, list[str]]:
+    """Physical GPU UUID -> the UUIDs (the GPU's own, its MIG instances') the job map says the job
+    holds there: the Epilog removes those files under the GPU's lock, before it reads the record.
+
+    A neighbour's Prolog reads the job map under the same lock: if it saw the files it put this
+    job into the record, and the Epilog then finds and removes it; removed only at the end, a
+    record made in between would keep the ended job as an uncapped neighbour (the GPU uncapped)
+    until the last job left."""
+    out: dict[str, list[str]] = {}
+    with contextlib.suppress(OSError):
+        for f in sorted(Path(jobs_dir).glob(f"*/{display_id}.json")):
+            held = f.parent.name
+            try:
+                mig = backend.find_mig(held)
+                parent = (next(g for g in backend.gpus() if g.gpu_index == mig.parent_index).uuid
+                          if mig is not None else backend.find_gpu(held).uuid)
+                _record_path(Path("."), parent)  # a name fit for a record path
+            except (WattclassError, StopIteration):
+                continue  # not a GPU of this node: the final cleanup removes the file
+            out.setdefault(parent, []).append(held)
+    return out
+
+
 def epilog(env: Mapping[str, str], backend: GpuBackend, jobs_dir: Path = DEFAULT_SPOOL,
            state_dir: Path = DEFAULT_STATE, gpu_map: Mapping[str, str] | None = None,
            hpc_job_dir: Path | None = None) -> list[str]:
@@ -368,12 +394,14 @@ def epilog(env: Mapping[str, str], backend: GpuBackend, jobs_dir: Path = DEFAULT
             log.error("job %s: epilog: GPU %s: %s", job.job_id, uuid, exc)
 
     records: list[Path] = []
+    held = _held_gpus(backend, Path(jobs_dir), job.display_id)
     trusted = True
     try:
         refuse_untrusted_dir(Path(state_dir))
-        records = sorted(Path(state_dir).glob("*.json"))
-    except FileNotFoundError:
-        pass
+        found = set(Path(state_dir).glob("*.json"))
+        records = sorted(found | {_record_path(state_dir, u) for u in held})
+    except FileNotFoundError:  # no capped job yet; one may start now: lock the job's GPUs
+        records = sorted(_record_path(state_dir, u) for u in held)
     except ConfigError as exc:
         trusted = False
         log.error("job %s: epilog: %s; the job's GPUs go to their default limit", job.job_id, exc)
@@ -381,6 +409,8 @@ def epilog(env: Mapping[str, str], backend: GpuBackend, jobs_dir: Path = DEFAULT
         uuid = rec_path.stem
         try:
             with gpu_lock(rec_path):
+                for held_uuid in held.get(uuid, []):
+                    remove_job_file(Path(jobs_dir), held_uuid, job.display_id)
                 try:
                     rec = read_record(rec_path)
                     jobs = record_jobs(rec) if rec is not None else {}
@@ -393,9 +423,12 @@ def epilog(env: Mapping[str, str], backend: GpuBackend, jobs_dir: Path = DEFAULT
                         log.error("job %s: epilog: %s (not this job's GPU: left for reconcile)",
                                   job.job_id, exc)
                     continue
-                if rec is None or job.job_id not in jobs:
+                # display id ("123_4"), and the plain id an older version recorded array tasks by
+                names = {job.display_id, job.job_id}
+                if rec is None or not names & jobs.keys():
                     continue
-                del jobs[job.job_id]
+                for name in names:
+                    jobs.pop(name, None)
                 if not jobs:
                     attempt(uuid, rec_path, rec)
                 else:

@@ -53,6 +53,24 @@ HOLDING_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED",
                             "STAGE_OUT", "RESIZING"})
 
 
+#: The id columns that lead the hooks' squeue lines: JobID (unique per array task and het
+#: component: "1235") and JobArrayID ("1234_5" for a task, "1234+1" for a het component).
+#: ``squeue --jobs 1234`` lists every task of array 1234 when 1234 is the array's own id (the
+#: task that keeps it, or the pending rest) and every component of het job 1234; the hooks keep
+#: only the lines of the id they asked about.
+JOB_ID_COLUMNS = "JobID:24,JobArrayID:48"
+
+
+def own_lines(out: str, n_ids: int) -> list[tuple[tuple[str, ...], str]]:
+    """squeue lines split into their ``n_ids`` leading id fields and the rest of the line."""
+    lines = []
+    for line in out.splitlines():
+        parts = line.split(None, n_ids)
+        if len(parts) >= n_ids:
+            lines.append((tuple(parts[:n_ids]), parts[n_ids] if len(parts) > n_ids else ""))
+    return lines
+
+
 def run_slurm(argv: Sequence[str], *, timeout: float = DEFAULT_TIMEOUT_S,
               env: Mapping[str, str] | None = None) -> str:
     """Run one Slurm command and return its stdout; the single door to Slurm's commands."""
@@ -247,8 +265,13 @@ class CommandSlurmClient(SlurmClient):
         if not str(job_id).isdigit():
             raise SlurmError(f"squeue: invalid job id {job_id!r}")
         out = self.run(["squeue", "--noheader", "--states=all", "--jobs", str(job_id),
-                        "--Format", f"admin_comment:{ADMIN_COMMENT_WIDTH}"]).strip()
-        return None if out in ("", "(null)") else out
+                        "--Format", f"{JOB_ID_COLUMNS},admin_comment:{ADMIN_COMMENT_WIDTH}"])
+        mine = [rest.strip() for ids, rest in own_lines(out, 2) if str(job_id) in ids]
+        if len(mine) != 1:
+            # squeue answered but not with this job's one line: read as "no decision" it would
+            # run a job uncapped on a neighbour's answer; the Prolog logs this and leaves it
+            raise SlurmError(f"squeue --jobs {job_id}: {len(mine)} lines for the job itself")
+        return None if mine[0] in ("", "(null)") else mine[0]
 
     def job_ended(self, display_id: str, node: str | None = None) -> bool | None:
         """Whether the job no longer holds GPUs on ``node``: True when slurmctld does not list it
@@ -264,12 +287,14 @@ class CommandSlurmClient(SlurmClient):
             return None
         try:
             out = self.run(["squeue", "--noheader", "--states=all", "--jobs", str(display_id),
-                            "--Format", "State:32,NodeList:4096"])
+                            "--Format", f"{JOB_ID_COLUMNS},State:32,NodeList:4096"])
         except SlurmError as exc:
             return True if "invalid job id" in str(exc).lower() else None
         try:
-            for line in out.splitlines():
-                state, _, nodes = line.strip().partition(" ")
+            for ids, rest in own_lines(out, 2):
+                if str(display_id) not in ids:  # a sibling task or het component of the id
+                    continue
+                state, _, nodes = rest.strip().partition(" ")
                 if state.upper().rstrip("+") in HOLDING_STATES and (
                         node is None or node in self._hostnames(nodes.strip())):
                     return False
