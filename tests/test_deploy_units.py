@@ -113,3 +113,42 @@ def test_systemd_accepts_the_units(tmp_path: Path) -> None:
                          timeout=60, check=False)
     problems = [ln for ln in (run.stdout + run.stderr).splitlines() if "wattclass" in ln]
     assert run.returncode == 0 and not problems, run.stdout + run.stderr
+
+
+def _environment_file(text: str) -> dict[str, str]:
+    """Assignments as systemd's EnvironmentFile= reads them: a comment is a whole line starting with
+    '#' or ';'; after a value, '# ...' is part of the value; quotes around a value are removed."""
+    env: dict[str, str] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith(("#", ";")):
+            continue
+        name, eq, value = line.partition("=")
+        assert eq, f"{line!r} is not an assignment"
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        env[name.strip()] = value
+    return env
+
+
+def _etc_default_examples() -> list[str]:
+    """The /etc/default/wattclass examples of docs/admin.md (code blocks that start with its name)."""
+    text = (DEPLOY.parent / "docs" / "admin.md").read_text()
+    blocks = re.findall(r"```[a-z]*\n(.*?)```", text, re.S)
+    return [b for b in blocks if b.startswith("# /etc/default/wattclass")]
+
+
+@pytest.mark.parametrize("unit", UNITS)
+def test_the_documented_etc_default_gives_commands_that_parse(unit: str) -> None:
+    """A sysadmin copies admin.md's /etc/default/wattclass: every unit must still start."""
+    examples = _etc_default_examples()
+    assert examples, "docs/admin.md lost its /etc/default/wattclass example"
+    path = DEPLOY / unit
+    for example in examples:
+        site = _environment_file(example)
+        assert not [v for v in site.values() if "#" in v], f"a comment became part of a value: {site}"
+        env = {**_environment(path), **site}
+        for line in _exec_lines(path):
+            args = build_parser().parse_args(_wattclass_argv(line, env))
+            assert callable(args.func)
