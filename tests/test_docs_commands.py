@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,7 +20,9 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.registry import CollectorRegistry
 
+from wattclass import policy
 from wattclass.cli import build_parser
+from wattclass.schema import TELEMETRY_V1
 from wattclass.telemetry.metrics import LatestWindows
 
 REPO = Path(__file__).resolve().parent.parent
@@ -211,3 +214,29 @@ def test_admin_metrics_table_documents_exactly_what_is_exported() -> None:
 def test_every_metric_named_in_the_docs_is_exported(doc: Path) -> None:
     named = set(re.findall(r"\bwattclass_[a-z0-9_]+", doc.read_text()))
     assert named <= _exported_metrics(), sorted(named - _exported_metrics())
+
+
+def test_design_md_telemetry_table_lists_the_schema() -> None:
+    """docs/design.md's Telemetry v1 table names exactly the columns of wattclass/schema.py."""
+    text = (REPO / "docs" / "design.md").read_text()
+    table = text.split("## Telemetry v1", 1)[1].split("\nReaders tolerate", 1)[0]
+    documented = {c.strip() for row in re.findall(r"^\| ([^|]+) \|", table, re.M) for c in row.split(",")}
+    documented = {c for c in documented if re.fullmatch(r"[a-z0-9_]+", c)} - {"column"}
+    assert documented == set(TELEMETRY_V1.names)
+
+
+@pytest.mark.parametrize("doc", ["admin.md", "design.md"])
+def test_policy_examples_in_the_docs_parse(doc: str) -> None:
+    text = (REPO / "docs" / doc).read_text()
+    examples = re.findall(r"```toml\n(.*?)```", text, re.S)
+    assert examples
+    for example in examples:
+        parsed = policy.parse_policy(tomllib.loads(example), f"docs/{doc}")
+        assert parsed.caps, example
+
+
+def test_admin_policy_reference_covers_every_key() -> None:
+    text = (REPO / "docs" / "admin.md").read_text()
+    reference = text.split("## Policy reference", 1)[1].split("\n## ", 1)[0]
+    keys = {re.split(r"[.< ]", k, maxsplit=1)[0] for k in re.findall(r"^\| `([^`]+)` \|", reference, re.M)}
+    assert keys == policy._TOP_KEYS
