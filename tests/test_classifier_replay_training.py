@@ -154,3 +154,19 @@ def test_every_bundled_job_has_a_family_and_sweep_runs_keep_their_own() -> None:
     assert family_of("gemm_bf16_4096", "gemm", "") == "gemm"  # table workloads: by name
     sweep = {v for k, v in fams.items() if k.startswith("sweep:")}
     assert {"fma_sweep", "gemm_sweep", "attn_decode", "dwconv", "cholesky"} <= sweep
+
+
+def test_replaying_a_recording_with_a_late_gpu_logs_no_gpu_failure(tmp_path: Path,
+                                                                    caplog: pytest.LogCaptureFixture) -> None:
+    """fresh/'s GPU 1 was recorded ~9 minutes after GPU 0: the replay is a recording gap, not a
+    failed GPU, so no ERROR reaches the demo's output or the nightly's journal; the rows still do."""
+    import logging
+
+    from wattclass.classifier.replay import replay_recording
+
+    fresh = Path(__file__).resolve().parent.parent / "wattclass" / "data" / "h200" / "fresh"
+    with caplog.at_level(logging.WARNING):
+        root = replay_recording(fresh, tmp_path / "fresh")
+    assert not [r for r in caplog.records if r.name.startswith("wattclass.telemetry")], caplog.text
+    assert sorted(root.glob("telemetry/date=*/host=*/*.parquet"))
+    assert logging.getLogger("wattclass.telemetry").level == logging.NOTSET  # restored
