@@ -4,7 +4,7 @@ Docs drift from the code one renamed flag at a time (``--slurm-cluster`` outlive
 ``--dask-config`` in deploy/SCALEOUT.md). These checks read README.md, docs/*.md and deploy/*.md
 as a reader would (code blocks and inline code) and hold each quoted ``wattclass ...`` command,
 ``bench/``/``tools/`` script flag, repository path and Prometheus metric against the code. Static
-and fast: no command runs, nothing listens.
+and fast: nothing listens; only ``promtool`` runs, where installed, on the scrape config.
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shutil
+import subprocess
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
@@ -240,3 +242,19 @@ def test_admin_policy_reference_covers_every_key() -> None:
     reference = text.split("## Policy reference", 1)[1].split("\n## ", 1)[0]
     keys = {re.split(r"[.< ]", k, maxsplit=1)[0] for k in re.findall(r"^\| `([^`]+)` \|", reference, re.M)}
     assert keys == policy._TOP_KEYS
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="needs promtool (apt prometheus)")
+def test_the_documented_scrape_config_is_valid_and_names_the_dashboards_job(tmp_path: Path) -> None:
+    text = (REPO / "docs" / "admin.md").read_text()
+    configs = re.findall(r"```yaml\n(scrape_configs:.*?)```", text, re.S)
+    assert configs
+    dashboard = json.loads((REPO / "deploy" / "grafana-wattclass.json").read_text())
+    job = next(v for v in dashboard["templating"]["list"] if v["name"] == "job")
+    for i, config in enumerate(configs):
+        path = tmp_path / f"prometheus{i}.yml"
+        path.write_text(config)
+        run = subprocess.run(["promtool", "check", "config", str(path)], capture_output=True, text=True,
+                             timeout=30, check=False)
+        assert run.returncode == 0, run.stdout + run.stderr
+        assert f"job_name: {job['query']}" in config
