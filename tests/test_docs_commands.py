@@ -258,3 +258,19 @@ def test_the_documented_scrape_config_is_valid_and_names_the_dashboards_job(tmp_
                              timeout=30, check=False)
         assert run.returncode == 0, run.stdout + run.stderr
         assert f"job_name: {job['query']}" in config
+
+
+def test_design_md_layer_table_names_every_package() -> None:
+    """Each package of pyproject (one level below wattclass) has its folder in the layers table."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    text = (REPO / "docs" / "design.md").read_text()
+    table = text.split("## Layers and folders", 1)[1].split("\n\n", 2)[1]
+    missing = []
+    for package in project["packages"]:
+        parts = package.split(".")
+        if len(parts) != 2 or parts[1] == "deploy":  # deploy/ holds files, not code (said below the table)
+            continue
+        folder = project["package-dir"].get(package, "/".join(parts))
+        if f"`{folder}/`" not in table:
+            missing.append(folder)
+    assert not missing, f"docs/design.md's layer table lacks {missing}"
