@@ -47,6 +47,7 @@ from wattclass.classifier import rules
 from wattclass.classifier.features import INPUT_COLUMNS
 from wattclass.classifier.rowsql import (
     JOB_HOST,
+    JOB_USER,
     REJECT_REASONS,
     _lit,
     _q,
@@ -261,15 +262,12 @@ class Scanner:
         where the record contradicts it. Jobs without a record are not checked.
 
         With ``sample_per_job``, the same pass draws the retraining sample (``_pass_sql``)."""
-        self._jobs = jobs is not None and jobs.num_rows > 0
         if self._jobs:
+            self.con.unregister(JOBS_TABLE)
+        self._jobs = jobs is not None and jobs.num_rows > 0
+        if self._jobs:  # until the next partials or close: the model pass checks the same records
             self.con.register(JOBS_TABLE, jobs)
-        try:
-            return self._partials(list(files), drop_columns, sample_per_job, seed)
-        finally:
-            if self._jobs:
-                self.con.unregister(JOBS_TABLE)
-                self._jobs = False
+        return self._partials(list(files), drop_columns, sample_per_job, seed)
 
     def _partials(self, files: list[Path], drop_columns: Sequence[str], sample_per_job: int,
                   seed: int) -> ScanResult:
@@ -428,16 +426,27 @@ class Scanner:
                       drop_columns: Sequence[str] = ()) -> Iterator[pa.Table]:
         """Windows that need the model (no GPM, or every job window), in Arrow batches.
 
-        ``files`` were read by ``partials`` already (readable, required columns present)."""
+        ``files`` were read by ``partials`` already (readable, required columns present). The rows
+        ``partials`` rejected are left out here too (its reject code and, with job records, their
+        check), so a rejected window adds nothing to its job's model counts either."""
         import duckdb
 
         def sql() -> str:
             dropped = frozenset(drop_columns) | self._absent
             cols = ", ".join(f"{_val(c, dropped)} AS {_q(c)}" for c in INPUT_COLUMNS)
-            where = "job_id IS NOT NULL" + ("" if all_job_windows else f" AND {rule_code_sql(dropped)} < 0")
+            where = (f"job_id IS NOT NULL AND ({_reject_sql(self._absent, partition_day_sql(files))}) = 0"
+                     + ("" if all_job_windows else f" AND {rule_code_sql(dropped)} < 0"))
+            user = "CAST(NULL AS VARCHAR)" if "user" in self._absent else '"user"'
             # window_ms: the window's length, for the length-weighted job aggregation (model.window_weights)
-            return (f"SELECT job_id, host, epoch_ms(ts_end) - epoch_ms(ts_start) AS window_ms, {cols} "
+            rows = (f'SELECT job_id, host, ts_start, ts_end, {user} AS "user", '
+                    f"epoch_ms(ts_end) - epoch_ms(ts_start) AS window_ms, {cols} "
                     f"FROM {self._source(files)} WHERE {where}")
+            out = 'r.* EXCLUDE (ts_start, ts_end, "user")'
+            if not self._jobs:
+                return f"SELECT {out} FROM ({rows}) r"
+            check = job_check_sql("j", 'r."user"')
+            return (f"SELECT {out} FROM ({rows}) r LEFT JOIN {JOBS_TABLE} j ON r.job_id = j.job_id "
+                    f"WHERE j.job_id IS NULL OR ({check}) = 0")
 
         self._union, self._absent = False, frozenset()
         try:
@@ -512,8 +521,6 @@ def _n_by(table: pa.Table, key: str) -> dict[int, int]:
 def _warn_attribution(rejects: pa.Table) -> None:
     """One warning per (job, host, reason) whose windows its Slurm record contradicts (the job id
     and host are user-controllable text: clipped), at most _MAX_JOB_WARNINGS, then a count."""
-    from wattclass.classifier.rowsql import JOB_USER
-
     codes = rejects.column("bad")
     hit = rejects.filter(pc.and_(pc.greater_equal(codes, JOB_HOST), pc.less_equal(codes, JOB_USER)))
     if not hit.num_rows:

@@ -14,6 +14,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import H200_DATE, H200_HOST
 
 from wattclass.classifier.validity import (
     JOB_TIME_SLACK_S,
@@ -25,18 +26,8 @@ from wattclass.classifier.validity import (
 )
 from wattclass.cli import main
 
-DATE = "2026-11-29"
-HOST = "gpu-h200-03"
+DATE, HOST = H200_DATE, H200_HOST
 NEXT_MIDNIGHT = pd.Timestamp("2026-11-30", tz="UTC")
-
-
-@pytest.fixture
-def root(h200_telemetry: Path, tmp_path: Path) -> Path:
-    r = tmp_path / "root"
-    d = r / "telemetry" / f"date={DATE}" / f"host={HOST}"
-    d.mkdir(parents=True)
-    shutil.copy(h200_telemetry, d / "part-0.parquet")
-    return r
 
 
 @pytest.fixture
@@ -77,8 +68,10 @@ def labels_of(root: Path) -> pd.DataFrame:
 
 # -- 1. windows outside their day -------------------------------------------------------------------
 def test_window_far_outside_its_partition_day_is_rejected_near_midnight_kept(
-    root: Path, tmp_path: Path, h200_telemetry: Path, capsys: pytest.CaptureFixture[str]
+    h200_day_root: Path, tmp_path: Path, h200_telemetry: Path,
+    capsys: pytest.CaptureFixture[str]
 ) -> None:
+    root = h200_day_root
     clean = nightly(root, tmp_path, capsys)
     w = windows(h200_telemetry).head(4).copy()
     w["job_id"] = "999"
@@ -98,8 +91,9 @@ def test_window_far_outside_its_partition_day_is_rejected_near_midnight_kept(
 
 
 def test_report_and_simulate_leave_out_windows_outside_their_day(
-    root: Path, h200_telemetry: Path
+    h200_day_root: Path, h200_telemetry: Path
 ) -> None:
+    root = h200_day_root
     from wattclass.report.data import load
     from wattclass.savings.simulate import scan_jobs
 
@@ -117,8 +111,10 @@ def test_report_and_simulate_leave_out_windows_outside_their_day(
 # -- 2. conflicting duplicates ----------------------------------------------------------------------
 @pytest.mark.parametrize("copy_name", ["a-copy.parquet", "z-copy.parquet"])
 def test_conflicting_duplicates_are_counted_and_the_first_file_by_path_wins(
-    root: Path, tmp_path: Path, h200_telemetry: Path, capsys: pytest.CaptureFixture[str], copy_name: str
+    h200_day_root: Path, tmp_path: Path, h200_telemetry: Path,
+    capsys: pytest.CaptureFixture[str], copy_name: str
 ) -> None:
+    root = h200_day_root
     clean = nightly(root, tmp_path, capsys)
     w = windows(h200_telemetry)
     job = w["job_id"].dropna().iloc[0]
@@ -136,8 +132,10 @@ def test_conflicting_duplicates_are_counted_and_the_first_file_by_path_wins(
 
 
 def test_identical_copies_are_duplicates_but_not_conflicting(
-    root: Path, tmp_path: Path, h200_telemetry: Path, capsys: pytest.CaptureFixture[str]
+    h200_day_root: Path, tmp_path: Path, h200_telemetry: Path,
+    capsys: pytest.CaptureFixture[str]
 ) -> None:
+    root = h200_day_root
     shutil.copy(part(root) / "part-0.parquet", part(root) / "copied.parquet")
     s = nightly(root, tmp_path, capsys)
     assert s["duplicate_windows"] == len(windows(h200_telemetry)) - 0 and s["conflicting_duplicates"] == 0
@@ -145,9 +143,11 @@ def test_identical_copies_are_duplicates_but_not_conflicting(
 
 # -- 3. job attribution against Slurm's records -----------------------------------------------------
 def test_windows_their_slurm_record_contradicts_do_not_count_for_the_job(
-    root: Path, tmp_path: Path, h200_telemetry: Path, jobs_csv: Path, capsys: pytest.CaptureFixture[str],
+    h200_day_root: Path, tmp_path: Path, h200_telemetry: Path,
+    jobs_csv: Path, capsys: pytest.CaptureFixture[str],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
+    root = h200_day_root
     clean = nightly(root, tmp_path, capsys, "--jobs-file", str(jobs_csv))
     assert clean["rejected_rows"]["count"] == 0  # the real night: every window agrees with its record
     before = labels_of(root)
@@ -188,8 +188,10 @@ def test_windows_their_slurm_record_contradicts_do_not_count_for_the_job(
 
 
 def test_windows_of_a_job_without_a_record_are_not_checked(
-    root: Path, tmp_path: Path, h200_telemetry: Path, jobs_csv: Path, capsys: pytest.CaptureFixture[str]
+    h200_day_root: Path, tmp_path: Path, h200_telemetry: Path,
+    jobs_csv: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    root = h200_day_root
     """No record, nothing to check against: the windows count as the daemon booked them (the job
     keeps no user, so it adds no user-keyed table entry; tests/test_nightly_hardening.py)."""
     w = windows(h200_telemetry).head(5).copy()
@@ -202,8 +204,10 @@ def test_windows_of_a_job_without_a_record_are_not_checked(
 
 
 def test_a_running_job_and_a_record_without_nodes_check_only_what_is_known(
-    root: Path, tmp_path: Path, h200_telemetry: Path, jobs_csv: Path, capsys: pytest.CaptureFixture[str]
+    h200_day_root: Path, tmp_path: Path, h200_telemetry: Path,
+    jobs_csv: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    root = h200_day_root
     """A job still running has no end, an older jobs file no nodes: neither is held against it."""
     jobs = pd.read_csv(jobs_csv, dtype={"job_id": str})
     jobs["end"] = None
@@ -228,3 +232,41 @@ def test_hostlist_expansion() -> None:
     assert hostnames("node7") == ["node7"]
     for broken in (None, "", "None assigned", "n[1-2", "n[3-1]", "n[a-b]", "n[1-10000000]"):
         assert hostnames(broken) is None
+
+
+def test_rejected_windows_without_gpm_give_the_model_no_votes_either(
+    h200_day_root: Path, tmp_path: Path, h200_telemetry: Path, jobs_csv: Path,
+    capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Windows without GPM are labelled by the model in a pass of their own; the windows the scan
+    rejected (here: another user's, on the job's own host and in its time) must not vote there."""
+    from wattclass.schema import GPM_COLUMNS
+
+    root = h200_day_root
+    jobs = pd.read_csv(jobs_csv, dtype={"job_id": str})
+    victim, donor = jobs.iloc[0], jobs.iloc[1]
+    w = windows(h200_telemetry)
+    base = w.copy()
+    base.loc[base["job_id"] == victim["job_id"], list(GPM_COLUMNS)] = None  # a GPU without GPM
+    write(base, part(root) / "part-0.parquet", h200_telemetry)
+    nightly(root, tmp_path, capsys, "--jobs-file", str(jobs_csv))
+    before = labels_of(root)
+    assert before.loc[victim["job_id"], "source"] != "rule"
+    own = w[w["job_id"] == victim["job_id"]]
+    claims = w[w["job_id"] == donor["job_id"]].head(len(own)).copy()
+    claims["ts_start"] = own["ts_start"].to_numpy()[: len(claims)] + pd.Timedelta(milliseconds=3)
+    claims["ts_end"] = claims["ts_start"] + pd.Timedelta(seconds=5)
+    claims["job_id"], claims["user"] = victim["job_id"], "mallory"
+    # and a valid window without GPM of a job without a record in the same file, so that the
+    # model pass reads the file
+    legit = claims.head(1).assign(job_id="777", user="someone")
+    claims = pd.concat([claims, legit])
+    for c in GPM_COLUMNS:
+        claims[c] = None  # no GPM: the model labels these windows
+    write(claims, part(root) / "claims.parquet", h200_telemetry)
+    claims = claims[claims["job_id"] == victim["job_id"]]
+    s = nightly(root, tmp_path, capsys, "--jobs-file", str(jobs_csv))
+    assert s["rejected_rows"] == {"count": len(claims), REJECT_JOB_USER: len(claims)}
+    after = labels_of(root)
+    cols = ["label", "confidence", "source", "n_windows"]
+    pd.testing.assert_series_equal(after.loc[victim["job_id"], cols], before.loc[victim["job_id"], cols])

@@ -16,20 +16,16 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import H200_DATE, H200_HOST
 
 from wattclass.cli import main
 
-DATE = "2026-11-29"
-HOST = "gpu-h200-03"
+DATE, HOST = H200_DATE, H200_HOST
 
 
 @pytest.fixture
-def root(h200_telemetry: Path, tmp_path: Path) -> Path:
-    r = tmp_path / "root"
-    d = r / "telemetry" / f"date={DATE}" / f"host={HOST}"
-    d.mkdir(parents=True)
-    shutil.copy(h200_telemetry, d / "part-0.parquet")
-    return r
+def root(h200_day_root: Path) -> Path:
+    return h200_day_root
 
 
 @pytest.fixture
