@@ -80,11 +80,14 @@ SAMPLE_MIN_FILES = 64
 #: A sampled window's columns: the model's inputs, and the GPM columns of the roofline margin (the
 #: margin model's target).
 SAMPLE_COLUMNS: tuple[str, ...] = (*INPUT_COLUMNS, "dram_bw_util_pct", *rules.COMPUTE_UNITS)
-#: The columns two copies of a window must agree on to be the same window: what its label, energy
-#: and GPU-hours are made of (a copy that differs in any of them is a conflicting duplicate).
-DUPLICATE_VALUE_COLUMNS: tuple[str, ...] = tuple(dict.fromkeys((
-    "host", "ts_end", "user", "energy_j", "power_avg_w", "power_max_w", *INPUT_COLUMNS, *rules.RULE_COLUMNS,
-    "share_ratio", "shared_jobs", "share_basis")))
+#: The columns two copies of a window must agree on to be the same window (a copy that differs in
+#: any of them is a conflicting duplicate): what its energy, GPU-hours, rule label, sharing and
+#: input checks are made of, all of them columns the pass reads anyway. The model's other inputs
+#: (clocks, temperatures; read only for windows without GPM) are not compared: the de-duplicating
+#: pass would have to read them for every window of the night.
+DUPLICATE_VALUE_COLUMNS: tuple[str, ...] = (
+    "host", "ts_end", "user", "energy_j", "power_avg_w", "power_max_w", *rules.RULE_COLUMNS,
+    "shared_jobs", "share_basis")
 #: The name of the job records' table on the scan's connection (``Scanner.partials``'s ``jobs``).
 JOBS_TABLE = "wattclass_job_records"
 #: Pass codes of dropped duplicate copies (beside the reject codes, which are > 0).
