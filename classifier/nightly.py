@@ -23,7 +23,9 @@ never interleave their writes (a second one waits up to ``lock_timeout_s``, then
 bad telemetry files and rows are skipped and counted by the rules in ``validity``; the user of a
 job is the one in Slurm's job record, never the one in telemetry (a process's environment is not
 proof of who ran it): a job without a record keeps no user, so it adds no user-keyed table entry
-(its telemetry user stays in ``telemetry_user`` for audits).
+(its telemetry user stays in ``telemetry_user`` for audits). The records are read before the scan,
+which checks each job window against its job's record (host, start..end, user;
+``classifier/jobcheck.py``) and rejects, counts and logs the windows the record contradicts.
 """
 
 from __future__ import annotations
