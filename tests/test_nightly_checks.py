@@ -270,3 +270,31 @@ def test_rejected_windows_without_gpm_give_the_model_no_votes_either(
     after = labels_of(root)
     cols = ["label", "confidence", "source", "n_windows"]
     pd.testing.assert_series_equal(after.loc[victim["job_id"], cols], before.loc[victim["job_id"], cols])
+
+
+@pytest.mark.parametrize("max_runs", [32, 0])
+def test_day_check_over_several_days_by_file_order_or_by_file_name(
+    tmp_path: Path, h200_telemetry: Path, monkeypatch: pytest.MonkeyPatch, max_runs: int
+) -> None:
+    """Files of two days: the day of each row's file comes from the file's place in the list (a
+    CASE over the days' runs) or, past ``_MAX_DAY_RUNS`` runs, from its name; the scan and the
+    report leave out the same rows either way: the 29th's windows filed again under the 30th."""
+    import wattclass.classifier.rowsql as rowsql
+    from wattclass.classifier.engine import label_files_local
+    from wattclass.report.data import load
+
+    monkeypatch.setattr(rowsql, "_MAX_DAY_RUNS", max_runs)
+    w = windows(h200_telemetry)
+    tel = tmp_path / "telemetry"
+    for day, shift, name in (("2026-11-29", 0, "00"), ("2026-11-30", 1, "00"), ("2026-11-30", 0, "misfiled")):
+        d = tel / f"date={day}" / f"host={HOST}"
+        d.mkdir(parents=True, exist_ok=True)
+        moved = w.assign(ts_start=w["ts_start"] + pd.Timedelta(days=shift),
+                         ts_end=w["ts_end"] + pd.Timedelta(days=shift))
+        write(moved, d / f"{name}.parquet", h200_telemetry)
+    files = sorted(tel.rglob("*.parquet"))
+    assert ("CASE" in (rowsql.partition_day_sql(files) or "")) == (max_runs > 0)
+    res = label_files_local(files, None, "rule", workers=1)
+    assert res.report.rejected_rows == {REJECT_DAY: len(w)}
+    assert res.n_windows == 2 * len(w)
+    assert load(files).rejected_rows == {REJECT_DAY: len(w)}

@@ -91,8 +91,8 @@ class _Source:
             lst = "[" + ", ".join(_lit(str(f)) for f in files) + "]"
             # By position with the first file's schema unless files differ (``by_name``): matching
             # columns by name means reading every file's footer first (6.6 s for 3,000 files).
-            # file_index: the row's file, whose date= partition the row must lie in (rowsql)
-            self.con.execute(f"CREATE VIEW w_all AS SELECT *, file_index FROM read_parquet({lst}, "
+            # file_index, filename: the row's file, whose date= partition the row must lie in (rowsql)
+            self.con.execute(f"CREATE VIEW w_all AS SELECT *, file_index, filename FROM read_parquet({lst}, "
                              f"hive_partitioning = false, union_by_name = {str(by_name).lower()})")
         self.by_name = by_name
         self.columns = {r[0] for r in self.con.execute("DESCRIBE w_all").fetchall()}
