@@ -110,8 +110,9 @@ def rule_code_sql(dropped: frozenset[str] = frozenset(), column: Callable[[str],
 
 _DAY_MS = 86_400_000
 _PARTITION = re.compile(r"date=(\d{4}-\d{2}-\d{2})$")
-#: Above this many runs of one date in a file list, the day is looked up per file (a list).
-_MAX_DAY_RUNS = 32
+#: Above this many runs of one date in a file list, the day is parsed from the file's name: a
+#: CASE's cost grows with its branches, the parse's does not.
+_MAX_DAY_RUNS = 4
 
 
 def partition_day_ms(path: Path | str) -> int | None:

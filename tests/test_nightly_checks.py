@@ -272,7 +272,7 @@ def test_rejected_windows_without_gpm_give_the_model_no_votes_either(
     pd.testing.assert_series_equal(after.loc[victim["job_id"], cols], before.loc[victim["job_id"], cols])
 
 
-@pytest.mark.parametrize("max_runs", [32, 0])
+@pytest.mark.parametrize("max_runs", [4, 0])
 def test_day_check_over_several_days_by_file_order_or_by_file_name(
     tmp_path: Path, h200_telemetry: Path, monkeypatch: pytest.MonkeyPatch, max_runs: int
 ) -> None:
