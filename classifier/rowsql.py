@@ -1,4 +1,5 @@
-"""The GPM window rule and issue 9's reject rules as DuckDB expressions: the one SQL text of
+"""The GPM window rule and the input rules (issue 9's reject rules, the ``date=`` day check, and the
+nightly's check of a job window against its Slurm record) as DuckDB expressions: the one SQL text of
 ``rules.window_labels`` (the nightly scan, ``wattclass report`` and ``wattclass simulate`` build
 their queries from it; tests/test_classifier_rules.py runs all three against the numpy rule).
 
