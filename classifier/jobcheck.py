@@ -1,0 +1,50 @@
+"""The day's Slurm job records as the nightly scan checks job windows against them.
+
+Why: the daemon books a GPU's windows on the job named by the Prolog's job file or, without one,
+by the GPU processes' ``SLURM_JOB_ID`` (telemetry/attribution.py), which the job's user sets.
+A user could thus book their own GPU's windows on another user's job, or on a job of theirs that
+ran elsewhere or earlier, and change that job's label and with it the caps of the jobs keyed like
+it. Where Slurm has the job's record, the scan rejects a window from a host the job did not run
+on, outside its start..end (+- ``validity.JOB_TIME_SLACK_S``) or of another user than the
+record's (``rowsql.job_check_sql``). A job without a record is not checked (a site without
+slurmdbd, a job older than the records fetched): its windows count as the daemon booked them, and
+it keeps no user (``nightly._join_slurm``), so it adds no user-keyed entry to the label table.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import pyarrow as pa
+
+from wattclass.jobrecord import hostnames
+
+
+def index_records(recs: pd.DataFrame) -> pd.DataFrame:
+    """Job records (``SlurmClient.jobs_frame``) indexed by the job id telemetry names them by.
+
+    Telemetry names an array task by Slurm's own id ("5"; the Prolog sees no SLURM_ARRAY_*), the
+    records by "3_1": each record is indexed under both, the array name winning a clash; of two
+    records of one id (a requeued job) the last is kept."""
+    recs = recs.drop_duplicates("job_id", keep="last")
+    alias = recs[recs["slurm_job_id"].notna() & (recs["slurm_job_id"] != recs["job_id"])]
+    alias = alias[~alias["slurm_job_id"].isin(recs["job_id"])].assign(job_id=alias["slurm_job_id"])
+    return pd.concat([recs, alias]).drop_duplicates("job_id", keep="first").set_index("job_id")
+
+
+def _ms(col: pd.Series) -> list[int | None]:
+    t = pd.to_datetime(col, utc=True)
+    return [None if pd.isna(v) else int(v.value // 1_000_000) for v in t]
+
+
+def job_records_table(recs: pd.DataFrame) -> pa.Table:
+    """``index_records``' frame as the scan's job table: job_id, hosts (None: unknown), t0_ms and
+    t1_ms (the job's start and end, epoch ms; None: unknown, or still running), user."""
+    nodes = recs["nodes"] if "nodes" in recs.columns else pd.Series(None, index=recs.index, dtype=object)
+    return pa.table({
+        "job_id": pa.array([str(j) for j in recs.index], pa.string()),
+        "hosts": pa.array([hostnames(n) if isinstance(n, str) else None for n in nodes],
+                          pa.list_(pa.string())),
+        "t0_ms": pa.array(_ms(recs["start"]), pa.int64()),
+        "t1_ms": pa.array(_ms(recs["end"]), pa.int64()),
+        "user": pa.array([u if isinstance(u, str) and u else None for u in recs["user"]], pa.string()),
+    })
