@@ -16,7 +16,9 @@ Steps (each output written atomically; a crash leaves every file either old or n
 
 A day without telemetry (or without any job windows) changes nothing but the summary; its status
 says which (``no telemetry`` / ``no jobs``), and ``wattclass nightly`` exits 7 on the first unless
-``--allow-empty``: a broken pipeline must not look like a quiet night.
+``--allow-empty``: a broken pipeline must not look like a quiet night. Likewise a day whose every
+job window its Slurm records contradict (``job windows rejected``, exit 3); where they contradict
+most of them, the night goes on and logs an ERROR (``job_check`` in the summary).
 
 Robustness (issue 9): the run holds ``<data_root>/classifier/wattclass.lock`` from start to end, so two runs
 never interleave their writes (a second one waits up to ``lock_timeout_s``, then LockBusyError);
@@ -67,6 +69,7 @@ from wattclass.classifier.reader import telemetry_files
 from wattclass.classifier.store import ClassifierStore, ModelRegistry, utc_day_bounds
 from wattclass.classifier.table import HISTORY_DAYS, build_entries
 from wattclass.classifier.training import cached_training_set, thin
+from wattclass.classifier.validity import REJECT_JOB_HOST, REJECT_JOB_TIME, REJECT_JOB_USER
 from wattclass.errors import ConfigError, SlurmError
 from wattclass.labeltable import write_label_table
 from wattclass.lockfile import FolderLock
@@ -178,6 +181,32 @@ def _join_slurm(labels: pd.DataFrame, recs: pd.DataFrame | None) -> pd.DataFrame
 
 def _nullable(s: pd.Series) -> pd.Series:
     return s.astype(object).where(s.notna(), None)
+
+
+#: The summary's status of a night whose every job window its Slurm records rejected (``wattclass
+#: nightly`` exits non-zero: the label table is left as it was, which must not look like a quiet night).
+JOB_WINDOWS_REJECTED = "job windows rejected"
+_JOB_REJECTS = (REJECT_JOB_HOST, REJECT_JOB_TIME, REJECT_JOB_USER)
+
+
+def _check_attribution(summary: dict[str, Any], labels: pd.DataFrame) -> int:
+    """Put the job-record check's rejects and their share of the job windows into the summary
+    (``job_check``) and log an ERROR where they are the majority; returns their count.
+
+    Why: a site-wide cause (the daemon's ``--host`` unlike Slurm's node names, a node clock far
+    off, a jobs file of the wrong cluster) rejects every job window; per-job warnings alone,
+    capped at a few lines, would read like a handful of suspicious jobs."""
+    rej = summary.get("rejected_rows", {})
+    n = sum(int(rej.get(k, 0)) for k in _JOB_REJECTS)
+    kept = int(labels["n_windows"].sum()) if not labels.empty else 0
+    share = n / (n + kept) if n + kept else 0.0
+    summary["job_check"] = {"rejected_windows": n, "rejected_share": round(share, 4)}
+    if n and share > 0.5:
+        log.error("%d of %d job windows (%.0f%%) contradict their job's Slurm record (%s): a site-wide "
+                  "cause? the telemetry daemon's host names unlike Slurm's node names (--host), node "
+                  "clocks, a jobs file of another cluster", n, n + kept, 100 * share,
+                  ", ".join(f"{k}: {rej[k]}" for k in _JOB_REJECTS if rej.get(k)))
+    return n
 
 
 def _warn_dropped(summary: dict[str, Any]) -> None:
@@ -339,6 +368,16 @@ def _run(
     if result is not None:
         summary.update(result.report.summary())
         summary.update({"files_read": result.n_files, "windows": result.n_windows})
+    attributed = 0
+    if result is not None and recs is not None:
+        attributed = _check_attribution(summary, result.labels)
+    if result is not None and result.labels.empty and attributed:
+        summary.update({"status": JOB_WINDOWS_REJECTED, "jobs": 0, "seconds": round(time.monotonic() - t0, 2),
+                        "message": f"every job window of {opts.date} ({attributed}) contradicts its job's "
+                        "Slurm record (see rejected_rows); label store, model and label table left "
+                        "unchanged"})
+        store.write_summary(opts.date, summary)
+        return summary
     if result is None or result.labels.empty:
         empty = result is None or result.n_windows == 0
         what = "no usable telemetry" if empty else "telemetry but no job windows"

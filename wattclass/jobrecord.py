@@ -36,7 +36,12 @@ JOB_COLUMNS: tuple[str, ...] = JobRecord._fields
 
 #: Most host names one job's hostlist may expand to (a bigger range is a broken record).
 MAX_HOSTS = 100_000
-_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
+#: Longest host name an expansion may produce (a DNS name's limit): past it, or past _MAX_DIGITS
+#: digits in a range (Python refuses to parse past 4,300, and a zero-padded width multiplies
+#: every name), a node list is a broken record, not one to build in memory.
+MAX_HOST_CHARS = 253
+_MAX_DIGITS = 18
+_RANGE = re.compile(rf"^(\d{{1,{_MAX_DIGITS}}})(?:-(\d{{1,{_MAX_DIGITS}}}))?$")
 
 
 def _split_top(text: str) -> list[str]:
@@ -77,6 +82,8 @@ def _expand(item: str, budget: int) -> list[str] | None:
             return None
         lo, hi = m.group(1), m.group(2) or m.group(1)
         width = len(lo) if lo.startswith("0") or len(lo) == len(hi) else 0
+        if len(head) + max(width, len(hi)) + max(map(len, rest)) > MAX_HOST_CHARS:
+            return None
         if int(hi) < int(lo) or (int(hi) - int(lo) + 1) * len(rest) + len(out) > budget:
             return None
         out.extend(f"{head}{n:0{width}d}{r}" for n in range(int(lo), int(hi) + 1) for r in rest)

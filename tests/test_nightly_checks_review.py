@@ -1,0 +1,98 @@
+"""Hostile-review cases for the nightly's input checks (tests/test_nightly_checks.py has the
+feature's own): broken job records must neither crash the night nor switch the host check off
+unnoticed, a night whose every job window its records reject must not pass as "no jobs", and a
+replay that loses data must still say so."""
+
+from __future__ import annotations
+
+import json
+import logging
+import resource
+from pathlib import Path
+
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+from conftest import H200_DATE, H200_HOST
+
+from wattclass.cli import main
+from wattclass.jobrecord import hostnames
+
+DATE, HOST = H200_DATE, H200_HOST
+
+
+def test_hostlist_numbers_too_long_or_too_wide_are_broken_records_not_a_crash_or_a_memory_bomb() -> None:
+    # Python refuses int() of more than 4,300 digits: this raised ValueError out of the nightly
+    assert hostnames("n[" + "1" * 5000 + "]") is None
+    assert hostnames("n[" + "0" * 5000 + "-1]") is None
+    # 100,000 names padded to 3,000 digits: 300 MB from one record of a jobs file
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    assert hostnames("n[" + "0" * 3000 + "-99999]") is None
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 100_000  # KiB
+    assert hostnames("gpu[0001-0003]") == ["gpu0001", "gpu0002", "gpu0003"]  # real padding still works
+
+
+@pytest.fixture
+def jobs_csv(h200_telemetry: Path, tmp_path: Path) -> Path:
+    jobs = pd.read_csv(h200_telemetry.parent / "jobs.csv", dtype={"job_id": str})
+    jobs["nodes"] = jobs["host"]
+    jf = tmp_path / "jobs.csv"
+    jobs[["job_id", "name", "user", "start", "end", "nodes"]].to_csv(jf, index=False)
+    return jf
+
+
+def nightly(root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, dict]:
+    rc = main(["nightly", "--data-root", str(root), "--date", DATE, "--no-retrain", "--table-out",
+               str(tmp_path / "table.lua"), "--json", *extra])
+    return rc, json.loads(capsys.readouterr().out)
+
+
+def test_a_jobs_file_with_a_broken_node_list_neither_crashes_the_night_nor_goes_unnoticed(
+    h200_day_root: Path, tmp_path: Path, jobs_csv: Path, capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    jobs = pd.read_csv(jobs_csv, dtype={"job_id": str})
+    evil = "n[" + "9" * 5000 + "]"
+    jobs.loc[jobs.index[0], "nodes"] = evil
+    jobs.to_csv(jobs_csv, index=False)
+    with caplog.at_level(logging.WARNING):
+        rc, s = nightly(h200_day_root, tmp_path, capsys, "--jobs-file", str(jobs_csv))
+    assert rc == 0 and s["status"] == "ok"
+    warned = [r.getMessage() for r in caplog.records if "node list" in r.getMessage()]
+    assert len(warned) == 1 and "1 job record" in warned[0] and jobs.iloc[0]["job_id"] in warned[0]
+    assert evil not in warned[0]  # clipped
+
+
+def test_a_night_whose_records_reject_every_job_window_fails_loudly_not_as_no_jobs(
+    h200_day_root: Path, tmp_path: Path, h200_telemetry: Path, jobs_csv: Path,
+    capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The daemon's host names unlike Slurm's node names (``--host``, NodeHostname): every job
+    window is "not on the job's host". Before, the night ended "no jobs: telemetry but no job
+    windows", exit 0, the label table left stale without an error."""
+    jobs = pd.read_csv(jobs_csv, dtype={"job_id": str})
+    jobs["nodes"] = "node-[01-04]"
+    jobs.to_csv(jobs_csv, index=False)
+    n = pq.read_metadata(h200_telemetry).num_rows
+    with caplog.at_level(logging.ERROR):
+        rc, s = nightly(h200_day_root, tmp_path, capsys, "--jobs-file", str(jobs_csv))
+    assert rc == 3  # DataError's exit code
+    assert s["status"] == "job windows rejected" and s["jobs"] == 0
+    assert s["job_check"]["rejected_windows"] == s["rejected_rows"]["count"] > 0.9 * n
+    assert "Slurm record" in s["message"] and "no job windows" not in s["message"]
+    assert any("contradict" in r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR)
+
+
+def test_a_night_whose_records_reject_most_job_windows_logs_an_error(
+    h200_day_root: Path, tmp_path: Path, jobs_csv: Path,
+    capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture,
+) -> None:
+    jobs = pd.read_csv(jobs_csv, dtype={"job_id": str})
+    jobs.loc[jobs.index[1:], "nodes"] = "elsewhere"  # all but one job
+    jobs.to_csv(jobs_csv, index=False)
+    with caplog.at_level(logging.ERROR):
+        rc, s = nightly(h200_day_root, tmp_path, capsys, "--jobs-file", str(jobs_csv))
+    assert rc == 0 and s["status"] == "ok" and s["jobs"] >= 1
+    assert s["job_check"]["rejected_share"] > 0.5
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert any("contradict" in m and "host" in m for m in errors)
