@@ -30,6 +30,18 @@ def is_recording(path: Path) -> bool:
     return p.is_dir() and any(p.glob("*_samples_1hz.parquet"))
 
 
+#: The daemon's log lines of a GPU that stops and comes back (telemetry/daemon.py), by format.
+_GPU_GAP_FORMATS = ("GPU %d (%s) failed: ", "GPU %d (%s) still failing after ",
+                    "GPU %d (%s) answers again after ")
+
+
+class _RecordingGaps(logging.Filter):
+    """Drops the daemon's lines of a GPU that fails and answers again (``_GPU_GAP_FORMATS``)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (isinstance(record.msg, str) and record.msg.startswith(_GPU_GAP_FORMATS))
+
+
 @contextmanager
 def _quiet_telemetry_log() -> Iterator[None]:
     """Keep the replayed daemon's GPU-failure ERRORs out of the caller's log.
@@ -38,14 +50,16 @@ def _quiet_telemetry_log() -> Iterator[None]:
     minutes after the other's), so the replayed daemon meets "no recorded data" on that GPU and
     logs "GPU 1 failed ... still failing after 300 s": gaps in a bundled recording, not a GPU of
     this site, yet they landed in ``wattclass demo``'s output and in the journal of every nightly
-    that rebuilt its base training set. A replay that loses data still fails (DataError)."""
-    telemetry_log = logging.getLogger("wattclass.telemetry")
-    level = telemetry_log.level
-    telemetry_log.setLevel(logging.CRITICAL)
+    that rebuilt its base training set. Only those are dropped (a filter on the daemon's logger):
+    the WAL's ERRORs about rows damaged or lost come with exit status 0, so they must stay in the
+    log; a replay that leaves data unconverted fails (DataError)."""
+    daemon_log = logging.getLogger("wattclass.telemetry.daemon")
+    gaps = _RecordingGaps()
+    daemon_log.addFilter(gaps)
     try:
         yield
     finally:
-        telemetry_log.setLevel(level)
+        daemon_log.removeFilter(gaps)
 
 
 def replay_recording(raw_dir: Path, data_root: Path, host: str = REPLAY_HOST) -> Path:

@@ -96,3 +96,30 @@ def test_a_night_whose_records_reject_most_job_windows_logs_an_error(
     assert s["job_check"]["rejected_share"] > 0.5
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert any("contradict" in m and "host" in m for m in errors)
+
+
+def test_a_replay_keeps_the_daemons_data_loss_errors_in_the_log(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """replay.py keeps the replayed daemon's GPU-failure ERRORs (recording gaps) out of the log;
+    an ERROR that says rows were damaged or lost (the WAL's: a value written as null, a damaged
+    record skipped, both with exit status 0) must still reach it."""
+    from wattclass.classifier.replay import replay_recording
+    from wattclass.telemetry import daemon
+
+    real = daemon.Daemon.record
+    said: list[bool] = []
+
+    def record(self: daemon.Daemon, rows: list) -> None:
+        if rows and not said:
+            said.append(True)
+            logging.getLogger("wattclass.telemetry.wal").error("WAL: power_avg_w=nan written as null")
+        real(self, rows)
+
+    monkeypatch.setattr(daemon.Daemon, "record", record)
+    fresh = Path(__file__).resolve().parent.parent / "wattclass" / "data" / "h200" / "fresh"
+    with caplog.at_level(logging.WARNING):
+        replay_recording(fresh, tmp_path / "fresh")
+    msgs = [r.getMessage() for r in caplog.records if r.name.startswith("wattclass.telemetry")]
+    assert any("written as null" in m for m in msgs)
+    assert not any("failed" in m for m in msgs), msgs  # the recording's gaps stay quiet
