@@ -156,8 +156,10 @@ def partition_day_sql(files: Sequence[Path | str], offset: int = 0) -> str | Non
     return FILENAME_DAY_SQL
 
 
-#: The day of a row's ``date=`` partition from its file's name (the virtual ``filename`` column).
-FILENAME_DAY_SQL = ("epoch_ms(TRY_CAST(regexp_extract(filename, '/date=([0-9]{4}-[0-9]{2}-[0-9]{2})/', 1) "
+#: The day of a row's ``date=`` partition from its file's name (the virtual ``filename`` column):
+#: the innermost date= folder, as ``partition_day_ms`` reads it (``^.*`` is greedy), not a dated
+#: folder above the data root.
+FILENAME_DAY_SQL = ("epoch_ms(TRY_CAST(regexp_extract(filename, '^.*/date=([0-9]{4}-[0-9]{2}-[0-9]{2})/', 1) "
                     "AS DATE))")
 
 

@@ -123,3 +123,17 @@ def test_a_replay_keeps_the_daemons_data_loss_errors_in_the_log(
     msgs = [r.getMessage() for r in caplog.records if r.name.startswith("wattclass.telemetry")]
     assert any("written as null" in m for m in msgs)
     assert not any("failed" in m for m in msgs), msgs  # the recording's gaps stay quiet
+
+
+def test_the_day_from_a_file_name_is_its_innermost_date_folder_as_in_the_nightly(tmp_path: Path) -> None:
+    """A data root under a folder named date=... (a dated backup: /backup/date=2026-01-01/wattclass):
+    the file name's day must be the partition's (the innermost date= folder, as
+    ``partition_day_ms`` reads it), not the backup's, else ``wattclass simulate`` and a nightly
+    over many days rejected every window as outside its day."""
+    import duckdb
+
+    from wattclass.classifier.rowsql import FILENAME_DAY_SQL, partition_day_ms
+
+    path = f"{tmp_path}/date=2026-01-01/wattclass/telemetry/date={DATE}/host={HOST}/x.parquet"
+    got = duckdb.sql(f"SELECT {FILENAME_DAY_SQL} AS d FROM (SELECT '{path}' AS filename)").fetchall()[0][0]
+    assert got == partition_day_ms(path) == int(pd.Timestamp(DATE, tz="UTC").timestamp()) * 1000
