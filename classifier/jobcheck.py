@@ -14,6 +14,7 @@ it keeps no user (``nightly._join_slurm``), so it adds no user-keyed entry to th
 from __future__ import annotations
 
 import logging
+import math
 
 import pandas as pd
 import pyarrow as pa
@@ -37,8 +38,10 @@ def index_records(recs: pd.DataFrame) -> pd.DataFrame:
 
 
 def _ms(col: pd.Series) -> list[int | None]:
+    """Epoch ms of each time (None: none); not through nanoseconds, which end in 2262 (a jobs
+    file may say 9999)."""
     t = pd.to_datetime(col, utc=True)
-    return [None if pd.isna(v) else int(v.value // 1_000_000) for v in t]
+    return [None if pd.isna(v) else math.floor(v.timestamp() * 1000) for v in t]
 
 
 def job_records_table(recs: pd.DataFrame) -> pa.Table:

@@ -137,3 +137,18 @@ def test_the_day_from_a_file_name_is_its_innermost_date_folder_as_in_the_nightly
     path = f"{tmp_path}/date=2026-01-01/wattclass/telemetry/date={DATE}/host={HOST}/x.parquet"
     got = duckdb.sql(f"SELECT {FILENAME_DAY_SQL} AS d FROM (SELECT '{path}' AS filename)").fetchall()[0][0]
     assert got == partition_day_ms(path) == int(pd.Timestamp(DATE, tz="UTC").timestamp()) * 1000
+
+
+def test_a_job_record_with_a_far_time_does_not_crash_the_night(
+    h200_day_root: Path, tmp_path: Path, jobs_csv: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The jobs file reader takes year 9999 (or 1000) as a time; the job table's epoch ms went
+    through nanoseconds and raised OverflowError out of the nightly."""
+    jobs = pd.read_csv(jobs_csv, dtype={"job_id": str})
+    for c in ("start", "end"):
+        jobs[c] = pd.to_datetime(jobs[c], unit="s", utc=True).map(lambda t: t.isoformat()).astype(object)
+    jobs.loc[jobs.index[0], "end"] = "9999-12-31T00:00:00+00:00"
+    jobs.loc[jobs.index[1], "start"] = "1000-01-01T00:00:00+00:00"
+    jobs.to_csv(jobs_csv, index=False)
+    rc, s = nightly(h200_day_root, tmp_path, capsys, "--jobs-file", str(jobs_csv))
+    assert rc == 0 and s["status"] == "ok" and s["rejected_rows"]["count"] == 0
