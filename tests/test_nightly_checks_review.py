@@ -30,6 +30,9 @@ def test_hostlist_numbers_too_long_or_too_wide_are_broken_records_not_a_crash_or
     assert hostnames("n[" + "0" * 3000 + "-99999]") is None
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 100_000  # KiB
     assert hostnames("gpu[0001-0003]") == ["gpu0001", "gpu0002", "gpu0003"]  # real padding still works
+    # one bracket group a recursion level: 1,500 of them raised RecursionError
+    assert hostnames("a[1]" * 1500) is None
+    assert hostnames("a[1-2]" * 3) == [f"a{i}a{j}a{k}" for i in (1, 2) for j in (1, 2) for k in (1, 2)]
 
 
 @pytest.fixture

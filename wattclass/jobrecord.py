@@ -41,6 +41,9 @@ MAX_HOSTS = 100_000
 #: every name), a node list is a broken record, not one to build in memory.
 MAX_HOST_CHARS = 253
 _MAX_DIGITS = 18
+#: Most bracket groups in one host name (Slurm's own hostlists have up to a few dimensions); each
+#: is a recursion level of ``_expand``.
+_MAX_GROUPS = 8
 _RANGE = re.compile(rf"^(\d{{1,{_MAX_DIGITS}}})(?:-(\d{{1,{_MAX_DIGITS}}}))?$")
 
 
@@ -104,6 +107,8 @@ def hostnames(nodelist: str | None) -> list[str] | None:
         return None
     out: list[str] = []
     for item in _split_top(nodelist.strip()):
+        if item.count("[") > _MAX_GROUPS:
+            return None
         names = _expand(item, MAX_HOSTS - len(out))
         if names is None:
             return None
