@@ -30,11 +30,35 @@ def index_records(recs: pd.DataFrame) -> pd.DataFrame:
 
     Telemetry names an array task by Slurm's own id ("5"; the Prolog sees no SLURM_ARRAY_*), the
     records by "3_1": each record is indexed under both, the array name winning a clash; of two
-    records of one id (a requeued job) the last is kept."""
-    recs = recs.drop_duplicates("job_id", keep="last")
+    records of one id (a requeued job's runs) the last is kept, with all runs' nodes and span for
+    the check (``_all_runs``)."""
+    recs = _all_runs(recs).drop_duplicates("job_id", keep="last")
     alias = recs[recs["slurm_job_id"].notna() & (recs["slurm_job_id"] != recs["job_id"])]
     alias = alias[~alias["slurm_job_id"].isin(recs["job_id"])].assign(job_id=alias["slurm_job_id"])
     return pd.concat([recs, alias]).drop_duplicates("job_id", keep="first").set_index("job_id")
+
+
+def _all_runs(recs: pd.DataFrame) -> pd.DataFrame:
+    """``recs`` with ``check_nodes``, ``check_start``, ``check_end``: per job id, the nodes of all
+    its records (None if one run's are unknown), the first start and the last end (None if one
+    run has none: still running).
+
+    Why: a requeued job keeps its id and runs again, elsewhere and later; checked against its last
+    run alone, the windows of the runs before it would be rejected (and the job blamed in the
+    log). The name, user and times the labels carry stay the last record's."""
+    nodes = recs["nodes"] if "nodes" in recs.columns else pd.Series(None, index=recs.index, dtype=object)
+    out = recs.assign(check_nodes=nodes, check_start=recs["start"], check_end=recs["end"])
+    dup = recs["job_id"].duplicated(keep=False)
+    if not dup.any():
+        return out
+    for _, rows in out[dup].groupby("job_id", sort=False):
+        lists = [n for n in rows["check_nodes"] if isinstance(n, str) and n.strip()]
+        starts = pd.to_datetime(rows["start"], utc=True)
+        ends = pd.to_datetime(rows["end"], utc=True)
+        out.loc[rows.index, "check_nodes"] = ",".join(lists) if len(lists) == len(rows) else None
+        out.loc[rows.index, "check_start"] = starts.min()
+        out.loc[rows.index, "check_end"] = None if ends.isna().any() else ends.max()
+    return out
 
 
 def _ms(col: pd.Series) -> list[int | None]:
@@ -46,15 +70,16 @@ def _ms(col: pd.Series) -> list[int | None]:
 
 def job_records_table(recs: pd.DataFrame) -> pa.Table:
     """``index_records``' frame as the scan's job table: job_id, hosts (None: unknown), t0_ms and
-    t1_ms (the job's start and end, epoch ms; None: unknown, or still running), user."""
-    nodes = recs["nodes"] if "nodes" in recs.columns else pd.Series(None, index=recs.index, dtype=object)
+    t1_ms (the start of its first run and the end of its last, epoch ms; None: unknown, or still
+    running), user."""
+    nodes = recs["check_nodes"]
     hosts = [hostnames(n) if isinstance(n, str) else None for n in nodes]
     _warn_broken_nodes(recs.index, nodes, hosts)
     return pa.table({
         "job_id": pa.array([str(j) for j in recs.index], pa.string()),
         "hosts": pa.array(hosts, pa.list_(pa.string())),
-        "t0_ms": pa.array(_ms(recs["start"]), pa.int64()),
-        "t1_ms": pa.array(_ms(recs["end"]), pa.int64()),
+        "t0_ms": pa.array(_ms(recs["check_start"]), pa.int64()),
+        "t1_ms": pa.array(_ms(recs["check_end"]), pa.int64()),
         "user": pa.array([u if isinstance(u, str) and u else None for u in recs["user"]], pa.string()),
     })
 

@@ -155,3 +155,29 @@ def test_a_job_record_with_a_far_time_does_not_crash_the_night(
     jobs.to_csv(jobs_csv, index=False)
     rc, s = nightly(h200_day_root, tmp_path, capsys, "--jobs-file", str(jobs_csv))
     assert rc == 0 and s["status"] == "ok" and s["rejected_rows"]["count"] == 0
+
+
+def test_a_requeued_jobs_earlier_run_is_not_rejected_against_its_last_run(
+    h200_day_root: Path, tmp_path: Path, h200_telemetry: Path, jobs_csv: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A requeued job keeps its id: its records (sacct --duplicates, or a jobs file exported so)
+    are one per run. Checked against the last run alone, the windows of the run before it (another
+    node, earlier) were rejected as "not on this host" and "outside start..end", with a warning
+    blaming the job; a host none of its runs had is still rejected."""
+    jobs = pd.read_csv(jobs_csv, dtype={"job_id": str})
+    rerun = jobs.iloc[[0]].copy()
+    rerun["start"], rerun["end"] = rerun["start"] + 7200, rerun["end"] + 7200
+    rerun["nodes"] = "gpu-h200-[07-08]"
+    pd.concat([jobs, rerun]).to_csv(jobs_csv, index=False)
+    w = pq.read_table(h200_telemetry).to_pandas()
+    own = w[w["job_id"] == jobs.iloc[0]["job_id"]]
+    stray = own.iloc[[0]].copy()
+    stray["host"] = "gpu-h200-09"
+    d = h200_day_root / "telemetry" / f"date={DATE}" / "host=gpu-h200-09"
+    d.mkdir(parents=True)
+    stray.to_parquet(d / "stray.parquet", index=False)
+    rc, s = nightly(h200_day_root, tmp_path, capsys, "--jobs-file", str(jobs_csv))
+    assert rc == 0 and s["rejected_rows"] == {"count": 1, "job not on this host (Slurm record)": 1}
+    labels = pd.read_parquet(h200_day_root / "classifier" / "labels" / f"date={DATE}" / "labels.parquet")
+    assert labels.set_index("job_id").loc[jobs.iloc[0]["job_id"], "n_windows"] == len(own)
