@@ -204,9 +204,20 @@ def _check_attribution(summary: dict[str, Any], labels: pd.DataFrame) -> int:
     if n and share > 0.5:
         log.error("%d of %d job windows (%.0f%%) contradict their job's Slurm record (%s): a site-wide "
                   "cause? the telemetry daemon's host names unlike Slurm's node names (--host), node "
-                  "clocks, a jobs file of another cluster", n, n + kept, 100 * share,
+                  "clocks, a jobs file of another cluster or with local times (read as UTC)",
+                  n, n + kept, 100 * share,
                   ", ".join(f"{k}: {rej[k]}" for k in _JOB_REJECTS if rej.get(k)))
     return n
+
+
+def _all_rejected(store: ClassifierStore, date: str, summary: dict[str, Any], n: int,
+                  t0: float) -> dict[str, Any]:
+    """The summary of a night whose every job window (``n``) its Slurm records rejected, stored."""
+    summary.update({"status": JOB_WINDOWS_REJECTED, "jobs": 0, "seconds": round(time.monotonic() - t0, 2),
+                    "message": f"every job window of {date} ({n}) contradicts its job's Slurm record "
+                    "(see rejected_rows); label store, model and label table left unchanged"})
+    store.write_summary(date, summary)
+    return summary
 
 
 def _warn_dropped(summary: dict[str, Any]) -> None:
@@ -368,16 +379,9 @@ def _run(
     if result is not None:
         summary.update(result.report.summary())
         summary.update({"files_read": result.n_files, "windows": result.n_windows})
-    attributed = 0
-    if result is not None and recs is not None:
-        attributed = _check_attribution(summary, result.labels)
+    attributed = _check_attribution(summary, result.labels) if result is not None and recs is not None else 0
     if result is not None and result.labels.empty and attributed:
-        summary.update({"status": JOB_WINDOWS_REJECTED, "jobs": 0, "seconds": round(time.monotonic() - t0, 2),
-                        "message": f"every job window of {opts.date} ({attributed}) contradicts its job's "
-                        "Slurm record (see rejected_rows); label store, model and label table left "
-                        "unchanged"})
-        store.write_summary(opts.date, summary)
-        return summary
+        return _all_rejected(store, opts.date, summary, attributed, t0)
     if result is None or result.labels.empty:
         empty = result is None or result.n_windows == 0
         what = "no usable telemetry" if empty else "telemetry but no job windows"

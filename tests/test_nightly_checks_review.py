@@ -14,11 +14,13 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 from conftest import H200_DATE, H200_HOST
+import test_nightly_checks
 
 from wattclass.cli import main
 from wattclass.jobrecord import hostnames
 
 DATE, HOST = H200_DATE, H200_HOST
+jobs_csv = test_nightly_checks.jobs_csv  # the fixture: the bundled jobs with the node each ran on
 
 
 def test_hostlist_numbers_too_long_or_too_wide_are_broken_records_not_a_crash_or_a_memory_bomb() -> None:
@@ -33,15 +35,6 @@ def test_hostlist_numbers_too_long_or_too_wide_are_broken_records_not_a_crash_or
     # one bracket group a recursion level: 1,500 of them raised RecursionError
     assert hostnames("a[1]" * 1500) is None
     assert hostnames("a[1-2]" * 3) == [f"a{i}a{j}a{k}" for i in (1, 2) for j in (1, 2) for k in (1, 2)]
-
-
-@pytest.fixture
-def jobs_csv(h200_telemetry: Path, tmp_path: Path) -> Path:
-    jobs = pd.read_csv(h200_telemetry.parent / "jobs.csv", dtype={"job_id": str})
-    jobs["nodes"] = jobs["host"]
-    jf = tmp_path / "jobs.csv"
-    jobs[["job_id", "name", "user", "start", "end", "nodes"]].to_csv(jf, index=False)
-    return jf
 
 
 def nightly(root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, dict]:
