@@ -13,8 +13,8 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
-from conftest import H200_DATE, H200_HOST
 import test_nightly_checks
+from conftest import H200_DATE, H200_HOST
 
 from wattclass.cli import main
 from wattclass.jobrecord import hostnames
