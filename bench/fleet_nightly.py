@@ -12,6 +12,8 @@ load average as each began and ended:
 2. ``features``: wattclass's feature stage alone (``classifier.engine.label_files_local``, the
    code nightly runs: scan with the input rules, rule codes, model on GPM-less windows, retraining
    sample, per-job partial aggregates, merge, job labels), with ``--workers`` DuckDB threads;
+   with ``--job-records``, job windows are also checked against the day's jobs file (the
+   records nightly joins: classifier/jobcheck.py), as ``wattclass nightly`` does;
 3. ``classify``: ``wattclass classify`` end to end;
 4. ``nightly``: ``wattclass nightly`` end to end (features, Slurm-record join from the day's
    jobs file, label store, retraining with its promotion gate, label table), on a scratch data
@@ -104,7 +106,20 @@ def measure(cmd: list[str], env: dict[str, str] | None = None) -> dict[str, Any]
             "load_1m": [round(load0, 2), round(os.getloadavg()[0], 2)], "stdout": out}
 
 
-def features_child(root: Path, date: str, workers: int) -> None:
+def _job_records(root: Path, date: str) -> Any:
+    """The day's jobs file as the scan's job-record table (None without one), as nightly reads it."""
+    from wattclass.classifier.jobcheck import index_records, job_records_table
+    from wattclass.classifier.store import utc_day_bounds
+    from wattclass.slurm.client import JobsFileClient
+
+    path = root / "jobs" / f"date={date}" / "jobs.parquet"
+    if not path.is_file():
+        return None
+    start, end = utc_day_bounds(date)
+    return job_records_table(index_records(JobsFileClient(path).jobs_frame(start, end)))
+
+
+def features_child(root: Path, date: str, workers: int, job_records: bool = False) -> None:
     """Run the feature stage alone as nightly runs it (same engine call, sample and model pass),
     print JSON (child process). The model is given as a loader, as ``wattclass classify`` gives
     it: LightGBM loads only if a window needs the model (nightly loads it anyway, to retrain)."""
@@ -116,8 +131,9 @@ def features_child(root: Path, date: str, workers: int) -> None:
     skip_collection_at_exit()  # the child ends as wattclass's commands do (wattclass.cli)
     files = telemetry_files([root], date=date)
     t0 = time.perf_counter()
+    kw: dict[str, Any] = {"jobs": _job_records(root, date)} if job_records else {}
     res = label_files_local(files, lambda: load_model(default_model_dir()), "auto",
-                            sample_per_job=SAMPLE_PER_JOB, sample_prefix=date, workers=workers)
+                            sample_per_job=SAMPLE_PER_JOB, sample_prefix=date, workers=workers, **kw)
     wall = time.perf_counter() - t0
     json.dump({"stage_wall_s": round(wall, 2), "files": res.n_files, "windows": res.n_windows,
                "model_loaded": "lightgbm" in sys.modules, "report": res.report.summary(),
@@ -135,10 +151,12 @@ def main() -> int:
     ap.add_argument("--cold-cache", action="store_true",
                     help="nightly as on a data root's first night: the bundled base training set not "
                     "cached yet (default: cached, as on every later night)")
+    ap.add_argument("--job-records", action="store_true",
+                    help="features: check job windows against the day's jobs file, as nightly does")
     ap.add_argument("--_features", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a._features:
-        features_child(a.data_root, a.date, a.workers)
+        features_child(a.data_root, a.date, a.workers, a.job_records)
         return 0
     py = sys.executable
     out: dict[str, Any] = {"benchmark": "nightly feature stage and end-to-end vs DuckDB group-by",
@@ -153,8 +171,9 @@ def main() -> int:
                       "job_windows": d["job_windows"], "aggregates_per_job": d["aggregates_per_job"],
                       "files": d["files"], "bytes_on_disk": d["bytes_on_disk"], "version": d["duckdb"]}
     if "features" not in a.skip:
+        checked = ["--job-records"] if a.job_records else []
         m = measure([py, __file__, "--data-root", str(a.data_root), "--date", a.date,
-                     "--workers", str(a.workers), "--_features"])
+                     "--workers", str(a.workers), "--_features", *checked])
         child = json.loads(m.pop("stdout"))
         out["features"] = {**m, **child}
     if "classify" not in a.skip:

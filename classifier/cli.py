@@ -218,7 +218,7 @@ def table_group_id(spec: str) -> int | None:
 
 
 def cmd_nightly(args: argparse.Namespace) -> int:
-    from wattclass.classifier.nightly import NightlyOptions, run_nightly
+    from wattclass.classifier.nightly import JOB_WINDOWS_REJECTED, NightlyOptions, run_nightly
     from wattclass.classifier.training import bundled_training_sources
     from wattclass.output import emit
 
@@ -254,6 +254,11 @@ def cmd_nightly(args: argparse.Namespace) -> int:
 
         log.error("%s (exit %d; --allow-empty accepts such a day)", summary["message"], NoDataError.exit_code)
         return NoDataError.exit_code
+    if summary.get("status") == JOB_WINDOWS_REJECTED:
+        from wattclass.errors import DataError
+
+        log.error("%s (exit %d)", summary["message"], DataError.exit_code)
+        return DataError.exit_code
     return 0
 
 

@@ -201,13 +201,16 @@ def label_chunk(
     on_file: Callable[[int, Path], None] | None = None,
     batch_files: int = BATCH_FILES,
     threads: int = 1,
+    jobs: pa.Table | None = None,
 ) -> ChunkResult:
-    """Partials (and sample) of a run of files; also a Dask task. ``batch_files`` is ignored."""
+    """Partials (and sample) of a run of files; also a Dask task. ``batch_files`` is ignored.
+
+    ``jobs``: Slurm job records (``jobcheck.job_records_table``) the windows are checked against."""
     files = list(files)
     lazy = _Model(model)
     scanner = Scanner(threads)
     try:
-        res = scanner.partials(files, drop_columns, sample_per_job, seed)
+        res = scanner.partials(files, drop_columns, sample_per_job, seed, jobs)
         part = res.partials
         sampled = res.sample
         x = None
@@ -228,6 +231,7 @@ def label_chunk(
         reason, _, detail = why.partition(": ")
         report.skipped_files[str(f)] = f"{reason}: {detail[:200]}"
     report.duplicate_windows = res.duplicates
+    report.conflicting_duplicates = res.conflicting
     report.rejected_rows = dict(res.rejected)
     return ChunkResult(part if part.num_rows else None, sample, res.n_windows, len(res.files), sample_h,
                        report)
@@ -387,19 +391,21 @@ def label_files_local(
     chunk_files: int = 0,
     batch_files: int = BATCH_FILES,
     preload: Sequence[str | Callable[[], object]] = AFTER_SCAN_MODULES,
+    jobs: pa.Table | None = None,
 ) -> LabelResult:
     """The local engine: DuckDB over ``files`` with ``workers`` threads (0: every core).
 
     ``chunk_files`` > 0 splits the files into separately scanned chunks merged afterwards (what
     the Dask engine does; the labels are the same); 0 scans them all at once. ``preload``: what
-    to import (or load) beside the scan (``preload_after_scan``).
+    to import (or load) beside the scan (``preload_after_scan``). ``jobs``: Slurm job records
+    the job windows are checked against (``label_chunk``).
     """
     lazy = _require_model(model, source)
     preload_after_scan(preload)
     chunks = chunks_of(files, chunk_files) if chunk_files > 0 else [list(files)]
     given = lazy.get if lazy.given else None  # each chunk loads it through this one, at most once
     results = [label_chunk(c, given, source, drop_columns, sample_per_job, sample_prefix, seed, on_file,
-                           batch_files, threads=workers) for c in chunks if c]
+                           batch_files, threads=workers, jobs=jobs) for c in chunks if c]
     return _combine(results, lazy, source, sample_per_job)
 
 
@@ -414,6 +420,7 @@ def label_files_dask(
     sample_prefix: str = "",
     seed: int = 0,
     chunk_files: int = CHUNK_FILES,
+    jobs: pa.Table | None = None,
 ) -> LabelResult:
     """The Dask engine: one task per chunk of files on the cluster's workers, merged here.
 
@@ -424,8 +431,9 @@ def label_files_dask(
     chunks = chunks_of(files, chunk_files)
     resolved = lazy.get()  # the workers cannot call a loader of this process
     model_f: Any = client.scatter(resolved, broadcast=True) if resolved is not None else None
+    jobs_f: Any = client.scatter(jobs, broadcast=True) if jobs is not None else None
     futures = [client.submit(label_chunk, c, model_f, source, tuple(drop_columns), sample_per_job,
-                             sample_prefix, seed, pure=False) for c in chunks]
+                             sample_prefix, seed, jobs=jobs_f, pure=False) for c in chunks]
     results: list[ChunkResult] = []
     done = 0
     for fut, chunk in zip(futures, chunks, strict=True):

@@ -16,14 +16,18 @@ Steps (each output written atomically; a crash leaves every file either old or n
 
 A day without telemetry (or without any job windows) changes nothing but the summary; its status
 says which (``no telemetry`` / ``no jobs``), and ``wattclass nightly`` exits 7 on the first unless
-``--allow-empty``: a broken pipeline must not look like a quiet night.
+``--allow-empty``: a broken pipeline must not look like a quiet night. Likewise a day whose every
+job window its Slurm records contradict (``job windows rejected``, exit 3); where they contradict
+most of them, the night goes on and logs an ERROR (``job_check`` in the summary).
 
 Robustness (issue 9): the run holds ``<data_root>/classifier/wattclass.lock`` from start to end, so two runs
 never interleave their writes (a second one waits up to ``lock_timeout_s``, then LockBusyError);
 bad telemetry files and rows are skipped and counted by the rules in ``validity``; the user of a
 job is the one in Slurm's job record, never the one in telemetry (a process's environment is not
 proof of who ran it): a job without a record keeps no user, so it adds no user-keyed table entry
-(its telemetry user stays in ``telemetry_user`` for audits).
+(its telemetry user stays in ``telemetry_user`` for audits). The records are read before the scan,
+which checks each job window against its job's record (host, start..end, user;
+``classifier/jobcheck.py``) and rejects, counts and logs the windows the record contradicts.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ from wattclass.classifier.engine import (
     label_files_dask,
     label_files_local,
 )
+from wattclass.classifier.jobcheck import index_records, job_records_table
 from wattclass.classifier.labeling import LabelResult
 from wattclass.classifier.model import (
     SET_OUT_GROUPINGS,
@@ -64,6 +69,7 @@ from wattclass.classifier.reader import telemetry_files
 from wattclass.classifier.store import ClassifierStore, ModelRegistry, utc_day_bounds
 from wattclass.classifier.table import HISTORY_DAYS, build_entries
 from wattclass.classifier.training import cached_training_set, thin
+from wattclass.classifier.validity import REJECT_JOB_HOST, REJECT_JOB_TIME, REJECT_JOB_USER
 from wattclass.errors import ConfigError, SlurmError
 from wattclass.labeltable import write_label_table
 from wattclass.lockfile import FolderLock
@@ -133,30 +139,32 @@ class _Once:
             self._closed = True
 
 
-def _join_slurm(labels: pd.DataFrame, slurm: SlurmClient | None, date: str) -> pd.DataFrame:
-    """Add the job records' fields; ``user`` comes from the record only (None without one)."""
+def _records(slurm: SlurmClient | None, date: str) -> pd.DataFrame | None:
+    """The job records of the day and the week before (``jobcheck.index_records``), or None
+    (no Slurm, or unavailable: logged, and the night goes on without them)."""
+    if slurm is None:
+        return None
+    start, end = utc_day_bounds(date)
+    try:
+        recs = slurm.jobs_frame(start - dt.timedelta(days=7), end)
+    except (SlurmError, OSError) as exc:
+        log.warning("Slurm job records unavailable (%s): job windows are not checked against them, and "
+                    "jobs keep no user, account or name, so they add no user- or account-keyed table "
+                    "entry tonight", exc)
+        return None
+    return index_records(recs) if not recs.empty else None
+
+
+def _join_slurm(labels: pd.DataFrame, recs: pd.DataFrame | None) -> pd.DataFrame:
+    """Add the job records' fields (``recs``: ``_records``); ``user`` comes from the record only
+    (None without one)."""
     out = labels.copy()
     out["telemetry_user"] = out["user"]
     out["user"] = None
     for c in ("name", "account", "partition", "slurm_start", "slurm_end", "decision_label", "cap", "arm"):
         out[c] = None
-    if slurm is None or out.empty:
+    if recs is None or out.empty:
         return out
-    start, end = utc_day_bounds(date)
-    try:
-        recs = slurm.jobs_frame(start - dt.timedelta(days=7), end)
-    except (SlurmError, OSError) as exc:
-        log.warning("Slurm job records unavailable (%s): jobs keep no user, account or name, so they "
-                    "add no user- or account-keyed table entry tonight", exc)
-        return out
-    if recs.empty:
-        return out
-    recs = recs.drop_duplicates("job_id", keep="last")
-    # Telemetry names an array task by Slurm's own id ("5"; the Prolog sees no SLURM_ARRAY_*),
-    # the records by "3_1": index each record under both, the array name winning a clash.
-    alias = recs[recs["slurm_job_id"].notna() & (recs["slurm_job_id"] != recs["job_id"])]
-    alias = alias[~alias["slurm_job_id"].isin(recs["job_id"])].assign(job_id=alias["slurm_job_id"])
-    recs = pd.concat([recs, alias]).drop_duplicates("job_id", keep="first").set_index("job_id")
     idx = out["job_id"]
     for c in ("user", "name", "account", "partition"):
         out[c] = _nullable(idx.map(recs[c]))
@@ -175,11 +183,48 @@ def _nullable(s: pd.Series) -> pd.Series:
     return s.astype(object).where(s.notna(), None)
 
 
+#: The summary's status of a night whose every job window its Slurm records rejected (``wattclass
+#: nightly`` exits non-zero: the label table is left as it was, which must not look like a quiet night).
+JOB_WINDOWS_REJECTED = "job windows rejected"
+_JOB_REJECTS = (REJECT_JOB_HOST, REJECT_JOB_TIME, REJECT_JOB_USER)
+
+
+def _check_attribution(summary: dict[str, Any], labels: pd.DataFrame) -> int:
+    """Put the job-record check's rejects and their share of the job windows into the summary
+    (``job_check``) and log an ERROR where they are the majority; returns their count.
+
+    Why: a site-wide cause (the daemon's ``--host`` unlike Slurm's node names, a node clock far
+    off, a jobs file of the wrong cluster) rejects every job window; per-job warnings alone,
+    capped at a few lines, would read like a handful of suspicious jobs."""
+    rej = summary.get("rejected_rows", {})
+    n = sum(int(rej.get(k, 0)) for k in _JOB_REJECTS)
+    kept = int(labels["n_windows"].sum()) if not labels.empty else 0
+    share = n / (n + kept) if n + kept else 0.0
+    summary["job_check"] = {"rejected_windows": n, "rejected_share": round(share, 4)}
+    if n and share > 0.5:
+        log.error("%d of %d job windows (%.0f%%) contradict their job's Slurm record (%s): a site-wide "
+                  "cause? the telemetry daemon's host names unlike Slurm's node names (--host), node "
+                  "clocks, a jobs file of another cluster or with local times (read as UTC)",
+                  n, n + kept, 100 * share,
+                  ", ".join(f"{k}: {rej[k]}" for k in _JOB_REJECTS if rej.get(k)))
+    return n
+
+
+def _all_rejected(store: ClassifierStore, date: str, summary: dict[str, Any], n: int,
+                  t0: float) -> dict[str, Any]:
+    """The summary of a night whose every job window (``n``) its Slurm records rejected, stored."""
+    summary.update({"status": JOB_WINDOWS_REJECTED, "jobs": 0, "seconds": round(time.monotonic() - t0, 2),
+                    "message": f"every job window of {date} ({n}) contradicts its job's Slurm record "
+                    "(see rejected_rows); label store, model and label table left unchanged"})
+    store.write_summary(date, summary)
+    return summary
+
+
 def _warn_dropped(summary: dict[str, Any]) -> None:
     dup, rej = summary.get("duplicate_windows", 0), summary.get("rejected_rows", {}).get("count", 0)
     if dup or rej:
-        log.warning("%d duplicate window(s) dropped, %d impossible row(s) rejected (see the summary)",
-                    dup, rej)
+        log.warning("%d duplicate window(s) dropped (%d of them with values unlike the copy kept), %d "
+                    "row(s) rejected (see the summary)", dup, summary.get("conflicting_duplicates", 0), rej)
 
 
 def summarise(labels: pd.DataFrame) -> dict[str, Any]:
@@ -288,10 +333,12 @@ def run_nightly(
 
 
 def _scan(opts: NightlyOptions, files: list[Path], current: _Once, client: Client | None,
-          on_file: Callable[[int, Path], None] | None) -> LabelResult:
-    """Label the day's files (step 1), keeping the retraining sample; the model loads beside."""
+          on_file: Callable[[int, Path], None] | None, recs: pd.DataFrame | None) -> LabelResult:
+    """Label the day's files (step 1), keeping the retraining sample; the model loads beside.
+    Job windows are checked against their Slurm records (``recs``; classifier/jobcheck.py)."""
     kw: dict[str, Any] = {"on_file": on_file, "sample_per_job": SAMPLE_PER_JOB,
-                          "sample_prefix": opts.date, "seed": opts.seed}
+                          "sample_prefix": opts.date, "seed": opts.seed,
+                          "jobs": job_records_table(recs) if recs is not None else None}
     try:
         if client is not None:
             return label_files_dask(client, files, current, "auto", **kw)
@@ -323,13 +370,18 @@ def _run(
     # The registry's model (and LightGBM) loads beside the scan: the labels need it only for
     # windows without GPM, the retraining after the scan (issue 15: 0.2 s before a 2 s scan).
     current = _Once(registry.current)
-    result = _scan(opts, files, current, client, on_file) if files else None
+    # The records before the scan: it checks each job window against its job's record.
+    recs = _records(slurm, opts.date) if files else None
+    result = _scan(opts, files, current, client, on_file, recs) if files else None
     model = current()
     summary["model"] = model.version
     summary["feature_seconds"] = round(time.monotonic() - t0, 2)
     if result is not None:
         summary.update(result.report.summary())
         summary.update({"files_read": result.n_files, "windows": result.n_windows})
+    attributed = _check_attribution(summary, result.labels) if result is not None and recs is not None else 0
+    if result is not None and result.labels.empty and attributed:
+        return _all_rejected(store, opts.date, summary, attributed, t0)
     if result is None or result.labels.empty:
         empty = result is None or result.n_windows == 0
         what = "no usable telemetry" if empty else "telemetry but no job windows"
@@ -341,7 +393,7 @@ def _run(
         store.write_summary(opts.date, summary)
         return summary
     _warn_dropped(summary)
-    labels = _join_slurm(result.labels, slurm, opts.date)
+    labels = _join_slurm(result.labels, recs)
     store.write_labels(opts.date, labels)
     problems = list(getattr(slurm, "problems", []))
     summary.update({"status": "ok", "jobs": len(labels), "by_label": summarise(labels),

@@ -1,4 +1,5 @@
-"""The GPM window rule and issue 9's reject rules as DuckDB expressions: the one SQL text of
+"""The GPM window rule and the input rules (issue 9's reject rules, the ``date=`` day check, and the
+nightly's check of a job window against its Slurm record) as DuckDB expressions: the one SQL text of
 ``rules.window_labels`` (the nightly scan, ``wattclass report`` and ``wattclass simulate`` build
 their queries from it; tests/test_classifier_rules.py runs all three against the numpy rule).
 
@@ -10,13 +11,22 @@ the full chain, whose every branch mirrors the numpy code it stands for (``rules
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import datetime as dt
+import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from wattclass.classifier import rules
 from wattclass.classifier.validity import (
+    JOB_TIME_SLACK_S,
     MAX_GPU_POWER_W,
+    PARTITION_SLACK_S,
+    REJECT_DAY,
     REJECT_ENERGY,
+    REJECT_JOB_HOST,
+    REJECT_JOB_TIME,
+    REJECT_JOB_USER,
     REJECT_NULL,
     REJECT_POWER,
     REJECT_TIME,
@@ -99,7 +109,67 @@ def rule_code_sql(dropped: frozenset[str] = frozenset(), column: Callable[[str],
     return f"(CASE WHEN {present} THEN {quick} ELSE {full} END)"
 
 
-def _reject_sql(absent: frozenset[str]) -> str:
+_DAY_MS = 86_400_000
+_PARTITION = re.compile(r"date=(\d{4}-\d{2}-\d{2})$")
+#: Above this many runs of one date in a file list, the day is parsed from the file's name: a
+#: CASE's cost grows with its branches, the parse's does not.
+_MAX_DAY_RUNS = 4
+
+
+def partition_day_ms(path: Path | str) -> int | None:
+    """The UTC midnight (epoch ms) of the ``date=YYYY-MM-DD`` folder ``path`` sits in, else None."""
+    for part in reversed(Path(path).parts[:-1]):
+        m = _PARTITION.match(part)
+        if m:
+            try:
+                day = dt.date.fromisoformat(m.group(1))
+            except ValueError:
+                return None
+            return int(dt.datetime(day.year, day.month, day.day, tzinfo=dt.UTC).timestamp()) * 1000
+    return None
+
+
+def partition_day_sql(files: Sequence[Path | str], offset: int = 0) -> str | None:
+    """Per row, the day of its file's ``date=`` partition (epoch ms; NULL: not in one), from
+    DuckDB's ``file_index`` (``offset``: where ``files`` start in it); None when no file is in one.
+
+    A constant where the files share a day (a night: one comparison per row, nothing more); else a
+    CASE over the runs of one day (files are listed day by day); past _MAX_DAY_RUNS runs, the day
+    parsed from the row's ``filename`` (``FILENAME_DAY_SQL``). Both cost no CPU that three days of
+    1,000 GPUs (26 M rows, CPU2) could show; a per-file list of days looked up by ``file_index``
+    cost about 45% more."""
+    days = [partition_day_ms(f) for f in files]
+    known = {d for d in days if d is not None}
+    if not known:
+        return None
+    if len(known) == 1 and None not in days:
+        return str(known.pop())
+    runs: list[tuple[int, int | None]] = []  # (end index, day)
+    for i, d in enumerate(days):
+        if runs and runs[-1][1] == d:
+            runs[-1] = (i + 1, d)
+        else:
+            runs.append((i + 1, d))
+    if len(runs) <= _MAX_DAY_RUNS:
+        return ("CASE " + " ".join(f"WHEN file_index < {end + offset} THEN {'NULL' if d is None else d}"
+                                   for end, d in runs) + " END")
+    return FILENAME_DAY_SQL
+
+
+#: The day of a row's ``date=`` partition from its file's name (the virtual ``filename`` column):
+#: the innermost date= folder, as ``partition_day_ms`` reads it (``^.*`` is greedy), not a dated
+#: folder above the data root.
+FILENAME_DAY_SQL = ("epoch_ms(TRY_CAST(regexp_extract(filename, '^.*/date=([0-9]{4}-[0-9]{2}-[0-9]{2})/', 1) "
+                    "AS DATE))")
+
+
+def _in_day_sql(day: str) -> str:
+    """Whether ``ts_start`` lies within ``day``'s UTC day, +- PARTITION_SLACK_S (NULL: no day)."""
+    slack = PARTITION_SLACK_S * 1000
+    return f"(epoch_ms(ts_start) - ({day}) BETWEEN {-slack} AND {_DAY_MS + slack - 1})"
+
+
+def _reject_sql(absent: frozenset[str], day: str | None = None) -> str:
     """``validity.impossible_rows`` as a SQL code: 0 valid, else 1 + the first broken rule.
 
     Nearly every row is valid, so a cheap test of the common case comes first and only the rows
@@ -107,7 +177,8 @@ def _reject_sql(absent: frozenset[str]) -> str:
     comparison with NULL is NULL, and DuckDB orders NaN above every number).
 
     ``absent``: columns the data lacks, read as NULL; ``gpu_uuid`` among them (a report over a
-    DataFrame of windows without it) is not tested rather than failing every row."""
+    DataFrame of windows without it) is not tested rather than failing every row. ``day``: the
+    row's partition day (``partition_day_sql``; NULL or None: not tested), code 5 outside it."""
     def f(c: str) -> str:
         return "CAST(NULL AS DOUBLE)" if c in absent else f"CAST({_q(c)} AS DOUBLE)"
 
@@ -120,21 +191,46 @@ def _reject_sql(absent: frozenset[str]) -> str:
 
     mean_w = f"CASE WHEN {bad_e} THEN NULL ELSE {e} / {dur} END"
     uuid_null = "FALSE" if "gpu_uuid" in absent else "gpu_uuid IS NULL"
+    in_day = "TRUE" if day is None else f"coalesce({_in_day_sql(day)}, TRUE)"
     full = (f"CASE WHEN ts_start IS NULL OR ts_end IS NULL OR {uuid_null} THEN 1 "
             f"WHEN epoch_ms(ts_end) <= epoch_ms(ts_start) THEN 2 WHEN {bad_e} THEN 3 "
-            f"WHEN {over(f('power_avg_w'))} OR {over(f('power_max_w'))} OR {over(mean_w)} THEN 4 ELSE 0 END")
+            f"WHEN {over(f('power_avg_w'))} OR {over(f('power_max_w'))} OR {over(mean_w)} THEN 4 "
+            f"WHEN NOT {in_day} THEN 5 ELSE 0 END")
     # Valid for sure: no NULL key, a forward window, a finite energy >= 0 whose mean power and both
-    # power columns are at most MAX_GPU_POWER_W (a missing power column: only the mean counts).
+    # power columns are at most MAX_GPU_POWER_W (a missing power column: only the mean counts),
+    # within its partition's day.
     powers = [f"{f(c)} <= {MAX_GPU_POWER_W!r}" for c in ("power_avg_w", "power_max_w") if c not in absent]
     key = "TRUE" if "gpu_uuid" in absent else "gpu_uuid IS NOT NULL"
     ok = " AND ".join([key, "epoch_ms(ts_end) > epoch_ms(ts_start)", f"{e} >= 0",
-                       f"{e} / {dur} <= {MAX_GPU_POWER_W!r}", *powers])
+                       f"{e} / {dur} <= {MAX_GPU_POWER_W!r}", *powers, *([] if day is None else [in_day])])
     return f"CASE WHEN {ok} THEN 0 ELSE {full} END"
 
 
-#: ``_reject_sql``'s codes 1, 2, 3, 4 as ``validity`` names them (the nightly summary's
-#: ``rejected_rows`` keys), so ``wattclass report`` and ``simulate`` count left-out rows the same way.
-REJECT_REASONS: tuple[str, ...] = (REJECT_NULL, REJECT_TIME, REJECT_ENERGY, REJECT_POWER)
+#: The codes of ``job_check_sql`` (after ``_reject_sql``'s 1..5).
+JOB_HOST, JOB_TIME, JOB_USER = 6, 7, 8
+
+
+def job_check_sql(record: str, user: str | None) -> str:
+    """Per row joined to its job's Slurm record (alias ``record``: hosts VARCHAR[], t0_ms, t1_ms
+    BIGINT, "user"), 0 or the code of the first contradiction: the row's host is not among the
+    job's (JOB_HOST), the window reaches more than JOB_TIME_SLACK_S before the job's start or
+    after its end (JOB_TIME; a running job has no end yet), its ``user`` (the daemon's, from the
+    Prolog's job file or the process's checked environment; ``user``: that column's SQL, None if
+    the data has none) is not the record's (JOB_USER). A NULL field of the record is not tested;
+    a row without a record (``record``.t0_ms and all NULL) gets 0."""
+    r, slack = record, JOB_TIME_SLACK_S * 1000
+    ru = f'{r}."user"'
+    user_bad = "FALSE" if user is None else f"({user} IS NOT NULL AND {ru} IS NOT NULL AND {user} <> {ru})"
+    return (f"CASE WHEN {r}.hosts IS NOT NULL AND NOT list_contains({r}.hosts, host) THEN {JOB_HOST} "
+            f"WHEN epoch_ms(ts_start) < {r}.t0_ms - {slack} OR epoch_ms(ts_end) > {r}.t1_ms + {slack} "
+            f"THEN {JOB_TIME} WHEN {user_bad} THEN {JOB_USER} ELSE 0 END")
+
+
+#: ``_reject_sql``'s codes 1..5 and ``job_check_sql``'s 6..8 as ``validity`` names them (the nightly
+#: summary's ``rejected_rows`` keys), so ``wattclass report`` and ``simulate`` count left-out rows
+#: the same way.
+REJECT_REASONS: tuple[str, ...] = (REJECT_NULL, REJECT_TIME, REJECT_ENERGY, REJECT_POWER, REJECT_DAY,
+                                   REJECT_JOB_HOST, REJECT_JOB_TIME, REJECT_JOB_USER)
 
 
 def reject_counts(by_code: dict[int, int]) -> dict[str, int]:

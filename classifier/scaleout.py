@@ -194,7 +194,7 @@ def open_client(
     from distributed import Client
 
     if scheduler and config:
-        raise ConfigError("give either --scheduler or --slurm-cluster, not both")
+        raise ConfigError("give either --scheduler or --dask-config, not both")
     cluster: Any = None
     if scheduler:
         target: Any = scheduler

@@ -45,7 +45,19 @@ import pyarrow.compute as pc
 
 from wattclass.classifier import rules
 from wattclass.classifier.features import INPUT_COLUMNS
-from wattclass.classifier.rowsql import REJECT_REASONS, _lit, _q, _raw, _reject_sql, _val, rule_code_sql
+from wattclass.classifier.rowsql import (
+    JOB_HOST,
+    JOB_USER,
+    REJECT_REASONS,
+    _lit,
+    _q,
+    _raw,
+    _reject_sql,
+    _val,
+    job_check_sql,
+    partition_day_sql,
+    rule_code_sql,
+)
 from wattclass.classifier.validity import (
     SKIP_BAD_TYPE,
     SKIP_MISSING_COLUMN,
@@ -68,6 +80,20 @@ SAMPLE_MIN_FILES = 64
 #: A sampled window's columns: the model's inputs, and the GPM columns of the roofline margin (the
 #: margin model's target).
 SAMPLE_COLUMNS: tuple[str, ...] = (*INPUT_COLUMNS, "dram_bw_util_pct", *rules.COMPUTE_UNITS)
+#: The columns two copies of a window must agree on to be the same window (a copy that differs in
+#: any of them is a conflicting duplicate): what its energy, GPU-hours, rule label, sharing and
+#: input checks are made of, all of them columns the pass reads anyway. The model's other inputs
+#: (clocks, temperatures; read only for windows without GPM) are not compared: the de-duplicating
+#: pass would have to read them for every window of the night.
+DUPLICATE_VALUE_COLUMNS: tuple[str, ...] = (
+    "host", "ts_end", "user", "energy_j", "power_avg_w", "power_max_w", *rules.RULE_COLUMNS,
+    "shared_jobs", "share_basis")
+#: The name of the job records' table on the scan's connection (``Scanner.partials``'s ``jobs``).
+JOBS_TABLE = "wattclass_job_records"
+#: Pass codes of dropped duplicate copies (beside the reject codes, which are > 0).
+_DUP, _DUP_CONFLICT = -1, -2
+#: Attribution warnings logged per scan (the counts are exact in the summary).
+_MAX_JOB_WARNINGS = 20
 
 
 @dataclass
@@ -78,6 +104,8 @@ class ScanResult:
     skipped: list[tuple[Path, str]]  # (file, "reason: detail")
     rejected: dict[str, int]  # impossible rows per reason (validity)
     duplicates: int  # duplicate windows dropped
+    #: of ``duplicates``, copies whose values (``DUPLICATE_VALUE_COLUMNS``) differ from the kept one's
+    conflicting: int = 0
     nogpm_files: list[str] = field(default_factory=list)  # files holding job windows without GPM
     #: the retraining sample (``Scanner.partials`` with ``sample_per_job``): job_id, h (the draw's
     #: hash), code and the model's input columns; at most ``sample_per_job`` windows a job
@@ -122,6 +150,7 @@ class Scanner:
         self._union = False
         self._names: dict[Path, set[str]] = {}  # columns of each file, when the files differ
         self._absent: frozenset[str] = frozenset()  # columns no file of the scan has (read as NULL)
+        self._jobs = False  # JOBS_TABLE is registered: check job windows against their records
         #: The last ``_sample_first`` (files, (per job, seed), its result): the pass's SQL and the
         #: reading of its file_index need the same order, computed once (3,000 paths hashed).
         self._drawn: tuple[list[Path], tuple[int, int], tuple[list[Path], int]] | None = None
@@ -131,12 +160,13 @@ class Scanner:
 
     # -- files ------------------------------------------------------------------------------
     def _source(self, files: Sequence[Path], filename: bool = False) -> str:
+        """``files`` as a read_parquet; ``filename``: with each row's file name and place in it."""
         lst = "[" + ", ".join(_lit(str(f)) for f in files) + "]"
         opts = ", hive_partitioning = false"
         if self._union:
             opts += ", union_by_name = true"
         if filename:
-            opts += ", filename = true"
+            opts += ", filename = true, file_row_number = true"
         return f"read_parquet({lst}{opts})"
 
     def _check_schemas(self, files: Sequence[Path]) -> tuple[list[Path], list[tuple[Path, str]]]:
@@ -220,62 +250,54 @@ class Scanner:
 
     # -- the one pass -------------------------------------------------------------------------
     def partials(self, files: Sequence[Path], drop_columns: Sequence[str] = (), sample_per_job: int = 0,
-                 seed: int = 0) -> ScanResult:
+                 seed: int = 0, jobs: pa.Table | None = None) -> ScanResult:
         """Per (job_id, host) over the valid, de-duplicated windows (``validity``'s rules).
 
         The pass groups by (job, host, file, reject code, rule code): every aggregate then runs
         without a per-row filter, the reject and rule counts are the groups' row counts, and each
         file's time range falls out. Files whose window-start ranges meet on a host may hold the
         same windows twice: only then are their GPU ranges read, and if two of them share one, the
-        scan is run again with an exact de-duplication (first row of each (gpu_uuid, job_id,
-        ts_start) in file order kept), as a normal night has no such files.
+        scan is run again with an exact de-duplication (``_dedup_sql``), as a normal night has no
+        such files.
+
+        ``jobs``: the day's Slurm job records (``job_records_table``); a window of a job among them
+        is checked against its record in the same pass (``rowsql.job_check_sql``) and rejected
+        where the record contradicts it. Jobs without a record are not checked.
 
         With ``sample_per_job``, the same pass draws the retraining sample (``_pass_sql``)."""
+        if self._jobs:
+            self.con.unregister(JOBS_TABLE)
+        self._jobs = jobs is not None and jobs.num_rows > 0
+        if self._jobs:  # until the next partials or close: the model pass checks the same records
+            self.con.register(JOBS_TABLE, jobs)
+        return self._partials(list(files), drop_columns, sample_per_job, seed)
+
+    def _partials(self, files: list[Path], drop_columns: Sequence[str], sample_per_job: int,
+                  seed: int) -> ScanResult:
         table, good, bad = self._run(
-            lambda fs: self._pass_sql(fs, drop_columns, dedup=False, sample=(sample_per_job, seed)),
-            list(files))
+            lambda fs: self._pass_sql(fs, drop_columns, dedup=False, sample=(sample_per_job, seed)), files)
         if table is None:
             return ScanResult(_empty_partials(), 0, [], bad, {}, 0)
         sample = _sample_rows(table) if sample_per_job > 0 else None
         order = self._sample_order(good, sample_per_job, seed)[0]  # the files in file_index order
         valid_mask = pc.equal(table.column("bad"), 0)
-        rejects = table.filter(pc.invert(valid_mask)).group_by("bad", use_threads=False).aggregate(
-            [("n_windows", "sum")])
-        by_code = dict(zip(rejects.column("bad").to_pylist(), rejects.column("n_windows_sum").to_pylist(),
-                           strict=True))
-        rejected = {reason: int(by_code.get(k, 0)) for k, reason in enumerate(REJECT_REASONS, start=1)}
+        rejects = table.filter(pc.invert(valid_mask))
+        _warn_attribution(rejects)
+        by_code = _n_by(rejects, "bad")
+        rejected = {reason: by_code.get(k, 0) for k, reason in enumerate(REJECT_REASONS, start=1)}
         table = table.filter(valid_mask)
-        dups = 0
+        dups = conflicting = 0
         if self._overlap(order, table):
             log.info("telemetry files overlap in time on a GPU: de-duplicating windows exactly")
-            valid = int(pc.sum(table.column("n_windows")).as_py() or 0)
             table = self.con.sql(self._pass_sql(good, drop_columns, dedup=True)).to_arrow_table()
+            dropped = _n_by(table.filter(pc.less(table.column("bad"), 0)), "bad")
+            dups, conflicting = sum(dropped.values()), dropped.get(_DUP_CONFLICT, 0)
+            if conflicting:
+                log.warning("%d duplicate window(s) differ from the copy kept (the first file by path): "
+                            "telemetry written twice with different values (see the summary)", conflicting)
             table = table.filter(pc.equal(table.column("bad"), 0))
             order = good
-            dups = valid - int(pc.sum(table.column("n_windows")).as_py() or 0)
-        n_windows = int(pc.sum(table.column("n_windows")).as_py() or 0)
-        part = table.filter(pc.is_valid(table.column("job_id")))
-        nogpm = pc.unique(pc.filter(part.column("file_index"), pc.less(part.column("code"), 0)))
-        code, n = part.column("code"), part.column("n_windows")
-
-        def where(cond: pa.ChunkedArray) -> pa.ChunkedArray:
-            return pc.if_else(cond, n, 0)
-
-        cols = {"job_id": part.column("job_id"), "host": part.column("host"), "user": part.column("user"),
-                "n_windows": n, "dur_ms": part.column("dur_ms"), "energy_j": part.column("energy_j"),
-                "ts_start_ms": part.column("ts_start_ms"), "ts_end_ms": part.column("ts_end_ms"),
-                "n_gpm": where(pc.greater_equal(code, 0)), "r_idle": where(pc.equal(code, rules.IDLE)),
-                "r_compute": where(pc.equal(code, rules.COMPUTE)),
-                "r_memory": where(pc.equal(code, rules.MEMORY)), "n_shared": part.column("n_shared"),
-                "n_pipe_gap": where(pc.equal(code, rules.PIPE_GAP))}
-        sums = ["n_windows", "dur_ms", "energy_j", "n_gpm", "r_idle", "r_compute", "r_memory", "n_shared",
-                "n_pipe_gap"]
-        aggs = [(c, "sum") for c in sums] + [("user", "min"), ("ts_start_ms", "min"), ("ts_end_ms", "max")]
-        per_job = pa.table(cols).group_by(["job_id", "host"], use_threads=False).aggregate(aggs)
-        back = {f"{c}_{a}": c for c, a in aggs}
-        per_job = per_job.rename_columns([back.get(n, n) for n in per_job.column_names])
-        return ScanResult(per_job, n_windows, good, bad, {k: v for k, v in rejected.items() if v},
-                          dups, sorted(str(order[i]) for i in nogpm.to_pylist()), sample)
+        return _per_job(table, order, good, bad, rejected, dups, conflicting, sample)
 
     def _overlap(self, files: list[Path], valid: pa.Table) -> bool:
         """Whether two of ``files`` may hold the same windows (``valid``: the pass's valid groups).
@@ -290,10 +312,11 @@ class Scanner:
         index = pc.filter(spans.column("filename"),
                           pc.is_in(spans.column("host"), pa.array(hosts, spans.column("host").type)))
         some = [files[i] for i in sorted(set(index.to_pylist()))]
+        reject = _reject_sql(self._absent, partition_day_sql(some))
         ranges = self.con.sql(
             "SELECT host, filename, epoch_ms(min(ts_start)) AS t0, epoch_ms(max(ts_start)) AS t1, "
             "min(gpu_uuid) AS lo, max(gpu_uuid) AS hi FROM (SELECT host, filename, ts_start, "
-            f"CAST(gpu_uuid AS VARCHAR) AS gpu_uuid, {_reject_sql(self._absent)} AS bad "
+            f"CAST(gpu_uuid AS VARCHAR) AS gpu_uuid, {reject} AS bad "
             f"FROM {self._source(some, filename=True)}) WHERE bad = 0 GROUP BY host, filename"
         ).to_arrow_table()
         return _overlapping_files(self.con, ranges)
@@ -307,7 +330,7 @@ class Scanner:
         in ``_sample_first``'s order."""
         per_job, seed = sample
         if per_job <= 0 or dedup:
-            sel = self._row_sql(self._absent, drop_columns, dedup)
+            sel = self._row_sql(self._absent, drop_columns, dedup, fs)
             rows = f"SELECT {', '.join(sel)} FROM {self._source(fs, filename=dedup)}"
         else:
             order, n = self._sample_order(fs, per_job, seed)
@@ -322,7 +345,7 @@ class Scanner:
             # NaN reads as missing in numpy (features.column_f64), as NULL does. Hash and code:
             # once per row (inner).
             raw = {c: _q(f"s_{c}") for c in SAMPLE_COLUMNS}
-            inner = [*self._row_sql(absent, drop_columns, False),
+            inner = [*self._row_sql(absent, drop_columns, False, drawn),
                      f"hash(job_id, host, gpu_index, ts_start, {int(seed)}) AS h",
                      *(f"{_raw(c, dropped)} AS {raw[c]}" for c in SAMPLE_COLUMNS)]
             packed = ", ".join([*raw.values(), "CAST(ms AS DOUBLE)", "CAST(code AS DOUBLE)",
@@ -333,7 +356,7 @@ class Scanner:
                     f"FROM (SELECT {', '.join(inner)} FROM {self._source(drawn)})")
             if rest:
                 sel = [c if c != "file_index" else f"file_index + {n} AS file_index"
-                       for c in self._row_sql(self._branch_absent(rest), drop_columns, False)]
+                       for c in self._row_sql(self._branch_absent(rest), drop_columns, False, rest)]
                 rows += f" UNION ALL BY NAME SELECT {', '.join(sel)} FROM {self._source(rest)}"
         n_shared = ("CAST(0 AS BIGINT) AS n_shared" if "shared_jobs" in self._absent
                     else "count(*) FILTER (WHERE sh) AS n_shared")
@@ -345,9 +368,13 @@ class Scanner:
             # the draw of the former separate pass: GPM windows of a job, whatever their reject code
             aggs.append(f"arg_min(s, h, {int(per_job)}) FILTER (WHERE h IS NOT NULL AND job_id IS NOT NULL "
                         "AND code >= 0) AS sample")
-        if dedup:  # the first row of each key in file order; rejected rows never shadow a valid one
-            rows = (f"SELECT * FROM ({rows}) QUALIFY row_number() OVER (PARTITION BY gpu_uuid, job_id, "
-                    "ts_start, bad = 0 ORDER BY filename) = 1 OR bad <> 0")
+        if self._jobs:  # windows of a job with a Slurm record, checked against it
+            check = job_check_sql("j", 'r."user"')
+            rows = (f"SELECT r.* EXCLUDE (bad), CAST(CASE WHEN r.bad <> 0 OR j.job_id IS NULL THEN r.bad "
+                    f"ELSE {check} END AS TINYINT) AS bad FROM ({rows}) r "
+                    f"LEFT JOIN {JOBS_TABLE} j ON r.job_id = j.job_id")
+        if dedup:
+            rows = _dedup_sql(rows)
         # Windows without a job are grouped too (per host and file): they count as windows read.
         keys = "job_id, host, file_index, bad, code"  # file_index: the file's place in ``fs``
         return f"SELECT {keys}, {', '.join(aggs)} FROM ({rows}) GROUP BY {keys}"
@@ -373,18 +400,21 @@ class Scanner:
             have.update(self._names.get(Path(f), ()))
         return frozenset(TELEMETRY_V1.names) - have
 
-    def _row_sql(self, absent: frozenset[str], drop_columns: Sequence[str], dedup: bool) -> list[str]:
-        """The per-row columns of the pass, for files lacking ``absent``."""
+    def _row_sql(self, absent: frozenset[str], drop_columns: Sequence[str], dedup: bool,
+                 files: Sequence[Path]) -> list[str]:
+        """The per-row columns of the pass, for ``files`` (read by one read_parquet) lacking ``absent``."""
         code = rule_code_sql(frozenset(drop_columns) | absent)
+        reject = _reject_sql(absent, partition_day_sql(files))
         user = "CAST(NULL AS VARCHAR)" if "user" in absent else '"user"'
         sel = ["job_id", "host", f'{user} AS "user"', "ts_start", "ts_end",
                # beside the reject code, so that DuckDB computes epoch_ms once per row for both
                "epoch_ms(ts_end) - epoch_ms(ts_start) AS ms",
                # NaN energy is rejected (bad = 3): a valid row's energy is a number or NULL
                "coalesce(CAST(energy_j AS DOUBLE), 0.0) AS e", f"CAST({code} AS TINYINT) AS code",
-               "file_index", f"CAST({_reject_sql(absent)} AS TINYINT) AS bad"]
+               "file_index", f"CAST({reject} AS TINYINT) AS bad"]
         if dedup:
-            sel += ["gpu_uuid", "filename"]
+            values = ", ".join(_q(c) for c in DUPLICATE_VALUE_COLUMNS if c not in absent)
+            sel += ["gpu_uuid", "filename", "file_row_number", f"hash({values}) AS vh"]
         if "shared_jobs" not in self._absent:
             # labeling._shared_windows: other jobs held the GPU, and it is not a MIG instance's row
             # with the instance's own GPM (docs/shared-gpus.md)
@@ -399,16 +429,27 @@ class Scanner:
                       drop_columns: Sequence[str] = ()) -> Iterator[pa.Table]:
         """Windows that need the model (no GPM, or every job window), in Arrow batches.
 
-        ``files`` were read by ``partials`` already (readable, required columns present)."""
+        ``files`` were read by ``partials`` already (readable, required columns present). The rows
+        ``partials`` rejected are left out here too (its reject code and, with job records, their
+        check), so a rejected window adds nothing to its job's model counts either."""
         import duckdb
 
         def sql() -> str:
             dropped = frozenset(drop_columns) | self._absent
             cols = ", ".join(f"{_val(c, dropped)} AS {_q(c)}" for c in INPUT_COLUMNS)
-            where = "job_id IS NOT NULL" + ("" if all_job_windows else f" AND {rule_code_sql(dropped)} < 0")
+            where = (f"job_id IS NOT NULL AND ({_reject_sql(self._absent, partition_day_sql(files))}) = 0"
+                     + ("" if all_job_windows else f" AND {rule_code_sql(dropped)} < 0"))
+            user = "CAST(NULL AS VARCHAR)" if "user" in self._absent else '"user"'
             # window_ms: the window's length, for the length-weighted job aggregation (model.window_weights)
-            return (f"SELECT job_id, host, epoch_ms(ts_end) - epoch_ms(ts_start) AS window_ms, {cols} "
+            rows = (f'SELECT job_id, host, ts_start, ts_end, {user} AS "user", '
+                    f"epoch_ms(ts_end) - epoch_ms(ts_start) AS window_ms, {cols} "
                     f"FROM {self._source(files)} WHERE {where}")
+            out = 'r.* EXCLUDE (ts_start, ts_end, "user")'
+            if not self._jobs:
+                return f"SELECT {out} FROM ({rows}) r"
+            check = job_check_sql("j", 'r."user"')
+            return (f"SELECT {out} FROM ({rows}) r LEFT JOIN {JOBS_TABLE} j ON r.job_id = j.job_id "
+                    f"WHERE j.job_id IS NULL OR ({check}) = 0")
 
         self._union, self._absent = False, frozenset()
         try:
@@ -421,6 +462,23 @@ class Scanner:
         for rb in reader:
             if rb.num_rows:
                 yield pa.Table.from_batches([rb])
+
+
+def _dedup_sql(rows: str) -> str:
+    """``rows`` with each dropped copy of a window marked: per (gpu_uuid, job_id, ts_start) among
+    the valid rows, the copy of the first file by path (then the first in that file) is kept;
+    the others get the code _DUP, or _DUP_CONFLICT where their values (``vh``, a hash of
+    DUPLICATE_VALUE_COLUMNS) differ from the kept copy's. Deterministic whatever the threads or
+    the listing order; rejected rows (bad > 0) never shadow a valid one.
+
+    Why the first by path: the daemon names a file after its WAL segment (``<host>-<ns>-<pid>``)
+    and the importer after its span, so a copy's path is the only thing both copies have that
+    orders them the same on every run; a re-run converts a segment to the same name (no copy)."""
+    w = "PARTITION BY gpu_uuid, job_id, ts_start, bad = 0 ORDER BY filename, file_row_number"
+    return (f"SELECT * EXCLUDE (vh, kept_vh, rn) REPLACE (CAST(CASE WHEN rn = 1 OR bad <> 0 THEN bad "
+            f"WHEN vh IS NOT DISTINCT FROM kept_vh THEN {_DUP} ELSE {_DUP_CONFLICT} END AS TINYINT) AS bad) "
+            f"FROM (SELECT *, row_number() OVER ({w}) AS rn, first_value(vh) OVER ({w}) AS kept_vh "
+            f"FROM ({rows}))")
 
 
 def _bad_types(schema: pa.Schema) -> list[str]:
@@ -454,6 +512,60 @@ class _Differ(Exception):
 
 def _empty_partials() -> pa.Table:
     return pa.table({"job_id": pa.array([], pa.string()), "host": pa.array([], pa.string())})
+
+
+def _n_by(table: pa.Table, key: str) -> dict[int, int]:
+    """Windows (summed ``n_windows``) per value of ``key`` among the pass's groups."""
+    t = table.group_by(key, use_threads=False).aggregate([("n_windows", "sum")])
+    return {int(k): int(v) for k, v in zip(t.column(key).to_pylist(), t.column("n_windows_sum").to_pylist(),
+                                          strict=True)}
+
+
+def _warn_attribution(rejects: pa.Table) -> None:
+    """One warning per (job, host, reason) whose windows its Slurm record contradicts (the job id
+    and host are user-controllable text: clipped), at most _MAX_JOB_WARNINGS, then a count."""
+    codes = rejects.column("bad")
+    hit = rejects.filter(pc.and_(pc.greater_equal(codes, JOB_HOST), pc.less_equal(codes, JOB_USER)))
+    if not hit.num_rows:
+        return
+    t = hit.group_by(["job_id", "host", "bad"], use_threads=False).aggregate([("n_windows", "sum")])
+    t = t.sort_by([("job_id", "ascending"), ("host", "ascending"), ("bad", "ascending")])
+    rows = t.to_pylist()
+    for r in rows[:_MAX_JOB_WARNINGS]:
+        log.warning("job %s: %d window(s) from host %s rejected: %s", clip(r["job_id"], 40),
+                    r["n_windows_sum"], clip(r["host"], 64), REJECT_REASONS[int(r["bad"]) - 1])
+    if len(rows) > _MAX_JOB_WARNINGS:
+        log.warning("... and %d more (job, host) pair(s) whose windows their Slurm record contradicts",
+                    len(rows) - _MAX_JOB_WARNINGS)
+
+
+# long: the per-job table's columns, one per aggregate the labels read
+def _per_job(table: pa.Table, order: list[Path], good: list[Path], bad: list[tuple[Path, str]],
+             rejected: dict[str, int], dups: int, conflicting: int, sample: pa.Table | None) -> ScanResult:
+    """The pass's valid groups (``table``) merged per (job_id, host): the scan's result."""
+    n_windows = int(pc.sum(table.column("n_windows")).as_py() or 0)
+    part = table.filter(pc.is_valid(table.column("job_id")))
+    nogpm = pc.unique(pc.filter(part.column("file_index"), pc.less(part.column("code"), 0)))
+    code, n = part.column("code"), part.column("n_windows")
+
+    def where(cond: pa.ChunkedArray) -> pa.ChunkedArray:
+        return pc.if_else(cond, n, 0)
+
+    cols = {"job_id": part.column("job_id"), "host": part.column("host"), "user": part.column("user"),
+            "n_windows": n, "dur_ms": part.column("dur_ms"), "energy_j": part.column("energy_j"),
+            "ts_start_ms": part.column("ts_start_ms"), "ts_end_ms": part.column("ts_end_ms"),
+            "n_gpm": where(pc.greater_equal(code, 0)), "r_idle": where(pc.equal(code, rules.IDLE)),
+            "r_compute": where(pc.equal(code, rules.COMPUTE)),
+            "r_memory": where(pc.equal(code, rules.MEMORY)), "n_shared": part.column("n_shared"),
+            "n_pipe_gap": where(pc.equal(code, rules.PIPE_GAP))}
+    sums = ["n_windows", "dur_ms", "energy_j", "n_gpm", "r_idle", "r_compute", "r_memory", "n_shared",
+            "n_pipe_gap"]
+    aggs = [(c, "sum") for c in sums] + [("user", "min"), ("ts_start_ms", "min"), ("ts_end_ms", "max")]
+    per_job = pa.table(cols).group_by(["job_id", "host"], use_threads=False).aggregate(aggs)
+    back = {f"{c}_{a}": c for c, a in aggs}
+    per_job = per_job.rename_columns([back.get(n, n) for n in per_job.column_names])
+    return ScanResult(per_job, n_windows, good, bad, {k: v for k, v in rejected.items() if v},
+                      dups, conflicting, sorted(str(order[i]) for i in nogpm.to_pylist()), sample)
 
 
 def _sample_first(files: Sequence[Path], per_job: int, seed: int) -> tuple[list[Path], int]:

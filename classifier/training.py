@@ -218,15 +218,16 @@ def h200_data_dir() -> Path:
     return data
 
 
-#: Raw recordings the default model is trained on (folders under wattclass/data/h200): all eleven
-#: since issue 13 round 7. With the integer pipe in the GPM rule, the later sets hold most of the
-#: integer-bound compute work (layout permutes, random numbers, sparse and graph kernels, quantised
-#: GEMMs, pooling, top-k), which the six round-2 folders barely have: trained on those six, leave
-#: one set out called 53 of 509 compute-bound jobs memory-bound and acted on all 53; trained on
-#: every other folder, 24 acted (docs/benchmarks.md, issue 13 round 7).
+#: Raw recordings the default model is trained on (folders under wattclass/data/h200): every one
+#: since issue 13 round 7, twelve since round 9 (``fresh6`` joined after it was scored once). With
+#: the integer pipe in the GPM rule, the later sets hold most of the integer-bound compute work
+#: (layout permutes, random numbers, sparse and graph kernels, quantised GEMMs, pooling, top-k,
+#: hashing), which the six round-2 folders barely have: trained on those six, leave one set out
+#: called 53 of 509 compute-bound jobs memory-bound and acted on all 53; trained on every other
+#: folder, 24 acted, and 16 with ``fresh6`` in training too (docs/benchmarks.md, rounds 7 and 9).
 BUNDLED_RECORDINGS: tuple[str, ...] = (
     "raw", "collected", "sweep", "sweep-heldout", "ridge", "ridge2", "fresh", "fresh3", "fresh4",
-    "latency", "fresh5",
+    "latency", "fresh5", "fresh6",
 )
 #: The recordings h200-20261130-lenweight (issue 13 round 2) and -lenweight-amb (round 6) were
 #: trained on; ``--round2-recipe`` trains that recipe on them. With the round-7 rule (integer
@@ -241,10 +242,11 @@ def bundled_training_sources() -> list[Path]:
     13 s each, two recording sessions), then the randomised mechanism runs of issue 13: ``sweep``
     (47), ``sweep-heldout`` (61), ``ridge`` (81), ``ridge2`` (42), and the later test sets, each
     scored once by its round's registered commands before it joined: ``fresh`` (124), ``fresh3``
-    (71), ``fresh4`` (165), ``latency`` (82 randomised latency-bound runs) and ``fresh5`` (237);
-    997 jobs (see BUNDLED_RECORDINGS for why all of them since round 7). All are raw 1 Hz probe
-    recordings that ``training_set`` replays through the telemetry daemon. ``live-nvml`` (66 jobs
-    of ``collected`` written live by the NVML daemon) is *not* a training source: it would count
+    (71), ``fresh4`` (165), ``latency`` (82 randomised latency-bound runs), ``fresh5`` (237) and
+    ``fresh6`` (85); 1,082 jobs (see BUNDLED_RECORDINGS for why all of them since round 7). All are
+    raw 1 Hz probe recordings that ``training_set`` replays through the telemetry daemon.
+    ``live-nvml`` (66 jobs of ``collected`` written live by the NVML daemon) is *not* a training
+    source: it would count
     those jobs twice; it is kept for the replay-vs-live check in bench/eval_classifier.py. Rebuild
     the default model with ``wattclass model train --out classifier/models --version V``.
     """

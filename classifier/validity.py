@@ -13,9 +13,17 @@ what counts, and their counts go into the night's summary so that nothing is dro
   is allowed: the counter may be unsupported), or a power beyond ``MAX_GPU_POWER_W``
   (``power_avg_w``, ``power_max_w``, or ``energy_j`` over the window's duration). Rejected,
   counted per reason.
+- **Windows outside their day** (``REJECT_DAY``): ``ts_start`` more than ``PARTITION_SLACK_S``
+  outside the UTC day of the file's ``date=`` partition (a wrong clock, a misfiled file);
+  rejected and counted. Files outside a ``date=`` folder are not checked.
+- **Job attribution** (nightly, where Slurm has the job's record): a window from a host the job
+  did not run on, outside its start..end (+- ``JOB_TIME_SLACK_S``) or of another user than the
+  record's is rejected, counted per reason and logged with job id and host.
 - **Duplicate windows** (``Deduplicator``): one GPU's window for one job is one row; a second
-  row with the same ``(gpu_uuid, ts_start, job_id)`` (a segment converted twice under another
-  name, a file copied into two partitions) is dropped, the first one seen kept, and counted.
+  row with the same ``(gpu_uuid, ts_start, job_id)`` (a file copied into another partition or
+  under another name; Prometheus imports over overlapping spans) is dropped and counted. The scan
+  keeps the copy of the first file by path (then the first in that file), and counts apart the
+  dropped copies whose values differ from the kept one (``conflicting_duplicates``).
   The engine applies it over every file one unit of work reads (all files of a night on the
   default local engine with one worker; per chunk of ``engine.CHUNK_FILES`` files otherwise).
 """
@@ -48,6 +56,28 @@ REJECT_TIME = "ts_end <= ts_start"
 REJECT_ENERGY = "energy_j negative, NaN or infinite"
 REJECT_POWER = f"power above {MAX_GPU_POWER_W:g} W"
 
+#: How far a window's ``ts_start`` may lie outside the UTC day of the ``date=D`` partition its file
+#: sits in. The daemon and the Prometheus importer file a window under its own ``ts_start``'s UTC
+#: date (telemetry/sink.py), so a window that straddles midnight is in the day it starts in and
+#: a correct file has none outside; the slack admits a writer that files by the window's end
+#: and windows of a few minutes (the importer's ``--period``). Farther out is a node with a wrong
+#: clock or a file copied into the wrong folder: its windows would count for a job in a day it
+#: did not run in.
+PARTITION_SLACK_S = 300
+REJECT_DAY = f"ts_start more than {PARTITION_SLACK_S} s outside its date= partition's day"
+
+#: How far a window may reach past its job's Slurm start..end and still count for it: the
+#: daemon's windows are 10 s, aligned to the period (the first may start before the job, the last
+#: end after it), and a node's clock may be off slurmctld's by some seconds.
+JOB_TIME_SLACK_S = 60
+#: Windows attributed to a job whose Slurm record contradicts them (nightly only: the checks need
+#: the day's job records). The job id is the daemon's attribution (a Prolog job file, else the
+#: GPU processes' SLURM_JOB_ID, which the job's user controls), so a user could book their GPU's
+#: windows on another job and change that job's label, and its cap.
+REJECT_JOB_HOST = "job not on this host (Slurm record)"
+REJECT_JOB_TIME = f"outside the job's start..end +- {JOB_TIME_SLACK_S} s (Slurm record)"
+REJECT_JOB_USER = "user not the job's (Slurm record)"
+
 #: Columns the rules read (the engines must scan them).
 RULE_INPUT_COLUMNS: tuple[str, ...] = ("gpu_uuid", "ts_start", "ts_end", "job_id", "energy_j",
                                        "power_avg_w", "power_max_w")
@@ -61,6 +91,8 @@ class InputReport:
 
     skipped_files: dict[str, str] = field(default_factory=dict)  # path -> reason
     duplicate_windows: int = 0
+    #: of those, copies whose values (the label's inputs) differ from the kept copy's
+    conflicting_duplicates: int = 0
     rejected_rows: dict[str, int] = field(default_factory=dict)  # reason -> rows
 
     def skip(self, path: Path, reason: str, detail: str) -> None:
@@ -70,6 +102,7 @@ class InputReport:
     def merge(self, other: InputReport) -> None:
         self.skipped_files.update(other.skipped_files)
         self.duplicate_windows += other.duplicate_windows
+        self.conflicting_duplicates += other.conflicting_duplicates
         for k, v in other.rejected_rows.items():
             self.rejected_rows[k] = self.rejected_rows.get(k, 0) + v
 
@@ -83,6 +116,7 @@ class InputReport:
         return {"skipped_files": {"count": len(self.skipped_files), "by_reason": by_reason,
                                   "files": listed},
                 "duplicate_windows": self.duplicate_windows,
+                "conflicting_duplicates": self.conflicting_duplicates,
                 "rejected_rows": {"count": sum(self.rejected_rows.values()), **self.rejected_rows}}
 
 

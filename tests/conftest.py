@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -22,6 +23,20 @@ def h200_raw() -> Path:
 def h200_telemetry() -> Path:
     """Real H200 telemetry in the v1 schema (21 jobs), bundled in the package."""
     return REPO / "wattclass" / "data" / "h200" / "telemetry.parquet"
+
+
+#: The day and host the bundled H200 telemetry was recorded on.
+H200_DATE, H200_HOST = "2026-11-29", "gpu-h200-03"
+
+
+@pytest.fixture
+def h200_day_root(h200_telemetry: Path, tmp_path: Path) -> Path:
+    """A data root holding the bundled telemetry where the daemon would have written it."""
+    r = tmp_path / "root"
+    d = r / "telemetry" / f"date={H200_DATE}" / f"host={H200_HOST}"
+    d.mkdir(parents=True)
+    shutil.copy(h200_telemetry, d / "part-0.parquet")
+    return r
 
 
 @pytest.hookimpl(hookwrapper=True)

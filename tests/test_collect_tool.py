@@ -33,7 +33,7 @@ def run_tool(env: dict[str, str], *, block_gpu_stack: bool = False,
              timeout: float = 120) -> subprocess.CompletedProcess[str]:
     args = [sys.executable, "-c", NO_GPU_STACK] if block_gpu_stack else [sys.executable, str(TOOL)]
     full = {k: v for k, v in os.environ.items()
-            if k not in ("PART", "ONLY", "SMOKE", "LIST", "DEVICE", "TAG", "DUR", "PARTS")}
+            if k not in ("PART", "ONLY", "SMOKE", "LIST", "DEVICE", "TAG", "DUR", "PARTS", "RUN_DUR")}
     return subprocess.run(args, env={**full, **env}, capture_output=True, text=True, timeout=timeout,
                           check=False)
 
@@ -204,6 +204,26 @@ def test_sweep_list_needs_no_torch() -> None:
     assert all(r[1] in VALID for r in rows)
 
 
+def test_sweep_only_reruns_named_runs_of_the_plan_at_a_forced_length() -> None:
+    """Long re-runs of recorded runs (issue 13 round 9): ONLY picks runs of the sweep plan by name,
+    keeping their plan index (the job id) and parameters; RUN_DUR overrides each run's own length;
+    a name the plan lacks is refused by name."""
+    full = run_tool({"LIST": "1", "SWEEP": "20", "SEED": "4"}, block_gpu_stack=True)
+    rows = {r[3]: r for r in (ln.split(None, 5) for ln in full.stdout.splitlines() if ln.strip())}
+    pick = [name for name in rows][7:9]
+    p = run_tool({"LIST": "1", "SWEEP": "20", "SEED": "4", "ONLY": ",".join(reversed(pick)),
+                  "RUN_DUR": "45"}, block_gpu_stack=True)
+    assert p.returncode == 0, p.stderr
+    got = [ln.split(None, 5) for ln in p.stdout.splitlines() if ln.strip()]
+    assert [r[3] for r in got] == pick  # plan order, whatever the order in ONLY
+    assert [r[0] for r in got] == ["7", "8"]
+    assert all(r[4] == "45.0s" for r in got) and all(rows[r[3]][4] != "45.0s" for r in got)
+    assert [r[5] for r in got] == [rows[n][5] for n in pick]
+    bad = run_tool({"LIST": "1", "SWEEP": "20", "SEED": "4", "ONLY": f"{pick[0]},no_such_run"},
+                   block_gpu_stack=True)
+    assert bad.returncode != 0 and "no_such_run" in bad.stderr
+
+
 def test_cpu_sweep_smoke_records_family_and_params(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     p = run_tool({"SWEEP": "6", "SEED": "5", "SMOKE": "1", "DEVICE": "cpu", "OUT": str(tmp_path),
@@ -217,6 +237,28 @@ def test_cpu_sweep_smoke_records_family_and_params(tmp_path: Path) -> None:
         params = json.loads(r["params"])
         assert params and r["label"] in VALID
     assert [int(r["job_id"]) for r in runs] == list(range(6000, 6006))
+
+
+def test_long_twin_reruns_are_the_recorded_runs_at_40_s_on_both_gpus() -> None:
+    """wattclass/data/h200/long-twins (issue 13 round 9) re-ran recorded runs for 40 s: each run has
+    the plan's parameters of its seed and family set (fresh4's or fresh5's), lasted 40 s, and ran
+    on both GPUs, so bench/eval_long_twins.py has a re-run of each; its PAIRS are those runs."""
+    sweep = load_sweep()
+    sys.path.insert(0, str(REPO / "bench"))
+    from eval_long_twins import PAIRS
+
+    data = REPO / "wattclass/data/h200/long-twins"
+    seen: dict[str, int] = {}
+    for runs_csv in sorted(data.glob("*_runs.csv")):
+        with open(runs_csv) as f:
+            for r in csv.DictReader(f):
+                seed = int(r["job"].rsplit("_s", 1)[1].split("_")[0])
+                fams = sweep.FRESH4_TEST if r["family"] in sweep.FRESH4_TEST else sweep.FRESH5_TEST
+                w = {w.name: w for w in sweep.plan(seed, 60, tuple(fams))}[r["job"]]
+                assert (w.family, w.params) == (r["family"], json.loads(r["params"])), r["job"]
+                assert 39.5 <= float(r["end"]) - float(r["start"]) <= 41.0, r["job"]
+                seen[r["job"]] = seen.get(r["job"], 0) + 1
+    assert seen == {name: 2 for pair in PAIRS for name in pair}
 
 
 @pytest.mark.parametrize("folder", ["latency", "fresh4", "fresh5", "fresh6"])

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 import shlex
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,21 @@ def _exec_lines(unit: Path) -> list[str]:
     """ExecStart*/ExecStartPost lines, continuation lines joined."""
     text = unit.read_text().replace("\\\n", " ")
     return [m.group(1) for m in re.finditer(r"^ExecStart(?:Post)?=-?(.*)$", text, re.M)]
+
+
+def _environment(unit: Path) -> dict[str, str]:
+    """The unit's Environment= variables, split as systemd splits them.
+
+    systemd reads ``Environment=`` as whitespace-separated assignments (quotes group words), so
+    ``Environment=ARGS=--metrics-port 9410`` sets ARGS to ``--metrics-port`` alone and drops
+    ``9410`` with a warning: the daemon then fails on a flag without its value."""
+    env: dict[str, str] = {}
+    for value in re.findall(r"^Environment=(.*)$", unit.read_text(), re.M):
+        for word in shlex.split(value):
+            name, eq, val = word.partition("=")
+            assert eq and re.fullmatch(r"\w+", name), f"{unit.name}: {word!r} is not a systemd assignment"
+            env[name] = val
+    return env
 
 
 def _wattclass_argv(line: str, env: dict[str, str]) -> list[str]:
@@ -35,7 +52,7 @@ UNITS = ["wattclass-nightly.service", "wattclass-telemetry.service", "wattclass-
 @pytest.mark.parametrize("unit", UNITS)
 def test_unit_commands_parse(unit: str) -> None:
     path = DEPLOY / unit
-    env = dict(re.findall(r"^Environment=(\w+)=(.*)$", path.read_text(), re.M))
+    env = _environment(path)
     lines = _exec_lines(path)
     assert lines
     parser = build_parser()
@@ -68,7 +85,70 @@ def test_reconcile_unit_runs_once_before_slurmd() -> None:
     d = _directives(DEPLOY / "wattclass-reconcile.service")
     assert d["Type"] == ["oneshot"] and d["Before"] == ["slurmd.service"]
     assert "Requires" not in d and "RequiredBy" not in d  # a failed reconcile must not keep slurmd down
-    argv = _wattclass_argv(_exec_lines(DEPLOY / "wattclass-reconcile.service")[0],
-                           dict(re.findall(r"^Environment=(\w+)=(.*)$",
-                                           (DEPLOY / "wattclass-reconcile.service").read_text(), re.M)))
+    unit = DEPLOY / "wattclass-reconcile.service"
+    argv = _wattclass_argv(_exec_lines(unit)[0], _environment(unit))
     assert argv[:2] == ["plugin", "reconcile"]
+    assert argv[2:] == ["--backend", "nvml", "--log", "/var/log/wattclass/plugin.log"]
+
+
+def test_telemetry_unit_serves_metrics_on_the_documented_port() -> None:
+    unit = DEPLOY / "wattclass-telemetry.service"
+    args = build_parser().parse_args(_wattclass_argv(_exec_lines(unit)[0], _environment(unit)))
+    assert args.metrics_port == 9410 and args.spool == Path("/run/wattclass/jobs")
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="needs systemd-analyze")
+def test_systemd_accepts_the_units(tmp_path: Path) -> None:
+    """``systemd-analyze verify`` reads the units as systemd will; it warns (exit 0) about an
+    Environment= word that is not an assignment, so any line it prints about a unit fails."""
+    wattclass = tmp_path / "wattclass"
+    wattclass.write_text("#!/bin/sh\n")
+    wattclass.chmod(0o755)
+    units = []
+    for src in [*UNITS, "wattclass-nightly.timer"]:
+        dst = tmp_path / src
+        dst.write_text((DEPLOY / src).read_text().replace("/usr/local/bin/wattclass", str(wattclass)))
+        units.append(str(dst))
+    run = subprocess.run(["systemd-analyze", "verify", "--man=no", *units], capture_output=True, text=True,
+                         timeout=60, check=False)
+    problems = [ln for ln in (run.stdout + run.stderr).splitlines() if "wattclass" in ln]
+    assert run.returncode == 0 and not problems, run.stdout + run.stderr
+
+
+def _environment_file(text: str) -> dict[str, str]:
+    """Assignments as systemd's EnvironmentFile= reads them: a comment is a whole line starting with
+    '#' or ';'; after a value, '# ...' is part of the value; quotes around a value are removed."""
+    env: dict[str, str] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith(("#", ";")):
+            continue
+        name, eq, value = line.partition("=")
+        assert eq, f"{line!r} is not an assignment"
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        env[name.strip()] = value
+    return env
+
+
+def _etc_default_examples() -> list[str]:
+    """The /etc/default/wattclass examples of docs/admin.md (code blocks that start with its name)."""
+    text = (DEPLOY.parent / "docs" / "admin.md").read_text()
+    blocks = re.findall(r"```[a-z]*\n(.*?)```", text, re.S)
+    return [b for b in blocks if b.startswith("# /etc/default/wattclass")]
+
+
+@pytest.mark.parametrize("unit", UNITS)
+def test_the_documented_etc_default_gives_commands_that_parse(unit: str) -> None:
+    """A sysadmin copies admin.md's /etc/default/wattclass: every unit must still start."""
+    examples = _etc_default_examples()
+    assert examples, "docs/admin.md lost its /etc/default/wattclass example"
+    path = DEPLOY / unit
+    for example in examples:
+        site = _environment_file(example)
+        assert not [v for v in site.values() if "#" in v], f"a comment became part of a value: {site}"
+        env = {**_environment(path), **site}
+        for line in _exec_lines(path):
+            args = build_parser().parse_args(_wattclass_argv(line, env))
+            assert callable(args.func)

@@ -100,7 +100,7 @@ def test_effects_command_reads_the_stored_night_and_recomputes(tmp_path: Path,
 def test_label_store_gets_the_arm_from_admin_comment() -> None:
     import datetime as dt
 
-    from wattclass.classifier.nightly import _join_slurm
+    from wattclass.classifier.nightly import _join_slurm, _records
     from wattclass.jobrecord import JobRecord
 
     class Jobs:
@@ -112,7 +112,7 @@ def test_label_store_gets_the_arm_from_admin_comment() -> None:
                 JobRecord("2", "a.sh", "u", "acc", "gpu", t, t, None)])
 
     labels = pd.DataFrame({"job_id": ["1", "2"], "user": ["u", "u"]})
-    out = _join_slurm(labels, Jobs(), "2026-11-28")  # type: ignore[arg-type]
+    out = _join_slurm(labels, _records(Jobs(), "2026-11-28"))  # type: ignore[arg-type]
     assert out.loc[0, ["decision_label", "cap", "arm"]].tolist() == ["memory", "60%", "capped"]
     assert out.loc[1, ["decision_label", "cap", "arm"]].isna().all()
 

@@ -16,20 +16,16 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import H200_DATE, H200_HOST
 
 from wattclass.cli import main
 
-DATE = "2026-11-29"
-HOST = "gpu-h200-03"
+DATE, HOST = H200_DATE, H200_HOST
 
 
 @pytest.fixture
-def root(h200_telemetry: Path, tmp_path: Path) -> Path:
-    r = tmp_path / "root"
-    d = r / "telemetry" / f"date={DATE}" / f"host={HOST}"
-    d.mkdir(parents=True)
-    shutil.copy(h200_telemetry, d / "part-0.parquet")
-    return r
+def root(h200_day_root: Path) -> Path:
+    return h200_day_root
 
 
 @pytest.fixture
@@ -196,18 +192,26 @@ def test_day_whose_every_file_is_bad_is_no_telemetry(
 def test_job_record_user_wins_over_telemetry_and_no_record_means_no_user(
     root: Path, tmp_path: Path, jobs_csv: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """The user is the record's. Where telemetry names a user (the Prolog's job file, or the
+    process's owner-checked environment) and the record another, the windows do not count for
+    the job (tests/test_nightly_checks.py; this test asserted before that the record's user
+    simply replaced it): here telemetry names none for the first job, so the record's is taken."""
     jobs = pd.read_csv(jobs_csv, dtype={"job_id": str})
     ids = sorted(jobs.job_id)
     jobs.loc[jobs.job_id == ids[0], "user"] = "mallory"  # Slurm says mallory ran it
     jobs = jobs[jobs.job_id != ids[1]]  # no record at all
     jobs.to_csv(jobs_csv, index=False)
+    t = pq.read_table(part(root) / "part-0.parquet").to_pandas()
+    t.loc[t.job_id == ids[0], "user"] = None  # telemetry without a user (an import without one)
+    pq.write_table(pa.Table.from_pandas(t, schema=pq.read_schema(part(root) / "part-0.parquet"),
+                                        preserve_index=False), part(root) / "part-0.parquet")
     rc, s = nightly(root, tmp_path, capsys, "--jobs-file", str(jobs_csv))
-    assert rc == 0
+    assert rc == 0 and s["rejected_rows"]["count"] == 0
     labels = pd.read_parquet(root / "classifier" / "labels" / f"date={DATE}" / "labels.parquet")
     labels = labels.set_index("job_id")
     assert labels.loc[ids[0], "user"] == "mallory"
     assert pd.isna(labels.loc[ids[1], "user"])
-    assert labels.loc[ids[0], "telemetry_user"] != "mallory"
+    assert pd.isna(labels.loc[ids[0], "telemetry_user"])
     assert s["job_records"]["jobs_without_record"] == 1
     no_record_user = labels.loc[ids[1], "telemetry_user"]
     if no_record_user not in set(jobs.user):  # only that job could have given this user an entry

@@ -108,7 +108,9 @@ def test_report_cli_days_reads_the_span(tmp_path: Path, h200_telemetry: Path) ->
     for d in ("2026-11-01", "2026-11-02"):
         folder = tmp_path / "telemetry" / f"date={d}" / "host=n1"
         folder.mkdir(parents=True)
-        t.to_parquet(folder / "00.parquet")
+        # each day's windows in that day (a window far outside its date= folder is left out)
+        shift = pd.Timestamp(d, tz="UTC") - t["ts_start"].min().floor("D")
+        t.assign(ts_start=t["ts_start"] + shift, ts_end=t["ts_end"] + shift).to_parquet(folder / "00.parquet")
     out = tmp_path / "r.html"
     assert main(["report", "--data-root", str(tmp_path), "--days", "2", "--out", str(out)]) == 0
     page = out.read_text()
@@ -149,7 +151,7 @@ def test_rows_the_nightly_rejects_are_left_out_and_counted(tmp_path: Path, h200_
 
     from wattclass.cli import main
 
-    folder = tmp_path / "telemetry" / "date=2026-11-01" / "host=n1"
+    folder = tmp_path / "telemetry" / "date=2026-11-29" / "host=n1"  # the recording's day
     folder.mkdir(parents=True)
     t = pq.read_table(h200_telemetry)
     pq.write_table(t, folder / "00.parquet")

@@ -97,7 +97,7 @@ def test_missing_config_and_conflicting_targets(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="not found"):
         load_config(tmp_path / "none.toml")
     with (
-        pytest.raises(ConfigError, match="not both"),
+        pytest.raises(ConfigError, match="--scheduler or --dask-config, not both"),
         open_client(scheduler="tcp://x:1", config=tmp_path / "c"),
     ):
         pass

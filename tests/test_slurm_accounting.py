@@ -154,35 +154,51 @@ def test_running_job_has_a_start_and_no_end(acct: Acct) -> None:
         c.wait_job(job, states=("CANCELLED",), timeout=30)
 
 
-def _telemetry_for(root: Path, date: str, jobs: dict[str, str | None]) -> None:
+def _telemetry_for(root: Path, date: str, jobs: dict[str, tuple[str | None, JobRecord]]) -> None:
     """Recorded H200 telemetry re-keyed to real Slurm job ids (one bundled job each), so the
-    nightly run has something to label and join. ``jobs``: job id -> user (None: left empty)."""
+    nightly run has something to label and join. ``jobs``: job id (as telemetry names it) -> user
+    (None: left empty) and the job's record: each job's windows start at its recorded start, on
+    its recorded node, and end by its recorded end (+ half the slack), as the daemon's would."""
+    from wattclass.classifier.validity import JOB_TIME_SLACK_S
+    from wattclass.jobrecord import hostnames
+
     src = pd.read_parquet(BUNDLED)
     first = sorted(src["job_id"].dropna().unique())[: len(jobs)]
-    day0 = pd.Timestamp(date, tz="UTC") + pd.Timedelta(hours=1)
     parts = []
-    for (job_id, user), old in zip(jobs.items(), first, strict=True):
+    for (job_id, (user, rec)), old in zip(jobs.items(), first, strict=True):
+        assert rec.start is not None and rec.end is not None and rec.nodes is not None
         part = src[src["job_id"] == old].copy()
-        shift = day0 - part["ts_start"].min()
+        shift = pd.Timestamp(rec.start) - part["ts_start"].min()
         part["ts_start"] += shift
         part["ts_end"] += shift
+        keep = part["ts_end"] <= pd.Timestamp(rec.end) + pd.Timedelta(seconds=JOB_TIME_SLACK_S / 2)
+        part = part[keep | (part["ts_start"] == part["ts_start"].min())]
         part["job_id"] = job_id
         part["user"] = user
+        part["host"] = (hostnames(rec.nodes) or ["?"])[0]
         parts.append(part)
     out = root / "telemetry" / f"date={date}"
     out.mkdir(parents=True)
     pd.concat(parts).to_parquet(out / "node.parquet", index=False)
 
 
-def _nightly(acct: Acct, tmp_path: Path, slurm: Any) -> tuple[dict[str, Any], pd.DataFrame]:
+def _nightly(acct: Acct, tmp_path: Path, slurm: Any,
+             hostile: bool = False) -> tuple[dict[str, Any], pd.DataFrame]:
     from wattclass.classifier.nightly import NightlyOptions, run_nightly
     from wattclass.classifier.store import ClassifierStore
 
     date = acct.t0.date().isoformat()
     if dt.datetime.now(dt.UTC).date() != acct.t0.date():
         pytest.skip("the jobs ran just before midnight UTC; the nightly's day window missed them")
-    task = acct.array_tasks[min(acct.array_tasks)]  # telemetry knows the task by its own job id
-    _telemetry_for(tmp_path, date, {acct.gpu: None, acct.plain: "root", acct.other: None, task: None})
+    name = min(acct.array_tasks)
+    task = acct.array_tasks[name]  # telemetry knows the task by its own job id
+    recs = acct.records()
+    _telemetry_for(tmp_path, date, {acct.gpu: (None, recs[acct.gpu]), acct.plain: ("root", recs[acct.plain]),
+                                    acct.other: (None, recs[acct.other]), task: (None, recs[name])})
+    if hostile:  # root's windows from a node no job ran on, claiming daemon's job
+        w = pd.read_parquet(tmp_path / "telemetry" / f"date={date}" / "node.parquet")
+        w = w[w["job_id"] == acct.gpu].assign(job_id=acct.other, user="root", host="not-a-node")
+        w.to_parquet(tmp_path / "telemetry" / f"date={date}" / "evil.parquet", index=False)
     opts = NightlyOptions(data_root=tmp_path, date=date, table_out=tmp_path / "table.lua", retrain=False)
     summary = run_nightly(opts, slurm)
     labels = ClassifierStore(tmp_path).label_history(date).set_index("job_id")
@@ -206,6 +222,20 @@ def test_nightly_joins_real_sacct_records(acct: Acct, tmp_path: Path) -> None:
     task = labels.loc[acct.array_tasks[name]]
     assert (task["name"], task["user"]) == ("sweep", "root")
     assert pd.Timestamp(task["slurm_end"]) == pd.Timestamp(recs[name].end)
+    assert summary["rejected_rows"]["count"] == 0  # every window agrees with its job's record
+
+
+@pytest.mark.slurmdbd
+def test_real_sacct_records_reject_a_claim_from_a_foreign_node(acct: Acct, tmp_path: Path) -> None:
+    from wattclass.classifier.validity import REJECT_JOB_HOST
+
+    _, before = _nightly(acct, tmp_path / "clean", acct.client)
+    summary, labels = _nightly(acct, tmp_path / "hostile", acct.client, hostile=True)
+    n = int(before.loc[acct.gpu, "n_windows"])
+    assert summary["rejected_rows"] == {"count": n, REJECT_JOB_HOST: n}
+    assert labels.loc[acct.other, "n_windows"] == before.loc[acct.other, "n_windows"]
+    assert labels.loc[acct.other, "label"] == before.loc[acct.other, "label"]
+    assert acct.records()[acct.other].nodes  # sacct --json gave the job's nodes
 
 
 # -- pyslurm against the same cluster -------------------------------------------------------------

@@ -41,5 +41,7 @@ Env:
   SEED=s        the sweep plan's seed (same seed = same plan)   FAMILIES=a,b  only these sweep families
   GPU=i         NVML index to sample if CUDA's UUID matches no NVML device (normally the GPU that
                 CUDA_VISIBLE_DEVICES selects is found by UUID); one process per GPU, own TAG/JOB_BASE
-  LIST=1 with SWEEP=N prints the plan
+  LIST=1 with SWEEP=N prints the plan; ONLY=a,b with SWEEP=N runs only those runs of the plan
+                (same parameters and job ids as in the full plan)
+  RUN_DUR=s     every run lasts s seconds, the sweep runs' own durations too (long re-runs)
 """

@@ -48,6 +48,9 @@ class Config:
     families: tuple[str, ...] = ()
     #: NVML index of the GPU to sample when CUDA does not report a UUID (GPU=i; default 0).
     gpu: int = 0
+    #: RUN_DUR=s: every run lasts s seconds, the sweep runs' own durations too (long re-runs of
+    #: recorded runs, issue 13 round 9: do longer jobs separate the twins?).
+    run_dur: float | None = None
 
     @staticmethod
     def from_env(env: dict[str, str]) -> Config:
@@ -70,5 +73,6 @@ class Config:
                       job_base=int(env.get("JOB_BASE", str(6000 + 100 * (part or 0)))),
                       spool=env.get("SPOOL") or None, sweep=sweep, seed=seed,
                       families=tuple(x.strip() for x in env.get("FAMILIES", "").split(",") if x.strip()),
-                      gpu=int(env.get("GPU", "0")))
+                      gpu=int(env.get("GPU", "0")),
+                      run_dur=float(env["RUN_DUR"]) if env.get("RUN_DUR", "") != "" else None)
 

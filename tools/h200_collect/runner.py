@@ -10,6 +10,7 @@ import threading
 import time
 import traceback
 import warnings
+from dataclasses import replace
 from typing import Any
 
 from h200_collect.catalog import print_table, select, workloads
@@ -188,10 +189,14 @@ def main(env: dict[str, str]) -> int:
         from h200_collect.workloads.sweep import plan
 
         ws = plan(cfg.seed, cfg.sweep, cfg.families)
-        index = {w.name: i for i, w in enumerate(ws)}
+        index = {w.name: i for i, w in enumerate(ws)}  # job ids stay the plan's, also under ONLY
+        ws = select(ws, replace(cfg, part=None))
+        if cfg.run_dur is not None:
+            ws = [replace(w, dur=cfg.run_dur) for w in ws]
         if cfg.list_only:
-            for i, w in enumerate(ws):
-                print(f"{i:5d} {w.label:8s} {w.family:12s} {w.name:28s} {w.dur:5.1f}s {w.desc}")
+            for w in ws:
+                print(f"{index[w.name]:5d} {w.label:8s} {w.family:12s} {w.name:28s} {w.dur or cfg.dur:5.1f}s "
+                      f"{w.desc}")
             return 0
     elif cfg.list_only:
         print_table(all_w, cfg)

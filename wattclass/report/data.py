@@ -67,9 +67,10 @@ class _Source:
 
     ``w`` leaves out the rows the nightly rejects (``classifier.validity``'s rules as the scan's
     SQL, ``rowsql._reject_sql``: a null key, a backwards window, a negative, NaN or infinite
-    energy, an impossible power): one infinite energy would otherwise make the page's totals
-    inf. ``reject`` is that per-row code (0 = valid); the main aggregate reads ``w_all`` and
-    groups by it, so the left-out rows are counted in the same scan."""
+    energy, an impossible power, a window outside its file's date= day): one infinite energy
+    would otherwise make the page's totals inf. ``reject`` is that per-row code (0 = valid); the
+    main aggregate reads ``w_all`` and groups by it, so the left-out rows are counted in the same
+    scan."""
 
     def __init__(self, files: Sequence[Path] | None = None, windows: pd.DataFrame | None = None,
                  threads: int = 0, by_name: bool = False) -> None:
@@ -90,14 +91,16 @@ class _Source:
             lst = "[" + ", ".join(_lit(str(f)) for f in files) + "]"
             # By position with the first file's schema unless files differ (``by_name``): matching
             # columns by name means reading every file's footer first (6.6 s for 3,000 files).
-            self.con.execute(f"CREATE VIEW w_all AS SELECT * FROM read_parquet({lst}, "
+            # file_index, filename: the row's file, whose date= partition the row must lie in (rowsql)
+            self.con.execute(f"CREATE VIEW w_all AS SELECT *, file_index, filename FROM read_parquet({lst}, "
                              f"hive_partitioning = false, union_by_name = {str(by_name).lower()})")
         self.by_name = by_name
         self.columns = {r[0] for r in self.con.execute("DESCRIBE w_all").fetchall()}
         from wattclass.classifier import rowsql
         from wattclass.schema import TELEMETRY_V1
 
-        self.reject = rowsql._reject_sql(frozenset(TELEMETRY_V1.names) - self.columns)
+        day = rowsql.partition_day_sql(self.files) if self.files else None
+        self.reject = rowsql._reject_sql(frozenset(TELEMETRY_V1.names) - self.columns, day)
         self.con.execute(f"CREATE VIEW w AS SELECT * FROM w_all WHERE ({self.reject}) = 0")
 
     def col(self, name: str, sql_type: str = "DOUBLE") -> str:

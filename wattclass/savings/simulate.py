@@ -92,7 +92,8 @@ def _sql(globs: list[str], present: set[str], union: bool) -> str:
     # the classifier's rule SQL (classifier.rowsql): inputs in the inner query, the chain on their names
     x = rowsql.rule_inputs_sql(frozenset(rules.RULE_COLUMNS) - present)
     code = rowsql.rule_chain_sql(rowsql.RuleInputs(sm="sm", dram="dram", comp="c", gap="gap"))
-    reject = rowsql._reject_sql(frozenset(TELEMETRY_V1.names) - present)
+    # read by day globs: each row's day from its file's name (one date= folder per glob)
+    reject = rowsql._reject_sql(frozenset(TELEMETRY_V1.names) - present, rowsql.FILENAME_DAY_SQL)
     files = ", ".join("'" + g.replace("'", "''") + "'" for g in globs)
     return f"""
 SELECT job_id, bad, max("user") AS "user", max(gpu_model) AS gpu_model,

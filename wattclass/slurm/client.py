@@ -218,9 +218,9 @@ def _whole_rows(text: str, problems: list[str]) -> tuple[str, list[int]]:
 _NOT_UTF8 = re.compile(f"[{chr(_BAD_BASE + 0x80)}-{chr(_BAD_BASE + 0xFF)}]")
 #: JobRecord's fields after job_id, as read from a jobs file (a missing column: None).
 _RECORD_FIELDS = ("name", "user", "account", "partition", "start", "end", "admin_comment", "gpus",
-                  "slurm_job_id")
+                  "slurm_job_id", "nodes")
 #: Columns read as text whatever they look like (job ids, names, accounts: "0042" stays "0042").
-_TEXT_COLUMNS = ("job_id", "name", "user", "account", "partition", "admin_comment", "slurm_job_id")
+_TEXT_COLUMNS = ("job_id", "name", "user", "account", "partition", "admin_comment", "slurm_job_id", "nodes")
 #: The text fields checked for bytes that were not UTF-8, in the order problems name them.
 _TEXT_FIELDS = ("job_id", "user", "account", "partition", "name", "admin_comment")
 #: pandas' own words for a missing number (its read_csv default), kept for the number and time

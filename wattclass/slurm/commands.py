@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from wattclass.errors import SlurmError
-from wattclass.jobrecord import JobRecord
+from wattclass.jobrecord import JobRecord, nodes_text
 from wattclass.slurm.client import SlurmClient
 
 DEFAULT_TIMEOUT_S = 10.0
@@ -373,6 +373,7 @@ def sacct_record(j: Mapping[str, Any]) -> JobRecord:
         admin_comment=_admin_comment(j),
         gpus=gpus_from_tres(j.get("tres")),
         slurm_job_id=_str(j.get("job_id")),
+        nodes=nodes_text(j.get("nodes")),  # a hostlist in both layouts ("gpu[01-02]"; "None assigned")
     )
 
 

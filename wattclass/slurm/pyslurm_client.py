@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from wattclass.errors import SlurmError
-from wattclass.jobrecord import JobRecord
+from wattclass.jobrecord import JobRecord, nodes_text
 from wattclass.slurm.client import SlurmClient
 
 #: Slurm's "no value" markers for 32-bit fields (array task id of a non-array job).
@@ -95,6 +95,8 @@ def record(j: Any) -> JobRecord:
         admin_comment=_text(getattr(j, "admin_comment", None)),
         gpus=_gpus(j),
         slurm_job_id=str(j.id),
+        # db.Job.nodelist (slurmdbd), Job.allocated_nodes (slurmctld): the same hostlist as sacct's
+        nodes=nodes_text(getattr(j, "nodelist", None) or getattr(j, "allocated_nodes", None)),
     )
 
 
