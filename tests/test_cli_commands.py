@@ -52,3 +52,32 @@ def test_an_unknown_command_is_refused_with_the_full_list() -> None:
                          check=False)
     assert run.returncode == 2
     assert "invalid choice" in run.stderr and "nightly" in run.stderr
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly() -> None:
+    """`wattclass job 7 | head`: when the reader closes the pipe, the command stops with the shell's
+    SIGPIPE status (141) and no traceback, whatever the command (here one that prints a lot)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import argparse, sys\n"
+        "from wattclass import cli\n"
+        "def spam(args):\n"
+        "    for i in range(500000):\n"
+        "        print('line', i)\n"
+        "    return 0\n"
+        "def build_parser(_):\n"
+        "    p = argparse.ArgumentParser()\n"
+        "    p.set_defaults(func=spam, verbose=0, quiet=False)\n"
+        "    return p\n"
+        "cli.build_parser = build_parser\n"
+        "sys.exit(cli.main([]))\n"
+    )
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert p.stdout is not None and p.stderr is not None
+    assert p.stdout.read(20).startswith(b"line 0")
+    p.stdout.close()
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=60) == 141, err
+    assert "Traceback" not in err and "BrokenPipe" not in err

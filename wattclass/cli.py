@@ -143,6 +143,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("wattclass: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader went away (`wattclass job 7 | head`): stop quietly, as command-line tools do,
+        # with the shell's status for SIGPIPE. stdout goes to /dev/null so that the interpreter's
+        # flush at exit does not raise a second time.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":
