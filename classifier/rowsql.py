@@ -210,17 +210,17 @@ def _reject_sql(absent: frozenset[str], day: str | None = None) -> str:
 JOB_HOST, JOB_TIME, JOB_USER = 6, 7, 8
 
 
-def job_check_sql(record: str, user: str | None) -> str:
+def job_check_sql(record: str, user: str) -> str:
     """Per row joined to its job's Slurm record (alias ``record``: hosts VARCHAR[], t0_ms, t1_ms
     BIGINT, "user"), 0 or the code of the first contradiction: the row's host is not among the
     job's (JOB_HOST), the window reaches more than JOB_TIME_SLACK_S before the job's start or
     after its end (JOB_TIME; a running job has no end yet), its ``user`` (the daemon's, from the
-    Prolog's job file or the process's checked environment; ``user``: that column's SQL, None if
-    the data has none) is not the record's (JOB_USER). A NULL field of the record is not tested;
+    Prolog's job file or the process's checked environment; ``user``: that column's SQL, NULL
+    where the data has none) is not the record's (JOB_USER). A NULL on either side is not tested;
     a row without a record (``record``.t0_ms and all NULL) gets 0."""
     r, slack = record, JOB_TIME_SLACK_S * 1000
     ru = f'{r}."user"'
-    user_bad = "FALSE" if user is None else f"({user} IS NOT NULL AND {ru} IS NOT NULL AND {user} <> {ru})"
+    user_bad = f"({user} IS NOT NULL AND {ru} IS NOT NULL AND {user} <> {ru})"
     return (f"CASE WHEN {r}.hosts IS NOT NULL AND NOT list_contains({r}.hosts, host) THEN {JOB_HOST} "
             f"WHEN epoch_ms(ts_start) < {r}.t0_ms - {slack} OR epoch_ms(ts_end) > {r}.t1_ms + {slack} "
             f"THEN {JOB_TIME} WHEN {user_bad} THEN {JOB_USER} ELSE 0 END")

@@ -369,10 +369,8 @@ class Scanner:
             aggs.append(f"arg_min(s, h, {int(per_job)}) FILTER (WHERE h IS NOT NULL AND job_id IS NOT NULL "
                         "AND code >= 0) AS sample")
         if self._jobs:  # windows of a job with a Slurm record, checked against it
-            check = job_check_sql("j", 'r."user"')
             rows = (f"SELECT r.* EXCLUDE (bad), CAST(CASE WHEN r.bad <> 0 OR j.job_id IS NULL THEN r.bad "
-                    f"ELSE {check} END AS TINYINT) AS bad FROM ({rows}) r "
-                    f"LEFT JOIN {JOBS_TABLE} j ON r.job_id = j.job_id")
+                    f"ELSE {_JOB_CHECK} END AS TINYINT) AS bad FROM {_job_joined(rows)}")
         if dedup:
             rows = _dedup_sql(rows)
         # Windows without a job are grouped too (per host and file): they count as windows read.
@@ -405,8 +403,7 @@ class Scanner:
         """The per-row columns of the pass, for ``files`` (read by one read_parquet) lacking ``absent``."""
         code = rule_code_sql(frozenset(drop_columns) | absent)
         reject = _reject_sql(absent, partition_day_sql(files))
-        user = "CAST(NULL AS VARCHAR)" if "user" in absent else '"user"'
-        sel = ["job_id", "host", f'{user} AS "user"', "ts_start", "ts_end",
+        sel = ["job_id", "host", f'{_user_sql(absent)} AS "user"', "ts_start", "ts_end",
                # beside the reject code, so that DuckDB computes epoch_ms once per row for both
                "epoch_ms(ts_end) - epoch_ms(ts_start) AS ms",
                # NaN energy is rejected (bad = 3): a valid row's energy is a number or NULL
@@ -439,17 +436,15 @@ class Scanner:
             cols = ", ".join(f"{_val(c, dropped)} AS {_q(c)}" for c in INPUT_COLUMNS)
             where = (f"job_id IS NOT NULL AND ({_reject_sql(self._absent, partition_day_sql(files))}) = 0"
                      + ("" if all_job_windows else f" AND {rule_code_sql(dropped)} < 0"))
-            user = "CAST(NULL AS VARCHAR)" if "user" in self._absent else '"user"'
+            # the job check's own columns (the user is read only for it), dropped after it
+            checked = f'ts_start, ts_end, {_user_sql(self._absent)} AS "user", ' if self._jobs else ""
             # window_ms: the window's length, for the length-weighted job aggregation (model.window_weights)
-            rows = (f'SELECT job_id, host, ts_start, ts_end, {user} AS "user", '
-                    f"epoch_ms(ts_end) - epoch_ms(ts_start) AS window_ms, {cols} "
-                    f"FROM {self._source(files)} WHERE {where}")
-            out = 'r.* EXCLUDE (ts_start, ts_end, "user")'
+            rows = (f"SELECT {checked}job_id, host, epoch_ms(ts_end) - epoch_ms(ts_start) AS window_ms, "
+                    f"{cols} FROM {self._source(files)} WHERE {where}")
             if not self._jobs:
-                return f"SELECT {out} FROM ({rows}) r"
-            check = job_check_sql("j", 'r."user"')
-            return (f"SELECT {out} FROM ({rows}) r LEFT JOIN {JOBS_TABLE} j ON r.job_id = j.job_id "
-                    f"WHERE j.job_id IS NULL OR ({check}) = 0")
+                return rows
+            return (f'SELECT r.* EXCLUDE (ts_start, ts_end, "user") FROM {_job_joined(rows)} '
+                    f"WHERE j.job_id IS NULL OR ({_JOB_CHECK}) = 0")
 
         self._union, self._absent = False, frozenset()
         try:
@@ -462,6 +457,21 @@ class Scanner:
         for rb in reader:
             if rb.num_rows:
                 yield pa.Table.from_batches([rb])
+
+
+def _user_sql(absent: frozenset[str]) -> str:
+    """A row's ``user`` (NULL where the files have no such column)."""
+    return "CAST(NULL AS VARCHAR)" if "user" in absent else '"user"'
+
+
+#: A row (alias r) of ``_job_joined`` checked against its job's record (alias j): 0 or a reject code.
+_JOB_CHECK = job_check_sql("j", 'r."user"')
+
+
+def _job_joined(rows: str) -> str:
+    """``rows`` (alias r) joined to their job's Slurm record (alias j; NULL where the job has none):
+    the one join of the pass and the model pass, which ``_JOB_CHECK`` reads."""
+    return f"({rows}) r LEFT JOIN {JOBS_TABLE} j ON r.job_id = j.job_id"
 
 
 def _dedup_sql(rows: str) -> str:
