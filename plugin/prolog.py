@@ -290,7 +290,7 @@ def prolog(
             continue
         # the record names the job as the job map does (display id: "123_4" for an array task),
         # so a neighbour found through the map and the job's own Epilog name the same entry
-        entry.update(register(backend, g, job.display_id, job.display_id, target, jobs_dir,
+        entry.update(register(backend, g, job.display_id, target, jobs_dir,
                               _record_path(state_dir, g.uuid), read_record, liveness))
         if target is not None:
             entry["action"] = "capped"

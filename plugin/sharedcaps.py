@@ -190,10 +190,11 @@ def apply_limit(backend: GpuBackend, g: GpuInfo, watts: float, why: str) -> None
         log.info("%s: GPU %s %s W -> %.1f W", why, g.uuid, current, watts)
 
 
-def register(backend: GpuBackend, g: GpuInfo, job_id: str, display_id: str, target: float | None,
+def register(backend: GpuBackend, g: GpuInfo, job_id: str, target: float | None,
              jobs_dir: Path, rec_path: Path, read_record: RecordReader,
              liveness: Liveness | None = None) -> dict[str, Any]:
-    """Add the job to the GPU's cap record and enforce the highest allowed limit.
+    """Add the job to the GPU's cap record and enforce the highest allowed limit. ``job_id``: the
+    job's display id ("123_4" for an array task), as the job map names it.
 
     An uncapped job joins only an existing record (nothing to protect it from otherwise); a capped
     one creates the record, first adding the job map's other jobs on the GPU as uncapped. Other
@@ -221,7 +222,7 @@ def register(backend: GpuBackend, g: GpuInfo, job_id: str, display_id: str, targ
         if previous is None:
             raise GpuError(f"GPU {g.uuid}: no current power limit to record")
         if jobs is None:
-            found = neighbours(backend, jobs_dir, g, display_id)
+            found = neighbours(backend, jobs_dir, g, job_id)
             jobs = dict.fromkeys(drop_ended(jobs_dir, f"GPU {g.uuid}", found, liveness) if found else [])
         jobs[job_id] = target
         limit = effective_limit(previous, jobs)
