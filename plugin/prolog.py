@@ -51,6 +51,7 @@ from wattclass.gpu.base import GpuBackend, GpuInfo
 from wattclass.jobmap import (
     DEFAULT_SPOOL,
     JobAssignment,
+    job_file_gpus,
     jobs_on_gpu,
     remove_hpc_job_file,
     remove_job_file,
@@ -64,6 +65,7 @@ from wattclass.plugin.sharedcaps import (
     Liveness,
     drop_ended,
     gpu_lock,
+    held_and_physical,
     leave_shared,
     never_ended,
     record_jobs,
@@ -350,12 +352,9 @@ def _held_gpus(backend: GpuBackend, jobs_dir: Path, display_id: str) -> dict[str
     until the last job left."""
     out: dict[str, list[str]] = {}
     with contextlib.suppress(OSError):
-        for f in sorted(Path(jobs_dir).glob(f"*/{display_id}.json")):
-            held = f.parent.name
+        for held in job_file_gpus(jobs_dir, display_id):
             try:
-                mig = backend.find_mig(held)
-                parent = (next(g for g in backend.gpus() if g.gpu_index == mig.parent_index).uuid
-                          if mig is not None else backend.find_gpu(held).uuid)
+                parent = held_and_physical(backend, held)[1].uuid
                 _record_path(Path("."), parent)  # a name fit for a record path
             except (WattclassError, StopIteration):
                 continue  # not a GPU of this node: the final cleanup removes the file

@@ -159,15 +159,18 @@ def resolve_targets(backend: GpuBackend, slurm_gpus: str, gpu_map: Mapping[str, 
     for idx in (s.strip() for s in slurm_gpus.split(",") if s.strip()):
         if idx not in gpu_map:
             raise ConfigError(f"Slurm GPU {idx} is not in the GPU map")
-        key = gpu_map[idx]
-        mig = backend.find_mig(key)
-        if mig is not None:
-            parent = next(g for g in backend.gpus() if g.gpu_index == mig.parent_index)
-            out.append((mig.uuid, parent))
-        else:
-            g = backend.find_gpu(key)
-            out.append((g.uuid, g))
+        out.append(held_and_physical(backend, gpu_map[idx]))
     return out
+
+
+def held_and_physical(backend: GpuBackend, key: str) -> tuple[str, GpuInfo]:
+    """(the UUID a job holds, the physical GPU capped for it) behind ``key``, a GPU's or a MIG
+    instance's UUID or a PCI bus id: an instance is held by its own UUID, capped on its parent."""
+    mig = backend.find_mig(key)
+    if mig is not None:
+        return mig.uuid, next(g for g in backend.gpus() if g.gpu_index == mig.parent_index)
+    g = backend.find_gpu(key)
+    return g.uuid, g
 
 
 def neighbours(backend: GpuBackend, jobs_dir: Path, g: GpuInfo, job_id: str) -> list[str]:

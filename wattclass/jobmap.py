@@ -78,6 +78,14 @@ def legacy_path(spool: Path, gpu_uuid: str) -> Path:
     return _path(spool, gpu_uuid)
 
 
+def job_file_gpus(spool: Path, job_id: str) -> list[str]:
+    """The GPU folders (UUIDs) of the spool that hold a file of ``job_id``, sorted; none for what
+    is no job id (never a glob pattern)."""
+    if not _JOB_ID_RE.match(job_id):
+        return []
+    return sorted(f.parent.name for f in Path(spool).glob(f"*/{job_id}.json"))
+
+
 def _path(spool: Path, gpu_uuid: str) -> Path:
     if not _UUID_RE.match(gpu_uuid):
         raise ConfigError(f"invalid GPU UUID for a job file: {gpu_uuid!r}")
