@@ -480,7 +480,14 @@ def main() -> int:
     return 0
 
 
-def _line(name: str, b: dict[str, Any]) -> str:
+def table_header(first: str = "family") -> str:
+    """The column heads of ``table_line`` (shared with bench/eval_long_families.py)."""
+    return (f"{first:<14} {'jobs':>4} {'acc':>6} {'acc(u=x)':>7} {'cover':>6} {'selacc':>6} "
+            f"{'C->M (acted)':<13} {'M->C (acted)':<13} {'ECE':>6}")
+
+
+def table_line(name: str, b: dict[str, Any]) -> str:
+    """One row of the report: a ``summarize`` block (jobs, accuracies, coverage, errors, ECE)."""
     return (f"{name:<14} {b['jobs']:>4} {b['accuracy']:>6.3f} {b['accuracy_unsure_wrong']:>7.3f} "
             f"{b['coverage']:>6.3f} {b['selective_accuracy']:>6.3f} "
             f"{b['compute_called_memory']:>2}/{b['compute_jobs']:<3} ({b['compute_called_memory_acted']}) "
@@ -495,18 +502,17 @@ def print_report(out: dict[str, Any]) -> None:
           f"model inputs: basic NVML only")
     print(f"unsure = calibrated confidence < min_confidence {out['min_confidence']:g} "
           f"{out['min_confidence_by_label'] or ''} (policy does nothing)")
-    print(f"{'family':<14} {'jobs':>4} {'acc':>6} {'acc(u=x)':>7} {'cover':>6} {'selacc':>6} "
-          f"{'C->M (acted)':<13} {'M->C (acted)':<13} {'ECE':>6}")
+    print(table_header())
     for f, b in out["families"].items():
-        print(_line(f, b))
+        print(table_line(f, b))
     print("-" * 96)
     for name in ("named_87", "sweep", "sweep_heldout", "all"):
         if name in out:
-            print(_line(name, out[name]))
+            print(table_line(name, out[name]))
     if "sets" in out:
         print("-" * 96)
         for name, b in out["sets"].items():
-            print(_line(name, b))
+            print(table_line(name, b))
     a = out["all"]
     print(f"\nall: accuracy {a['accuracy']:.3f} (unsure counted wrong: {a['accuracy_unsure_wrong']:.3f}, "
           f"coverage {a['coverage']:.3f}); compute called memory {a['compute_called_memory']}/"
