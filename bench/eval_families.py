@@ -110,7 +110,8 @@ def predict_unseen(train: Any, test: Any, families: dict[str, str], kind: str, i
 
     def predict(ts: Any) -> tuple[Any, Any, Any]:
         proba = weigh(window_proba(booster, kind, margin, ts.X), w)
-        return job_predictions(proba, ts.group, aggregation_durations(ts, aggregation))
+        return job_predictions(proba, ts.group, aggregation_durations(ts, aggregation),
+                               inner["evidence_cap_windows"])
 
     k, p, r = predict(test)
     cal = inner["calibration"]
@@ -352,6 +353,9 @@ def main() -> int:
     ap.add_argument("--calibrate-on-unused", action="store_true",
                     help="with --loso and --train-folders: the model's predictions of the folders neither "
                          "trained on nor held out join the calibration data (set-out predictions)")
+    ap.add_argument("--evidence-cap", action=argparse.BooleanOptionalAction, default=None,
+                    help="cap a job's evidence at the training jobs' (classifier/model.py EVIDENCE_QUANTILE; "
+                         "the recipe since round 10, default; off in the earlier rounds' recipes)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     if a.loso and (a.test or a.extra or a.model is not None):
@@ -391,6 +395,10 @@ def main() -> int:
         margin_module.SPREAD_MAP = spread
         a.cost_aware = cost_aware if a.cost_aware is None else a.cost_aware
         a.compute_weight = weight if a.compute_weight is None else a.compute_weight
+    from wattclass.classifier import model as model_module
+
+    # read by cross_validate: rounds 1-9 had no evidence cap
+    model_module.DEFAULT_CAP_EVIDENCE = (not chosen) if a.evidence_cap is None else a.evidence_cap
     a.cost_aware = DEFAULT_COST_AWARE if a.cost_aware is None else a.cost_aware
     a.compute_weight = DEFAULT_COMPUTE_WEIGHT if a.compute_weight is None else a.compute_weight
     if a.compute_weight <= 0:
@@ -468,6 +476,7 @@ def main() -> int:
     out["test_sources"] = [str(s) for s in a.test or []]
     out["extra_training_sources"] = [str(s) for s in a.extra or []]
     out["cost_aware"] = a.cost_aware
+    out["evidence_cap"] = model_module.DEFAULT_CAP_EVIDENCE
     out["compute_weight"] = (float(saved.meta.get("compute_weight") or 1.0) if a.model is not None
                              else None if a.cost_aware else a.compute_weight)
     out["margin_inputs"] = list(margin_module.MARGIN_INPUTS)  # what a recipe flag set, as fitted

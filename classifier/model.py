@@ -57,8 +57,12 @@ if TYPE_CHECKING:  # LightGBM loads only to train or predict, without scikit-lea
 #: 3: a model with an ``ambiguity`` check (classifier/ambiguity.py, issue 13 round 6): an older
 #: wattclass would ignore it and act on confidences the model says are too high, so it refuses the
 #: file; models without the check keep format 1 or 2 (every shipped model since round 6 has it).
-FORMAT_VERSION = 3
+#: 4: a model whose job confidence rests on at most ``evidence_cap_windows`` windows of evidence
+#: (issue 13 round 10): an older wattclass would let a long job's confidence grow past what the
+#: calibration maps were fitted on, so it refuses the file.
+FORMAT_VERSION = 4
 FORMAT_AMBIGUITY = 3
+FORMAT_EVIDENCE_CAP = 4
 MODEL_FILE = "model.txt"
 META_FILE = "model.json"
 
@@ -220,9 +224,11 @@ def fit_booster(
     return lgb.train(p, data, num_boost_round=rounds)
 
 
-def format_version_for(kind: str, ambiguity: bool = False) -> int:
-    """The model-file format a model of ``kind`` (with an ambiguity check or not) is written in
-    (see FORMAT_VERSION)."""
+def format_version_for(kind: str, ambiguity: bool = False, evidence_cap: bool = False) -> int:
+    """The model-file format a model of ``kind`` (with an ambiguity check or not, with an evidence
+    cap or not) is written in (see FORMAT_VERSION)."""
+    if evidence_cap:
+        return FORMAT_EVIDENCE_CAP
     if ambiguity:
         return FORMAT_AMBIGUITY
     return 1 if kind == KIND_MULTICLASS else 2
@@ -312,6 +318,48 @@ AGG_COUNTS_OLD = "argmax window counts + DESIGN.md job rule"
 FULL_WINDOW_S = 10.0
 #: The least a window counts (a window of unknown or zero length still counts a little).
 MIN_WINDOW_WEIGHT = 0.05
+#: The evidence cap (issue 13 round 10): this quantile of the training jobs' evidence (their summed
+#: window weights, ``job_evidence``). Why: the job confidence is the rule's Beta posterior on the
+#: window counts, which treats every window as independent evidence, so it grows with the job's
+#: length; but one job's windows repeat one job's error. The calibration maps are fitted on jobs of
+#: about one window (the recordings last 8-12 s: median 1.1 windows, 90th percentile 1.3), so a
+#: 30 s job's raw confidence lay beyond them. Measured (docs/benchmarks.md, round 10): 45 runs of
+#: 30 s from families held out had the same 7 wrong labels whole and cut to 10 s, but the three
+#: compute-bound jobs called memory-bound went from 0.85-0.86 confidence cut to 0.98-0.99 whole,
+#: past any memory threshold. Capped, a long job is about as sure as the longer jobs the maps were
+#: fitted on, no surer. The 90th percentile: the median changed the confidence of half the short
+#: jobs too (pooled ECE 0.032 -> 0.051 leaving one set out); the 95th would move up to the long
+#: jobs' length as soon as 5% of the training jobs are long (the 21 development jobs of 34 s and
+#: the 45 of 30 s are 5.9% of 1,127).
+EVIDENCE_QUANTILE = 0.9
+#: Whether ``cross_validate`` caps the evidence by default (the recipe since round 10; evaluation
+#: scripts turn it off to rerun the recipes of rounds 1-9, as they set the margin map's settings).
+DEFAULT_CAP_EVIDENCE = True
+
+
+def job_evidence(group: npt.NDArray[np.object_], dur_s: npt.ArrayLike | None) -> F64:
+    """Each job's evidence in windows (``np.unique(group)`` order): its windows' summed
+    ``window_weights`` (its length in full windows), or its window count without lengths."""
+    _, inv = np.unique(group, return_inverse=True)
+    w = np.ones(len(inv)) if dur_s is None else window_weights(dur_s)
+    return np.asarray(np.bincount(inv, weights=w), dtype=np.float64)
+
+
+def evidence_cap_for(group: npt.NDArray[np.object_], dur_s: npt.ArrayLike | None) -> float:
+    """The evidence cap of a model trained and calibrated on these jobs (EVIDENCE_QUANTILE)."""
+    ev = job_evidence(group, dur_s)
+    return round(float(np.quantile(ev, EVIDENCE_QUANTILE)), 4) if len(ev) else 1.0
+
+
+def capped_counts(ni: F64, nc: F64, nm: F64, cap: float | None) -> tuple[F64, F64, F64]:
+    """Window counts scaled down so that they sum to at most ``cap`` (None: unchanged). The shares,
+    and so the labels, stay; only the posterior's certainty stops growing with length."""
+    if cap is None:
+        return ni, nc, nm
+    n = ni + nc + nm
+    with np.errstate(invalid="ignore", divide="ignore"):
+        f = np.where(n > cap, cap / np.where(n > 0, n, 1.0), 1.0)
+    return ni * f, nc * f, nm * f
 
 
 def window_weights(dur_s: npt.ArrayLike) -> F64:
@@ -325,6 +373,7 @@ def window_weights(dur_s: npt.ArrayLike) -> F64:
 def job_from_counts(
     n_idle: npt.ArrayLike, n_compute: npt.ArrayLike, n_memory: npt.ArrayLike, sum_pmax: npt.ArrayLike,
     w_compute: npt.ArrayLike | None = None, w_memory: npt.ArrayLike | None = None,
+    evidence_cap: float | None = None,
 ) -> tuple[npt.NDArray[np.int8], F64]:
     """(job label codes, raw confidence) from the model's per-window decisions.
 
@@ -337,6 +386,9 @@ def job_from_counts(
     summed ``window_weights``. The compute share and its evidence are then those weighted counts;
     the idle count is scaled by the active windows' mean weight, so the active share (idle or not)
     stays the plain count's, as in the rule.
+
+    ``evidence_cap`` (the model's ``evidence_cap_windows``; None: none): the counts the posterior
+    sees sum to at most this many windows (``capped_counts``, EVIDENCE_QUANTILE says why).
     """
     ni, nc, nm = (np.asarray(a, dtype=np.float64) for a in (n_idle, n_compute, n_memory))
     n = ni + nc + nm
@@ -349,15 +401,17 @@ def job_from_counts(
             scale = np.where(act > 0, (wc + wm) / np.where(act > 0, act, 1.0), 1.0)
         ni, nc, nm = ni * scale, wc, wm
     lab = rules.job_labels(ni, nc, nm)
-    return lab, rules.job_confidence(ni, nc, nm, lab) * mean_pmax
+    return lab, rules.job_confidence(*capped_counts(ni, nc, nm, evidence_cap), lab) * mean_pmax
 
 
 def job_predictions(
     proba: F64, group: npt.NDArray[np.object_], dur_s: npt.ArrayLike | None = None,
+    evidence_cap: float | None = None,
 ) -> tuple[npt.NDArray[np.object_], npt.NDArray[np.int8], F64]:
     """(job keys, job label codes, raw confidence) from window probabilities.
 
     ``dur_s`` (window lengths): the length-weighted aggregation; None: plain counts.
+    ``evidence_cap``: see ``job_from_counts``.
     """
     keys, inv = np.unique(group, return_inverse=True)
     top = proba.argmax(axis=1)
@@ -366,12 +420,13 @@ def job_predictions(
         counts[:, k] = np.bincount(inv, weights=(top == k).astype(np.float64), minlength=len(keys))
     sum_pmax = np.bincount(inv, weights=proba.max(axis=1), minlength=len(keys))
     if dur_s is None:
-        lab, conf = job_from_counts(counts[:, 0], counts[:, 1], counts[:, 2], sum_pmax)
+        lab, conf = job_from_counts(counts[:, 0], counts[:, 1], counts[:, 2], sum_pmax,
+                                    evidence_cap=evidence_cap)
         return keys, lab, conf
     w = window_weights(dur_s)
     wc = np.bincount(inv, weights=w * (top == rules.COMPUTE), minlength=len(keys))
     wm = np.bincount(inv, weights=w * (top == rules.MEMORY), minlength=len(keys))
-    lab, conf = job_from_counts(counts[:, 0], counts[:, 1], counts[:, 2], sum_pmax, wc, wm)
+    lab, conf = job_from_counts(counts[:, 0], counts[:, 1], counts[:, 2], sum_pmax, wc, wm, evidence_cap)
     return keys, lab, conf
 
 
@@ -477,7 +532,7 @@ def cross_validate(
     rounds: int = NUM_ROUNDS, min_window_s: float = MIN_TRAIN_WINDOW_S,
     families: Mapping[str, str] | None = None, cost_aware: bool = False, kind: str = DEFAULT_KIND,
     aggregation: str = DEFAULT_AGGREGATION, workers: int = 0, compute_weight: float = DEFAULT_COMPUTE_WEIGHT,
-    fold_groups: Mapping[str, str] | None = None,
+    fold_groups: Mapping[str, str] | None = None, cap_evidence: bool | None = None,
 ) -> dict[str, Any]:
     """Grouped k-fold CV at job level; returns metrics and the out-of-fold predictions.
 
@@ -498,19 +553,25 @@ def cross_validate(
     model does on kinds of work it never saw, which is what calibration should reflect).
     ``fold_groups`` (job key -> group, e.g. ``source_groups``: the recording folder) deals whole
     groups to the folds instead (``families`` still groups the margin map's sigma folds).
+    ``cap_evidence``: job confidences rest on at most ``evidence_cap_for`` these jobs' windows (the
+    recipe since issue 13 round 10; returned as ``evidence_cap_windows``, None when off; None:
+    DEFAULT_CAP_EVIDENCE).
     """
     with _OneBlasThread():
         return _cross_validate(ts, n_folds, seed, params, rounds, min_window_s, families, cost_aware, kind,
-                               aggregation, workers, compute_weight, fold_groups)
+                               aggregation, workers, compute_weight, fold_groups,
+                               DEFAULT_CAP_EVIDENCE if cap_evidence is None else cap_evidence)
 
 
 def _cross_validate(
     ts: TrainingSet, n_folds: int, seed: int, params: Mapping[str, Any] | None, rounds: int,
     min_window_s: float, families: Mapping[str, str] | None, cost_aware: bool, kind: str, aggregation: str,
     workers: int, fixed_weight: float, fold_groups: Mapping[str, str] | None = None,
+    cap_evidence: bool = True,
 ) -> dict[str, Any]:
     keys, truth = ts.job_truth()
     dur = aggregation_durations(ts, aggregation)
+    cap = evidence_cap_for(ts.group, dur) if cap_evidence else None
     n_folds = max(2, min(n_folds, len(keys)))
     fold_of_job = (family_folds(keys, fold_groups, n_folds, seed) if fold_groups is not None
                    else family_folds(keys, families, n_folds, seed) if families is not None
@@ -537,7 +598,7 @@ def _cross_validate(
     run_parallel([functools.partial(fold, f) for f in range(n_folds)], workers)
     compute_weight = choose_compute_weight(oof, ts.group, truth, dur) if cost_aware else fixed_weight
     oof = weigh(oof, compute_weight)
-    pkeys, pred, raw_conf = job_predictions(oof, ts.group, dur)
+    pkeys, pred, raw_conf = job_predictions(oof, ts.group, dur, cap)
     assert (pkeys == keys).all()
     correct = pred == truth
     # Cross-fitted calibration: each fold's confidences mapped with a fit on the other folds.
@@ -561,6 +622,7 @@ def _cross_validate(
         "labels": list(rules.JOB_LABELS),
         "calibration": fit_calibration_by_label(raw_conf, correct, pred),
         "compute_weight": compute_weight,
+        "evidence_cap_windows": cap,
         "jobs": {
             "key": keys.tolist(),
             "truth": rules.label_names(truth).tolist(),
@@ -655,7 +717,7 @@ def model_meta(version: str, kind: str, aggregation: str, created: str | None, m
                ts: TrainingSet) -> dict[str, Any]:
     """The model.json fields every training path writes (local ``train_model``, the Dask fit)."""
     return {
-        "format_version": format_version_for(kind),
+        "format_version": format_version_for(kind, evidence_cap=True),
         "wattclass_version": __version__,
         "model_version": version,
         "created": created,
@@ -668,6 +730,8 @@ def model_meta(version: str, kind: str, aggregation: str, created: str | None, m
         "params": stage_params(kind),
         "num_rounds": NUM_ROUNDS,
         "training_data": training_summary(ts),
+        # the same cap cross_validate fits the calibration maps with (same jobs, same lengths)
+        "evidence_cap_windows": evidence_cap_for(ts.group, aggregation_durations(ts, aggregation)),
     }
 
 
@@ -714,9 +778,16 @@ class WindowModel:
         """(job keys, label codes, raw confidence) of windows X by this model's aggregation
         (``dur_s``: window lengths, NaN = unknown; needed for the length-weighted one)."""
         if self.aggregation == "counts":
-            return job_predictions(self.predict_proba(X), group)
+            return job_predictions(self.predict_proba(X), group, evidence_cap=self.evidence_cap)
         d = np.full(len(X), np.nan) if dur_s is None else dur_s
-        return job_predictions(self.predict_proba(X), group, d)
+        return job_predictions(self.predict_proba(X), group, d, self.evidence_cap)
+
+    @property
+    def evidence_cap(self) -> float | None:
+        """The most windows of evidence a job's confidence rests on (model.json
+        ``evidence_cap_windows``, EVIDENCE_QUANTILE); None for models before issue 13 round 10."""
+        cap = self.meta.get("evidence_cap_windows")
+        return None if cap is None else float(cap)
 
     @property
     def kind(self) -> str:
@@ -761,7 +832,8 @@ class WindowModel:
         else:
             check_ambiguity(entry, f"model {self.version}")
             self.meta["ambiguity"] = entry
-        self.meta["format_version"] = format_version_for(self.kind, entry is not None)
+        self.meta["format_version"] = format_version_for(self.kind, entry is not None,
+                                                         self.evidence_cap is not None)
 
     def save(self, directory: Path) -> None:
         """Write model.txt then model.json (atomically each); model.json last marks it complete."""
@@ -812,7 +884,8 @@ def train_model(
         "cv_grouping": ("source" if fold_groups is not None else "family" if families is not None
                         else "job") if cv else None,
         "compute_weight": cv["compute_weight"] if cv else compute_weight,
-        "metrics": ({k: v for k, v in cv.items() if k not in ("jobs", "calibration", "compute_weight")}
+        "metrics": ({k: v for k, v in cv.items()
+                     if k not in ("jobs", "calibration", "compute_weight", "evidence_cap_windows")}
                     if cv else None),
     }
     if margin is not None:
@@ -839,6 +912,15 @@ def load_model(directory: Path) -> WindowModel:
             f"{meta.get('wattclass_version', '?')}; this wattclass ({__version__}) reads format "
             f"{FORMAT_VERSION} or older. Upgrade wattclass or use an older model."
         )
+    if "evidence_cap_windows" in meta:
+        cap = meta["evidence_cap_windows"]
+        if fmt < FORMAT_EVIDENCE_CAP:
+            raise DataError(f"{meta_path}: 'evidence_cap_windows' in a format {fmt} file (it needs format "
+                            f"{FORMAT_EVIDENCE_CAP})")
+        if (cap is not None and (isinstance(cap, bool) or not isinstance(cap, (int, float))
+                                 or not math.isfinite(cap) or cap <= 0)):
+            raise DataError(f"{meta_path}: 'evidence_cap_windows' must be a positive number or null, "
+                            f"not {str(cap)[:40]!r}")
     missing = [f for f in meta.get("features", []) if f not in FEATURES]
     if missing or not meta.get("features"):
         raise DataError(f"{meta_path}: model needs features this wattclass does not compute: {missing}")

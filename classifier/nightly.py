@@ -297,6 +297,11 @@ def _retrain(store: ClassifierStore, registry: ModelRegistry, current: WindowMod
         # aggregation and weight); its own CV still gives the gate and the metrics.
         model.meta["calibration"] = current.meta["calibration"]
         model.meta["cv_grouping"] = current.meta["cv_grouping"]
+        # the maps were fitted on the incumbent's capped confidences: its cap goes with them (the
+        # file format follows in set_ambiguity below)
+        model.meta.pop("evidence_cap_windows", None)
+        if current.evidence_cap is not None:
+            model.meta["evidence_cap_windows"] = current.evidence_cap
     # The candidate keeps the incumbent's ambiguity check (issue 13 round 6) as it is: the check's
     # radius comes from repeat runs of one workload (runs.csv of the recordings), which tonight's
     # sample does not name; the sample holds at most SAMPLE_PER_JOB windows of a job, not the

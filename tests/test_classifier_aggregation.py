@@ -118,3 +118,50 @@ def test_a_model_file_of_an_unknown_aggregation_is_refused(tmp_path: Path) -> No
     meta_path.write_text(json.dumps(meta))
     with pytest.raises(DataError, match="unknown job aggregation"):
         M.load_model(tmp_path / "m")
+
+
+def test_the_evidence_cap_stops_confidence_growing_with_length_not_the_label() -> None:
+    # issue 13 round 10: one job's windows repeat one job's error, so a 30-window job must not be
+    # surer than the cap says; its label (the shares) stays
+    long = dict(n_idle=[0.0], n_compute=[1.0], n_memory=[29.0], sum_pmax=[27.0],
+                w_compute=[1.0], w_memory=[29.0])
+    lab_free, conf_free = M.job_from_counts(**long)  # type: ignore[arg-type]
+    lab_cap, conf_cap = M.job_from_counts(**long, evidence_cap=1.1)  # type: ignore[arg-type]
+    assert lab_free.tolist() == lab_cap.tolist() == [rules.J_MEMORY]
+    assert conf_cap[0] < conf_free[0]
+    # as sure as the same shares (and mean top probability 0.9) over 1.1 windows: the cap scales
+    # the counts, keeping the shares
+    _, conf_short = M.job_from_counts([0.0], [1.1 / 30], [1.1 * 29 / 30], [0.99], [1.1 / 30], [1.1 * 29 / 30])
+    assert conf_cap[0] == pytest.approx(conf_short[0])
+    # a job within the cap is untouched
+    _, c1 = M.job_from_counts([0.0], [0.0], [1.0], [0.9], [0.0], [1.0], evidence_cap=1.1)
+    _, c2 = M.job_from_counts([0.0], [0.0], [1.0], [0.9], [0.0], [1.0])
+    assert c1.tolist() == c2.tolist()
+
+
+def test_the_evidence_cap_is_a_quantile_of_the_training_jobs_length_in_windows() -> None:
+    group = np.asarray(["a", "a", "b", "c", "c", "c"], dtype=object)
+    dur = [10.0, 5.0, 10.0, 10.0, 10.0, 10.0]  # a: 1.5 windows, b: 1, c: 3
+    assert M.job_evidence(group, dur).tolist() == [1.5, 1.0, 3.0]
+    assert M.evidence_cap_for(group, dur) == pytest.approx(np.quantile([1.0, 1.5, 3.0], M.EVIDENCE_QUANTILE))
+    # a few long jobs among many short ones do not lift it to their length
+    many = np.asarray([f"s{i}" for i in range(95)] + [f"l{i // 30}" for i in range(150)], dtype=object)
+    assert M.evidence_cap_for(many, [10.0] * 95 + [10.0] * 150) == 1.0
+    assert M.job_evidence(group, None).tolist() == [2.0, 1.0, 3.0]  # plain counts without lengths
+
+
+@pytest.mark.parametrize("cap", [0, -1.0, "2", True, float("inf")])
+def test_a_bad_evidence_cap_in_a_model_file_is_refused(tmp_path: Path, cap: object) -> None:
+    import json
+    import shutil
+
+    shutil.copytree(M.default_model_dir(), tmp_path / "m")
+    meta = json.loads((tmp_path / "m" / "model.json").read_text())
+    meta["evidence_cap_windows"] = cap
+    (tmp_path / "m" / "model.json").write_text(json.dumps(meta))
+    with pytest.raises(M.DataError, match="evidence_cap_windows' must be a positive number"):
+        M.load_model(tmp_path / "m")
+    meta["evidence_cap_windows"], meta["format_version"] = 1.1, M.FORMAT_AMBIGUITY
+    (tmp_path / "m" / "model.json").write_text(json.dumps(meta))
+    with pytest.raises(M.DataError, match="'evidence_cap_windows' in a format 3 file"):
+        M.load_model(tmp_path / "m")

@@ -133,9 +133,10 @@ def test_the_engine_applies_the_check_and_never_changes_a_label(ridge: Any, tmp_
     amb.set_ambiguity(entry)
     amb.save(tmp_path / "amb")
     amb = M.load_model(tmp_path / "amb")
-    assert amb.ambiguity == entry and amb.meta["format_version"] == M.FORMAT_AMBIGUITY
+    # both carry the evidence cap (issue 13 round 10): the newest format either way
+    assert amb.ambiguity == entry and amb.meta["format_version"] == M.FORMAT_VERSION
     plain = M.load_model(tmp_path / "plain")
-    assert plain.ambiguity is None and plain.meta["format_version"] == 2
+    assert plain.ambiguity is None and plain.meta["format_version"] == M.FORMAT_EVIDENCE_CAP
     got_p = label_files_local(files, plain, source="model", workers=1).labels.set_index("job_id")
     got_a = label_files_local(files, amb, source="model", workers=1).labels.set_index("job_id")
     assert (got_a["label"] == got_p["label"]).all() and len(got_a) == 81
@@ -192,7 +193,7 @@ def test_a_check_without_a_field_is_refused_naming_it(ridge: Any, tmp_path: Path
     model.save(tmp_path / "m")
     meta = json.loads((tmp_path / "m" / "model.json").read_text())
     meta["ambiguity"] = {k: v for k, v in entry.items() if k != key}
-    meta["format_version"] = M.FORMAT_AMBIGUITY
+    meta["format_version"] = M.FORMAT_VERSION
     (tmp_path / "m" / "model.json").write_text(json.dumps(meta))
     with pytest.raises(DataError, match=f"model.json: ambiguity entry lacks '{key}'"):
         M.load_model(tmp_path / "m")
@@ -229,6 +230,7 @@ def test_a_bad_check_is_refused_with_a_clear_error(ridge: Any, tmp_path: Path, c
     # an older format may not carry a check (an older wattclass would ignore it)
     meta["ambiguity"] = entry
     meta["format_version"] = 2
+    meta.pop("evidence_cap_windows")  # (format 4's own field: refused in a format 2 file too)
     (tmp_path / "m" / "model.json").write_text(json.dumps(meta))
     with pytest.raises(DataError, match="'ambiguity' in a format 2 file"):
         M.load_model(tmp_path / "m")

@@ -93,12 +93,15 @@ def test_roofline_model_round_trips_and_refuses_a_file_without_its_map(real_set:
                                                                        tmp_path: Path) -> None:
     m = M.train_model(real_set, "t-margin", evaluate=False, kind=M.KIND_MARGIN)
     assert m.meta["kind"] == M.KIND_MARGIN and m.meta["params"]["objective"] == "binary"
-    # format 2: an older wattclass (reads format 1) refuses it instead of misreading the booster;
-    # multiclass models stay format 1, readable by older versions (format 3, the newest, is a
-    # model with an ambiguity check: issue 13 round 6)
-    assert m.meta["format_version"] == 2 < M.FORMAT_VERSION == M.FORMAT_AMBIGUITY
+    # every new model carries its evidence cap (issue 13 round 10): format 4, which an older
+    # wattclass refuses instead of acting on a long job's uncapped confidence. Without the cap a
+    # roofline-margin model is format 2 (an older wattclass would misread its binary booster),
+    # a multiclass one format 1, one with an ambiguity check 3 (issue 13 round 6).
+    assert m.meta["format_version"] == M.FORMAT_EVIDENCE_CAP == M.FORMAT_VERSION
+    assert M.format_version_for(M.KIND_MARGIN) == 2 and M.format_version_for(M.KIND_MULTICLASS) == 1
+    assert M.format_version_for(M.KIND_MARGIN, ambiguity=True) == M.FORMAT_AMBIGUITY == 3
     multi = M.train_model(real_set, "t-multi", evaluate=False, kind=M.KIND_MULTICLASS)
-    assert multi.meta["format_version"] == 1 and "margin" not in multi.meta
+    assert multi.meta["format_version"] == M.FORMAT_EVIDENCE_CAP and "margin" not in multi.meta
     assert m.meta["margin"]["sigma"] > 0
     m.save(tmp_path / "m")
     back = M.load_model(tmp_path / "m")
@@ -276,12 +279,17 @@ def test_nightly_candidate_keeps_set_out_calibration_maps(real_set: M.TrainingSe
     # fit optimistic maps, so the candidate keeps the incumbent's. Other incumbents (the shipped
     # model's family-grouped maps) get the candidate's own, as before.
     set_out = {"a": 0.5, "b": -0.25, "by_label": {"compute": {"a": 0.4, "b": -0.5}}}
-    _, candidate, cv = _nightly_candidate(real_set, tmp_path, calibration=set_out, cv_grouping=grouping)
+    # the maps were fitted on confidences capped at the incumbent's evidence cap (issue 13 round
+    # 10): a candidate that keeps the maps keeps that cap with them, one that fits its own its own
+    _, candidate, cv = _nightly_candidate(real_set, tmp_path, calibration=set_out, cv_grouping=grouping,
+                                          evidence_cap_windows=7.5)
     if grouping in M.SET_OUT_GROUPINGS:
         assert candidate.meta["calibration"] == set_out != cv["calibration"]
         assert candidate.meta["cv_grouping"] == grouping
+        assert candidate.evidence_cap == 7.5
     else:
         assert candidate.meta["calibration"] == cv["calibration"] != set_out
+        assert candidate.evidence_cap == cv["evidence_cap_windows"] != 7.5
     assert candidate.meta["metrics"]["accuracy"] == cv["accuracy"]  # the gate's own CV either way
 
 
@@ -297,7 +305,9 @@ def test_nightly_candidate_keeps_the_incumbents_ambiguity_check(real_set: M.Trai
     entry = fit_ambiguity(fp, truth, "knn", 3)
     _, candidate, _ = _nightly_candidate(real_set, tmp_path / "with", ambiguity=entry,
                                          format_version=M.FORMAT_AMBIGUITY)
-    assert candidate.ambiguity == entry and candidate.meta["format_version"] == M.FORMAT_AMBIGUITY
-    # an incumbent without a check (the shipped model has one since round 6)
+    assert candidate.ambiguity == entry and candidate.meta["format_version"] == M.FORMAT_VERSION
+    # an incumbent without a check (the shipped model has one since round 6); the candidate fits
+    # its own calibration maps here, with its own evidence cap (issue 13 round 10): format 4
     _, plain, _ = _nightly_candidate(real_set, tmp_path / "without", ambiguity=None, format_version=2)
-    assert plain.ambiguity is None and plain.meta["format_version"] == 2
+    assert plain.ambiguity is None and plain.meta["format_version"] == M.FORMAT_EVIDENCE_CAP
+    assert plain.evidence_cap == M.evidence_cap_for(real_set.group, real_set.dur)

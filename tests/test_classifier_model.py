@@ -79,9 +79,11 @@ def test_save_load_roundtrip_and_newer_format_refused(real_set: M.TrainingSet, t
 
 def test_default_model_is_shipped_and_loads() -> None:
     m = M.load_model(M.default_model_dir())
-    # the shipped model carries the ambiguity check (issue 13 round 6): the newest format, 3
+    # the shipped model carries the ambiguity check (issue 13 round 6) and the evidence cap (round
+    # 10): the newest format, 4
     newest = M.FORMAT_VERSION
-    assert m.meta["format_version"] == M.format_version_for(m.kind, m.ambiguity is not None) == newest
+    assert m.evidence_cap is not None and m.ambiguity is not None
+    assert m.meta["format_version"] == M.format_version_for(m.kind, True, True) == newest
     assert m.meta["training_data"]["n_jobs"] >= 21
     assert m.meta["metrics"]["n_jobs"] == m.meta["training_data"]["n_jobs"]
 
