@@ -12,10 +12,10 @@ tuned on the long runs:
    5 folds (``family_folds``).
 2. Per fold, the shipped recipe (``wattclass model train``'s: DEFAULT_KIND, DEFAULT_AGGREGATION,
    the fixed compute weight, the ambiguity check DEFAULT_SPEC with the fold's training jobs as its
-   reference) is trained once on the twelve folders of the shipped model less every job of the
+   reference) is trained once on the folders of the shipped model (but the long runs) less every job of the
    fold's families, calibration nested (bench/eval_families.py ``predict_unseen``), and scores
    (a) the long runs of those families at full length, (b) the same runs cut to their first 10 s,
-   (c) the short runs of those families in the twelve folders (the usual leave-family-out).
+   (c) the short runs of those families in those folders (the usual leave-family-out).
 3. Reported for (a), (b), (c) apart: eval_families' ``summarize`` (job accuracy, unsure counted
    wrong, coverage, compute called memory and memory called compute, acted on at min_confidence
    0.8, ECE), compute called memory acted on with the memory threshold at 0.9 and 0.95, and per
@@ -225,7 +225,7 @@ def score(res: dict[str, Any], families: dict[str, str]) -> dict[str, Any]:
 
 
 def shipped_folders() -> tuple[str, ...]:
-    """The twelve training folders: the shipped model's, checked against the bundled list."""
+    """The shipped model's training folders, checked against the bundled list."""
     from wattclass.classifier.model import load_model
     from wattclass.classifier.training import BUNDLED_RECORDINGS
 
@@ -233,7 +233,7 @@ def shipped_folders() -> tuple[str, ...]:
     sources = sorted(saved.meta.get("training_data", {}).get("sources", []))
     if sources != sorted(BUNDLED_RECORDINGS):
         raise SystemExit(f"{SHIPPED_MODEL}: trained on {sources}, not on BUNDLED_RECORDINGS "
-                         f"{sorted(BUNDLED_RECORDINGS)}: which twelve folders?")
+                         f"{sorted(BUNDLED_RECORDINGS)}: which folders?")
     return BUNDLED_RECORDINGS
 
 
@@ -245,10 +245,9 @@ def evaluate(given: Path) -> dict[str, Any]:
     long_dir = given.resolve()  # job keys are named after the folder, as the replay names it
     if not is_recording(long_dir):
         raise SystemExit(f"--long {given}: not a probe recording (no *_samples_1hz.parquet files)")
-    names = shipped_folders()
     long_name = long_dir.resolve().name
-    if long_name in names:
-        raise SystemExit(f"--long {given}: a training folder, not new runs")
+    # the long runs joined training after their registered score (round 10): never train on them here
+    names = tuple(n for n in shipped_folders() if n != long_name)
     cut_name = f"{long_name}-first{CUT_S:g}s"
     train_sources = [h200_data_dir() / n for n in names]
     with tempfile.TemporaryDirectory(prefix="wattclass-longfam-") as tmp:
@@ -316,10 +315,17 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--long", type=Path, required=True,
                     help="the long runs (probe recording, e.g. wattclass/data/h200/long-families)")
+    ap.add_argument("--evidence-cap", action=argparse.BooleanOptionalAction, default=True,
+                    help="the round-10 recipe's evidence cap (classifier/model.py EVIDENCE_QUANTILE); "
+                         "--no-evidence-cap: the registered run's recipe (h200-20261130-fresh6's)")
     ap.add_argument("--json", action="store_true", help="every figure as JSON (with the machine and time)")
     a = ap.parse_args()
+    from wattclass.classifier import model as model_module
+
+    model_module.DEFAULT_CAP_EVIDENCE = a.evidence_cap  # read by cross_validate in predict_unseen
     t0 = time.monotonic()
     out = evaluate(a.long)
+    out["evidence_cap"] = a.evidence_cap
     out["runtime_s"] = round(time.monotonic() - t0, 1)
     if a.json:
         return emit(out)
