@@ -226,6 +226,31 @@ def job_check_sql(record: str, user: str) -> str:
             f"THEN {JOB_TIME} WHEN {user_bad} THEN {JOB_USER} ELSE 0 END")
 
 
+def job_group_check_sql(record: str, group: str) -> tuple[str, str]:
+    """``job_check_sql`` per group of rows of one job, host, file and reject code (alias ``group``:
+    host, bad, ts_start_ms = epoch_ms of the smallest ts_start, ts_end_ms of the largest ts_end,
+    "user" and user_max = the smallest and largest non-NULL user), joined to the job's record
+    (alias ``record``; NULL where it has none): (the group's reject code, whether it must be
+    checked row by row).
+
+    Why it can decide a group: the host is the group's own, so a foreign host rejects every row
+    (JOB_HOST, first in ``job_check_sql``'s order, whatever the times and users); where the
+    group's time range lies within the job's (+- slack) and its users are all the record's (or
+    NULL), no row is rejected. Any other group of valid rows (a range reaching past the job, a
+    user not the record's) may hold rows of both kinds: only the rows tell, so it is flagged for
+    the exact pass. Every comparison is ``job_check_sql``'s, on the group's extremes; the
+    extremes bound every row's value, and a NULL record field tests nothing in both."""
+    g, r, slack = group, record, JOB_TIME_SLACK_S * 1000
+    ru = f'{r}."user"'
+    host_bad = f"coalesce({r}.hosts IS NOT NULL AND NOT list_contains({r}.hosts, {g}.host), FALSE)"
+    time_over = f"{g}.ts_start_ms < {r}.t0_ms - {slack} OR {g}.ts_end_ms > {r}.t1_ms + {slack}"
+    user_over = f'{ru} IS NOT NULL AND ({g}."user" <> {ru} OR {g}.user_max <> {ru})'
+    checked = f"{g}.bad = 0 AND {r}.job_id IS NOT NULL"
+    code = f"CASE WHEN {checked} AND {host_bad} THEN {JOB_HOST} ELSE {g}.bad END"
+    recheck = f"({checked} AND NOT {host_bad} AND coalesce(({time_over}) OR ({user_over}), FALSE))"
+    return code, recheck
+
+
 #: ``_reject_sql``'s codes 1..5 and ``job_check_sql``'s 6..8 as ``validity`` names them (the nightly
 #: summary's ``rejected_rows`` keys), so ``wattclass report`` and ``simulate`` count left-out rows
 #: the same way.

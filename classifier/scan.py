@@ -55,6 +55,7 @@ from wattclass.classifier.rowsql import (
     _reject_sql,
     _val,
     job_check_sql,
+    job_group_check_sql,
     partition_day_sql,
     rule_code_sql,
 )
@@ -151,6 +152,9 @@ class Scanner:
         self._names: dict[Path, set[str]] = {}  # columns of each file, when the files differ
         self._absent: frozenset[str] = frozenset()  # columns no file of the scan has (read as NULL)
         self._jobs = False  # JOBS_TABLE is registered: check job windows against their records
+        #: Files with windows the job check rejected, or may have (``_recheck``): the model pass
+        #: checks its rows against the records only if it reads one of them (None: not known).
+        self._job_rejects: set[Path] | None = None
         #: The last ``_sample_first`` (files, (per job, seed), its result): the pass's SQL and the
         #: reading of its file_index need the same order, computed once (3,000 paths hashed).
         self._drawn: tuple[list[Path], tuple[int, int], tuple[list[Path], int]] | None = None
@@ -261,13 +265,17 @@ class Scanner:
         such files.
 
         ``jobs``: the day's Slurm job records (``job_records_table``); a window of a job among them
-        is checked against its record in the same pass (``rowsql.job_check_sql``) and rejected
-        where the record contradicts it. Jobs without a record are not checked.
+        is checked against its record (``rowsql.job_check_sql``) and rejected where the record
+        contradicts it. Jobs without a record are not checked. The pass checks each group
+        (``rowsql.job_group_check_sql``: its host, time range and users decide it, or flag it);
+        only the files of flagged groups are read again, with the check per row (``_recheck``),
+        as a normal night has none: a join of every row on its job cost the 1,000-GPU nightly 5%.
 
         With ``sample_per_job``, the same pass draws the retraining sample (``_pass_sql``)."""
         if self._jobs:
             self.con.unregister(JOBS_TABLE)
         self._jobs = jobs is not None and jobs.num_rows > 0
+        self._job_rejects = None
         if self._jobs:  # until the next partials or close: the model pass checks the same records
             self.con.register(JOBS_TABLE, jobs)
         return self._partials(list(files), drop_columns, sample_per_job, seed)
@@ -280,6 +288,8 @@ class Scanner:
             return ScanResult(_empty_partials(), 0, [], bad, {}, 0)
         sample = _sample_rows(table) if sample_per_job > 0 else None
         order = self._sample_order(good, sample_per_job, seed)[0]  # the files in file_index order
+        if self._jobs:
+            table = self._recheck(table, order, drop_columns)
         valid_mask = pc.equal(table.column("bad"), 0)
         rejects = table.filter(pc.invert(valid_mask))
         _warn_attribution(rejects)
@@ -298,6 +308,31 @@ class Scanner:
             table = table.filter(pc.equal(table.column("bad"), 0))
             order = good
         return _per_job(table, order, good, bad, rejected, dups, conflicting, sample)
+
+    def _recheck(self, table: pa.Table, order: list[Path], drop_columns: Sequence[str]) -> pa.Table:
+        """The pass's groups (``table``, file_index into ``order``) with the job check exact: the
+        groups of every file that has a group flagged ``recheck`` are replaced by those of an exact
+        pass over these files alone (the check per row, ``_pass_sql``'s ``exact``); the sample
+        column is dropped (the sample is taken from the pass: GPM windows whatever their codes).
+
+        Also notes the files the check rejected windows of, or may have (``_job_rejects``)."""
+        flagged = pc.unique(pc.filter(table.column("file_index"), table.column("recheck"))).to_pylist()
+        codes = table.column("bad")
+        hit = pc.and_(pc.greater_equal(codes, JOB_HOST), pc.less_equal(codes, JOB_USER))
+        rejected = pc.unique(pc.filter(table.column("file_index"), hit)).to_pylist()
+        self._job_rejects = {order[i] for i in (*flagged, *rejected)}
+        table = table.drop_columns([c for c in ("recheck", "sample") if c in table.column_names])
+        if not flagged:
+            return table
+        idx = sorted(int(i) for i in flagged)
+        log.info("%d file(s) with windows reaching past their job's time or of another user than its "
+                 "record's: checking them window by window", len(idx))
+        some = [order[i] for i in idx]
+        exact = self.con.sql(self._pass_sql(some, drop_columns, dedup=False, exact=True)).to_arrow_table()
+        back = pc.take(pa.array(idx, pa.int64()), exact.column("file_index").cast(pa.int64()))
+        exact = exact.set_column(exact.column_names.index("file_index"), "file_index", back)
+        keep = pc.invert(pc.is_in(table.column("file_index"), pa.array(idx, table.column("file_index").type)))
+        return pa.concat_tables([table.filter(keep), exact.select(table.column_names).cast(table.schema)])
 
     def _overlap(self, files: list[Path], valid: pa.Table) -> bool:
         """Whether two of ``files`` may hold the same windows (``valid``: the pass's valid groups).
@@ -322,15 +357,20 @@ class Scanner:
         return _overlapping_files(self.con, ranges)
 
     def _pass_sql(self, fs: list[Path], drop_columns: Sequence[str], dedup: bool,
-                  sample: tuple[int, int] = (0, 0)) -> str:
+                  sample: tuple[int, int] = (0, 0), exact: bool = False) -> str:
         """The pass's SQL over ``fs``. With ``sample`` = (per job, seed) > 0, the files the sample is
         drawn from (``_sample_first``) are read in a branch of their own that also reads the
         model's input columns, and each group keeps its ``per job`` GPM windows of smallest hash
         (``arg_min``); the other files' rows carry no sample columns. Their file_index then counts
-        in ``_sample_first``'s order."""
+        in ``_sample_first``'s order.
+
+        With job records, the de-duplicating and the ``exact`` pass check every row against its
+        job's record; the others check each group (``job_group_check_sql``) and say which groups
+        need the rows checked (``recheck``)."""
         per_job, seed = sample
         if per_job <= 0 or dedup:
-            sel = self._row_sql(self._absent, drop_columns, dedup, fs)
+            absent = self._branch_absent(fs) if exact else self._absent  # a part of the files
+            sel = self._row_sql(absent, drop_columns, dedup, fs)
             rows = f"SELECT {', '.join(sel)} FROM {self._source(fs, filename=dedup)}"
         else:
             order, n = self._sample_order(fs, per_job, seed)
@@ -368,14 +408,18 @@ class Scanner:
             # the draw of the former separate pass: GPM windows of a job, whatever their reject code
             aggs.append(f"arg_min(s, h, {int(per_job)}) FILTER (WHERE h IS NOT NULL AND job_id IS NOT NULL "
                         "AND code >= 0) AS sample")
-        if self._jobs:  # windows of a job with a Slurm record, checked against it
+        by_row = self._jobs and (dedup or exact)
+        if by_row:  # windows of a job with a Slurm record, checked against it
             rows = (f"SELECT r.* EXCLUDE (bad), CAST(CASE WHEN r.bad <> 0 OR j.job_id IS NULL THEN r.bad "
                     f"ELSE {_JOB_CHECK} END AS TINYINT) AS bad FROM {_job_joined(rows)}")
+        elif self._jobs:
+            aggs.append('max("user") AS user_max')  # with min("user"): are they all the record's
         if dedup:
             rows = _dedup_sql(rows)
         # Windows without a job are grouped too (per host and file): they count as windows read.
         keys = "job_id, host, file_index, bad, code"  # file_index: the file's place in ``fs``
-        return f"SELECT {keys}, {', '.join(aggs)} FROM ({rows}) GROUP BY {keys}"
+        grouped = f"SELECT {keys}, {', '.join(aggs)} FROM ({rows}) GROUP BY {keys}"
+        return grouped if by_row or not self._jobs else _group_checked(grouped)
 
     def _sample_order(self, files: list[Path], per_job: int, seed: int) -> tuple[list[Path], int]:
         """``_sample_first(files, per_job, seed)``, reused when the pass drew it for these files."""
@@ -428,8 +472,13 @@ class Scanner:
 
         ``files`` were read by ``partials`` already (readable, required columns present). The rows
         ``partials`` rejected are left out here too (its reject code and, with job records, their
-        check), so a rejected window adds nothing to its job's model counts either."""
+        check), so a rejected window adds nothing to its job's model counts either. The check
+        joins every row on its job: only when one of ``files`` had a window it rejected, or might
+        have (``_job_rejects``); on the others every job window passed it."""
         import duckdb
+
+        rejects = self._job_rejects
+        check = self._jobs and (rejects is None or any(Path(f) in rejects for f in files))
 
         def sql() -> str:
             dropped = frozenset(drop_columns) | self._absent
@@ -437,11 +486,11 @@ class Scanner:
             where = (f"job_id IS NOT NULL AND ({_reject_sql(self._absent, partition_day_sql(files))}) = 0"
                      + ("" if all_job_windows else f" AND {rule_code_sql(dropped)} < 0"))
             # the job check's own columns (the user is read only for it), dropped after it
-            checked = f'ts_start, ts_end, {_user_sql(self._absent)} AS "user", ' if self._jobs else ""
+            checked = f'ts_start, ts_end, {_user_sql(self._absent)} AS "user", ' if check else ""
             # window_ms: the window's length, for the length-weighted job aggregation (model.window_weights)
             rows = (f"SELECT {checked}job_id, host, epoch_ms(ts_end) - epoch_ms(ts_start) AS window_ms, "
                     f"{cols} FROM {self._source(files)} WHERE {where}")
-            if not self._jobs:
+            if not check:
                 return rows
             return (f'SELECT r.* EXCLUDE (ts_start, ts_end, "user") FROM {_job_joined(rows)} '
                     f"WHERE j.job_id IS NULL OR ({_JOB_CHECK}) = 0")
@@ -472,6 +521,15 @@ def _job_joined(rows: str) -> str:
     """``rows`` (alias r) joined to their job's Slurm record (alias j; NULL where the job has none):
     the one join of the pass and the model pass, which ``_JOB_CHECK`` reads."""
     return f"({rows}) r LEFT JOIN {JOBS_TABLE} j ON r.job_id = j.job_id"
+
+
+def _group_checked(grouped: str) -> str:
+    """The pass's groups (``grouped``, with user_max) joined to their job's record, with the
+    group's job check (``job_group_check_sql``): bad (JOB_HOST where the host is not the job's)
+    and recheck (the rows must tell); one join per group, not per row."""
+    code, recheck = job_group_check_sql("j", "g")
+    return (f"SELECT g.* EXCLUDE (bad, user_max), CAST({code} AS TINYINT) AS bad, {recheck} AS recheck "
+            f"FROM ({grouped}) g LEFT JOIN {JOBS_TABLE} j ON g.job_id = j.job_id")
 
 
 def _dedup_sql(rows: str) -> str:

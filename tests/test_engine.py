@@ -20,6 +20,7 @@ from wattclass.classifier.nightly import NightlyOptions, run_nightly
 from wattclass.classifier.reader import telemetry_files
 from wattclass.classifier.scaleout import LocalConfig, open_client
 from wattclass.classifier.store import ClassifierStore
+from wattclass.classifier.validity import REJECT_JOB_HOST, REJECT_JOB_TIME, REJECT_JOB_USER
 from wattclass.fleet.generate import FleetSpec, generate
 from wattclass.schema import GPM_COLUMNS
 from wattclass.slurm.client import JobsFileClient
@@ -281,3 +282,69 @@ def test_model_loader_is_called_only_when_a_window_needs_the_model(fleet: Path, 
     lazy = label_files_local(files, loader, "auto").labels  # the last host has no GPM: model needed
     assert calls == [1]
     pd.testing.assert_frame_equal(lazy, label_files_local(files, model, "auto").labels)
+
+
+def test_the_job_check_per_group_rejects_exactly_the_windows_the_check_per_row_does(
+    fleet: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The scan decides the job check per (job, host, file) group where the group's host, time
+    range and users can, and reads only the other groups' files again with the check per row;
+    forced to check every group's rows (every checked group flagged), it must give the same
+    partials, reject counts, sample and model-pass rows. The records contradict some windows of
+    a few jobs (a host, the time after a start moved to the middle of the job or before an end
+    moved so, another user), know nothing of others (no nodes, no end, no user); the last host's
+    files lack the GPM columns (read by column name)."""
+    from wattclass.classifier import scan
+
+    files = _files(fleet)
+    w = pd.concat([pq.read_table(f, columns=["job_id", "host", "ts_start", "ts_end", "user"]).to_pandas()
+                   for f in files]).dropna(subset=["job_id"])
+    ms = {c: w[c].astype("datetime64[ms, UTC]").astype("int64") for c in ("ts_start", "ts_end")}
+    per = w.assign(**ms).groupby("job_id").agg(hosts=("host", lambda h: sorted(set(h))),
+                                               t0=("ts_start", "min"), t1=("ts_end", "max"),
+                                               user=("user", "first"))
+    jobs = sorted(per.index)
+    assert len(jobs) >= 8
+    many_hosts = next(j for j in jobs if len(per.at[j, "hosts"]) > 1)
+    per.at[many_hosts, "hosts"] = per.at[many_hosts, "hosts"][1:]  # one of its hosts not in its record
+    later, earlier, other, unknown, no_user = [j for j in jobs if j != many_hosts][:5]
+    per.at[later, "t0"] = (per.at[later, "t0"] + per.at[later, "t1"]) // 2
+    per.at[earlier, "t1"] = (per.at[earlier, "t0"] + per.at[earlier, "t1"]) // 2
+    per.at[other, "user"] = "mallory"
+    per.at[unknown, "hosts"], per.at[unknown, "t1"] = None, None
+    per.at[no_user, "user"] = None
+    users = [u if isinstance(u, str) else None for u in per["user"]]
+    table = pa.table({"job_id": pa.array(list(per.index), pa.string()),
+                      "hosts": pa.array(list(per["hosts"]), pa.list_(pa.string())),
+                      "t0_ms": pa.array([int(v) for v in per["t0"]], pa.int64()),
+                      "t1_ms": pa.array([None if pd.isna(v) else int(v) for v in per["t1"]], pa.int64()),
+                      "user": pa.array(users, pa.string())})
+
+    def scanned() -> tuple[scan.ScanResult, pd.DataFrame]:
+        scanner = scan.Scanner(1)
+        try:
+            res = scanner.partials(files, (), 3, 5, table)
+            batches = list(scanner.model_batches([Path(f) for f in res.nogpm_files], False))
+        finally:
+            scanner.close()
+        model = pa.concat_tables(batches).to_pandas() if batches else pd.DataFrame()
+        return res, model.sort_values(["job_id", "host", "window_ms"]).reset_index(drop=True)
+
+    def rows(t: pa.Table) -> pd.DataFrame:
+        return t.to_pandas().sort_values(list(t.column_names)[:2] if "h" not in t.column_names
+                                         else ["job_id", "h"]).reset_index(drop=True)
+
+    with caplog.at_level(logging.INFO, logger="wattclass.classifier"):
+        by_group, model_g = scanned()
+    again = [r.getMessage() for r in caplog.records if "window by window" in r.getMessage()]
+    assert len(again) == 1 and 0 < int(again[0].split(" ")[0]) < len(files)
+    monkeypatch.setattr(scan, "job_group_check_sql",
+                        lambda r, g: (f"{g}.bad", f"({g}.bad = 0 AND {r}.job_id IS NOT NULL)"))
+    by_row, model_r = scanned()
+    assert set(by_group.rejected) == {REJECT_JOB_HOST, REJECT_JOB_TIME, REJECT_JOB_USER}
+    assert by_group.rejected == by_row.rejected and by_group.n_windows == by_row.n_windows
+    assert by_group.nogpm_files == by_row.nogpm_files and len(model_g) > 0
+    pd.testing.assert_frame_equal(rows(by_group.partials), rows(by_row.partials), check_exact=False)
+    assert by_group.sample is not None and by_row.sample is not None
+    pd.testing.assert_frame_equal(rows(by_group.sample), rows(by_row.sample))
+    pd.testing.assert_frame_equal(model_g, model_r)

@@ -272,6 +272,51 @@ def test_rejected_windows_without_gpm_give_the_model_no_votes_either(
     pd.testing.assert_series_equal(after.loc[victim["job_id"], cols], before.loc[victim["job_id"], cols])
 
 
+def test_a_group_of_windows_partly_outside_its_job_loses_only_the_windows_outside(
+    h200_day_root: Path, tmp_path: Path, h200_telemetry: Path, jobs_csv: Path,
+    capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The scan checks a job's windows per (job, host, file) group: its time range and users decide
+    a clean group; one that reaches past the job's start and end, with a few windows of another
+    user between, holds windows of every kind, so its file is read again window by window. Only
+    the windows outside start..end (+- slack) and those of another user may be rejected, each for
+    the first reason that applies, and only that file is read again."""
+    root = h200_day_root
+    assert nightly(root, tmp_path, capsys, "--jobs-file", str(jobs_csv))["rejected_rows"]["count"] == 0
+    jobs = pd.read_csv(jobs_csv, dtype={"job_id": str})
+    victim = jobs.iloc[0]
+    before = labels_of(root).loc[victim["job_id"], "n_windows"]
+    start = pd.Timestamp(float(victim["start"]), unit="s", tz="UTC")
+    end = pd.Timestamp(float(victim["end"]), unit="s", tz="UTC")
+    w = windows(h200_telemetry)
+    one = w[w["job_id"] == victim["job_id"]].iloc[[0]]
+    # 10 s windows from 155 s before the start to 150 s after the end (none ending on a bound of
+    # start..end +- slack), on a GPU of its own (no duplicates of part-0's: no de-duplicating pass)
+    starts = pd.date_range(start - pd.Timedelta(seconds=155), end + pd.Timedelta(seconds=150), freq="10s")
+    span = pd.concat([one] * len(starts), ignore_index=True)
+    span["ts_start"] = pd.Series(starts).astype(w["ts_start"].dtype)
+    span["ts_end"] = span["ts_start"] + pd.Timedelta(seconds=10)
+    span["gpu_uuid"] = "GPU-zz-span"
+    slack = pd.Timedelta(seconds=JOB_TIME_SLACK_S)
+    late = (span["ts_start"] < start - slack) | (span["ts_end"] > end + slack)
+    inside = span.index[~late]
+    span.loc[inside[[1, 4, 7]], "user"] = "mallory"  # another user's, in the job's time
+    span.loc[inside[5], "user"] = None  # no user: nothing to compare
+    span.loc[span.index[0], "user"] = "mallory"  # too early and another user's: the time is first
+    write(span, part(root) / "span.parquet", h200_telemetry)
+    foreign = ~late & span["user"].notna() & (span["user"] != victim["user"])
+    assert late.sum() >= 6 and (~late).sum() >= 6 and foreign.sum() == 3  # the group is mixed
+    with caplog.at_level(logging.INFO, logger="wattclass.classifier"):
+        s = nightly(root, tmp_path, capsys, "--jobs-file", str(jobs_csv))
+    assert s["rejected_rows"] == {"count": int(late.sum() + foreign.sum()), REJECT_JOB_TIME: int(late.sum()),
+                                  REJECT_JOB_USER: int(foreign.sum())}
+    assert s["duplicate_windows"] == 0
+    kept = len(span) - int(late.sum() + foreign.sum())
+    assert labels_of(root).loc[victim["job_id"], "n_windows"] == before + kept
+    again = [r.getMessage() for r in caplog.records if "window by window" in r.getMessage()]
+    assert len(again) == 1 and again[0].startswith("1 file(s)")
+
+
 @pytest.mark.parametrize("max_runs", [4, 0])
 def test_day_check_over_several_days_by_file_order_or_by_file_name(
     tmp_path: Path, h200_telemetry: Path, monkeypatch: pytest.MonkeyPatch, max_runs: int
