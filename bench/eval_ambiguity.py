@@ -73,6 +73,7 @@ def main() -> int:
     from eval_families import DEVELOPMENT_FOLDERS, LOSO_SETS, summarize
 
     from wattclass.classifier import margin as margin_module
+    from wattclass.classifier import model as model_module
     from wattclass.classifier.ambiguity import fit_ambiguity, lower_confidence, training_fingerprints
     from wattclass.classifier.replay import materialize
     from wattclass.classifier.training import h200_data_dir, job_families, training_set, workload_configs
@@ -81,6 +82,7 @@ def main() -> int:
     margin_module.RIDGE_ALPHA = 3.0
     margin_module.MARGIN_INPUTS = margin_module.MARGIN_INPUTS_R2
     margin_module.SPREAD_MAP = False
+    model_module.DEFAULT_CAP_EVIDENCE = False  # round 6 had no evidence cap (round 10)
     sources = [h200_data_dir() / n for n in DEVELOPMENT_FOLDERS]
     families = job_families(sources)
     configs = workload_configs(sources)

@@ -356,6 +356,8 @@ def main() -> int:
     ap.add_argument("--evidence-cap", action=argparse.BooleanOptionalAction, default=None,
                     help="cap a job's evidence at the training jobs' (classifier/model.py EVIDENCE_QUANTILE; "
                          "the recipe since round 10, default; off in the earlier rounds' recipes)")
+    ap.add_argument("--evidence-quantile", type=float, default=None,
+                    help="the cap's quantile of the training jobs' evidence (default: EVIDENCE_QUANTILE)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     if a.loso and (a.test or a.extra or a.model is not None):
@@ -399,6 +401,10 @@ def main() -> int:
 
     # read by cross_validate: rounds 1-9 had no evidence cap
     model_module.DEFAULT_CAP_EVIDENCE = (not chosen) if a.evidence_cap is None else a.evidence_cap
+    if a.evidence_quantile is not None:
+        if not 0 < a.evidence_quantile <= 1:
+            raise SystemExit(f"--evidence-quantile: must be in (0, 1], got {a.evidence_quantile:g}")
+        model_module.EVIDENCE_QUANTILE = a.evidence_quantile
     a.cost_aware = DEFAULT_COST_AWARE if a.cost_aware is None else a.cost_aware
     a.compute_weight = DEFAULT_COMPUTE_WEIGHT if a.compute_weight is None else a.compute_weight
     if a.compute_weight <= 0:
@@ -476,7 +482,9 @@ def main() -> int:
     out["test_sources"] = [str(s) for s in a.test or []]
     out["extra_training_sources"] = [str(s) for s in a.extra or []]
     out["cost_aware"] = a.cost_aware
-    out["evidence_cap"] = model_module.DEFAULT_CAP_EVIDENCE
+    # the saved model's own cap with --model; else whether the trained recipe capped, at which quantile
+    out["evidence_cap"] = (saved.evidence_cap if a.model is not None else
+                           model_module.EVIDENCE_QUANTILE if model_module.DEFAULT_CAP_EVIDENCE else None)
     out["compute_weight"] = (float(saved.meta.get("compute_weight") or 1.0) if a.model is not None
                              else None if a.cost_aware else a.compute_weight)
     out["margin_inputs"] = list(margin_module.MARGIN_INPUTS)  # what a recipe flag set, as fitted

@@ -35,7 +35,7 @@ samples belong to no job and reach no window. Windows are made by the same repla
 
 Deterministic (LightGBM's fixed seed, one thread; the inner folds' seed 0): two runs give the same
 JSON but for ``machine``, ``measured_at`` and ``runtime_s``. Five trainings, each with its nested
-calibration: about 12 s on 2 shared cores with the 16 runs of long-twins as input (2026-12-01).
+calibration: about 9 s on 2 shared cores for the 45 runs of long-families (2026-12-01).
 """
 
 from __future__ import annotations
@@ -239,6 +239,7 @@ def shipped_folders() -> tuple[str, ...]:
 
 def evaluate(given: Path) -> dict[str, Any]:
     """Every figure of the protocol for the long runs of the recording ``given``."""
+    from wattclass.classifier.model import load_model
     from wattclass.classifier.replay import is_recording
     from wattclass.classifier.training import h200_data_dir, job_families, training_set, workload_configs
 
@@ -267,10 +268,12 @@ def evaluate(given: Path) -> dict[str, Any]:
         into["b"], changed = with_full_truth(part_results(res, (cut_name,), conf), into["a"], long_name)
         into["c"] = part_results(res, names, conf)
     parts["d"] = saved_model(SHIPPED_MODEL, ts.subset(is_long))
+    shipped = load_model(SHIPPED_MODEL)
     return {
         "protocol": "docs/measurements/issue13-preregistration-round10-2026-12-01.md",
         "long": str(given), "long_jobs": len(long_keys), "cut_s": CUT_S,
         "training_folders": list(names), "shipped_model": str(SHIPPED_MODEL),
+        "shipped_model_version": shipped.version, "shipped_model_evidence_cap": shipped.evidence_cap,
         "min_confidence": MIN_CONFIDENCE, "memory_thresholds": list(MEMORY_THRESHOLDS),
         "folds": [{**f, "jobs": {p: int((res["fold"][_in_part(res["keys"], pre)] == i).sum())
                                  for p, pre in (("a", (long_name,)), ("b", (cut_name,)), ("c", names))}}
@@ -319,13 +322,19 @@ def main() -> int:
                     help="the round-10 recipe's evidence cap (classifier/model.py EVIDENCE_QUANTILE); "
                          "--no-evidence-cap: the registered run's recipe (h200-20261130-fresh6's)")
     ap.add_argument("--json", action="store_true", help="every figure as JSON (with the machine and time)")
+    ap.add_argument("--evidence-quantile", type=float, default=None,
+                    help="the cap's quantile of the training jobs' evidence (default: EVIDENCE_QUANTILE)")
     a = ap.parse_args()
     from wattclass.classifier import model as model_module
 
     model_module.DEFAULT_CAP_EVIDENCE = a.evidence_cap  # read by cross_validate in predict_unseen
+    if a.evidence_quantile is not None:
+        if not 0 < a.evidence_quantile <= 1:
+            raise SystemExit(f"--evidence-quantile: must be in (0, 1], got {a.evidence_quantile:g}")
+        model_module.EVIDENCE_QUANTILE = a.evidence_quantile
     t0 = time.monotonic()
     out = evaluate(a.long)
-    out["evidence_cap"] = a.evidence_cap
+    out["evidence_cap"] = model_module.EVIDENCE_QUANTILE if a.evidence_cap else None
     out["runtime_s"] = round(time.monotonic() - t0, 1)
     if a.json:
         return emit(out)

@@ -101,8 +101,8 @@ def _register_model(sub: argparse._SubParsersAction[Any]) -> None:
     t.add_argument("--aggregation", default=None, help="job aggregation: length-weighted (default) or counts")
     t.add_argument("--round2-recipe", action="store_true",
                    help="issue 13 round 2's recipe (h200-20261130-lenweight, shipped until round 6): compute "
-                   "weight 1, no ambiguity check unless --ambiguity says so and, without --raw/--telemetry, "
-                   "its six recordings (training.ROUND2_RECORDINGS)")
+                   "weight 1, no ambiguity check unless --ambiguity says so, no evidence cap and, without "
+                   "--raw/--telemetry, its six recordings (training.ROUND2_RECORDINGS)")
     t.add_argument("--calibration", choices=("family", "source"), default="family",
                    help="how the CV the calibration maps are fitted on is grouped: family (whole workload "
                    "families, --folds folds; default) or source (one fold per recording folder: the error "
@@ -295,6 +295,7 @@ def cmd_model_train(args: argparse.Namespace) -> int:
         DEFAULT_AGGREGATION,
         DEFAULT_COMPUTE_WEIGHT,
         DEFAULT_KIND,
+        FIT_CAP,
         MODEL_KINDS,
         source_folds,
         train_model,
@@ -342,8 +343,10 @@ def cmd_model_train(args: argparse.Namespace) -> int:
     n_folds, groups = args.folds, None
     if args.calibration == "source":  # leave one recording folder out (issue 13 round 5)
         groups, n_folds = source_folds(ts.group)
+    # the round-2 recipe had no evidence cap (issue 13 round 10 added it), as eval_families' flag
     model = train_model(ts, version, n_folds=n_folds, created=args.created, families=families, kind=kind,
-                        aggregation=aggregation, compute_weight=weight, fold_groups=groups)
+                        aggregation=aggregation, compute_weight=weight, fold_groups=groups,
+                        evidence_cap=None if args.round2_recipe else FIT_CAP)
     if spec is not None:
         _add_ambiguity(model, full, sources, spec, asked=bool(args.ambiguity))
     model.save(args.out)

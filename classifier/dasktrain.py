@@ -8,7 +8,7 @@ The local nightly trains with ``model.train_model``; both give the same kind of 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -23,7 +23,8 @@ log = logging.getLogger("wattclass.classifier")
 
 
 def train_model_dask(client: Client, ts: TrainingSet, version: str,
-                     kind: str | None = None, aggregation: str | None = None) -> WindowModel:
+                     kind: str | None = None, aggregation: str | None = None,
+                     evidence_cap: float | Literal["fit"] | None = "fit") -> WindowModel:
     """Fit the window model with LightGBM's Dask estimator on ``client``'s workers.
 
     Same parameters, rounds, features, per-job weights and trainable windows (>= 5 s) as
@@ -47,6 +48,7 @@ def train_model_dask(client: Client, ts: TrainingSet, version: str,
         _job_weights,
         fit_margin_stage,
         model_meta,
+        resolve_evidence_cap,
         stage_params,
         train_model,
     )
@@ -62,7 +64,8 @@ def train_model_dask(client: Client, ts: TrainingSet, version: str,
     n_classes = 2 if margin_kind else len(rules.WINDOW_CLASSES)
     if set(np.unique(y).tolist()) != set(range(n_classes)):
         log.info("training set lacks a window class: fitting the candidate locally")
-        return train_model(ts, version, evaluate=False, kind=kind, aggregation=aggregation)
+        return train_model(ts, version, evaluate=False, kind=kind, aggregation=aggregation,
+                           evidence_cap=evidence_cap)
     n_workers = max(1, len(client.scheduler_info().get("workers", {})))
     rows = max(1, -(-len(y) // n_workers))
     # Rows in a seeded random order: each worker's part must hold every class (LightGBM's Dask
@@ -78,7 +81,7 @@ def train_model_dask(client: Client, ts: TrainingSet, version: str,
     booster = est.to_local().booster_
     meta: dict[str, Any] = {
         **model_meta(version, kind, aggregation, dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                     MIN_TRAIN_WINDOW_S, ts),
+                     MIN_TRAIN_WINDOW_S, ts, resolve_evidence_cap(ts, aggregation, evidence_cap)),
         "trained_with": f"lightgbm.DaskLGBMClassifier on {n_workers} worker(s)"
                         + ("; margin map fitted on the client" if margin_kind else ""),
         "calibration": None,

@@ -86,10 +86,12 @@ SAMPLE_PER_JOB = 16
 BATCH_FILES = 100
 
 _SUMS = ("n_windows", "dur_ms", "energy_j", "n_gpm", "r_idle", "r_compute", "r_memory", "n_shared",
-         "n_pipe_gap", "x_idle", "x_compute", "x_memory", "x_pmax", "x_compute_w", "x_memory_w")
+         "n_pipe_gap", "x_idle", "x_compute", "x_memory", "x_pmax", "x_idle_w", "x_compute_w",
+         "x_memory_w")
 #: Per-(job, host) sums of the model's window decisions: argmax class counts, summed top
-#: probability, and the compute and memory counts weighted by window length (``window_weights``).
-_X_SUMS = ("x_idle", "x_compute", "x_memory", "x_pmax", "x_compute_w", "x_memory_w")
+#: probability, and the class counts weighted by window length (``window_weights``; the idle one
+#: gives the job's length in windows for the model's evidence cap).
+_X_SUMS = ("x_idle", "x_compute", "x_memory", "x_pmax", "x_idle_w", "x_compute_w", "x_memory_w")
 
 
 @dataclass
@@ -128,7 +130,8 @@ def _model_counts(scanner: Scanner, files: Sequence[Path], model: WindowModel, f
                 "x_idle": (cls == 0).astype(np.int64), "x_compute": (cls == 1).astype(np.int64),
                 "x_memory": (cls == 2).astype(np.int64),
                 "x_pmax": proba.max(axis=1).astype(np.float64),
-                "x_compute_w": np.where(cls == 1, w, 0.0), "x_memory_w": np.where(cls == 2, w, 0.0)}
+                "x_idle_w": np.where(cls == 0, w, 0.0), "x_compute_w": np.where(cls == 1, w, 0.0),
+                "x_memory_w": np.where(cls == 2, w, 0.0)}
         if amb:
             num, den = window_sums(X, dur_s)
             for j, (cn, cd) in enumerate(zip(FP_SUM_COLUMNS, FP_WEIGHT_COLUMNS, strict=True)):
@@ -249,7 +252,7 @@ def _with_model_counts(part: pa.Table, x: pa.Table | None, use_model: bool, forc
     else:
         for c in ("x_idle", "x_compute", "x_memory"):
             part = part.append_column(c, zeros_i)
-        for c in ("x_pmax", "x_compute_w", "x_memory_w"):
+        for c in ("x_pmax", "x_idle_w", "x_compute_w", "x_memory_w"):
             part = part.append_column(c, zeros_f)
     flag = pa.array(np.full(n, 2 if forced else 1 if use_model else 0, dtype=np.int8))
     return part.append_column("model_mode", flag)
@@ -302,7 +305,7 @@ def finalize(partials: pa.Table) -> pd.DataFrame:
         jobs[m] = np.where(mode == 2, x, jobs[r] + x).astype(np.float64)
     jobs["m_pmax"] = np.where(mode == 2, jobs["x_pmax"], jobs["n_gpm"] + jobs["x_pmax"])
     # length-weighted split (model.job_from_counts): the model's windows by length, the rule's whole
-    for m, r in (("m_compute_w", "r_compute"), ("m_memory_w", "r_memory")):
+    for m, r in (("m_idle_w", "r_idle"), ("m_compute_w", "r_compute"), ("m_memory_w", "r_memory")):
         jobs[m] = np.where(mode == 2, jobs["x" + m[1:]], jobs[r] + jobs["x" + m[1:]]).astype(np.float64)
     out: pd.DataFrame = jobs.reset_index()
     return out

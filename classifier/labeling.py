@@ -141,7 +141,8 @@ def decide(jobs: pd.DataFrame, model: WindowModel | None, source: Source = "auto
         weighted = model.aggregation == "length-weighted" and "m_compute_w" in jobs
         m_lab, m_raw = job_from_counts(jobs["m_idle"], jobs["m_compute"], jobs["m_memory"], jobs["m_pmax"],
                                        jobs["m_compute_w"] if weighted else None,
-                                       jobs["m_memory_w"] if weighted else None, model.evidence_cap)
+                                       jobs["m_memory_w"] if weighted else None, model.evidence_cap,
+                                       jobs["m_idle_w"] if weighted else None)
         m_unchecked = model.calibrate(m_raw, m_lab)
         m_conf = model.checked(m_unchecked, m_lab, _fingerprints(jobs) if model.ambiguity else None)
         use_model = ~use_rule

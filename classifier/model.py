@@ -34,7 +34,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -337,9 +337,27 @@ EVIDENCE_QUANTILE = 0.9
 DEFAULT_CAP_EVIDENCE = True
 
 
+#: ``evidence_cap`` of ``cross_validate`` and ``train_model``: fit the cap on the training jobs
+#: (``evidence_cap_for``); a number (or None: no cap) keeps a given recipe's cap, as the nightly
+#: keeps its incumbent's (a fleet sample's jobs are long: refitted there, the cap would rise to
+#: their length and undo it).
+FIT_CAP: Literal["fit"] = "fit"
+
+
+def _posterior_counts(ni: F64, nc: F64, nm: F64, wc: F64, wm: F64) -> tuple[F64, F64, F64]:
+    """The idle, compute and memory counts the job rule's posterior sees with the length-weighted
+    split (``wc``/``wm``: the compute and memory windows' summed weights): those weights, the idle
+    count scaled by the active windows' mean weight (see ``job_from_counts``)."""
+    act = nc + nm
+    with np.errstate(invalid="ignore", divide="ignore"):
+        scale = np.where(act > 0, (wc + wm) / np.where(act > 0, act, 1.0), 1.0)
+    return ni * scale, wc, wm
+
+
 def job_evidence(group: npt.NDArray[np.object_], dur_s: npt.ArrayLike | None) -> F64:
     """Each job's evidence in windows (``np.unique(group)`` order): its windows' summed
-    ``window_weights`` (its length in full windows), or its window count without lengths."""
+    ``window_weights`` (its length in full windows), or its window count without lengths -- the
+    quantity ``capped_counts`` holds to the cap."""
     _, inv = np.unique(group, return_inverse=True)
     w = np.ones(len(inv)) if dur_s is None else window_weights(dur_s)
     return np.asarray(np.bincount(inv, weights=w), dtype=np.float64)
@@ -351,12 +369,24 @@ def evidence_cap_for(group: npt.NDArray[np.object_], dur_s: npt.ArrayLike | None
     return round(float(np.quantile(ev, EVIDENCE_QUANTILE)), 4) if len(ev) else 1.0
 
 
-def capped_counts(ni: F64, nc: F64, nm: F64, cap: float | None) -> tuple[F64, F64, F64]:
-    """Window counts scaled down so that they sum to at most ``cap`` (None: unchanged). The shares,
+def resolve_evidence_cap(ts: TrainingSet, aggregation: str,
+                         cap: float | Literal["fit"] | None) -> float | None:
+    """The cap a model trained on ``ts`` gets: ``FIT_CAP`` fits it (when DEFAULT_CAP_EVIDENCE),
+    a number or None is kept as given."""
+    if cap == FIT_CAP:
+        return (evidence_cap_for(ts.group, aggregation_durations(ts, aggregation))
+                if DEFAULT_CAP_EVIDENCE else None)
+    return None if cap is None else float(cap)
+
+
+def capped_counts(ni: F64, nc: F64, nm: F64, cap: float | None, evidence: F64 | None = None,
+                  ) -> tuple[F64, F64, F64]:
+    """The posterior's counts scaled by min(1, cap / ``evidence``) (``evidence``: the job's length in
+    windows, ``job_evidence``; None: the counts' own total; ``cap`` None: unchanged). The shares,
     and so the labels, stay; only the posterior's certainty stops growing with length."""
     if cap is None:
         return ni, nc, nm
-    n = ni + nc + nm
+    n = ni + nc + nm if evidence is None else np.asarray(evidence, dtype=np.float64)
     with np.errstate(invalid="ignore", divide="ignore"):
         f = np.where(n > cap, cap / np.where(n > 0, n, 1.0), 1.0)
     return ni * f, nc * f, nm * f
@@ -373,7 +403,7 @@ def window_weights(dur_s: npt.ArrayLike) -> F64:
 def job_from_counts(
     n_idle: npt.ArrayLike, n_compute: npt.ArrayLike, n_memory: npt.ArrayLike, sum_pmax: npt.ArrayLike,
     w_compute: npt.ArrayLike | None = None, w_memory: npt.ArrayLike | None = None,
-    evidence_cap: float | None = None,
+    evidence_cap: float | None = None, w_idle: npt.ArrayLike | None = None,
 ) -> tuple[npt.NDArray[np.int8], F64]:
     """(job label codes, raw confidence) from the model's per-window decisions.
 
@@ -388,20 +418,22 @@ def job_from_counts(
     stays the plain count's, as in the rule.
 
     ``evidence_cap`` (the model's ``evidence_cap_windows``; None: none): the counts the posterior
-    sees sum to at most this many windows (``capped_counts``, EVIDENCE_QUANTILE says why).
+    sees are scaled by min(1, cap / the job's length in windows) (``capped_counts``,
+    EVIDENCE_QUANTILE says why); the length is ``w_idle`` + ``w_compute`` + ``w_memory`` (the idle
+    windows' summed weights too), or the plain count.
     """
     ni, nc, nm = (np.asarray(a, dtype=np.float64) for a in (n_idle, n_compute, n_memory))
     n = ni + nc + nm
     with np.errstate(invalid="ignore", divide="ignore"):
         mean_pmax = np.where(n > 0, np.asarray(sum_pmax, dtype=np.float64) / np.where(n > 0, n, 1), 0.0)
+    evidence = None  # without w_idle: the posterior counts' own total
     if w_compute is not None and w_memory is not None:
         wc, wm = np.asarray(w_compute, dtype=np.float64), np.asarray(w_memory, dtype=np.float64)
-        act = nc + nm
-        with np.errstate(invalid="ignore", divide="ignore"):
-            scale = np.where(act > 0, (wc + wm) / np.where(act > 0, act, 1.0), 1.0)
-        ni, nc, nm = ni * scale, wc, wm
+        if w_idle is not None:
+            evidence = np.asarray(w_idle, dtype=np.float64) + wc + wm
+        ni, nc, nm = _posterior_counts(ni, nc, nm, wc, wm)
     lab = rules.job_labels(ni, nc, nm)
-    return lab, rules.job_confidence(*capped_counts(ni, nc, nm, evidence_cap), lab) * mean_pmax
+    return lab, rules.job_confidence(*capped_counts(ni, nc, nm, evidence_cap, evidence), lab) * mean_pmax
 
 
 def job_predictions(
@@ -424,9 +456,10 @@ def job_predictions(
                                     evidence_cap=evidence_cap)
         return keys, lab, conf
     w = window_weights(dur_s)
+    wi = np.bincount(inv, weights=w * (top == rules.IDLE), minlength=len(keys))
     wc = np.bincount(inv, weights=w * (top == rules.COMPUTE), minlength=len(keys))
     wm = np.bincount(inv, weights=w * (top == rules.MEMORY), minlength=len(keys))
-    lab, conf = job_from_counts(counts[:, 0], counts[:, 1], counts[:, 2], sum_pmax, wc, wm, evidence_cap)
+    lab, conf = job_from_counts(counts[:, 0], counts[:, 1], counts[:, 2], sum_pmax, wc, wm, evidence_cap, wi)
     return keys, lab, conf
 
 
@@ -532,7 +565,7 @@ def cross_validate(
     rounds: int = NUM_ROUNDS, min_window_s: float = MIN_TRAIN_WINDOW_S,
     families: Mapping[str, str] | None = None, cost_aware: bool = False, kind: str = DEFAULT_KIND,
     aggregation: str = DEFAULT_AGGREGATION, workers: int = 0, compute_weight: float = DEFAULT_COMPUTE_WEIGHT,
-    fold_groups: Mapping[str, str] | None = None, cap_evidence: bool | None = None,
+    fold_groups: Mapping[str, str] | None = None, evidence_cap: float | Literal["fit"] | None = FIT_CAP,
 ) -> dict[str, Any]:
     """Grouped k-fold CV at job level; returns metrics and the out-of-fold predictions.
 
@@ -553,25 +586,24 @@ def cross_validate(
     model does on kinds of work it never saw, which is what calibration should reflect).
     ``fold_groups`` (job key -> group, e.g. ``source_groups``: the recording folder) deals whole
     groups to the folds instead (``families`` still groups the margin map's sigma folds).
-    ``cap_evidence``: job confidences rest on at most ``evidence_cap_for`` these jobs' windows (the
-    recipe since issue 13 round 10; returned as ``evidence_cap_windows``, None when off; None:
-    DEFAULT_CAP_EVIDENCE).
+    ``evidence_cap``: the most windows of evidence job confidences rest on (``resolve_evidence_cap``:
+    FIT_CAP fits it on ``ts``, the recipe since issue 13 round 10; returned as
+    ``evidence_cap_windows``).
     """
     with _OneBlasThread():
         return _cross_validate(ts, n_folds, seed, params, rounds, min_window_s, families, cost_aware, kind,
                                aggregation, workers, compute_weight, fold_groups,
-                               DEFAULT_CAP_EVIDENCE if cap_evidence is None else cap_evidence)
+                               resolve_evidence_cap(ts, aggregation, evidence_cap))
 
 
 def _cross_validate(
     ts: TrainingSet, n_folds: int, seed: int, params: Mapping[str, Any] | None, rounds: int,
     min_window_s: float, families: Mapping[str, str] | None, cost_aware: bool, kind: str, aggregation: str,
     workers: int, fixed_weight: float, fold_groups: Mapping[str, str] | None = None,
-    cap_evidence: bool = True,
+    cap: float | None = None,
 ) -> dict[str, Any]:
     keys, truth = ts.job_truth()
     dur = aggregation_durations(ts, aggregation)
-    cap = evidence_cap_for(ts.group, dur) if cap_evidence else None
     n_folds = max(2, min(n_folds, len(keys)))
     fold_of_job = (family_folds(keys, fold_groups, n_folds, seed) if fold_groups is not None
                    else family_folds(keys, families, n_folds, seed) if families is not None
@@ -714,10 +746,11 @@ def beside(first: Callable[[], A], second: Callable[[], B]) -> tuple[A, B]:
 
 
 def model_meta(version: str, kind: str, aggregation: str, created: str | None, min_window_s: float,
-               ts: TrainingSet) -> dict[str, Any]:
-    """The model.json fields every training path writes (local ``train_model``, the Dask fit)."""
-    return {
-        "format_version": format_version_for(kind, evidence_cap=True),
+               ts: TrainingSet, evidence_cap: float | None) -> dict[str, Any]:
+    """The model.json fields every training path writes (local ``train_model``, the Dask fit);
+    ``evidence_cap``: the one its calibration maps are fitted with (None: none, and no field)."""
+    meta = {
+        "format_version": format_version_for(kind, evidence_cap=evidence_cap is not None),
         "wattclass_version": __version__,
         "model_version": version,
         "created": created,
@@ -730,9 +763,10 @@ def model_meta(version: str, kind: str, aggregation: str, created: str | None, m
         "params": stage_params(kind),
         "num_rounds": NUM_ROUNDS,
         "training_data": training_summary(ts),
-        # the same cap cross_validate fits the calibration maps with (same jobs, same lengths)
-        "evidence_cap_windows": evidence_cap_for(ts.group, aggregation_durations(ts, aggregation)),
     }
+    if evidence_cap is not None:
+        meta["evidence_cap_windows"] = evidence_cap
+    return meta
 
 
 def training_summary(ts: TrainingSet) -> dict[str, Any]:
@@ -849,6 +883,7 @@ def train_model(
     families: Mapping[str, str] | None = None, kind: str = DEFAULT_KIND,
     aggregation: str = DEFAULT_AGGREGATION, workers: int = 0, cost_aware: bool = DEFAULT_COST_AWARE,
     compute_weight: float = DEFAULT_COMPUTE_WEIGHT, fold_groups: Mapping[str, str] | None = None,
+    evidence_cap: float | Literal["fit"] | None = FIT_CAP,
 ) -> WindowModel:
     """Cross-validate (for metrics, calibration and, with ``cost_aware``, the compute weight), and
     fit on every trainable window. The model applies ``compute_weight`` (or, with ``cost_aware``
@@ -861,10 +896,12 @@ def train_model(
     ``created`` goes into the metadata as given (None: omitted), never the wall clock, so that
     rebuilding from the same data gives byte-identical model files. ``fold_groups``
     (``source_groups``): the CV deals whole groups to its folds (model.json ``cv_grouping``
-    ``source``; ``families`` still group the margin map's sigma).
+    ``source``; ``families`` still group the margin map's sigma). ``evidence_cap``
+    (``resolve_evidence_cap``): resolved once, so the model carries the cap its maps were fitted with.
     """
     if aggregation not in AGGREGATIONS:
         raise DataError(f"unknown job aggregation {aggregation!r} (known: {', '.join(AGGREGATIONS)})")
+    cap = resolve_evidence_cap(ts, aggregation, evidence_cap)
 
     def fit_all() -> tuple[lgb.Booster, dict[str, Any] | None]:
         with _OneBlasThread():
@@ -875,11 +912,12 @@ def train_model(
         cv, (booster, margin) = beside(
             lambda: cross_validate(ts, n_folds, seed, min_window_s=min_window_s, families=families, kind=kind,
                                    aggregation=aggregation, workers=workers, cost_aware=cost_aware,
-                                   compute_weight=compute_weight, fold_groups=fold_groups), fit_all)
+                                   compute_weight=compute_weight, fold_groups=fold_groups,
+                                   evidence_cap=cap), fit_all)
     else:
         booster, margin = fit_all()
     meta: dict[str, Any] = {
-        **model_meta(version, kind, aggregation, created, min_window_s, ts),
+        **model_meta(version, kind, aggregation, created, min_window_s, ts, cap),
         "calibration": cv["calibration"] if cv else None,
         "cv_grouping": ("source" if fold_groups is not None else "family" if families is not None
                         else "job") if cv else None,
@@ -917,9 +955,8 @@ def load_model(directory: Path) -> WindowModel:
         if fmt < FORMAT_EVIDENCE_CAP:
             raise DataError(f"{meta_path}: 'evidence_cap_windows' in a format {fmt} file (it needs format "
                             f"{FORMAT_EVIDENCE_CAP})")
-        if (cap is not None and (isinstance(cap, bool) or not isinstance(cap, (int, float))
-                                 or not math.isfinite(cap) or cap <= 0)):
-            raise DataError(f"{meta_path}: 'evidence_cap_windows' must be a positive number or null, "
+        if isinstance(cap, bool) or not isinstance(cap, (int, float)) or not math.isfinite(cap) or cap <= 0:
+            raise DataError(f"{meta_path}: 'evidence_cap_windows' must be a positive number, "
                             f"not {str(cap)[:40]!r}")
     missing = [f for f in meta.get("features", []) if f not in FEATURES]
     if missing or not meta.get("features"):

@@ -266,17 +266,22 @@ def _retrain(store: ClassifierStore, registry: ModelRegistry, current: WindowMod
     # predictions weighed the same way, so it fits the model it is attached to.
     kind, aggregation = current.kind, current.aggregation
     weight = float(current.meta.get("compute_weight") or 1.0)
+    # ... and its evidence cap (issue 13 round 10): refitted on tonight's sample, whose fleet jobs
+    # hold up to SAMPLE_PER_JOB windows each, the cap would rise to their length and bring back the
+    # long jobs' overconfidence it exists to stop
+    cap = current.evidence_cap
     version = registry.new_version(f"nightly-{opts.date.replace('-', '')}")
     if client is None:
         # the candidate's fit does not depend on its cross-validation: both run at once
         cv, model = beside(
             lambda: cross_validate(ts, seed=opts.seed, kind=kind, aggregation=aggregation,
-                                   compute_weight=weight),
+                                   compute_weight=weight, evidence_cap=cap),
             lambda: train_model(ts, version, evaluate=False, kind=kind, aggregation=aggregation,
-                                compute_weight=weight))
+                                compute_weight=weight, evidence_cap=cap))
     else:
-        cv = cross_validate(ts, seed=opts.seed, kind=kind, aggregation=aggregation, compute_weight=weight)
-        model = train_model_dask(client, ts, version, kind=kind, aggregation=aggregation)
+        cv = cross_validate(ts, seed=opts.seed, kind=kind, aggregation=aggregation, compute_weight=weight,
+                            evidence_cap=cap)
+        model = train_model_dask(client, ts, version, kind=kind, aggregation=aggregation, evidence_cap=cap)
         model.meta["compute_weight"] = weight
     jobs = cv["jobs"]
     new_mask = np.char.startswith(np.asarray(jobs["key"], dtype=str), new_prefix)
@@ -297,18 +302,14 @@ def _retrain(store: ClassifierStore, registry: ModelRegistry, current: WindowMod
         # aggregation and weight); its own CV still gives the gate and the metrics.
         model.meta["calibration"] = current.meta["calibration"]
         model.meta["cv_grouping"] = current.meta["cv_grouping"]
-        # the maps were fitted on the incumbent's capped confidences: its cap goes with them (the
-        # file format follows in set_ambiguity below)
-        model.meta.pop("evidence_cap_windows", None)
-        if current.evidence_cap is not None:
-            model.meta["evidence_cap_windows"] = current.evidence_cap
     # The candidate keeps the incumbent's ambiguity check (issue 13 round 6) as it is: the check's
     # radius comes from repeat runs of one workload (runs.csv of the recordings), which tonight's
     # sample does not name; the sample holds at most SAMPLE_PER_JOB windows of a job, not the
     # whole job a fingerprint is; and where the two labels overlap in the inputs is a property of
     # the inputs, measured on the recordings, not of tonight's booster.
     model.set_ambiguity(current.ambiguity)
-    model.meta["metrics"] = {k2: v for k2, v in cv.items() if k2 not in ("jobs", "calibration")}
+    model.meta["metrics"] = {k2: v for k2, v in cv.items()
+                             if k2 not in ("jobs", "calibration", "evidence_cap_windows")}
     registry.add(model, promoted=promoted, gate=gate)
     return {"retrained": True, "version": version, "promoted": promoted, **gate,
             "cv_accuracy": cv["accuracy"], "cv_ece": cv["ece"], "train_jobs": cv["n_jobs"]}

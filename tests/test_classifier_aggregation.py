@@ -143,11 +143,40 @@ def test_the_evidence_cap_is_a_quantile_of_the_training_jobs_length_in_windows()
     group = np.asarray(["a", "a", "b", "c", "c", "c"], dtype=object)
     dur = [10.0, 5.0, 10.0, 10.0, 10.0, 10.0]  # a: 1.5 windows, b: 1, c: 3
     assert M.job_evidence(group, dur).tolist() == [1.5, 1.0, 3.0]
-    assert M.evidence_cap_for(group, dur) == pytest.approx(np.quantile([1.0, 1.5, 3.0], M.EVIDENCE_QUANTILE))
+    want = np.quantile([1.0, 1.5, 3.0], M.EVIDENCE_QUANTILE)
+    assert M.evidence_cap_for(group, dur) == pytest.approx(want)
+    assert M.job_evidence(group, None).tolist() == [2.0, 1.0, 3.0]  # plain counts without lengths
     # a few long jobs among many short ones do not lift it to their length
     many = np.asarray([f"s{i}" for i in range(95)] + [f"l{i // 30}" for i in range(150)], dtype=object)
-    assert M.evidence_cap_for(many, [10.0] * 95 + [10.0] * 150) == 1.0
-    assert M.job_evidence(group, None).tolist() == [2.0, 1.0, 3.0]  # plain counts without lengths
+    assert M.evidence_cap_for(many, [10.0] * 245) == 1.0
+
+
+def test_the_cap_holds_the_jobs_length_idle_windows_included() -> None:
+    # a 10 s idle window and a 3 s memory stub: 1.3 windows long. The posterior sees the idle count
+    # scaled by the active windows' mean weight (0.3 + 0.3 = 0.6), but the cap is held against the
+    # length, the quantity it is a quantile of (job_evidence): 1.3 is at the cap, untouched
+    proba = np.array([[0.9, 0.05, 0.05], [0.1, 0.1, 0.8]])
+    group = np.asarray(["j", "j"], dtype=object)
+    dur = [10.0, 3.0]
+    assert M.job_evidence(group, dur).tolist() == pytest.approx([1.3])
+    _, _, free = M.job_predictions(proba, group, dur)
+    _, _, at = M.job_predictions(proba, group, dur, evidence_cap=1.3)
+    _, _, below = M.job_predictions(proba, group, dur, evidence_cap=0.65)
+    assert at.tolist() == free.tolist() and below[0] != free[0]
+    # the engine's sums give the same: w_idle + w_compute + w_memory is the length
+    _, e = M.job_from_counts([1.0], [0.0], [1.0], [1.7], [0.0], [0.3], evidence_cap=0.65, w_idle=[1.0])
+    assert e.tolist() == pytest.approx(below.tolist())
+
+
+def test_train_model_carries_the_cap_its_calibration_was_fitted_with(ridge_files,  # type: ignore[no-untyped-def]
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    _, ts = ridge_files
+    fixed = M.train_model(ts, "t", n_folds=3, evidence_cap=2.5)
+    assert fixed.evidence_cap == 2.5 and fixed.meta["format_version"] == M.FORMAT_EVIDENCE_CAP
+    monkeypatch.setattr(M, "DEFAULT_CAP_EVIDENCE", False)  # as eval scripts do for earlier recipes
+    off = M.train_model(ts, "t", n_folds=3)
+    assert off.evidence_cap is None and "evidence_cap_windows" not in off.meta
+    assert off.meta["format_version"] == M.format_version_for(off.kind) < M.FORMAT_EVIDENCE_CAP
 
 
 @pytest.mark.parametrize("cap", [0, -1.0, "2", True, float("inf")])

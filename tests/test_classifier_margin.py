@@ -256,7 +256,8 @@ def _nightly_candidate(real_set: M.TrainingSet, tmp_path: Path, **incumbent_meta
     assert out["retrained"] is True
     candidate = M.load_model(registry.root / out["version"])
     cv = M.cross_validate(store.samples(), kind=incumbent.kind, aggregation=incumbent.aggregation,
-                          compute_weight=float(incumbent.meta.get("compute_weight") or 1.0))
+                          compute_weight=float(incumbent.meta.get("compute_weight") or 1.0),
+                          evidence_cap=incumbent.evidence_cap)
     return incumbent, candidate, cv
 
 
@@ -279,17 +280,16 @@ def test_nightly_candidate_keeps_set_out_calibration_maps(real_set: M.TrainingSe
     # fit optimistic maps, so the candidate keeps the incumbent's. Other incumbents (the shipped
     # model's family-grouped maps) get the candidate's own, as before.
     set_out = {"a": 0.5, "b": -0.25, "by_label": {"compute": {"a": 0.4, "b": -0.5}}}
-    # the maps were fitted on confidences capped at the incumbent's evidence cap (issue 13 round
-    # 10): a candidate that keeps the maps keeps that cap with them, one that fits its own its own
+    # the evidence cap is part of the recipe (issue 13 round 10): the candidate keeps the
+    # incumbent's whichever maps it gets (refitted on tonight's long fleet jobs it would rise)
     _, candidate, cv = _nightly_candidate(real_set, tmp_path, calibration=set_out, cv_grouping=grouping,
                                           evidence_cap_windows=7.5)
+    assert candidate.evidence_cap == cv["evidence_cap_windows"] == 7.5
     if grouping in M.SET_OUT_GROUPINGS:
         assert candidate.meta["calibration"] == set_out != cv["calibration"]
         assert candidate.meta["cv_grouping"] == grouping
-        assert candidate.evidence_cap == 7.5
     else:
         assert candidate.meta["calibration"] == cv["calibration"] != set_out
-        assert candidate.evidence_cap == cv["evidence_cap_windows"] != 7.5
     assert candidate.meta["metrics"]["accuracy"] == cv["accuracy"]  # the gate's own CV either way
 
 
@@ -310,4 +310,9 @@ def test_nightly_candidate_keeps_the_incumbents_ambiguity_check(real_set: M.Trai
     # its own calibration maps here, with its own evidence cap (issue 13 round 10): format 4
     _, plain, _ = _nightly_candidate(real_set, tmp_path / "without", ambiguity=None, format_version=2)
     assert plain.ambiguity is None and plain.meta["format_version"] == M.FORMAT_EVIDENCE_CAP
-    assert plain.evidence_cap == M.evidence_cap_for(real_set.group, real_set.dur)
+    assert plain.evidence_cap == M.load_model(M.default_model_dir()).evidence_cap  # the incumbent's
+    # an incumbent from before the cap (format 3, maps fitted uncapped): the candidate stays uncapped
+    _, old, _ = _nightly_candidate(real_set, tmp_path / "old", ambiguity=entry, format_version=3,
+                                   evidence_cap_windows=None)
+    assert old.evidence_cap is None and "evidence_cap_windows" not in old.meta
+    assert old.meta["format_version"] == M.FORMAT_AMBIGUITY
