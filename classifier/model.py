@@ -57,8 +57,8 @@ if TYPE_CHECKING:  # LightGBM loads only to train or predict, without scikit-lea
 #: 3: a model with an ``ambiguity`` check (classifier/ambiguity.py, issue 13 round 6): an older
 #: wattclass would ignore it and act on confidences the model says are too high, so it refuses the
 #: file; models without the check keep format 1 or 2 (every shipped model since round 6 has it).
-#: 4: a model whose job confidence rests on at most ``evidence_cap_windows`` windows of evidence
-#: (issue 13 round 10): an older wattclass would let a long job's confidence grow past what the
+#: 4: a model whose job confidence counts a job of more than ``evidence_cap_windows`` windows as
+#: that long (issue 13 round 10): an older wattclass would let a long job's confidence grow past what the
 #: calibration maps were fitted on, so it refuses the file.
 FORMAT_VERSION = 4
 FORMAT_AMBIGUITY = 3
@@ -586,7 +586,7 @@ def cross_validate(
     model does on kinds of work it never saw, which is what calibration should reflect).
     ``fold_groups`` (job key -> group, e.g. ``source_groups``: the recording folder) deals whole
     groups to the folds instead (``families`` still groups the margin map's sigma folds).
-    ``evidence_cap``: the most windows of evidence job confidences rest on (``resolve_evidence_cap``:
+    ``evidence_cap``: the length in windows past which job confidences stop growing (``resolve_evidence_cap``:
     FIT_CAP fits it on ``ts``, the recipe since issue 13 round 10; returned as
     ``evidence_cap_windows``).
     """
@@ -818,7 +818,7 @@ class WindowModel:
 
     @property
     def evidence_cap(self) -> float | None:
-        """The most windows of evidence a job's confidence rests on (model.json
+        """The length in windows past which a job's confidence stops growing (model.json
         ``evidence_cap_windows``, EVIDENCE_QUANTILE); None for models before issue 13 round 10."""
         cap = self.meta.get("evidence_cap_windows")
         return None if cap is None else float(cap)
@@ -950,6 +950,9 @@ def load_model(directory: Path) -> WindowModel:
             f"{meta.get('wattclass_version', '?')}; this wattclass ({__version__}) reads format "
             f"{FORMAT_VERSION} or older. Upgrade wattclass or use an older model."
         )
+    if fmt >= FORMAT_EVIDENCE_CAP and "evidence_cap_windows" not in meta:
+        raise DataError(f"{meta_path}: a format {fmt} model without its 'evidence_cap_windows' (its "
+                        "calibration maps were fitted on capped confidences)")
     if "evidence_cap_windows" in meta:
         cap = meta["evidence_cap_windows"]
         if fmt < FORMAT_EVIDENCE_CAP:

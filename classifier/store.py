@@ -156,29 +156,46 @@ class ModelRegistry:
         atomic_write_text(self.index_path, json.dumps(index, indent=2, sort_keys=True) + "\n")
 
     def current(self) -> WindowModel:
-        """The promoted model; after an upgrade that changed the feature list, the packaged default.
+        """The promoted model; after an upgrade that changed the feature list, or one that brought the
+        evidence cap to a registry whose model has none, the packaged default.
 
         A model trained on other features cannot label this version's windows, and failing every
         night until someone intervenes is worse than the shipped model: it is registered, made
-        current (gate ``{"reason": "features changed"}``) and a warning names the old version.
+        current (gate ``{"reason": "features changed"}``) and a warning names the old version. A
+        model without the evidence cap (issue 13 round 10) gives long jobs confidences its maps
+        never saw (0.98-0.99 on costly errors), and its nightly candidates keep its recipe, so they
+        never gain the cap: the packaged model replaces it the same way (gate ``{"reason":
+        "evidence cap"}``); the old version stays in the registry.
         """
         index = self.index()
         path = self.root / index["current"]
         try:
-            features = json.loads((path / "model.json").read_text()).get("features")
+            meta = json.loads((path / "model.json").read_text())
+            features = meta.get("features")
+            uncapped = "evidence_cap_windows" not in meta
         except (OSError, json.JSONDecodeError):
-            features = None  # load_model below reports it
-        if features is not None and list(features) != list(FEATURES):
+            features, uncapped = None, False  # load_model below reports it
+        reason = ("features changed" if features is not None and list(features) != list(FEATURES)
+                  else "evidence cap" if uncapped and self._default_is_capped() else None)
+        if reason is not None:
             default = load_model(self.default_dir)
-            log.warning("model %s was trained on another feature list (an older wattclass); using the "
-                        "packaged model %s instead", index["current"], default.version)
+            why = ("was trained on another feature list (an older wattclass)" if reason == "features changed"
+                   else "has no evidence cap (long jobs would get confidences its calibration never saw)")
+            log.warning("model %s %s; using the packaged model %s instead", index["current"], why,
+                        default.version)
             shutil.copytree(self.default_dir, self.root / default.version, dirs_exist_ok=True,
                             ignore=shutil.ignore_patterns("__pycache__", "*.py"))
             index["versions"] = [v for v in index["versions"] if v["version"] != default.version]
-            index["versions"].append(self._entry(default, promoted=True, gate={"reason": "features changed"}))
+            index["versions"].append(self._entry(default, promoted=True, gate={"reason": reason}))
             index["current"] = default.version
             self._save(index)
         return load_model(self.root / index["current"])
+
+    def _default_is_capped(self) -> bool:
+        try:
+            return "evidence_cap_windows" in json.loads((self.default_dir / "model.json").read_text())
+        except (OSError, json.JSONDecodeError):
+            return False
 
     def new_version(self, stem: str) -> str:
         taken = {v["version"] for v in self.index()["versions"]}

@@ -99,6 +99,62 @@ def test_nightly_engine_labels_as_the_models_job_predictions(ridge_files, aggreg
     assert (lab_other != lab).any()
 
 
+@pytest.mark.parametrize("split_files", [False, True])
+def test_engine_confidences_in_mixed_mode_and_across_files_match_the_model(tmp_path: Path,
+                                                                           split_files: bool) -> None:
+    """Issue 13 round 10's cap holds the job's length, so the engine must sum every class's window
+    weights: in ``auto`` mode half the windows lose GPM (the rule labels the rest, counted whole),
+    and (``split_files``) every file is split in two so each job's sums merge across partials. The
+    model-labelled jobs must get the confidence ``job_predictions`` gives on the same windows."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from wattclass.classifier.features import feature_matrix, window_features
+    from wattclass.classifier.training import window_rule_codes
+
+    model = M.load_model(M.default_model_dir())
+    assert model.evidence_cap is not None
+    rng = np.random.default_rng(1)
+    files = list(telemetry_files(materialize([DATA / "long-families"], tmp_path)))
+    groups, probas, durs, written = [], [], [], []
+    for f in files:
+        t = pq.read_table(f)
+        sm = t.column("sm_util_pct")
+        gone = pa.array(rng.random(t.num_rows) < 0.5)
+        t = t.set_column(t.column_names.index("sm_util_pct"), "sm_util_pct",
+                         pc.if_else(gone, pa.scalar(None, sm.type), sm))
+        rows = np.arange(t.num_rows)
+        parts = [(f, t.take(rows[rows % 2 == 0])), (f.with_name("b" + f.name), t.take(rows[rows % 2 == 1]))] \
+            if split_files else [(f, t)]
+        for path, part in parts:
+            pq.write_table(part, path)
+            written.append(path)
+        codes = window_rule_codes(t)
+        gpm = codes >= 0
+        proba = model.predict_proba(feature_matrix(window_features(t)))
+        onehot = np.zeros_like(proba)
+        onehot[np.flatnonzero(gpm), codes[gpm]] = 1.0
+        job = np.asarray(t.column("job_id").to_numpy(zero_copy_only=False), dtype=object)
+        ok = np.asarray([j is not None for j in job])
+        groups.append(job[ok].astype(str))
+        probas.append(np.where(gpm[:, None], onehot, proba)[ok])
+        ms = pc.subtract(pc.cast(t.column("ts_end"), pa.int64()), pc.cast(t.column("ts_start"), pa.int64()))
+        dur = ms.to_numpy() / (1e6 if t.schema.field("ts_start").type.unit == "us" else 1e3)  # seconds
+        durs.append(np.where(gpm, np.nan, dur)[ok])  # the rule's windows count whole
+    keys, lab, raw = M.job_predictions(np.concatenate(probas), np.concatenate(groups).astype(object),
+                                       np.concatenate(durs), model.evidence_cap)
+    want = dict(zip(keys, zip(lab, model.calibrate(raw, lab), strict=True), strict=True))
+    got = label_files_local(sorted(written), model, source="auto", workers=1,
+                            **({"chunk_files": 1} if split_files else {})).labels
+    by_model = got[~got["source"].str.startswith("rule")]
+    assert len(by_model) >= 10
+    for _, row in by_model.iterrows():
+        label, conf = want[row["job_id"]]
+        assert row["label"] == rules.JOB_LABELS[label], row["job_id"]
+        assert row["confidence_unchecked"] == pytest.approx(conf, abs=6e-5), row["job_id"]
+
+
 def test_a_model_file_of_an_unknown_aggregation_is_refused(tmp_path: Path) -> None:
     """Its calibration belongs to job decisions this wattclass would not make: applying it with
     counts would label with the wrong confidence, silently."""

@@ -162,3 +162,53 @@ def test_registry_after_an_upgrade_that_changed_features_uses_the_packaged_model
     assert index["current"] == first.version
     assert index["versions"][-1]["gate"] == {"reason": "features changed"}
     assert [v["version"] for v in index["versions"]].count(first.version) == 1
+
+
+@pytest.mark.parametrize("packaged_capped", [True, False])
+def test_registry_with_an_uncapped_model_moves_to_the_capped_packaged_one(tmp_path: Path,
+                                                                          packaged_capped: bool) -> None:
+    # issue 13 round 10: a model without the evidence cap gives long jobs confidences its maps never
+    # saw, and its nightly candidates keep its recipe: after the upgrade the packaged (capped) model
+    # becomes current, the old one stays registered; with an uncapped packaged model nothing moves
+    import shutil
+
+    from wattclass.classifier.store import ModelRegistry
+
+    packaged = tmp_path / "packaged"
+    shutil.copytree(M.default_model_dir(), packaged, ignore=shutil.ignore_patterns("__pycache__", "*.py"))
+    if not packaged_capped:
+        meta = json.loads((packaged / "model.json").read_text())
+        del meta["evidence_cap_windows"]
+        meta["format_version"] = M.FORMAT_AMBIGUITY
+        (packaged / "model.json").write_text(json.dumps(meta))
+    reg = ModelRegistry(tmp_path / "root", default_dir=packaged)
+    first = reg.current()
+    old = reg.root / "old-v1"
+    shutil.copytree(reg.root / first.version, old)
+    meta = json.loads((old / "model.json").read_text())
+    meta.pop("evidence_cap_windows", None)
+    meta["format_version"], meta["model_version"] = M.FORMAT_AMBIGUITY, "old-v1"
+    (old / "model.json").write_text(json.dumps(meta))
+    index = reg.index()
+    index["current"] = "old-v1"
+    index["versions"].append({"version": "old-v1", "promoted": True})
+    reg._save(index)
+    got = reg.current()
+    if packaged_capped:
+        assert got.version == first.version and got.evidence_cap is not None
+        assert reg.index()["versions"][-1]["gate"] == {"reason": "evidence cap"}
+        assert (reg.root / "old-v1" / "model.json").exists()
+    else:
+        assert got.version == "old-v1" and reg.index()["current"] == "old-v1"
+
+
+def test_a_format_4_model_without_its_cap_is_refused(tmp_path: Path) -> None:
+    import shutil
+
+    shutil.copytree(M.default_model_dir(), tmp_path / "m",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.py"))
+    meta = json.loads((tmp_path / "m" / "model.json").read_text())
+    del meta["evidence_cap_windows"]
+    (tmp_path / "m" / "model.json").write_text(json.dumps(meta))
+    with pytest.raises(DataError, match="format 4 model without its 'evidence_cap_windows'"):
+        M.load_model(tmp_path / "m")
