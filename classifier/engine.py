@@ -205,13 +205,15 @@ def label_chunk(
     batch_files: int = BATCH_FILES,
     threads: int = 1,
     jobs: pa.Table | None = None,
+    on_scan: Callable[[], object] | None = None,
 ) -> ChunkResult:
     """Partials (and sample) of a run of files; also a Dask task. ``batch_files`` is ignored.
 
-    ``jobs``: Slurm job records (``jobcheck.job_records_table``) the windows are checked against."""
+    ``jobs``: Slurm job records (``jobcheck.job_records_table``) the windows are checked against.
+    ``on_scan``: called as the scan's query starts (``Scanner``)."""
     files = list(files)
     lazy = _Model(model)
-    scanner = Scanner(threads)
+    scanner = Scanner(threads, on_scan)
     try:
         res = scanner.partials(files, drop_columns, sample_per_job, seed, jobs)
         part = res.partials
@@ -400,15 +402,21 @@ def label_files_local(
 
     ``chunk_files`` > 0 splits the files into separately scanned chunks merged afterwards (what
     the Dask engine does; the labels are the same); 0 scans them all at once. ``preload``: what
-    to import (or load) beside the scan (``preload_after_scan``). ``jobs``: Slurm job records
-    the job windows are checked against (``label_chunk``).
+    to import (or load) beside the scan (``preload_after_scan``), started as the first chunk's
+    query starts. ``jobs``: Slurm job records the job windows are checked against (``label_chunk``).
     """
     lazy = _require_model(model, source)
-    preload_after_scan(preload)
+    started: list[threading.Thread] = []
+
+    def start_preload() -> None:  # once, whichever chunk's scan starts first
+        if not started:
+            started.append(preload_after_scan(preload))
+
     chunks = chunks_of(files, chunk_files) if chunk_files > 0 else [list(files)]
     given = lazy.get if lazy.given else None  # each chunk loads it through this one, at most once
     results = [label_chunk(c, given, source, drop_columns, sample_per_job, sample_prefix, seed, on_file,
-                           batch_files, threads=workers, jobs=jobs) for c in chunks if c]
+                           batch_files, threads=workers, jobs=jobs, on_scan=start_preload)
+               for c in chunks if c]
     return _combine(results, lazy, source, sample_per_job)
 
 

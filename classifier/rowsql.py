@@ -12,6 +12,7 @@ the full chain, whose every branch mirrors the numpy code it stands for (``rules
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -118,15 +119,29 @@ _MAX_DAY_RUNS = 4
 
 def partition_day_ms(path: Path | str) -> int | None:
     """The UTC midnight (epoch ms) of the ``date=YYYY-MM-DD`` folder ``path`` sits in, else None."""
+    if isinstance(path, Path):
+        # The telemetry layout (.../date=D/host=H/<file>): the folder two up is read from the
+        # path's text, as a Path's text has no empty or "." parts; parsing 3,000 paths into
+        # parts cost a 1,000-GPU night 0.02 s (issue 15). Anything else is parsed below.
+        bits = str(path).rsplit("/", 3)
+        m = _PARTITION.match(bits[1]) if len(bits) == 4 and all(bits[1:]) else None
+        if m and not _PARTITION.match(bits[2]):
+            return _day_ms(m.group(1))
     for part in reversed(Path(path).parts[:-1]):
         m = _PARTITION.match(part)
         if m:
-            try:
-                day = dt.date.fromisoformat(m.group(1))
-            except ValueError:
-                return None
-            return int(dt.datetime(day.year, day.month, day.day, tzinfo=dt.UTC).timestamp()) * 1000
+            return _day_ms(m.group(1))
     return None
+
+
+@functools.lru_cache(maxsize=64)
+def _day_ms(text: str) -> int | None:
+    """The UTC midnight (epoch ms) of the date ``text`` (YYYY-MM-DD), None if it is no date."""
+    try:
+        day = dt.date.fromisoformat(text)
+    except ValueError:
+        return None
+    return int(dt.datetime(day.year, day.month, day.day, tzinfo=dt.UTC).timestamp()) * 1000
 
 
 def partition_day_sql(files: Sequence[Path | str], offset: int = 0) -> str | None:

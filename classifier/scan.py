@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -143,9 +143,12 @@ def _meeting_hosts(con: Any, per_file: pa.Table) -> list[str]:
 class Scanner:
     """One DuckDB connection scanning telemetry files; ``threads`` = cores it may use."""
 
-    def __init__(self, threads: int = 0) -> None:
+    def __init__(self, threads: int = 0, on_scan: Callable[[], object] | None = None) -> None:
         import duckdb
 
+        #: Called once, as the first pass's query starts (bound, about to run without the GIL):
+        #: what the caller imports beside the scan (``engine.preload_after_scan``).
+        self._on_scan = on_scan
         self.con = duckdb.connect(config={"threads": threads or os.cpu_count() or 1})
         self.con.execute("SET preserve_insertion_order = false")
         self._union = False
@@ -233,7 +236,7 @@ class Scanner:
             # a file that lacks a column the first has fails the fast read and sends the night
             # down the checked path (first_schema_reads_all: why a file with more is looked for).
             self._absent = frozenset(TELEMETRY_V1.names) - set(plan.first or ())
-            return self.con.sql(sql_for(files)).to_arrow_table(), files, refused
+            return self._execute(sql_for(files)), files, refused
         except _Differ as exc:
             log.info("telemetry files differ (%s): checking each file", exc)
         except (duckdb.IOException, duckdb.InvalidInputException, duckdb.BinderException,
@@ -247,10 +250,22 @@ class Scanner:
         if not good:
             return None, good, bad
         try:
-            return self.con.sql(sql_for(good)).to_arrow_table(), good, bad
+            return self._execute(sql_for(good)), good, bad
         except duckdb.Error as exc:  # every file passed its own checks: name the set, not a traceback
             raise DataError(f"telemetry ({len(good)} files from {clip(good[0])}) cannot be read: "
                             f"{str(exc).splitlines()[0][:300]}") from exc
+
+    def _execute(self, sql: str) -> pa.Table:
+        """``sql`` as an Arrow table; ``on_scan`` (once) between binding and running it.
+
+        Why (issue 15): started before the Python that lists, checks and binds 3,000 files, the
+        preload's imports took the GIL from it, and the scan started later; DuckDB runs the query
+        itself without the GIL, beside them."""
+        rel = self.con.sql(sql)
+        hook, self._on_scan = self._on_scan, None
+        if hook is not None:
+            hook()
+        return rel.to_arrow_table()
 
     # -- the one pass -------------------------------------------------------------------------
     def partials(self, files: Sequence[Path], drop_columns: Sequence[str] = (), sample_per_job: int = 0,

@@ -348,3 +348,33 @@ def test_the_job_check_per_group_rejects_exactly_the_windows_the_check_per_row_d
     assert by_group.sample is not None and by_row.sample is not None
     pd.testing.assert_frame_equal(rows(by_group.sample), rows(by_row.sample))
     pd.testing.assert_frame_equal(model_g, model_r)
+
+
+def test_preload_starts_once_as_the_first_scan_starts_whatever_the_chunks(
+        fleet: Path, model, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """The preload begins when the first chunk's query is bound (not before the files are listed
+    and checked), once however many chunks the files are scanned in; the labels are the same."""
+    import threading
+
+    from wattclass.classifier.scan import Scanner
+
+    files = _files(fleet)
+    whole = label_files_local(files, model, "auto", workers=1).labels
+    calls: list[str] = []
+    real_execute = Scanner._execute
+
+    def execute(self: Scanner, sql: str) -> pa.Table:
+        calls.append("query")
+        return real_execute(self, sql)
+
+    monkeypatch.setattr(Scanner, "_execute", execute)
+    split = label_files_local(files, model, "auto", workers=1, chunk_files=4,
+                              preload=(lambda: calls.append("preload"),))
+    wait = threading.Event()
+    for _ in range(300):  # the preload runs in a thread beside the scan
+        if "preload" in calls:
+            break
+        wait.wait(0.1)
+    assert calls.count("preload") == 1 and calls.index("preload") == 1  # after the first query
+    assert calls.count("query") == len(chunks_of(files, 4)) > 1
+    pd.testing.assert_frame_equal(split.labels, whole, check_exact=False, rtol=1e-9)

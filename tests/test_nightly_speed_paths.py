@@ -230,6 +230,51 @@ def test_preloading_a_missing_module_is_harmless() -> None:
     assert got == {"before": False, "after": True}
 
 
+def test_scanner_calls_on_scan_once_after_binding() -> None:
+    from wattclass.classifier.reader import telemetry_files
+    from wattclass.classifier.scan import Scanner
+
+    seen: list[int] = []
+    sc = Scanner(1, on_scan=lambda: seen.append(1))
+    try:
+        files = telemetry_files([DEV])
+        sc.partials(files)
+        sc.partials(files)
+        assert seen == [1]
+    finally:
+        sc.close()
+    import duckdb
+
+    with pytest.raises(duckdb.Error):  # the binder's error: nothing ran, so no on_scan
+        s2 = Scanner(1, on_scan=lambda: seen.append(2))
+        try:
+            s2._execute("SELECT no_such_column FROM range(1)")
+        finally:
+            s2.close()
+    assert seen == [1]
+
+
+@pytest.mark.parametrize("path", [
+    "/d/telemetry/date=2026-11-29/host=a/x.parquet", "date=2026-11-29/host=a/x.parquet",
+    "/date=2026-11-29/h/x", "/d/date=2026-11-29/date=2026-11-30/x", "/d/date=2026-13-01/h/x",
+    "/d/date=2026-11-29/a/b/x", "/d/date=2026-11-29/x", "/d/h/x", "x", "/d/date=2026-11-29x/h/x"])
+def test_partition_day_from_the_path_text_equals_the_parsed_parts(path: str) -> None:
+    import datetime as dt
+
+    from wattclass.classifier.rowsql import partition_day_ms
+
+    want = None
+    for part in reversed(Path(path).parts[:-1]):  # the innermost date= folder, parsed
+        if part.startswith("date="):
+            try:
+                day = dt.date.fromisoformat(part[5:])
+            except ValueError:
+                break
+            want = int(dt.datetime(day.year, day.month, day.day, tzinfo=dt.UTC).timestamp()) * 1000
+            break
+    assert partition_day_ms(Path(path)) == partition_day_ms(path) == want
+
+
 @pytest.mark.parametrize("string_type", ["string", "large_string"])
 def test_hosts_per_job_in_arrow_equal_the_sorted_python_join(string_type: str) -> None:
     import pandas as pd
