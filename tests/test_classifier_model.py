@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -139,23 +141,34 @@ def test_training_samples_written_before_a_feature_existed_load_with_it_missing(
     assert ts.dur is not None and np.isnan(ts.dur).all() and ts.trainable(5.0).all()
 
 
-def test_registry_after_an_upgrade_that_changed_features_uses_the_packaged_model(tmp_path: Path) -> None:
-    from wattclass.classifier.store import ModelRegistry
-
-    reg = ModelRegistry(tmp_path)
-    first = reg.current()
-    old = tmp_path / "classifier" / "models" / "old-v1"
+def _make_old_current(reg: Any, version: str, edit: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+    """Register a copy of model ``version`` as "old-v1", its model.json changed by ``edit``, and make
+    it current (as a registry written by an older wattclass would have it); its meta."""
     import shutil
 
-    shutil.copytree(reg.root / first.version, old)
-    meta = json.loads((old / "model.json").read_text())
-    meta["features"] = [*meta["features"][:-1], "temp_c"]
+    old = reg.root / "old-v1"
+    shutil.copytree(reg.root / version, old)
+    meta: dict[str, Any] = json.loads((old / "model.json").read_text())
+    edit(meta)
     meta["model_version"] = "old-v1"
     (old / "model.json").write_text(json.dumps(meta))
     index = reg.index()
     index["current"] = "old-v1"
     index["versions"].append({"version": "old-v1", "promoted": True})
     reg._save(index)
+    return meta
+
+
+def test_registry_after_an_upgrade_that_changed_features_uses_the_packaged_model(tmp_path: Path) -> None:
+    from wattclass.classifier.store import ModelRegistry
+
+    reg = ModelRegistry(tmp_path)
+    first = reg.current()
+
+    def older(meta: dict[str, Any]) -> None:
+        meta["features"] = [*meta["features"][:-1], "temp_c"]
+
+    meta = _make_old_current(reg, first.version, older)
     got = reg.current()
     assert got.version == first.version and got.meta["features"] != meta["features"]
     index = reg.index()
@@ -183,16 +196,12 @@ def test_registry_with_an_uncapped_model_moves_to_the_capped_packaged_one(tmp_pa
         (packaged / "model.json").write_text(json.dumps(meta))
     reg = ModelRegistry(tmp_path / "root", default_dir=packaged)
     first = reg.current()
-    old = reg.root / "old-v1"
-    shutil.copytree(reg.root / first.version, old)
-    meta = json.loads((old / "model.json").read_text())
-    meta.pop("evidence_cap_windows", None)
-    meta["format_version"], meta["model_version"] = M.FORMAT_AMBIGUITY, "old-v1"
-    (old / "model.json").write_text(json.dumps(meta))
-    index = reg.index()
-    index["current"] = "old-v1"
-    index["versions"].append({"version": "old-v1", "promoted": True})
-    reg._save(index)
+
+    def uncapped(meta: dict[str, Any]) -> None:
+        meta.pop("evidence_cap_windows", None)
+        meta["format_version"] = M.FORMAT_AMBIGUITY
+
+    _make_old_current(reg, first.version, uncapped)
     got = reg.current()
     if packaged_capped:
         assert got.version == first.version and got.evidence_cap is not None
