@@ -399,12 +399,8 @@ def main() -> int:
         a.compute_weight = weight if a.compute_weight is None else a.compute_weight
     from wattclass.classifier import model as model_module
 
-    # read by cross_validate: rounds 1-9 had no evidence cap
-    model_module.DEFAULT_CAP_EVIDENCE = (not chosen) if a.evidence_cap is None else a.evidence_cap
-    if a.evidence_quantile is not None:
-        if not 0 < a.evidence_quantile <= 1:
-            raise SystemExit(f"--evidence-quantile: must be in (0, 1], got {a.evidence_quantile:g}")
-        model_module.EVIDENCE_QUANTILE = a.evidence_quantile
+    # rounds 1-9 had no evidence cap
+    set_evidence_recipe((not chosen) if a.evidence_cap is None else a.evidence_cap, a.evidence_quantile)
     a.cost_aware = DEFAULT_COST_AWARE if a.cost_aware is None else a.cost_aware
     a.compute_weight = DEFAULT_COMPUTE_WEIGHT if a.compute_weight is None else a.compute_weight
     if a.compute_weight <= 0:
@@ -495,6 +491,21 @@ def main() -> int:
         return 0
     print_report(out)
     return 0
+
+
+def set_evidence_recipe(cap: bool, quantile: float | None) -> float | None:
+    """Set the evidence cap of the recipe trained here (read by ``cross_validate`` through
+    classifier/model.py DEFAULT_CAP_EVIDENCE and EVIDENCE_QUANTILE, as the recipe flags set the margin
+    map's settings); ``quantile`` None keeps EVIDENCE_QUANTILE. Returns the quantile in use, None
+    without a cap (for the JSON)."""
+    from wattclass.classifier import model as model_module
+
+    model_module.DEFAULT_CAP_EVIDENCE = cap
+    if quantile is not None:
+        if not 0 < quantile <= 1:
+            raise SystemExit(f"--evidence-quantile: must be in (0, 1], got {quantile:g}")
+        model_module.EVIDENCE_QUANTILE = quantile
+    return model_module.EVIDENCE_QUANTILE if cap else None
 
 
 def table_header(first: str = "family") -> str:

@@ -57,7 +57,14 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
 from benchstamp import emit  # noqa: E402
-from eval_families import predict_unseen, saved_model, summarize, table_header, table_line  # noqa: E402
+from eval_families import (  # noqa: E402
+    predict_unseen,
+    saved_model,
+    set_evidence_recipe,
+    summarize,
+    table_header,
+    table_line,
+)
 
 FOLDS = 5
 CUT_S = 10.0
@@ -325,16 +332,10 @@ def main() -> int:
     ap.add_argument("--evidence-quantile", type=float, default=None,
                     help="the cap's quantile of the training jobs' evidence (default: EVIDENCE_QUANTILE)")
     a = ap.parse_args()
-    from wattclass.classifier import model as model_module
-
-    model_module.DEFAULT_CAP_EVIDENCE = a.evidence_cap  # read by cross_validate in predict_unseen
-    if a.evidence_quantile is not None:
-        if not 0 < a.evidence_quantile <= 1:
-            raise SystemExit(f"--evidence-quantile: must be in (0, 1], got {a.evidence_quantile:g}")
-        model_module.EVIDENCE_QUANTILE = a.evidence_quantile
+    quantile = set_evidence_recipe(a.evidence_cap, a.evidence_quantile)  # read in predict_unseen
     t0 = time.monotonic()
     out = evaluate(a.long)
-    out["evidence_cap"] = model_module.EVIDENCE_QUANTILE if a.evidence_cap else None
+    out["evidence_cap"] = quantile
     out["runtime_s"] = round(time.monotonic() - t0, 1)
     if a.json:
         return emit(out)
