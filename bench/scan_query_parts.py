@@ -1,12 +1,23 @@
-"""Benchmark: the nightly scan's DuckDB query against the labels anchor's, in one process.
+"""Benchmark: the nightly scan's DuckDB query against the anchors' queries, in one process.
 
-Where the feature stage's time goes beyond the anchor's (issue 15), without Python start-up,
+Where the feature stage's time goes beyond the labels anchor's (issue 15), without Python start-up,
 imports or the per-job table: the same DuckDB connection (``--threads``) runs, in turn and
-``--rounds`` times, the labels anchor's query (bench/fleet_duckdb_anchor.py, ``labels``), the
-stage's one pass without the retraining sample and the pass with it (classifier/scan.py,
-``Scanner._pass_sql``, as the nightly runs it). Each query's result is fetched as Arrow; its
-wall and CPU seconds (this process, all threads) are printed per round, with the 1-minute load
-average before each, and the median of each query over the rounds.
+``--rounds`` times:
+
+- ``anchor_labels``: the labels anchor (bench/fleet_duckdb_anchor.py ``labels``: the 11 per-job
+  aggregates the labels need, job windows only);
+- ``anchor_labels_rule_columns``: the same query that also reads the five columns the input rules
+  and the shared-GPU count read (``RULE_COLUMNS``), each into one trivial aggregate: what reading
+  them costs, with none of the rules' work;
+- ``anchor_labels_rules``: the labels + rules anchor (``labels-rules``: every row, a reject code per
+  row, groups per job, file and code);
+- ``pass_without_sample`` and ``pass_with_sample``: the stage's one pass (classifier/scan.py,
+  ``Scanner._pass_sql``, as the nightly runs it) without and with the retraining sample.
+
+Each query's result is fetched as Arrow; its wall and CPU seconds (this process, all threads) are
+printed per round with the 1-minute load average before it, then per query the median over the
+rounds and the median of its per-round ratios to ``anchor_labels`` of the same round (the rounds
+interleave the queries, so a ratio compares runs seconds apart).
 
   python bench/scan_query_parts.py --data-root /work/bench-data/fleet-1k-30d --date 2026-11-29
 """
@@ -25,10 +36,23 @@ from typing import Any
 from benchstamp import emit
 from fleet_duckdb_anchor import build_query
 
+#: The columns the stage reads beyond the labels anchor's: the input rules' (gpu_uuid, the two
+#: power columns; classifier/rowsql.py ``_reject_sql``) and the shared-GPU count's.
+RULE_COLUMNS = ("gpu_uuid", "power_avg_w", "power_max_w", "shared_jobs", "share_basis")
+
 
 def _cpu_s() -> float:
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
+
+
+def _with_rule_columns(labels_sql: str) -> str:
+    """The labels anchor's query, also reading RULE_COLUMNS (one count each: no work beyond the read)."""
+    reads = "".join(f", count({c}) AS read_{c}" for c in RULE_COLUMNS)
+    head, sep, tail = labels_sql.partition(" FROM (SELECT *")
+    if not sep:
+        raise AssertionError("the labels anchor's query changed shape: update _with_rule_columns")
+    return head + reads + sep + tail
 
 
 def main() -> int:
@@ -40,16 +64,19 @@ def main() -> int:
     a = ap.parse_args()
     from wattclass.classifier.engine import SAMPLE_PER_JOB
     from wattclass.classifier.reader import telemetry_files
-    from wattclass.classifier.scan import Scanner, _names
-    from wattclass.schema import TELEMETRY_V1
+    from wattclass.classifier.scan import Scanner
+    from wattclass.schema import TELEMETRY_V1, column_names
 
     files = telemetry_files([a.data_root], date=a.date)
     scanner = Scanner(a.threads)
     # what Scanner._run sets for a night whose files share one schema (the fast path)
-    scanner._absent = frozenset(TELEMETRY_V1.names) - set(_names(files[0]) or ())
+    scanner._absent = frozenset(TELEMETRY_V1.names) - set(column_names(files[0]) or ())
     glob = str(a.data_root / "telemetry" / f"date={a.date}" / "host=*" / "*.parquet")
+    labels = build_query(glob, "labels")
     queries = {
-        "anchor_labels": build_query(glob, "labels"),
+        "anchor_labels": labels,
+        "anchor_labels_rule_columns": _with_rule_columns(labels),
+        "anchor_labels_rules": build_query(glob, "labels-rules"),
         "pass_without_sample": scanner._pass_sql(files, (), dedup=False),
         "pass_with_sample": scanner._pass_sql(files, (), dedup=False, sample=(SAMPLE_PER_JOB, 0)),
     }
@@ -62,11 +89,17 @@ def main() -> int:
             rounds.append({"round": r + 1, "query": name, "wall_s": round(time.perf_counter() - t0, 3),
                            "cpu_s": round(_cpu_s() - c0, 3), "rows": rows, "load_1m": round(load, 2)})
     scanner.close()
-    median = {name: {k: round(statistics.median(x[k] for x in rounds if x["query"] == name), 3)
-                     for k in ("wall_s", "cpu_s")} for name in queries}
-    return emit({"benchmark": "nightly scan query vs labels anchor query, one process",
+    median: dict[str, dict[str, float]] = {}
+    for name in queries:
+        mine = [x for x in rounds if x["query"] == name]
+        base = {x["round"]: x for x in rounds if x["query"] == "anchor_labels"}
+        median[name] = {k: round(statistics.median(x[k] for x in mine), 3) for k in ("wall_s", "cpu_s")}
+        for k in ("wall_s", "cpu_s"):
+            median[name][f"{k}_vs_anchor_labels"] = round(statistics.median(
+                x[k] / base[x["round"]][k] for x in mine), 3)
+    return emit({"benchmark": "nightly scan query vs the anchors' queries, one process",
                  "data_root": str(a.data_root), "date": a.date, "files": len(files), "threads": a.threads,
-                 "rounds": rounds, "median": median})
+                 "rule_columns": list(RULE_COLUMNS), "rounds": rounds, "median": median})
 
 
 if __name__ == "__main__":

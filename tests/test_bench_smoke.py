@@ -53,6 +53,19 @@ def test_fleet_nightly_runs_every_stage(tiny_fleet: Path) -> None:
                                        for a in ("duckdb", "duckdb-labels", "duckdb-rules")}
 
 
+def test_scan_query_parts_tiny(tiny_fleet: Path) -> None:
+    out = json.loads(_run(str(BENCH / "scan_query_parts.py"), "--data-root", str(tiny_fleet),
+                          "--date", "2026-03-01", "--threads", "1", "--rounds", "1"))
+    queries = {r["query"] for r in out["rounds"]}
+    assert queries == {"anchor_labels", "anchor_labels_rule_columns", "anchor_labels_rules",
+                       "pass_without_sample", "pass_with_sample"}
+    rows = {r["query"]: r["rows"] for r in out["rounds"]}
+    # one row per job in both labels queries; the pass's groups are finer (host, file, codes)
+    assert rows["anchor_labels"] == rows["anchor_labels_rule_columns"] > 0
+    assert rows["pass_with_sample"] == rows["pass_without_sample"] >= rows["anchor_labels"]
+    assert out["median"]["anchor_labels"]["wall_s_vs_anchor_labels"] == 1.0
+
+
 def test_report_scale_tiny(tiny_fleet: Path) -> None:
     out = json.loads(_run(str(BENCH / "report_scale.py"), "--data-root", str(tiny_fleet),
                           "--date", "2026-03-01", "--days", "1", "2"))
