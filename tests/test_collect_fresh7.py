@@ -143,3 +143,14 @@ def test_cpu_collector_smoke_records_the_eight_families(tmp_path: Path) -> None:
     for r in runs:
         assert (r["family"], json.loads(r["params"])) == (plan[r["job"]].family, plan[r["job"]].params)
     assert [int(r["job_id"]) for r in runs] == list(range(70000, 70014))
+
+
+def test_device_script_and_preregistration_name_the_eight_families() -> None:
+    """The recording command (script and registered text) records exactly FRESH7_TEST, seed 71."""
+    root = Path(__file__).resolve().parents[1]
+    script = (root / "bench" / "device_fresh7.sh").read_text()
+    assert f"FAMILIES_FRESH7={','.join(FAMILIES)}\n" in script
+    assert 'seed="${SEED:-71}"' in script and 'job_base="${JOB_BASE:-70000}"' in script
+    prereg = (root / "docs" / "measurements" / "issue13-preregistration-round11-2026-12-01.md").read_text()
+    assert f"F={','.join(FAMILIES)}\n" in prereg
+    assert "SEED=71 TAG=fresh7_gpu0 JOB_BASE=70000 FAMILIES=$F GAP=1.5 DEADLINE=515 timeout 560" in prereg
