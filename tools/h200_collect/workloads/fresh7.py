@@ -321,6 +321,11 @@ def hashjoin_keys(t: Any, n_build: int, n_probe: int, sel: float, dev: str) -> t
     return (ids * KEY_MUL) % (1 << 32), (pid * KEY_MUL) % (1 << 32)
 
 
+def int32_bits(t: Any, x: Any) -> Any:
+    """int64 values in [0, 2^32) as int32 with the same bits (CuPy then views them as uint32)."""
+    return t.where(x >= 1 << 31, x - (1 << 32), x).to(t.int32)
+
+
 def b_hashjoin(p: dict[str, Any]) -> Callable[[Ctx], Job]:
     def build(c: Ctx) -> Job:
         t = c.torch
@@ -350,9 +355,7 @@ def b_hashjoin(p: dict[str, Any]) -> Callable[[Ctx], Job]:
 
         mods = cp.RawModule(code=HASHJOIN_SRC)
         k_build, k_probe = mods.get_function("hj_build"), mods.get_function("hj_probe")
-        def u32(x: Any) -> Any:  # int64 in [0, 2^32) -> the same bits as uint32 (via int32)
-            return cp.asarray(t.where(x >= 1 << 31, x - (1 << 32), x).to(t.int32)).view(cp.uint32)
-        bk, pk = u32(bkeys), u32(pkeys)
+        bk, pk = (cp.asarray(int32_bits(t, keys)).view(cp.uint32) for keys in (bkeys, pkeys))
         tkeys, tvals = cp.zeros(slots, dtype=cp.uint32), cp.zeros(slots, dtype=cp.uint32)
         out = cp.empty(n_probe, dtype=cp.uint32)
         mask = cp.uint32(slots - 1)
