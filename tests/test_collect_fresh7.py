@@ -1,0 +1,156 @@
+"""tools/h200_collect/workloads/fresh7.py: round 11's never-seen test families.
+
+The lead records them on the H200; here we check what can fail without a GPU: the plan of a seed is
+the same every time (so the recording stays traceable to the code), the families are drawn only
+when named (earlier seeds' plans are untouched), their draws span both sides of the ridge, and
+every family builds and runs on the CPU path with small sizes, alone and through the collector.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from tests.test_collect_tool import VALID, load_sweep, run_tool
+
+SEEDS = (71, 72)  # the seeds the lead records
+FRESH6_DATA = Path(__file__).resolve().parents[1] / "wattclass" / "data" / "h200" / "fresh6"
+FAMILIES = ["ntt_modmul", "ising_metropolis", "md_neighbor", "hash_join", "tree_ensemble", "dfa_scan",
+            "concurrent_streams", "spgemm"]
+
+
+def fresh7() -> tuple[str, ...]:
+    return tuple(load_sweep().FRESH7_TEST)
+
+
+def test_plan_is_deterministic_per_seed_and_draws_every_family() -> None:
+    sweep = load_sweep()
+    fams = fresh7()
+    assert list(fams) == FAMILIES
+    for seed in SEEDS:
+        a, b = sweep.plan(seed, 60, fams), sweep.plan(seed, 60, fams)
+        assert [(w.name, w.family, w.params, w.dur) for w in a] == [
+            (w.name, w.family, w.params, w.dur) for w in b]
+        assert {w.family for w in a} == set(fams)
+        assert all(w.label in VALID for w in a)
+        assert all(w.name.startswith(f"{w.family}_s{seed}_") for w in a)
+    assert [w.params for w in sweep.plan(71, 60, fams)] != [w.params for w in sweep.plan(72, 60, fams)]
+
+
+def test_families_are_new_weight_zero_and_leave_earlier_plans_alone() -> None:
+    sweep = load_sweep()
+    assert all(sweep.FAMILIES[f][2] == 0.0 for f in fresh7())
+    earlier = (sweep.FRESH_TEST | sweep.FRESH3_TEST | sweep.FRESH4_TEST | sweep.FRESH5_TEST
+               | sweep.FRESH6_TEST | sweep.LATENCY_TRAIN)
+    assert not set(fresh7()) & set(earlier)
+    assert not {w.family for w in sweep.plan(21, 200)} & set(fresh7())
+    # the first runs of the recorded seed-21 session are unchanged (as the ridge-family test pins)
+    assert sweep.plan(21, 3)[2].params == {"dtype": "fp8", "m": 519, "k": 16384, "n": 16384}
+    # and round 8's recorded runs (seeds 61 and 62, its eight families) are still their plans' runs
+    f6 = tuple(sweep.FRESH6_TEST)
+    for seed, tag in ((61, "fresh6_gpu0"), (62, "fresh6_gpu1")):
+        with open(FRESH6_DATA / f"{tag}_runs.csv") as f:
+            recorded = {r["job"]: (r["family"], json.loads(r["params"])) for r in csv.DictReader(f)}
+        planned = {w.name: (w.family, w.params) for w in sweep.plan(seed, 60, f6)}
+        assert len(recorded) > 40 and all(planned[job] == fp for job, fp in recorded.items()), tag
+
+
+def test_draws_span_both_sides_of_the_ridge() -> None:
+    sweep = load_sweep()
+    runs = [w for seed in SEEDS for w in sweep.plan(seed, 60, fresh7())]
+    intended = {(w.family, w.label) for w in runs}
+    for fam in ("ntt_modmul", "md_neighbor", "hash_join", "dfa_scan", "concurrent_streams"):
+        assert {(fam, "compute"), (fam, "memory")} <= intended, fam
+    orders = {w.params["order"] for w in runs if w.family == "md_neighbor"}
+    assert orders == {"sorted", "shuffled", "stencil"}
+    states = sorted(w.params["states"] for w in runs if w.family == "dfa_scan")
+    assert states[0] <= 128 < 16384 <= states[-1]  # the table from L1 to HBM
+    ops = {w.params["op"] for w in runs if w.family == "hash_join"}
+    assert ops == {"probe", "build", "groupby"}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_family_builds_and_steps_on_the_cpu(family: str) -> None:
+    torch = pytest.importorskip("torch")
+    sweep = load_sweep()
+    from h200_collect.context import Ctx
+
+    sample, factory, _ = sweep.FAMILIES[family]
+    ctx = Ctx(torch, "cpu", True, 1.0)
+    for k in range(8):  # several draws, so each family's modes (ops, orders, dtypes) get built
+        p = sample(random.Random(k))
+        json.dumps(p)  # params go into runs.csv as JSON
+        job = factory(p)(ctx)
+        job.step()
+        assert job.work > 0 and job.unit in ("B", "FLOP"), (family, p)
+
+
+def test_ntt_is_a_number_theoretic_transform() -> None:
+    """The butterflies are a real NTT: on a bit-reversed input they give sum_j x_j w^(jk) mod q."""
+    torch = pytest.importorskip("torch")
+    load_sweep()
+    from h200_collect.workloads.fresh7 import NTT_G, NTT_Q
+
+    q, n = NTT_Q, 16
+    assert pow(NTT_G, (q - 1) // 2, q) == q - 1  # a non-residue, so its powers give roots of every 2^k
+    w = pow(NTT_G, (q - 1) // n, q)
+    x = [random.Random(3).randrange(q) for _ in range(n)]
+    want = [sum(x[j] * pow(w, j * k, q) for j in range(n)) % q for k in range(n)]
+    rev = [int(format(i, "04b")[::-1], 2) for i in range(n)]
+    v = torch.tensor([x[r] for r in rev], dtype=torch.int64).view(1, n)
+    for s in range(4):  # the stage loop of b_ntt, on one limb
+        h = 1 << s
+        wh = pow(NTT_G, (q - 1) // (2 * h), q)
+        tw = torch.tensor([pow(wh, j, q) for j in range(h)], dtype=torch.int64)
+        y = v.view(1, n // (2 * h), 2, h)
+        a, b = y[:, :, 0], (y[:, :, 1] * tw) % q
+        v = torch.stack([(a + b) % q, (a - b + q) % q], 2).view(1, n)
+    assert v.view(-1).tolist() == want
+
+
+def test_spgemm_matrices_hold_the_csr_invariants() -> None:
+    """cuSPARSE needs sorted, distinct column indices per row; torch's CSR validator checks them here."""
+    torch = pytest.importorskip("torch")
+    load_sweep()
+    from h200_collect.workloads.fresh7 import spgemm_csr
+
+    for structure in ("random", "banded"):
+        for k in (2, 8, 32):
+            A = spgemm_csr(torch, 1024, k, structure, torch.float32, "cpu", 1)
+            crow, col = A.crow_indices(), A.col_indices()
+            torch._validate_sparse_csr_tensor_args(crow, col, A.values(), A.shape)  # raises if broken
+            rows = col.view(1024, k)
+            assert bool((rows[:, 1:] > rows[:, :-1]).all()), (structure, k)
+            assert crow.dtype == col.dtype == torch.int32
+
+
+def test_cpu_collector_smoke_records_the_eight_families(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    sweep = load_sweep()
+    fams = fresh7()
+    p = run_tool({"SWEEP": "14", "SEED": "71", "SMOKE": "1", "DEVICE": "cpu", "OUT": str(tmp_path),
+                  "TAG": "f7", "JOB_BASE": "70000", "FAMILIES": ",".join(fams)}, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    with open(tmp_path / "f7_runs.csv") as f:
+        runs = list(csv.DictReader(f))
+    plan = {w.name: w for w in sweep.plan(71, 14, fams)}
+    assert [r["job"] for r in runs] == list(plan)
+    assert {w.family for w in plan.values()} == set(fams)
+    for r in runs:
+        assert (r["family"], json.loads(r["params"])) == (plan[r["job"]].family, plan[r["job"]].params)
+    assert [int(r["job_id"]) for r in runs] == list(range(70000, 70014))
+
+
+def test_device_script_and_preregistration_name_the_eight_families() -> None:
+    """The recording command (script and registered text) records exactly FRESH7_TEST, seed 71."""
+    root = Path(__file__).resolve().parents[1]
+    script = (root / "bench" / "device_fresh7.sh").read_text()
+    assert f"FAMILIES_FRESH7={','.join(FAMILIES)}\n" in script
+    assert 'seed="${SEED:-71}"' in script and 'job_base="${JOB_BASE:-70000}"' in script
+    prereg = (root / "docs" / "measurements" / "issue13-preregistration-round11-2026-12-01.md").read_text()
+    assert f"F={','.join(FAMILIES)}\n" in prereg
+    assert "SEED=71 TAG=fresh7_gpu0 JOB_BASE=70000 FAMILIES=$F GAP=1.5 DEADLINE=515 timeout 560" in prereg
