@@ -110,13 +110,13 @@ def main() -> int:
     a = ap.parse_args()
 
     from wattclass.classifier import features as F
-    from wattclass.classifier.model import TrainingSet, train_model
+    from wattclass.classifier.model import train_model
     from wattclass.classifier.reader import iter_tables, telemetry_files
     from wattclass.classifier.replay import materialize
     from wattclass.classifier.training import (
         bundled_training_sources,
         h200_data_dir,
-        labelled_windows,
+        source_windows,
         training_set,
     )
     from wattclass.schema import GPM_COLUMNS, conform
@@ -161,7 +161,7 @@ def main() -> int:
     # Live NVML windows: the rule (GPM present) gives truth; models see basic columns only.
     if live_src:
         live_tables = iter_tables(telemetry_files(live_src))
-        live = TrainingSet.concat([labelled_windows(t, "live") for _, t in live_tables])
+        live = source_windows((t for _, t in live_tables), "live").windows
         by_id = {k.split(":", 1)[1]: s for k, s in sessions.items()}
         out["live"] = []
         for name, t in {"rule": live, "clean": clean(live)}.items():

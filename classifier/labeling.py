@@ -33,7 +33,7 @@ from wattclass.classifier.features import (
     INPUT_COLUMNS,
     feature_matrix,
 )
-from wattclass.classifier.model import TrainingSet, WindowModel, job_from_counts
+from wattclass.classifier.model import LengthWeights, TrainingSet, WindowModel, job_from_counts
 from wattclass.classifier.training import window_rule_codes
 from wattclass.classifier.validity import InputReport
 
@@ -139,10 +139,10 @@ def decide(jobs: pd.DataFrame, model: WindowModel | None, source: Source = "auto
     unchecked = conf.copy()
     if model is not None and source != "rule":
         weighted = model.aggregation == "length-weighted" and "m_compute_w" in jobs
+        weights = (LengthWeights(jobs["m_idle_w"], jobs["m_compute_w"], jobs["m_memory_w"])
+                   if weighted else None)
         m_lab, m_raw = job_from_counts(jobs["m_idle"], jobs["m_compute"], jobs["m_memory"], jobs["m_pmax"],
-                                       jobs["m_compute_w"] if weighted else None,
-                                       jobs["m_memory_w"] if weighted else None, model.evidence_cap,
-                                       jobs["m_idle_w"] if weighted else None)
+                                       weights=weights, evidence_cap=model.evidence_cap)
         m_unchecked = model.calibrate(m_raw, m_lab)
         m_conf = model.checked(m_unchecked, m_lab, _fingerprints(jobs) if model.ambiguity else None)
         use_model = ~use_rule

@@ -34,7 +34,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -379,17 +379,26 @@ def resolve_evidence_cap(ts: TrainingSet, aggregation: str,
     return None if cap is None else float(cap)
 
 
-def capped_counts(ni: F64, nc: F64, nm: F64, cap: float | None, evidence: F64 | None = None,
-                  ) -> tuple[F64, F64, F64]:
+def capped_counts(ni: F64, nc: F64, nm: F64, cap: float | None, evidence: F64) -> tuple[F64, F64, F64]:
     """The posterior's counts scaled by min(1, cap / ``evidence``) (``evidence``: the job's length in
-    windows, ``job_evidence``; None: the counts' own total; ``cap`` None: unchanged). The shares,
-    and so the labels, stay; only the posterior's certainty stops growing with length."""
+    windows, ``job_evidence``; ``cap`` None: unchanged). The shares, and so the labels, stay; only
+    the posterior's certainty stops growing with length."""
     if cap is None:
         return ni, nc, nm
-    n = ni + nc + nm if evidence is None else np.asarray(evidence, dtype=np.float64)
+    n = np.asarray(evidence, dtype=np.float64)
     with np.errstate(invalid="ignore", divide="ignore"):
         f = np.where(n > cap, cap / np.where(n > 0, n, 1.0), 1.0)
     return ni * f, nc * f, nm * f
+
+
+class LengthWeights(NamedTuple):
+    """A job's summed ``window_weights`` per argmax class: the length-weighted aggregation's input
+    to ``job_from_counts``. All three or none: the idle weights are part of the job's length, which
+    the evidence cap is held against."""
+
+    idle: npt.ArrayLike
+    compute: npt.ArrayLike
+    memory: npt.ArrayLike
 
 
 def window_weights(dur_s: npt.ArrayLike) -> F64:
@@ -402,8 +411,7 @@ def window_weights(dur_s: npt.ArrayLike) -> F64:
 
 def job_from_counts(
     n_idle: npt.ArrayLike, n_compute: npt.ArrayLike, n_memory: npt.ArrayLike, sum_pmax: npt.ArrayLike,
-    w_compute: npt.ArrayLike | None = None, w_memory: npt.ArrayLike | None = None,
-    evidence_cap: float | None = None, w_idle: npt.ArrayLike | None = None,
+    *, weights: LengthWeights | None = None, evidence_cap: float | None = None,
 ) -> tuple[npt.NDArray[np.int8], F64]:
     """(job label codes, raw confidence) from the model's per-window decisions.
 
@@ -412,25 +420,24 @@ def job_from_counts(
     windows are sure and there are enough of them". Hard counts generalised better than summed
     probabilities in grouped CV on the H200 data (soft counts turn uncertain jobs into ``mixed``).
 
-    ``w_compute``/``w_memory`` (the length-weighted aggregation): the compute and memory windows'
-    summed ``window_weights``. The compute share and its evidence are then those weighted counts;
-    the idle count is scaled by the active windows' mean weight, so the active share (idle or not)
-    stays the plain count's, as in the rule.
+    ``weights`` (the length-weighted aggregation; None: plain counts): the idle, compute and
+    memory windows' summed ``window_weights``. The compute share and its evidence are then the
+    weighted compute and memory counts; the idle count is scaled by the active windows' mean
+    weight, so the active share (idle or not) stays the plain count's, as in the rule.
 
     ``evidence_cap`` (the model's ``evidence_cap_windows``; None: none): the counts the posterior
     sees are scaled by min(1, cap / the job's length in windows) (``capped_counts``,
-    EVIDENCE_QUANTILE says why); the length is ``w_idle`` + ``w_compute`` + ``w_memory`` (the idle
-    windows' summed weights too), or the plain count.
+    EVIDENCE_QUANTILE says why); the length is the three summed weights, or the plain window count
+    without ``weights`` (as ``job_evidence`` measures it).
     """
     ni, nc, nm = (np.asarray(a, dtype=np.float64) for a in (n_idle, n_compute, n_memory))
     n = ni + nc + nm
     with np.errstate(invalid="ignore", divide="ignore"):
         mean_pmax = np.where(n > 0, np.asarray(sum_pmax, dtype=np.float64) / np.where(n > 0, n, 1), 0.0)
-    evidence = None  # without w_idle: the posterior counts' own total
-    if w_compute is not None and w_memory is not None:
-        wc, wm = np.asarray(w_compute, dtype=np.float64), np.asarray(w_memory, dtype=np.float64)
-        if w_idle is not None:
-            evidence = np.asarray(w_idle, dtype=np.float64) + wc + wm
+    evidence = n
+    if weights is not None:
+        wi, wc, wm = (np.asarray(w, dtype=np.float64) for w in weights)
+        evidence = wi + wc + wm
         ni, nc, nm = _posterior_counts(ni, nc, nm, wc, wm)
     lab = rules.job_labels(ni, nc, nm)
     return lab, rules.job_confidence(*capped_counts(ni, nc, nm, evidence_cap, evidence), lab) * mean_pmax
@@ -456,10 +463,10 @@ def job_predictions(
                                     evidence_cap=evidence_cap)
         return keys, lab, conf
     w = window_weights(dur_s)
-    wi = np.bincount(inv, weights=w * (top == rules.IDLE), minlength=len(keys))
-    wc = np.bincount(inv, weights=w * (top == rules.COMPUTE), minlength=len(keys))
-    wm = np.bincount(inv, weights=w * (top == rules.MEMORY), minlength=len(keys))
-    lab, conf = job_from_counts(counts[:, 0], counts[:, 1], counts[:, 2], sum_pmax, wc, wm, evidence_cap, wi)
+    by_class = LengthWeights(*(np.bincount(inv, weights=w * (top == k), minlength=len(keys))
+                               for k in (rules.IDLE, rules.COMPUTE, rules.MEMORY)))
+    lab, conf = job_from_counts(counts[:, 0], counts[:, 1], counts[:, 2], sum_pmax, weights=by_class,
+                                evidence_cap=evidence_cap)
     return keys, lab, conf
 
 

@@ -13,9 +13,9 @@ import csv
 import logging
 import re
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -27,6 +27,7 @@ from wattclass.classifier.margin import roofline_margin
 from wattclass.classifier.model import TrainingSet
 from wattclass.classifier.reader import iter_tables, telemetry_files
 from wattclass.classifier.replay import materialize
+from wattclass.classifier.validity import InputReport, RowRules
 
 log = logging.getLogger("wattclass.classifier")
 
@@ -40,16 +41,55 @@ def window_rule_codes(table: pa.Table) -> np.ndarray:
     )
 
 
-def labelled_windows(table: pa.Table, prefix: str) -> TrainingSet:
-    """Windows of ``table`` that belong to a job and have GPM, as a TrainingSet."""
-    codes = window_rule_codes(table)
-    job = table.column("job_id")
-    has_job = pc.is_valid(job).to_numpy(zero_copy_only=False)
-    keep = has_job & (codes >= 0)
+class SourceWindows(NamedTuple):
+    """One telemetry source's labelled windows and what the serving rules dropped from it."""
+
+    windows: TrainingSet
+    #: Rows the nightly would reject (per reason) or drop as duplicates, job or not, GPM or not.
+    report: InputReport
+    #: Of those, windows of a job with GPM: training would have used them.
+    dropped_windows: int
+
+
+def source_windows(tables: Iterable[pa.Table], prefix: str) -> SourceWindows:
+    """The windows of one source (its tables in file order, as the nightly reads them) that belong
+    to a job, have GPM and that the nightly keeps, as a TrainingSet.
+
+    Why: the nightly (scan.py, ``rowsql._reject_sql``) rejects impossible rows and drops repeated
+    windows before it labels a job; the training side must see those windows too, or its CV
+    accuracy, calibration maps, evidence cap and ambiguity fingerprints are fitted on jobs the
+    nightly never sees. The replay has such rows: a job-boundary segment of 0.01-0.2 s that carries
+    a few hundred joules (fresh3, fresh4, fresh6: a mean power of 3-47 kW); kept, they moved three
+    fresh6 jobs' confidence by up to 0.021 against the nightly's. The rules are validity's ``RowRules``
+    (``impossible_rows`` and the ``Deduplicator``, the numpy twin of the scan's SQL), one per
+    source as the nightly has one per night; a source's dates are not checked against its
+    ``date=`` folders (the replay files each window under its own day).
+    """
+    report = InputReport()
+    row_rules = RowRules(report)
+    parts: list[TrainingSet] = []
+    dropped = 0
+    for table in tables:
+        served = row_rules.keep_mask(table)
+        labelled = _labelled(table)
+        dropped += int((labelled & ~served).sum())
+        parts.append(_windows(table, labelled & served, prefix))
+    return SourceWindows(TrainingSet.concat(parts), report, dropped)
+
+
+def _labelled(table: pa.Table) -> np.ndarray:
+    """Rows of a job with GPM (a rule label)."""
+    has_job = pc.is_valid(table.column("job_id")).to_numpy(zero_copy_only=False)
+    return np.asarray(has_job & (window_rule_codes(table) >= 0), dtype=bool)
+
+
+def _windows(table: pa.Table, keep: np.ndarray, prefix: str) -> TrainingSet:
+    """The rows ``keep`` of ``table`` as a TrainingSet, jobs keyed ``<prefix>:<job_id>``."""
     if not keep.any():
         return TrainingSet.concat([])
+    codes = window_rule_codes(table)
     X = feature_matrix(window_features(table))[keep]
-    jobs = np.asarray(job.to_numpy(zero_copy_only=False), dtype=object)[keep]
+    jobs = np.asarray(table.column("job_id").to_numpy(zero_copy_only=False), dtype=object)[keep]
     group = np.asarray([f"{prefix}:{j}" for j in jobs], dtype=object)
     margin = roofline_margin([column_f64(table, c) for c in rules.COMPUTE_UNITS],
                              column_f64(table, "dram_bw_util_pct"))[keep]
@@ -79,13 +119,19 @@ def training_set(
     sources: Sequence[Path], max_windows_per_job: int = MAX_WINDOWS_PER_JOB, date: str | None = None
 ) -> TrainingSet:
     """Labelled windows from every source: a v1 Parquet file, a data root, or a raw probe
-    recording (replayed through the telemetry daemon into a temporary data root first)."""
+    recording (replayed through the telemetry daemon into a temporary data root first); only the
+    windows the nightly keeps (``source_windows``), so training and serving see one window set."""
     with tempfile.TemporaryDirectory(prefix="wattclass-replay-") as tmp:
         parts: list[TrainingSet] = []
         for src in materialize(sources, Path(tmp)):
             prefix = Path(src).stem if Path(src).is_file() else Path(src).name
             files = telemetry_files([Path(src)], date=date)
-            parts.extend(labelled_windows(t, prefix) for _, t in iter_tables(files))
+            got = source_windows((t for _, t in iter_tables(files)), prefix)
+            if got.report.duplicate_windows or got.report.rejected_rows:
+                log.info("%s: rows the nightly drops: rejected %s, duplicate windows %d; %d of them "
+                         "job windows with GPM, not trained on either", src, got.report.rejected_rows,
+                         got.report.duplicate_windows, got.dropped_windows)
+            parts.append(got.windows)
     return thin(TrainingSet.concat(parts), max_windows_per_job)
 
 

@@ -29,23 +29,23 @@ def test_a_short_stub_no_longer_makes_a_job_mixed() -> None:
     # one full memory window and a 1.5 s compute stub at the job's end
     one = np.array([1.0])
     lab_counts, _ = M.job_from_counts([0.0], one, one, [1.8])
-    lab_w, conf_w = M.job_from_counts([0.0], one, one, [1.8], w_compute=[0.15], w_memory=[1.0])
+    lab_w, conf_w = M.job_from_counts([0.0], one, one, [1.8], weights=M.LengthWeights([0.0], [0.15], [1.0]))
     assert lab_counts[0] == rules.J_MIXED and lab_w[0] == rules.J_MEMORY
     # two full windows that disagree stay mixed: only length counts, not the argmax
-    lab2, _ = M.job_from_counts([0.0], one, one, [1.8], w_compute=[1.0], w_memory=[1.0])
+    lab2, _ = M.job_from_counts([0.0], one, one, [1.8], weights=M.LengthWeights([0.0], [1.0], [1.0]))
     assert lab2[0] == rules.J_MIXED
     # a stub carries less evidence than a full window: lower confidence than two full memory windows
-    _, conf_full = M.job_from_counts([0.0], [0.0], [2.0], [1.8], w_compute=[0.0], w_memory=[2.0])
+    _, conf_full = M.job_from_counts([0.0], [0.0], [2.0], [1.8], weights=M.LengthWeights([0.0], [0.0], [2.0]))
     assert 0 < conf_w[0] < conf_full[0]
 
 
 def test_the_idle_share_stays_the_window_count() -> None:
     # one idle full window + one short active window: half the windows are active -> not idle (rule),
     # although by length the job was mostly idle
-    lab, _ = M.job_from_counts([1.0], [0.0], [1.0], [1.9], w_compute=[0.0], w_memory=[0.2])
+    lab, _ = M.job_from_counts([1.0], [0.0], [1.0], [1.9], weights=M.LengthWeights([1.0], [0.0], [0.2]))
     assert lab[0] == rules.J_MEMORY
     # two idle windows + one long active window: idle by count, whatever the active window's length
-    lab, _ = M.job_from_counts([2.0], [0.0], [1.0], [2.9], w_compute=[0.0], w_memory=[1.0])
+    lab, _ = M.job_from_counts([2.0], [0.0], [1.0], [2.9], weights=M.LengthWeights([2.0], [0.0], [1.0]))
     assert lab[0] == rules.J_IDLE
 
 
@@ -97,6 +97,34 @@ def test_nightly_engine_labels_as_the_models_job_predictions(ridge_files, aggreg
     _, lab_other, _ = M.job_predictions(model.predict_proba(ts.X), ts.group,
                                         None if aggregation == "length-weighted" else ts.dur)
     assert (lab_other != lab).any()
+
+
+def test_training_side_confidences_are_the_nightlys_on_a_real_folder(tmp_path: Path) -> None:
+    """One window set feeds training and serving: the shipped model's job labels and confidences
+    (calibrated, and after its ambiguity check) from the training-side windows of ``fresh6``
+    (``training_set``, as CV, calibration and the bench scripts score jobs) equal the engine's.
+    The replay leaves three boundary windows the nightly rejects (over MAX_GPU_POWER_W); while
+    training kept them, those three jobs differed by up to 0.021."""
+    from wattclass.classifier.ambiguity import job_fingerprints
+
+    model = M.load_model(M.default_model_dir())
+    assert model.ambiguity is not None and model.evidence_cap is not None
+    ts = training_set([DATA / "fresh6"], max_windows_per_job=0)
+    keys, lab, raw = model.job_predictions(ts.X, ts.group, ts.dur)
+    fkeys, fp = job_fingerprints(ts.X, ts.group, ts.dur)
+    assert (fkeys == keys).all()
+    calibrated = model.calibrate(raw, lab)
+    checked = model.job_confidence(raw, lab, fp)
+    want = {str(k).split(":", 1)[1]: (rules.JOB_LABELS[p], c, u)
+            for k, p, c, u in zip(keys, lab, checked, calibrated, strict=True)}
+    got = label_files_local(telemetry_files(materialize([DATA / "fresh6"], tmp_path)), model,
+                            source="model", workers=1).labels
+    assert len(got) == len(want) == 85
+    for _, row in got.iterrows():  # the label store keeps 4 decimals of confidence
+        label, conf, unchecked = want[row["job_id"]]
+        assert row["label"] == label, row["job_id"]
+        assert row["confidence"] == pytest.approx(conf, abs=6e-5), row["job_id"]
+        assert row["confidence_unchecked"] == pytest.approx(unchecked, abs=6e-5), row["job_id"]
 
 
 @pytest.mark.parametrize("split_files", [False, True])
@@ -180,18 +208,20 @@ def test_the_evidence_cap_stops_confidence_growing_with_length_not_the_label() -
     # issue 13 round 10: one job's windows repeat one job's error, so a 30-window job must not be
     # surer than the cap says; its label (the shares) stays
     long = dict(n_idle=[0.0], n_compute=[1.0], n_memory=[29.0], sum_pmax=[27.0],
-                w_compute=[1.0], w_memory=[29.0])
+                weights=M.LengthWeights([0.0], [1.0], [29.0]))
     lab_free, conf_free = M.job_from_counts(**long)  # type: ignore[arg-type]
     lab_cap, conf_cap = M.job_from_counts(**long, evidence_cap=1.1)  # type: ignore[arg-type]
     assert lab_free.tolist() == lab_cap.tolist() == [rules.J_MEMORY]
     assert conf_cap[0] < conf_free[0]
     # as sure as the same shares (and mean top probability 0.9) over 1.1 windows: the cap scales
     # the counts, keeping the shares
-    _, conf_short = M.job_from_counts([0.0], [1.1 / 30], [1.1 * 29 / 30], [0.99], [1.1 / 30], [1.1 * 29 / 30])
+    _, conf_short = M.job_from_counts([0.0], [1.1 / 30], [1.1 * 29 / 30], [0.99],
+                                      weights=M.LengthWeights([0.0], [1.1 / 30], [1.1 * 29 / 30]))
     assert conf_cap[0] == pytest.approx(conf_short[0])
     # a job within the cap is untouched
-    _, c1 = M.job_from_counts([0.0], [0.0], [1.0], [0.9], [0.0], [1.0], evidence_cap=1.1)
-    _, c2 = M.job_from_counts([0.0], [0.0], [1.0], [0.9], [0.0], [1.0])
+    one_window = M.LengthWeights([0.0], [0.0], [1.0])
+    _, c1 = M.job_from_counts([0.0], [0.0], [1.0], [0.9], weights=one_window, evidence_cap=1.1)
+    _, c2 = M.job_from_counts([0.0], [0.0], [1.0], [0.9], weights=one_window)
     assert c1.tolist() == c2.tolist()
 
 
@@ -220,8 +250,26 @@ def test_the_cap_holds_the_jobs_length_idle_windows_included() -> None:
     _, _, below = M.job_predictions(proba, group, dur, evidence_cap=0.65)
     assert at.tolist() == free.tolist() and below[0] != free[0]
     # the engine's sums give the same: w_idle + w_compute + w_memory is the length
-    _, e = M.job_from_counts([1.0], [0.0], [1.0], [1.7], [0.0], [0.3], evidence_cap=0.65, w_idle=[1.0])
+    _, e = M.job_from_counts([1.0], [0.0], [1.0], [1.7], weights=M.LengthWeights([1.0], [0.0], [0.3]),
+                             evidence_cap=0.65)
     assert e.tolist() == pytest.approx(below.tolist())
+
+
+def test_the_length_weights_come_as_one_triple_or_not_at_all() -> None:
+    """One contract for job_from_counts: the idle weights are part of the job's length, which the
+    cap is held against, so compute and memory weights without them (the cap then held against the
+    posterior's own counts, a path only direct calls took) cannot be passed."""
+    counts = ([1.0], [0.0], [1.0], [1.7])
+    with pytest.raises(TypeError):
+        M.job_from_counts(*counts, w_compute=[0.0], w_memory=[0.3], evidence_cap=0.65)  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        M.job_from_counts(*counts, [0.0], [0.3])  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        M.LengthWeights([0.0], [0.3])  # type: ignore[call-arg]
+    # without weights the length is the plain window count (job_evidence's without lengths)
+    _, plain = M.job_from_counts(*counts, evidence_cap=1.0)
+    _, as_one = M.job_from_counts(*counts, weights=M.LengthWeights([1.0], [0.0], [1.0]), evidence_cap=1.0)
+    assert plain.tolist() == pytest.approx(as_one.tolist())
 
 
 def test_train_model_carries_the_cap_its_calibration_was_fitted_with(ridge_files,  # type: ignore[no-untyped-def]

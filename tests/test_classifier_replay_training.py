@@ -171,3 +171,81 @@ def test_replaying_a_recording_with_a_late_gpu_logs_no_gpu_failure(tmp_path: Pat
     assert not [r for r in caplog.records if r.name.startswith("wattclass.telemetry")], caplog.text
     assert sorted(root.glob("telemetry/date=*/host=*/*.parquet"))
     assert logging.getLogger("wattclass.telemetry").level == logging.NOTSET  # restored
+
+
+def _served_out(root: Path) -> tuple[int, dict[str, list[float]]]:
+    """(job windows with GPM under ``root``, job id -> lengths (s) of those the nightly's row
+    rules reject (validity.impossible_rows: the numpy twin of the scan's SQL))."""
+    import pyarrow.compute as pc
+
+    from wattclass.classifier.features import durations_s
+    from wattclass.classifier.reader import iter_tables, telemetry_files
+    from wattclass.classifier.training import window_rule_codes
+    from wattclass.classifier.validity import impossible_rows
+
+    out: dict[str, list[float]] = {}
+    n = 0
+    for _, t in iter_tables(telemetry_files([root])):
+        has_job = pc.is_valid(t.column("job_id")).to_numpy(zero_copy_only=False)
+        labelled = has_job & (window_rule_codes(t) >= 0)
+        n += int(labelled.sum())
+        bad = labelled & np.logical_or.reduce(list(impossible_rows(t).values()))
+        jobs, dur = t.column("job_id").to_pylist(), durations_s(t)
+        for i in np.flatnonzero(bad):
+            out.setdefault(str(jobs[i]), []).append(float(dur[i]))
+    return n, out
+
+
+def test_a_boundary_window_the_nightly_rejects_is_not_a_training_window(tmp_path: Path) -> None:
+    """fresh6's replay holds three job-boundary windows of 0.08 s carrying hundreds of joules
+    (above MAX_GPU_POWER_W over their length): the nightly rejects them, so training must not see
+    them either, while every other window of those jobs stays."""
+    from wattclass.classifier.reader import iter_tables, telemetry_files
+    from wattclass.classifier.training import source_windows
+    from wattclass.classifier.validity import REJECT_POWER
+
+    (root,) = materialize([DATA / "fresh6"], tmp_path)
+    n_labelled, rejected = _served_out(root)
+    assert sorted(rejected) == ["61009", "61018", "61019"]
+    assert all(d < 0.1 for lens in rejected.values() for d in lens)
+    got = source_windows((t for _, t in iter_tables(telemetry_files([root]))), "fresh6")
+    assert got.dropped_windows == 3 and got.report.rejected_rows == {REJECT_POWER: 4}  # one not a job's
+    assert got.report.duplicate_windows == 0
+    ts = training_set([root], max_windows_per_job=0)
+    assert ts.dur is not None and len(ts) == len(got.windows) == n_labelled - 3
+    for job, lens in rejected.items():  # the jobs keep their other windows
+        mine = ts.dur[ts.group == f"fresh6:{job}"]
+        assert len(mine) >= 1 and not np.isin(np.round(mine, 3), np.round(lens, 3)).any(), job
+
+
+def test_training_windows_drop_what_serving_drops_impossible_rows_and_copies(tmp_path: Path) -> None:
+    """The training side applies the nightly's own row rules (validity.RowRules), per source: a row
+    whose energy over its window says 4 kW is rejected, a file copied under another name adds no
+    window, and both are counted."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from wattclass.classifier.reader import telemetry_files
+    from wattclass.classifier.training import source_windows, window_rule_codes
+    from wattclass.classifier.validity import REJECT_POWER
+
+    (root,) = materialize([DATA / "raw"], tmp_path / "replayed")
+    files = telemetry_files([root])
+    clean = training_set([root], max_windows_per_job=0)
+    t = pq.read_table(files[0])
+    has_job = np.asarray([j is not None for j in t.column("job_id").to_pylist()])
+    labelled = (window_rule_codes(t) >= 0) & has_job
+    row = int(np.flatnonzero(labelled)[0])
+    dur_s = (t.column("ts_end")[row].value - t.column("ts_start")[row].value) / 1000.0
+    energy = t.column("energy_j").to_pylist()
+    energy[row] = 4000.0 * dur_s
+    hot = t.set_column(t.column_names.index("energy_j"), "energy_j",
+                       pa.array(energy, type=t.schema.field("energy_j").type))
+    pq.write_table(hot, files[0])
+    pq.write_table(t, files[0].with_name("zz-copy-" + files[0].name))  # the original rows again
+    got = source_windows((pq.read_table(f) for f in telemetry_files([root])), "raw")
+    assert got.report.rejected_rows == {REJECT_POWER: 1}
+    assert got.report.duplicate_windows == t.num_rows - 1  # the copy's twin of the hot row is new
+    # the hot window, and the copy's job windows but the hot one's twin: the copy's whole share
+    assert got.dropped_windows == int(labelled.sum())
+    assert len(training_set([root], max_windows_per_job=0)) == len(clean)

@@ -273,3 +273,43 @@ def test_duplicates_across_scan_batches_are_dropped_by_the_engine(
     assert two.n_windows == one.n_windows > 0  # the copy is not counted a second time
     pd.testing.assert_frame_equal(two.labels, one.labels)
     assert two.report.duplicate_windows == one.n_windows
+
+
+def test_the_numpy_row_rules_reject_exactly_what_the_scans_sql_rejects(h200_telemetry: Path,
+                                                                        tmp_path: Path) -> None:
+    """Training drops rows by ``validity.impossible_rows`` (classifier/training.py) while the
+    nightly's scan rejects them by ``rowsql._reject_sql``: one window set for both needs the two
+    to agree row for row, edge cases included."""
+    import duckdb
+
+    from wattclass.classifier.rowsql import _reject_sql
+    from wattclass.classifier.validity import MAX_GPU_POWER_W, impossible_rows
+
+    df = pq.read_table(h200_telemetry).slice(0, 14).to_pandas()
+    dur_s = (df["ts_end"] - df["ts_start"]).dt.total_seconds()
+    df.loc[0, "energy_j"] = np.nan
+    df.loc[1, "energy_j"] = np.inf
+    df.loc[2, "energy_j"] = -1.0
+    df.loc[3, "energy_j"] = None  # unsupported counter: kept
+    df.loc[4, "energy_j"] = MAX_GPU_POWER_W * dur_s[4]  # at the limit: kept
+    df.loc[5, "energy_j"] = (MAX_GPU_POWER_W + 1) * dur_s[5]
+    df.loc[6, "power_max_w"] = MAX_GPU_POWER_W + 0.5
+    df.loc[7, "power_avg_w"] = np.nan  # kept
+    df.loc[8, "ts_end"] = df.loc[8, "ts_start"]
+    df.loc[9, "gpu_uuid"] = None
+    df.loc[10, "power_avg_w"] = np.inf
+    df.loc[11, "ts_start"] = df.loc[11, "ts_end"] - pd.Timedelta(milliseconds=20)  # a 20 ms stub, 5 kW
+    df.loc[11, "energy_j"] = 100.0
+    f = tmp_path / "edges.parquet"
+    t = pa.Table.from_pandas(df, schema=pq.read_schema(h200_telemetry), preserve_index=False)
+    for col in ("energy_j", "power_avg_w"):  # from_pandas reads NaN as null: a NaN stays a NaN here
+        values = [None if i == 3 and col == "energy_j" else v for i, v in enumerate(df[col].tolist())]
+        t = t.set_column(t.column_names.index(col), col, pa.array(values, t.schema.field(col).type))
+    assert np.isnan(t.column("energy_j")[0].as_py()) and t.column("energy_j")[3].as_py() is None
+    pq.write_table(t, f)
+    t = pq.read_table(f)
+    numpy_bad = np.logical_or.reduce(list(impossible_rows(t).values()))
+    codes = duckdb.connect().execute(
+        f"SELECT {_reject_sql(frozenset())} AS c FROM read_parquet('{f}')").fetchnumpy()["c"]
+    assert numpy_bad.tolist() == (codes > 0).tolist()
+    assert np.flatnonzero(numpy_bad).tolist() == [0, 1, 2, 5, 6, 8, 9, 10, 11]
