@@ -1,5 +1,8 @@
 """A real one-node Slurm cluster (munged, slurmctld, slurmd; optionally MariaDB + slurmdbd).
 
+Opt-in: ``nodes=TWO_NODES`` runs two nodes (two slurmds on this host) for heterogeneous jobs,
+which Slurm never starts on a one-node cluster; see ``SlurmCluster``. The default is one node.
+
 The Slurm install comes from ``WATTCLASS_TEST_SLURM``, a prefix (binaries in PREFIX/bin and
 PREFIX/sbin); unset means Debian 12's Slurm 22.05 in /usr. ``.ci/build-slurm`` builds 25.11 into
 /opt/slurm-25.11. Every command gets an explicit SLURM_CONF and a PATH that starts with the
@@ -244,10 +247,11 @@ class SlurmCluster:
     """One node ``localhost`` with 4 GPUs, features ``hbm``, partitions ``main`` and ``debug``.
 
     ``nodes=TWO_NODES`` (opt-in): two nodes of 4 GPUs each, two slurmds on this one host, so that
-    heterogeneous jobs run (sched/backfill places each component on a node of its own, and
-    refuses to put two on one). Slurm built without --enable-multiple-slurmd refuses two nodes
-    with one NodeHostName, so each node gets its name as NodeHostname, NodeAddr=127.0.0.1 and a
-    Port of its own; slurmd runs with ``-N <name>``, spool/pid/log files carry ``%n``.
+    heterogeneous jobs run (sched/backfill starts one only when it could place each component
+    on a different node: never on one node). Slurm built without --enable-multiple-slurmd
+    refuses two nodes with one NodeHostName, so each node gets its name as NodeHostname,
+    NodeAddr=127.0.0.1 and a Port of its own; slurmd runs with ``-N <name>``, spool/pid/log
+    files carry ``%n``.
     ``node_hooks`` gives a node its own Prolog/Epilog (a node's hooks are local files on a real
     cluster): that node's slurmd reads ``etc/<node>/slurm.conf`` (with gres.conf and cgroup.conf
     next to it), the shared file with those two lines changed, and every file says

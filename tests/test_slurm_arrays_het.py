@@ -8,7 +8,8 @@ id and every component of a het job when ID is its leader's, so the Prolog must 
 line (a leader without a decision would otherwise take a component's cap, or the reverse).
 
 A het job runs only on the two-node rig (``nodes=TWO_NODES``): Slurm starts het jobs through
-sched/backfill only, with each component on a node of its own, so on one node it stays pending.
+sched/backfill only, when it could place each component on a different node, so on one node it
+stays pending.
 """
 
 from __future__ import annotations
@@ -165,7 +166,7 @@ def test_a_running_het_job_caps_only_the_memory_components_gpu_on_its_own_node(
     component) neither takes nor gives a cap."""
     fake = f"--comment={MEM} --export=ALL,SLURM_HET_JOB_ID=99999,SLURM_JOB_ID=99999,SLURM_JOB_COMMENT={MEM}"
     lines = ["-J mem-a --gres=gpu:1", f"-J other --gres=gpu:1 {fake}"]
-    if memory_component == 1:
+    if memory_component == 1:  # --comment and --export then propagate to component 1 too
         lines.reverse()
     script = (f"#!/bin/sh\n#SBATCH {lines[0]}\n#SBATCH hetjob\n#SBATCH {lines[1]}\n"
               # a step on component 1 starts after its node's Prolog has ended (the leader's
