@@ -1,5 +1,8 @@
 """A real one-node Slurm cluster (munged, slurmctld, slurmd; optionally MariaDB + slurmdbd).
 
+Opt-in: ``nodes=TWO_NODES`` runs two nodes (two slurmds on this host) for heterogeneous jobs,
+which Slurm never starts on a one-node cluster; see ``SlurmCluster``. The default is one node.
+
 The Slurm install comes from ``WATTCLASS_TEST_SLURM``, a prefix (binaries in PREFIX/bin and
 PREFIX/sbin); unset means Debian 12's Slurm 22.05 in /usr. ``.ci/build-slurm`` builds 25.11 into
 /opt/slurm-25.11. Every command gets an explicit SLURM_CONF and a PATH that starts with the
@@ -32,12 +35,13 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 MUNGE_SOCKET = Path("/run/munge/munge.socket.2")
 NODE = "localhost"
+TWO_NODES = ("wcnode0", "wcnode1")  # ``SlurmCluster(nodes=TWO_NODES)``: two slurmds on this host
 ACCOUNT = "research"  # every user's default account when accounting is on
 USERS = ("root", "nobody", "daemon")
 _serial = itertools.count()
@@ -240,7 +244,19 @@ class Accounting:
 
 
 class SlurmCluster:
-    """One node ``localhost`` with 4 GPUs, features ``hbm``, partitions ``main`` and ``debug``."""
+    """One node ``localhost`` with 4 GPUs, features ``hbm``, partitions ``main`` and ``debug``.
+
+    ``nodes=TWO_NODES`` (opt-in): two nodes of 4 GPUs each, two slurmds on this one host, so that
+    heterogeneous jobs run (sched/backfill starts one only when it could place each component
+    on a different node: never on one node). Slurm built without --enable-multiple-slurmd
+    refuses two nodes with one NodeHostName, so each node gets its name as NodeHostname,
+    NodeAddr=127.0.0.1 and a Port of its own; slurmd runs with ``-N <name>``, spool/pid/log
+    files carry ``%n``.
+    ``node_hooks`` gives a node its own Prolog/Epilog (a node's hooks are local files on a real
+    cluster): that node's slurmd reads ``etc/<node>/slurm.conf`` (with gres.conf and cgroup.conf
+    next to it), the shared file with those two lines changed, and every file says
+    ``DebugFlags=NO_CONF_HASH`` so slurmctld does not log the difference as an error.
+    """
 
     def __init__(
         self,
@@ -256,8 +272,11 @@ class SlurmCluster:
         accounting: bool = False,
         install: SlurmInstall | None = None,
         extra_conf: Sequence[str] = (),
+        nodes: Sequence[str] = (NODE,),
+        node_hooks: Mapping[str, tuple[Path, Path]] | None = None,
     ) -> None:
-        """``shards``: that many gres/shard per GPU (GresTypes=gpu,shard), so shard jobs share GPUs."""
+        """``shards``: that many gres/shard per GPU (GresTypes=gpu,shard), so shard jobs share GPUs.
+        ``nodes``/``node_hooks``: see the class docstring (default: today's one node)."""
         self.root = Path(root)
         self.conf_dir = self.root / "etc"
         self.conf = self.conf_dir / "slurm.conf"
@@ -269,6 +288,12 @@ class SlurmCluster:
         self.shards = shards
         self.default_partition = default_partition
         self.extra_conf = list(extra_conf)  # more slurm.conf lines (benchmarks: MaxArraySize=...)
+        self.nodes = list(nodes)
+        if not self.nodes or len(set(self.nodes)) != len(self.nodes):
+            raise ClusterError(f"nodes must be distinct names, got {self.nodes}")
+        self.node_hooks = dict(node_hooks or {})
+        if set(self.node_hooks) - set(self.nodes):
+            raise ClusterError(f"node_hooks names nodes not in {self.nodes}: {sorted(self.node_hooks)}")
         self.procs: list[subprocess.Popen[bytes]] = []
         self.install = install if install is not None else slurm_install()
         path = os.pathsep.join([str(self.install.prefix / "bin"), str(self.install.prefix / "sbin"),
@@ -284,29 +309,32 @@ class SlurmCluster:
         return str(self.install.path(name))
 
     # -- configuration ---------------------------------------------------------------------
-    def write_config(self) -> None:
-        for d in ("etc", "state", "spool", "log", "dev", "out"):
-            (self.root / d).mkdir(parents=True, exist_ok=True)
-        dev = self.root / "dev"
-        for i in range(4):
-            link = dev / f"gpu{i}"
-            if not link.is_symlink():
-                link.symlink_to("/dev/null")
+    @property
+    def multi_node(self) -> bool:
+        return self.nodes != [NODE]
+
+    def node_conf(self, node: str) -> Path:
+        """The slurm.conf ``node``'s slurmd reads: its own with ``node_hooks``, else the shared one."""
+        return self.conf_dir / node / "slurm.conf" if node in self.node_hooks else self.conf
+
+    def _daemon_lines(self) -> list[str]:
+        """Ports, files and daemon settings; per-node ports and ``%n`` files with ``nodes``."""
         ctld_port, d_port = _free_port(), _free_port()
-        lines = [
+        n = "-%n" if self.multi_node else ""
+        return [
             f"ClusterName={self.name}",
             f"SlurmctldHost={NODE}",
             f"SlurmctldPort={ctld_port}",
-            f"SlurmdPort={d_port}",
+            *([] if self.multi_node else [f"SlurmdPort={d_port}"]),
             "SlurmUser=root",
             "SlurmdUser=root",
             "AuthType=auth/munge",
             f"StateSaveLocation={self.root / 'state'}",
-            f"SlurmdSpoolDir={self.root / 'spool'}",
+            f"SlurmdSpoolDir={self.root / 'spool'}" + ("/%n" if self.multi_node else ""),
             f"SlurmctldPidFile={self.root / 'slurmctld.pid'}",
-            f"SlurmdPidFile={self.root / 'slurmd.pid'}",
+            f"SlurmdPidFile={self.root / f'slurmd{n}.pid'}",
             f"SlurmctldLogFile={self.root / 'log' / 'slurmctld.log'}",
-            f"SlurmdLogFile={self.root / 'log' / 'slurmd.log'}",
+            f"SlurmdLogFile={self.root / 'log' / f'slurmd{n}.log'}",
             "SlurmctldDebug=info",
             "SlurmdDebug=info",
             "ProctrackType=proctrack/linuxproc",
@@ -320,40 +348,73 @@ class SlurmCluster:
             "SlurmdParameters=config_overrides",
             "MailProg=/bin/true",
             "ReturnToService=2",
-            "SchedulerParameters=sched_interval=1",
+            # het jobs start only through sched/backfill (the default of 22.05 and 25.11 alike,
+            # named here for the mode that needs it); bf_interval=1: started within a second
+            *(["SchedulerType=sched/backfill", "SchedulerParameters=sched_interval=1,bf_interval=1"]
+              if self.multi_node else ["SchedulerParameters=sched_interval=1"]),
+            *(["DebugFlags=NO_CONF_HASH"] if self.node_hooks else []),
             "MinJobAge=600",
             "MaxJobCount=20000",
             "PrologFlags=Alloc",
         ]
+
+    def _node_lines(self) -> list[str]:
+        feat = f" Feature={','.join(self.features)}" if self.features else ""
+        shard = f",shard:{4 * self.shards}" if self.shards else ""
+        where = {n: (f" NodeHostname={n} NodeAddr=127.0.0.1 Port={_free_port()}" if self.multi_node else "")
+                 for n in self.nodes}
+        nodes = ",".join(self.nodes)
+        return [
+            *(f"NodeName={n}{where[n]} CPUs={self.cpus} RealMemory=8000 Gres=gpu:4{shard}{feat} State=UNKNOWN"
+              for n in self.nodes),
+            *(f"PartitionName={p} Nodes={nodes} Default={'YES' if p == self.default_partition else 'NO'}"
+              " MaxTime=INFINITE State=UP" for p in ("main", "debug")),
+        ]
+
+    def _gres_text(self, dev: Path) -> str:
+        if not self.shards:
+            return "AutoDetect=off\n" + "".join(f"NodeName={n} Name=gpu File={dev}/gpu[0-3]\n"
+                                                for n in self.nodes)
+        # One gpu and one shard line per GPU. With a single ``Name=shard Count=4 File=gpu0``
+        # line, 22.05 put the second shard job's SLURM_JOB_GPUS at "1" (the shard's slot,
+        # not its GPU); per-GPU lines give the GPU's index.
+        return "AutoDetect=off\n" + "".join(
+            f"NodeName={n} Name=gpu File={dev}/gpu{i}\n"
+            f"NodeName={n} Name=shard Count={self.shards} File={dev}/gpu{i}\n"
+            for n in self.nodes for i in range(4))
+
+    def write_config(self) -> None:
+        for d in ("etc", "state", "spool", "log", "dev", "out"):
+            (self.root / d).mkdir(parents=True, exist_ok=True)
+        if self.multi_node:  # slurmd does not create its %n spool folder
+            for node in self.nodes:
+                (self.root / "spool" / node).mkdir(exist_ok=True)
+        dev = self.root / "dev"
+        for i in range(4):
+            link = dev / f"gpu{i}"
+            if not link.is_symlink():
+                link.symlink_to("/dev/null")
+        lines = self._daemon_lines()
         if self.job_submit_lua is not None:
             lines.append("JobSubmitPlugins=lua")
             (self.conf_dir / "job_submit.lua").write_text(self.job_submit_lua)
-        if self.prolog is not None:
-            lines.append(f"Prolog={self.prolog}")
-        if self.epilog is not None:
-            lines.append(f"Epilog={self.epilog}")
-        lines += self.extra_conf
-        feat = f" Feature={','.join(self.features)}" if self.features else ""
-        shard = f",shard:{4 * self.shards}" if self.shards else ""
-        lines += [
-            f"NodeName={NODE} CPUs={self.cpus} RealMemory=8000 Gres=gpu:4{shard}{feat} State=UNKNOWN",
-            *(f"PartitionName={p} Nodes={NODE} Default={'YES' if p == self.default_partition else 'NO'}"
-              " MaxTime=INFINITE State=UP" for p in ("main", "debug")),
-        ]
-        self.conf.write_text("\n".join(lines) + "\n")
-        gres = f"AutoDetect=off\nNodeName={NODE} Name=gpu File={dev}/gpu[0-3]\n"
-        if self.shards:
-            # One gpu and one shard line per GPU. With a single ``Name=shard Count=4 File=gpu0``
-            # line, 22.05 put the second shard job's SLURM_JOB_GPUS at "1" (the shard's slot,
-            # not its GPU); per-GPU lines give the GPU's index.
-            gres = "AutoDetect=off\n" + "".join(
-                f"NodeName={NODE} Name=gpu File={dev}/gpu{i}\n"
-                f"NodeName={NODE} Name=shard Count={self.shards} File={dev}/gpu{i}\n" for i in range(4))
-        (self.conf_dir / "gres.conf").write_text(gres)
+        hooks = [f"Prolog={self.prolog}"] if self.prolog is not None else []
+        hooks += [f"Epilog={self.epilog}"] if self.epilog is not None else []
+        rest = [*self.extra_conf, *self._node_lines()]
+        self.conf.write_text("\n".join([*lines, *hooks, *rest]) + "\n")
+        files = {"gres.conf": self._gres_text(dev)}
         if self.install.major_minor >= (24, 5):
             # No cgroup use at all: this build has no cgroup/v2 plugin and v1 is deprecated. Jobs,
             # GRES variables and the Prolog work the same. 22.05 has no "disabled" value.
-            (self.conf_dir / "cgroup.conf").write_text("CgroupPlugin=disabled\n")
+            files["cgroup.conf"] = "CgroupPlugin=disabled\n"
+        for name, text in files.items():
+            (self.conf_dir / name).write_text(text)
+        for node, (prolog, epilog) in self.node_hooks.items():  # slurmd reads these next to its slurm.conf
+            self.node_conf(node).parent.mkdir(exist_ok=True)
+            self.node_conf(node).write_text("\n".join([*lines, f"Prolog={prolog}", f"Epilog={epilog}", *rest])
+                                            + "\n")
+            for name, text in files.items():
+                (self.node_conf(node).parent / name).write_text(text)
 
     # -- daemons ---------------------------------------------------------------------------
     def _munge_ok(self) -> bool:
@@ -386,19 +447,22 @@ class SlurmCluster:
         self._start_munge()
         if self.accounting is not None:  # before slurmctld's first start (CLUSTER ID MISMATCH)
             self.accounting.start(self.name, self.env)
-        for argv in (
-            [self.path("slurmctld"), "-D", "-i", "-f", str(self.conf)],
-            [self.path("slurmd"), "-D", "-N", NODE, "-f", str(self.conf)],
-        ):
-            logf = open(self.root / "log" / f"{Path(argv[0]).name}.stderr", "ab")  # noqa: SIM115
-            self.procs.append(subprocess.Popen(argv, env=self.env, stdout=logf, stderr=logf))
+        daemons = [("slurmctld", [self.path("slurmctld"), "-D", "-i", "-f", str(self.conf)], self.conf)]
+        for node in self.nodes:  # a slurmd reads gres.conf next to SLURM_CONF: its own file in both
+            daemons.append((f"slurmd-{node}" if self.multi_node else "slurmd",
+                            [self.path("slurmd"), "-D", "-N", node, "-f", str(self.node_conf(node))],
+                            self.node_conf(node)))
+        for name, argv, conf in daemons:
+            logf = open(self.root / "log" / f"{name}.stderr", "ab")  # noqa: SIM115
+            self.procs.append(subprocess.Popen(argv, env=dict(self.env, SLURM_CONF=str(conf)),
+                                               stdout=logf, stderr=logf))
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for p in self.procs:
                 if p.poll() is not None:
                     raise ClusterError(f"{p.args[0]} exited with {p.returncode}: {self.logs()}")
             with contextlib.suppress(ClusterError):
-                if self.node_state() in ("idle", "mixed", "allocated"):
+                if all(self.node_state(n) in ("idle", "mixed", "allocated") for n in self.nodes):
                     return
             time.sleep(0.1)
         raise ClusterError(f"node did not become idle in {timeout} s: {self.logs()}")
@@ -452,18 +516,18 @@ class SlurmCluster:
             raise ClusterError(f"sbatch {' '.join(args)}: rc {proc.returncode}: {proc.stderr.strip()}")
         return proc.stdout.strip().split(";")[0]
 
-    def node(self) -> dict[str, Any]:
+    def node(self, name: str = NODE) -> dict[str, Any]:
         data = json.loads(self.run(["sinfo", "--json"]))
         if "nodes" not in data:  # 23.02+: sinfo --json lists partition/state groups; scontrol has nodes
             data = json.loads(self.run(["scontrol", "--json", "show", "nodes"]))
         for n in data.get("nodes", []):
-            if n.get("name") == NODE:
+            if n.get("name") == name:
                 return dict(n)
-        raise ClusterError(f"node {NODE} not in sinfo --json")
+        raise ClusterError(f"node {name} not in sinfo --json")
 
-    def node_state(self) -> str:
+    def node_state(self, name: str = NODE) -> str:
         try:
-            node = self.node()
+            node = self.node(name)
         except (ClusterError, ValueError, subprocess.TimeoutExpired) as exc:
             raise ClusterError(str(exc)) from exc
         from wattclass.slurm.commands import state
@@ -504,17 +568,33 @@ class SlurmCluster:
 
 
 # -- the wattclass test rig on top of the cluster ------------------------------------------------
+class RigNode(NamedTuple):
+    """One node's wattclass files: its fake GPUs, GPU -> job files, cap records and hook log."""
+
+    state: Path
+    jobs_dir: Path
+    caps_dir: Path
+    log: Path
+    hooks: Path  # the folder of its prolog.sh and epilog.sh
+
+
 class WattclassRig:
     """A cluster with wattclass's job_submit.lua, Prolog and Epilog wired to a filestate backend.
 
     GPUs are permuted against Slurm's numbering (Slurm GPU j is backend GPU ``SLURM_TO_BACKEND[j]``)
     so a Prolog that mapped by index order would cap the wrong GPUs.
+
+    ``nodes=TWO_NODES``: each node has its own fake GPUs, job files, cap records and log under
+    ``<run>/<node>/`` and its own rendered hooks (``hooks/<node>/``), as each node of a real
+    cluster has its own /run/wattclass and /etc/slurm/wattclass; ``self.nodes[name]`` holds
+    them and ``self.state`` etc. are the first node's.
     """
 
     ORDER = (2, 0, 3, 1)  # backend GPU i carries PCI bus ORDER[i]; Slurm index j maps to bus j
 
     def __init__(self, root: Path, python: str, run_root: Path | None = None, *,
-                 default_partition: str = "main", accounting: bool = False, shards: int = 0) -> None:
+                 default_partition: str = "main", accounting: bool = False, shards: int = 0,
+                 nodes: Sequence[str] = (NODE,)) -> None:
         """``run_root``: where GPU state, job files and cap records live (default ``root``); the
         benchmark puts them on tmpfs, as /run/wattclass is on a real node."""
         install = slurm_install()
@@ -526,34 +606,44 @@ class WattclassRig:
         self.table = self.root / "etc" / "wattclass" / "labels.tsv"
         self.table.parent.mkdir(parents=True, exist_ok=True)
         run = Path(run_root) if run_root is not None else self.root
-        self.state = run / "gpus.json"
-        self.jobs_dir = run / "run" / "jobs"
-        self.caps_dir = run / "run" / "caps"
-        self.log = self.root / "log" / "wattclass.log"
+        one = list(nodes) == [NODE]
+        self.nodes = {n: RigNode(run / "gpus.json", run / "run" / "jobs", run / "run" / "caps",
+                                 self.root / "log" / "wattclass.log", self.root / "hooks") if one else
+                      RigNode(run / n / "gpus.json", run / n / "run" / "jobs", run / n / "run" / "caps",
+                              self.root / "log" / f"wattclass-{n}.log", self.root / "hooks" / n)
+                      for n in nodes}
+        self.state, self.jobs_dir, self.caps_dir, self.log, _ = self.nodes[nodes[0]]
         self.out = self.root / "out"
         self.out.mkdir(parents=True, exist_ok=True)
         self.out.chmod(0o1777)
-        self.backend = FileStateBackend.create(self.state, 4, order=list(self.ORDER))
         self.gpu_map = self.root / "gpumap.json"
         self.gpu_map.write_text(json.dumps(
             {str(j): f"00000000:{0x19 + 0x10 * j:02X}:00.0" for j in range(4)}))
         self.slurm_to_backend = {j: self.ORDER.index(j) for j in range(4)}
-        args = ["--backend", f"filestate:{self.state}", "--gpu-map", str(self.gpu_map), "--jobs-dir",
-                str(self.jobs_dir), "--state-dir", str(self.caps_dir), "--log", str(self.log),
-                "--slurm-bin", str(install.bin_dir)]  # slurmd gives hooks no PATH
-        hooks = self.root / "hooks"
-        hooks.mkdir(exist_ok=True)
-        for kind in ("prolog", "epilog"):
-            (hooks / f"{kind}.sh").write_text(render_hook(kind, python, args))
-            (hooks / f"{kind}.sh").chmod(0o755)
+        for node in self.nodes.values():
+            node.state.parent.mkdir(parents=True, exist_ok=True)
+            FileStateBackend.create(node.state, 4, order=list(self.ORDER))
+            args = ["--backend", f"filestate:{node.state}", "--gpu-map", str(self.gpu_map), "--jobs-dir",
+                    str(node.jobs_dir), "--state-dir", str(node.caps_dir), "--log", str(node.log),
+                    "--slurm-bin", str(install.bin_dir)]  # slurmd gives hooks no PATH
+            node.hooks.mkdir(parents=True, exist_ok=True)
+            for kind in ("prolog", "epilog"):
+                (node.hooks / f"{kind}.sh").write_text(render_hook(kind, python, args))
+                (node.hooks / f"{kind}.sh").chmod(0o755)
+        self.backend = FileStateBackend(self.state)
+        first = self.nodes[nodes[0]].hooks
         self.cluster = SlurmCluster(self.root, job_submit_lua=render_job_submit(self.table),
-                                    prolog=hooks / "prolog.sh", epilog=hooks / "epilog.sh",
+                                    prolog=first / "prolog.sh", epilog=first / "epilog.sh",
                                     default_partition=default_partition, shards=shards,
-                                    accounting=accounting, install=install)
+                                    accounting=accounting, install=install, nodes=nodes,
+                                    node_hooks=None if one else {
+                                        n: (h.hooks / "prolog.sh", h.hooks / "epilog.sh")
+                                        for n, h in self.nodes.items()})
 
-    def limits(self) -> dict[int, float]:
-        """Slurm GPU index -> current limit in the fake backend."""
-        doc = json.loads(self.state.read_text())
+    def limits(self, node: str | None = None) -> dict[int, float]:
+        """Slurm GPU index -> current limit in the fake backend (of ``node``; default the first)."""
+        state = self.nodes[node].state if node is not None else self.state
+        doc = json.loads(state.read_text())
         by_index = {int(g["index"]): float(g["limit_w"]) for g in doc["gpus"]}
         return {j: by_index[b] for j, b in self.slurm_to_backend.items()}
 
