@@ -20,6 +20,7 @@ from pathlib import Path
 
 from wattclass.classifier import rules
 from wattclass.classifier.validity import (
+    ENERGY_SPAN_SLACK_S,
     JOB_TIME_SLACK_S,
     MAX_GPU_POWER_W,
     PARTITION_SLACK_S,
@@ -204,7 +205,8 @@ def _reject_sql(absent: frozenset[str], day: str | None = None) -> str:
     def over(x: str) -> str:  # NaN and NULL count as 0 (np.nan_to_num), +inf as too much
         return f"coalesce(CASE WHEN isnan({x}) THEN 0 ELSE {x} END, 0) > {MAX_GPU_POWER_W!r}"
 
-    mean_w = f"CASE WHEN {bad_e} THEN NULL ELSE {e} / {dur} END"
+    span = f"({dur} + {ENERGY_SPAN_SLACK_S!r})"  # a row's energy may reach one poll past its end
+    mean_w = f"CASE WHEN {bad_e} THEN NULL ELSE {e} / {span} END"
     uuid_null = "FALSE" if "gpu_uuid" in absent else "gpu_uuid IS NULL"
     in_day = "TRUE" if day is None else f"coalesce({_in_day_sql(day)}, TRUE)"
     full = (f"CASE WHEN ts_start IS NULL OR ts_end IS NULL OR {uuid_null} THEN 1 "
@@ -217,7 +219,7 @@ def _reject_sql(absent: frozenset[str], day: str | None = None) -> str:
     powers = [f"{f(c)} <= {MAX_GPU_POWER_W!r}" for c in ("power_avg_w", "power_max_w") if c not in absent]
     key = "TRUE" if "gpu_uuid" in absent else "gpu_uuid IS NOT NULL"
     ok = " AND ".join([key, "epoch_ms(ts_end) > epoch_ms(ts_start)", f"{e} >= 0",
-                       f"{e} / {dur} <= {MAX_GPU_POWER_W!r}", *powers, *([] if day is None else [in_day])])
+                       f"{e} / {span} <= {MAX_GPU_POWER_W!r}", *powers, *([] if day is None else [in_day])])
     return f"CASE WHEN {ok} THEN 0 ELSE {full} END"
 
 
