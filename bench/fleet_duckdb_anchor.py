@@ -76,8 +76,8 @@ _REJECT = ("CASE WHEN ts_start IS NULL OR ts_end IS NULL OR gpu_uuid IS NULL THE
            "WHEN energy_j IS NOT NULL AND (isnan(energy_j) OR isinf(energy_j) OR energy_j < 0) THEN 3 "
            "WHEN coalesce(CASE WHEN isnan(power_avg_w) THEN 0 ELSE power_avg_w END, 0) > 3000 "
            "OR coalesce(CASE WHEN isnan(power_max_w) THEN 0 ELSE power_max_w END, 0) > 3000 "
-           # over the row's length plus one poll (classifier/validity.py ENERGY_SPAN_SLACK_S)
-           "OR coalesce(energy_j / ((epoch_ms(ts_end) - epoch_ms(ts_start)) / 1000.0 + 1.0), 0) "
+           # over the row's length, at least 10 s (classifier/validity.py ENERGY_SPAN_FLOOR_S)
+           "OR coalesce(energy_j / greatest((epoch_ms(ts_end) - epoch_ms(ts_start)) / 1000.0, 10.0), 0) "
            "> 3000 THEN 4 "
            "ELSE 0 END")
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from wattclass.classifier import rules
 from wattclass.classifier.validity import (
-    ENERGY_SPAN_SLACK_S,
+    ENERGY_SPAN_FLOOR_S,
     JOB_TIME_SLACK_S,
     MAX_GPU_POWER_W,
     PARTITION_SLACK_S,
@@ -205,7 +205,7 @@ def _reject_sql(absent: frozenset[str], day: str | None = None) -> str:
     def over(x: str) -> str:  # NaN and NULL count as 0 (np.nan_to_num), +inf as too much
         return f"coalesce(CASE WHEN isnan({x}) THEN 0 ELSE {x} END, 0) > {MAX_GPU_POWER_W!r}"
 
-    span = f"({dur} + {ENERGY_SPAN_SLACK_S!r})"  # a row's energy may reach one poll past its end
+    span = f"greatest({dur}, {ENERGY_SPAN_FLOOR_S!r})"  # a row's energy may reach past its end
     mean_w = f"CASE WHEN {bad_e} THEN NULL ELSE {e} / {span} END"
     uuid_null = "FALSE" if "gpu_uuid" in absent else "gpu_uuid IS NULL"
     in_day = "TRUE" if day is None else f"coalesce({_in_day_sql(day)}, TRUE)"

@@ -11,9 +11,9 @@ what counts, and their counts go into the night's summary so that nothing is dro
   window nowhere in time or on no GPU; it would crash the features), ``ts_end <= ts_start`` (a
   backwards or empty window would shrink GPU-hours), ``energy_j`` negative, NaN or infinite (null
   is allowed: the counter may be unsupported), or a power beyond ``MAX_GPU_POWER_W``
-  (``power_avg_w``, ``power_max_w``, or ``energy_j`` over the window's duration plus
-  ``ENERGY_SPAN_SLACK_S``: a row's energy covers the poll intervals that start in it, so it may
-  reach one poll past its end). Rejected, counted per reason.
+  (``power_avg_w``, ``power_max_w``, or ``energy_j`` over the window's duration, at least
+  ``ENERGY_SPAN_FLOOR_S``: a row's energy covers the poll intervals that start in it, so it may
+  reach one interval past its end). Rejected, counted per reason.
 - **Windows outside their day** (``REJECT_DAY``): ``ts_start`` more than ``PARTITION_SLACK_S``
   outside the UTC day of the file's ``date=`` partition (a wrong clock, a misfiled file);
   rejected and counted. Files outside a ``date=`` folder are not checked.
@@ -45,14 +45,18 @@ log = logging.getLogger("wattclass.classifier")
 #: No GPU draws more (H200: 700 W, B200: 1,000 W, GB300: 1,400 W); a row above it is a bad reading.
 MAX_GPU_POWER_W = 3000.0
 
-#: What the energy test adds to a row's length. The daemon gives each poll interval ``(t_prev, t]``
-#: to the row its start poll lies in (telemetry/windows.py), so a row's energy may cover up to one
-#: poll past its ``ts_end``: a job that starts 0.08 s before a window boundary gets a row of 0.08 s
-#: holding that poll's whole second (H200 replays: 350-430 J, i.e. 4-5 kW over the row's length).
-#: Over its length alone such a row was rejected and its job's energy lost; over length + one poll
-#: (the daemon's default, 1 s) it passes, and no GPU can exceed MAX_GPU_POWER_W over that time. A
-#: slower poll passes too for GPUs below MAX_GPU_POWER_W / poll.
-ENERGY_SPAN_SLACK_S = 1.0
+#: The shortest time the energy test holds a row's energy to MAX_GPU_POWER_W over: the row's
+#: length, but at least one default window period. Why: the daemon gives each poll interval to the
+#: row its start poll lies in (telemetry/windows.py), so a row's energy may cover one interval past
+#: its ``ts_end``: a poll (1 s by default), up to ``split_gap_s`` (2.5 polls) after missed polls,
+#: a scrape interval for the Prometheus importer. A job that starts 0.08 s before a window boundary
+#: gets a row of 0.08 s holding that poll's whole second (the H200 replays: 16 rows of 0.01-0.21 s,
+#: 119-697 J, 3.2-47 kW over their length); over its length alone such a row was rejected and its
+#: job's energy lost. A full 10 s row keeps the bound it always had (30 kJ); a shorter one may hold
+#: up to that, which no poll or scrape interval of a real GPU reaches, while a counter glitch (a
+#: wrap, a driver reload: terajoules) is still rejected. ``power_avg_w`` (the daemon's: energy over
+#: the time it covers) is held to MAX_GPU_POWER_W as it is.
+ENERGY_SPAN_FLOOR_S = 10.0
 
 #: Reasons a file is skipped (keys of the summary's ``skipped_files`` counts).
 SKIP_UNREADABLE = "unreadable"
@@ -162,7 +166,7 @@ def impossible_rows(table: pa.Table) -> dict[str, np.ndarray]:
     with np.errstate(invalid="ignore"):
         bad_energy = valid_energy & ~(np.isfinite(energy) & (energy >= 0))
         dur_s = np.where(bad_time | null_key, np.nan, (end - start) / 1000.0)
-        mean_w = np.where(valid_energy & ~bad_energy, energy / (dur_s + ENERGY_SPAN_SLACK_S), np.nan)
+        mean_w = np.where(valid_energy & ~bad_energy, energy / np.fmax(dur_s, ENERGY_SPAN_FLOOR_S), np.nan)
         too_much = np.zeros(table.num_rows, dtype=bool)
         for p in (_f64(table, "power_avg_w"), _f64(table, "power_max_w"), mean_w):
             too_much |= np.nan_to_num(p, nan=0.0, posinf=np.inf) > MAX_GPU_POWER_W

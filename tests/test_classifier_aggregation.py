@@ -105,7 +105,7 @@ def test_training_side_confidences_are_the_nightlys_on_a_real_folder(tmp_path: P
     (``training_set``, as CV, calibration and the bench scripts score jobs) equal the engine's.
     The replay has three boundary windows of 0.08 s holding a poll's second: while the nightly
     rejected them (over MAX_GPU_POWER_W over their length) and training kept them, those three
-    jobs differed by up to 0.021; both keep them now (validity.ENERGY_SPAN_SLACK_S)."""
+    jobs differed by up to 0.021; both keep them now (validity.ENERGY_SPAN_FLOOR_S)."""
     from wattclass.classifier.ambiguity import job_fingerprints
 
     model = M.load_model(M.default_model_dir())

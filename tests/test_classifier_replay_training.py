@@ -200,7 +200,7 @@ def test_a_boundary_window_holding_its_polls_second_is_served_and_trained_on(tmp
     """fresh6's replay holds three job-boundary windows of 0.08 s that carry their start poll's
     whole second of energy (telemetry/windows.py: an interval belongs to the row of its start
     poll): hundreds of joules, kilowatts over the row's length. The row rules measure a row's
-    energy over its length plus one poll (validity.ENERGY_SPAN_SLACK_S), so the nightly keeps
+    energy over its length, at least one window period (validity.ENERGY_SPAN_FLOOR_S), so the nightly keeps
     them and the job's energy is not lost; training, on the same rules, keeps them too."""
     from wattclass.classifier.reader import iter_tables, telemetry_files
     from wattclass.classifier.training import source_windows
@@ -226,7 +226,7 @@ def test_training_windows_drop_what_serving_drops_impossible_rows_and_copies(tmp
 
     from wattclass.classifier.reader import telemetry_files
     from wattclass.classifier.training import source_windows, window_rule_codes
-    from wattclass.classifier.validity import ENERGY_SPAN_SLACK_S, REJECT_POWER
+    from wattclass.classifier.validity import ENERGY_SPAN_FLOOR_S, REJECT_POWER
 
     (root,) = materialize([DATA / "raw"], tmp_path / "replayed")
     files = telemetry_files([root])
@@ -237,7 +237,7 @@ def test_training_windows_drop_what_serving_drops_impossible_rows_and_copies(tmp
     row = int(np.flatnonzero(labelled)[0])
     dur_s = (t.column("ts_end")[row].value - t.column("ts_start")[row].value) / 1000.0
     energy = t.column("energy_j").to_pylist()
-    energy[row] = 4000.0 * (dur_s + ENERGY_SPAN_SLACK_S)
+    energy[row] = 4000.0 * max(dur_s, ENERGY_SPAN_FLOOR_S)
     hot = t.set_column(t.column_names.index("energy_j"), "energy_j",
                        pa.array(energy, type=t.schema.field("energy_j").type))
     pq.write_table(hot, files[0])

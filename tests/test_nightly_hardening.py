@@ -283,7 +283,7 @@ def test_the_numpy_row_rules_reject_exactly_what_the_scans_sql_rejects(h200_tele
     import duckdb
 
     from wattclass.classifier.rowsql import _reject_sql
-    from wattclass.classifier.validity import ENERGY_SPAN_SLACK_S, MAX_GPU_POWER_W, impossible_rows
+    from wattclass.classifier.validity import ENERGY_SPAN_FLOOR_S, MAX_GPU_POWER_W, impossible_rows
 
     df = pq.read_table(h200_telemetry).slice(0, 14).to_pandas()
     dur_s = (df["ts_end"] - df["ts_start"]).dt.total_seconds()
@@ -291,15 +291,15 @@ def test_the_numpy_row_rules_reject_exactly_what_the_scans_sql_rejects(h200_tele
     df.loc[1, "energy_j"] = np.inf
     df.loc[2, "energy_j"] = -1.0
     df.loc[3, "energy_j"] = None  # unsupported counter: kept
-    df.loc[4, "energy_j"] = MAX_GPU_POWER_W * (dur_s[4] + ENERGY_SPAN_SLACK_S)  # at the limit: kept
-    df.loc[5, "energy_j"] = (MAX_GPU_POWER_W + 1) * (dur_s[5] + ENERGY_SPAN_SLACK_S)
+    df.loc[4, "energy_j"] = MAX_GPU_POWER_W * max(dur_s[4], ENERGY_SPAN_FLOOR_S)  # at the limit: kept
+    df.loc[5, "energy_j"] = (MAX_GPU_POWER_W + 1) * max(dur_s[5], ENERGY_SPAN_FLOOR_S)
     df.loc[6, "power_max_w"] = MAX_GPU_POWER_W + 0.5
     df.loc[7, "power_avg_w"] = np.nan  # kept
     df.loc[8, "ts_end"] = df.loc[8, "ts_start"]
     df.loc[9, "gpu_uuid"] = None
     df.loc[10, "power_avg_w"] = np.inf
     df.loc[11, "ts_start"] = df.loc[11, "ts_end"] - pd.Timedelta(milliseconds=20)  # a 20 ms stub holding
-    df.loc[11, "energy_j"] = 3100.0  # more than a second at MAX_GPU_POWER_W: rejected
+    df.loc[11, "energy_j"] = 31000.0  # more than a window period at MAX_GPU_POWER_W: rejected
     df.loc[12, "ts_start"] = df.loc[12, "ts_end"] - pd.Timedelta(milliseconds=76)  # a boundary row holding
     df.loc[12, "energy_j"] = 348.4  # its poll's whole second (fresh6's replay): kept
     f = tmp_path / "edges.parquet"
