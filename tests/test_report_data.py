@@ -172,3 +172,29 @@ def test_rows_the_nightly_rejects_are_left_out_and_counted(tmp_path: Path, h200_
     out = tmp_path / "r.html"
     assert main(["report", "--data-root", str(tmp_path), "--days", "1", "--out", str(out)]) == 0
     assert "impossible windows left out</b>: 3 (" in out.read_text()
+
+
+def test_a_boundary_row_holding_a_polls_second_saves_nothing_under_a_higher_cap(
+        windows: pd.DataFrame) -> None:
+    """A row of 0.076 s holding its start poll's whole second (397 J, power_avg_w 397 W: the daemon
+    gives a poll interval to the row its start poll lies in) under a 420 W memory cap saves
+    nothing; the savings model scales the row's energy by min(1, cap / power), in the window-level
+    reference and the report's SQL alike (cap x length said 367 J). A full row at 600 W under the
+    same cap still saves 30%."""
+    w = windows[windows["job_id"].notna()].head(2).copy()
+    w["job_id"] = "b1"
+    t0 = w["ts_start"].iloc[0]
+    w["ts_start"] = [t0, t0 + pd.Timedelta(seconds=10)]
+    w["ts_end"] = [t0 + pd.Timedelta(milliseconds=76), t0 + pd.Timedelta(seconds=20)]
+    w["energy_j"] = [397.0, 6000.0]
+    w["power_avg_w"] = [397.0, 600.0]
+    w["power_max_w"] = [400.0, 610.0]
+    w["power_limit_w"] = 700.0
+    labels = pd.DataFrame({"job_id": ["b1"], "label": ["memory"]})
+    caps = {"memory": "420W"}
+    ww = est.attach_labels(w.assign(job_id=w["job_id"].astype(object)), labels)
+    saved = est.window_saved_j(ww, caps)
+    assert saved.tolist() == pytest.approx([0.0, 6000.0 * (1 - 420.0 / 600.0)])
+    agg = report_data.load(windows=w, labels=labels, caps=caps)
+    assert agg.savings.saved_kwh * 3.6e6 == pytest.approx(float(saved.sum()))
+    assert est.estimate_savings(ww, caps).saved_kwh * 3.6e6 == pytest.approx(float(saved.sum()))

@@ -197,7 +197,7 @@ def _load(src: _Source, labels: pd.DataFrame | None, caps: Mapping[str, str] | N
         cw = _cap_sql(caps.get(lab), limit)
         if cw is None:
             continue
-        new_j = f"coalesce(least({power}, {cw}) * {secs}, {energy})"
+        new_j = _capped_energy_sql(src.col("power_avg_w"), power, cw, secs, energy)
         cap_aggs += [f"sum({new_j}) AS new_j_{lab}", f"sum(greatest({energy} - {new_j}, 0)) AS saved_j_{lab}"]
     uuid = src.col("gpu_uuid", "VARCHAR")
     g = src.df(
@@ -394,3 +394,10 @@ def _fleet(src: _Source, jobs: pd.DataFrame, t0: pd.Timestamp, t1: pd.Timestamp,
         f"sum(coalesce({src.col('v.energy_j')}, 0)) AS energy_j FROM w v LEFT JOIN fleet_labels l "
         "ON CAST(v.job_id AS VARCHAR) = l.job_id GROUP BY ALL ORDER BY 1, 2")
     return df, width
+
+
+def _capped_energy_sql(pavg: str, power: str, cap_w: str, secs: str, energy: str) -> str:
+    """``estimates.capped_energy_j`` in SQL: the energy scaled by min(1, cap / power_avg_w) where
+    the row has both, else min(power, cap) x its length (``power``: power_avg_w or energy / length)."""
+    return (f"CASE WHEN {pavg} > 0 AND {energy} IS NOT NULL THEN {energy} * least(1.0, ({cap_w}) / {pavg}) "
+            f"ELSE coalesce(least({power}, {cap_w}) * {secs}, {energy}) END")

@@ -194,9 +194,7 @@ def estimate_savings(
         if label in CAPPED_LABELS and cap is not None:
             lim = limit.loc[g.index] if isinstance(limit, pd.Series) else pd.Series(limit, index=g.index)
             cw = lim.map(lambda lw, c=cap: cap_watts(c, lw))
-            p = g["power_avg_w"].astype(float).fillna(g["energy_j"] / g["_s"].replace(0, np.nan))
-            capped_p = np.minimum(p, cw.astype(float))
-            new_j = (capped_p * g["_s"]).fillna(g["energy_j"])
+            new_j = capped_energy_j(g, cw.astype(float), g["_s"])
             saved = float((g["energy_j"] - new_j).clip(lower=0).sum()) / 3.6e6
             saved_slow = max(0.0, e_kwh - float(new_j.sum()) * (1.0 + slowdown) / 3.6e6)
         rows.append(
@@ -240,10 +238,25 @@ def window_saved_j(w: pd.DataFrame, caps: Mapping[str, str] | None = None) -> pd
     )
     cw = pd.Series([cap_watts(caps[str(lab)], lw) for lab, lw in zip(g["label"], limit, strict=True)],
                    index=g.index, dtype=float)
-    p = g["power_avg_w"].astype(float).fillna(g["energy_j"] / s.replace(0, np.nan))
-    new_j = (np.minimum(p, cw) * s).fillna(g["energy_j"])
+    new_j = capped_energy_j(g, cw, s)
     out[m] = (g["energy_j"] - new_j).clip(lower=0).astype(float)
     return out
+
+
+def capped_energy_j(g: pd.DataFrame, cap_w: pd.Series, secs: pd.Series) -> pd.Series:
+    """Per window, its energy (J) had its power been held to ``cap_w``: the energy scaled by
+    min(1, cap / power_avg_w), else (no average power) min(energy, cap x its length).
+
+    Why scaled and not cap x length: a row's energy may cover more time than its length (the
+    daemon gives a poll interval to the row its start poll lies in; classifier/validity.py
+    ENERGY_SPAN_FLOOR_S), and ``power_avg_w`` is that energy over the time it covers. A 0.08 s
+    row holding a second at 397 W under a 420 W cap saves nothing; cap x length said 367 J.
+    ``report.data`` computes the same in SQL (``_capped_energy_sql``)."""
+    e = g["energy_j"].astype(float)
+    p = g["power_avg_w"].astype(float) if "power_avg_w" in g else pd.Series(np.nan, index=g.index)
+    scaled: pd.Series = e * np.minimum(1.0, cap_w / p.where(p > 0))
+    by_time = (np.minimum(p.fillna(e / secs.replace(0, np.nan)), cap_w) * secs).fillna(e)
+    return scaled.where(p.gt(0) & e.notna(), by_time)
 
 
 def caps_from_decisions(decisions: pd.DataFrame | None) -> dict[str, str] | None:
