@@ -160,10 +160,11 @@ def test_a_running_het_job_caps_only_the_memory_components_gpu_on_its_own_node(
     decision (``squeue --jobs <leader>`` lists both): the memory component's one GPU is capped to
     60 % of 700 W on its node, the other component's node is never touched, and the Epilog puts
     the GPU back. The unlabelled component carries what a user controls: a ``--comment`` with a
-    memory token (the Prolog's environment has it as SLURM_JOB_COMMENT) and SLURM_HET_JOB_ID /
-    SLURM_JOB_ID / SLURM_JOB_COMMENT exported into its environment; none of it reaches the
-    decision, and the leader's being the het job's id (whose squeue lines include the other
-    component) neither takes nor gives a cap."""
+    memory token (asserted to be on the job; the Prolog's environment has it as
+    SLURM_JOB_COMMENT), which does not reach the decision, and the leader's being the het job's id
+    (whose squeue lines include the other component) neither takes nor gives a cap. (The exported
+    SLURM_HET_JOB_ID / SLURM_JOB_ID / SLURM_JOB_COMMENT reach the job's steps only, never the
+    Prolog or job_submit: they show a user's environment plays no part, they test no guard.)"""
     fake = f"--comment={MEM} --export=ALL,SLURM_HET_JOB_ID=99999,SLURM_JOB_ID=99999,SLURM_JOB_COMMENT={MEM}"
     lines = ["-J mem-a --gres=gpu:1", f"-J other --gres=gpu:1 {fake}"]
     if memory_component == 1:  # --comment and --export then propagate to component 1 too
@@ -188,6 +189,7 @@ def test_a_running_het_job_caps_only_the_memory_components_gpu_on_its_own_node(
         assert _job_files(rig2, other_node) == {other: None}  # its Prolog ran, found no decision
         assert rig2.cluster.job(mem)["admin_comment"] == MEM
         assert not rig2.cluster.job(other).get("admin_comment")
+        assert rig2.cluster.job(other).get("comment") == MEM  # the user's token is there, unused
         assert rig2.limits(mem_node) == {j: 420.0 if j == mem_gpu else 700.0 for j in range(4)}
         assert rig2.limits(other_node) == dict.fromkeys(range(4), 700.0)
         assert _job_files(rig2, mem_node) == {mem: "memory"}
