@@ -8,7 +8,8 @@ imports or the per-job table: the same DuckDB connection (``--threads``) runs, i
   aggregates the labels need, job windows only);
 - ``anchor_labels_rule_columns``: the same query that also reads the five columns the input rules
   and the shared-GPU count read (``RULE_COLUMNS``), each into one trivial aggregate: what reading
-  them costs, with none of the rules' work;
+  them costs, with none of the rules' work (the files must have those columns, as every file of
+  today's daemon and of ``wattclass fleet generate`` has);
 - ``anchor_labels_rules``: the labels + rules anchor (``labels-rules``: every row, a reject code per
   row, groups per job, file and code);
 - ``pass_without_sample`` and ``pass_with_sample``: the stage's one pass (classifier/scan.py,
@@ -81,22 +82,23 @@ def main() -> int:
         "pass_with_sample": scanner._pass_sql(files, (), dedup=False, sample=(SAMPLE_PER_JOB, 0)),
     }
     rounds: list[dict[str, Any]] = []
+    raw: dict[tuple[int, str], dict[str, float]] = {}  # unrounded, for the ratios
     for r in range(max(1, a.rounds)):
         for name, sql in queries.items():
             load = os.getloadavg()[0]
             c0, t0 = _cpu_s(), time.perf_counter()
             rows = scanner.con.sql(sql).to_arrow_table().num_rows
-            rounds.append({"round": r + 1, "query": name, "wall_s": round(time.perf_counter() - t0, 3),
-                           "cpu_s": round(_cpu_s() - c0, 3), "rows": rows, "load_1m": round(load, 2)})
+            raw[r + 1, name] = {"wall_s": time.perf_counter() - t0, "cpu_s": _cpu_s() - c0}
+            took = {k: round(v, 3) for k, v in raw[r + 1, name].items()}
+            rounds.append({"round": r + 1, "query": name, **took, "rows": rows, "load_1m": round(load, 2)})
     scanner.close()
-    median: dict[str, dict[str, float]] = {}
+    median: dict[str, dict[str, float | None]] = {}
     for name in queries:
-        mine = [x for x in rounds if x["query"] == name]
-        base = {x["round"]: x for x in rounds if x["query"] == "anchor_labels"}
-        median[name] = {k: round(statistics.median(x[k] for x in mine), 3) for k in ("wall_s", "cpu_s")}
+        mine = [(r, x) for (r, q), x in raw.items() if q == name]
+        median[name] = {k: round(statistics.median(x[k] for _, x in mine), 3) for k in ("wall_s", "cpu_s")}
         for k in ("wall_s", "cpu_s"):
-            median[name][f"{k}_vs_anchor_labels"] = round(statistics.median(
-                x[k] / base[x["round"]][k] for x in mine), 3)
+            ratios = [x[k] / raw[r, "anchor_labels"][k] for r, x in mine if raw[r, "anchor_labels"][k] > 0]
+            median[name][f"{k}_vs_anchor_labels"] = round(statistics.median(ratios), 3) if ratios else None
     return emit({"benchmark": "nightly scan query vs the anchors' queries, one process",
                  "data_root": str(a.data_root), "date": a.date, "files": len(files), "threads": a.threads,
                  "rule_columns": list(RULE_COLUMNS), "rounds": rounds, "median": median})
