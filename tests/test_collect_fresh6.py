@@ -8,14 +8,16 @@ every family builds and runs on the CPU path with small sizes, alone and through
 
 from __future__ import annotations
 
-import csv
-import json
-import random
 from pathlib import Path
 
 import pytest
 
-from tests.test_collect_tool import VALID, load_sweep, run_tool
+from tests.test_collect_tool import (
+    check_builds_and_steps_on_the_cpu,
+    check_cpu_collector_smoke,
+    check_plans_per_seed,
+    load_sweep,
+)
 
 SEEDS = (61, 62)  # the seeds the lead records
 
@@ -25,17 +27,8 @@ def fresh6() -> tuple[str, ...]:
 
 
 def test_plan_is_deterministic_per_seed_and_draws_every_family() -> None:
-    sweep = load_sweep()
-    fams = fresh6()
-    assert len(fams) == 8
-    for seed in SEEDS:
-        a, b = sweep.plan(seed, 60, fams), sweep.plan(seed, 60, fams)
-        assert [(w.name, w.family, w.params, w.dur) for w in a] == [
-            (w.name, w.family, w.params, w.dur) for w in b]
-        assert {w.family for w in a} == set(fams)
-        assert all(w.label in VALID for w in a)
-        assert all(w.name.startswith(f"{w.family}_s{seed}_") for w in a)
-    assert [w.params for w in sweep.plan(61, 60, fams)] != [w.params for w in sweep.plan(62, 60, fams)]
+    assert len(fresh6()) == 8
+    check_plans_per_seed(fresh6(), SEEDS)
 
 
 def test_families_are_weight_zero_and_leave_earlier_plans_alone() -> None:
@@ -61,31 +54,8 @@ def test_draws_span_both_sides_of_the_ridge() -> None:
 @pytest.mark.parametrize("family", ["stream_compact", "int_hash", "hamming_search", "ctc_loss",
                                     "divergent_iter", "cuda_graph", "per_sample_grad", "hash_encoding"])
 def test_every_family_builds_and_steps_on_the_cpu(family: str) -> None:
-    torch = pytest.importorskip("torch")
-    sweep = load_sweep()
-    from h200_collect.context import Ctx
-
-    sample, factory, _ = sweep.FAMILIES[family]
-    ctx = Ctx(torch, "cpu", True, 1.0)
-    for k in range(6):  # several draws, so each family's modes (ops, train/infer, dtypes) get built
-        p = sample(random.Random(k))
-        json.dumps(p)  # params go into runs.csv as JSON
-        job = factory(p)(ctx)
-        job.step()
-        assert job.work > 0 and job.unit in ("B", "FLOP"), (family, p)
+    check_builds_and_steps_on_the_cpu(family, draws=6)  # several draws: ops, train/infer, dtypes
 
 
 def test_cpu_collector_smoke_records_the_eight_families(tmp_path: Path) -> None:
-    pytest.importorskip("torch")
-    sweep = load_sweep()
-    fams = fresh6()
-    p = run_tool({"SWEEP": "12", "SEED": "61", "SMOKE": "1", "DEVICE": "cpu", "OUT": str(tmp_path),
-                  "TAG": "f6", "JOB_BASE": "60000", "FAMILIES": ",".join(fams)}, timeout=300)
-    assert p.returncode == 0, p.stdout + p.stderr
-    with open(tmp_path / "f6_runs.csv") as f:
-        runs = list(csv.DictReader(f))
-    plan = {w.name: w for w in sweep.plan(61, 12, fams)}
-    assert [r["job"] for r in runs] == list(plan)
-    for r in runs:
-        assert (r["family"], json.loads(r["params"])) == (plan[r["job"]].family, plan[r["job"]].params)
-    assert [int(r["job_id"]) for r in runs] == list(range(60000, 60012))
+    check_cpu_collector_smoke(tmp_path, fresh6(), seed=61, n=12, job_base=60000)

@@ -15,7 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_collect_tool import VALID, load_sweep, run_tool
+from tests.test_collect_tool import (
+    check_builds_and_steps_on_the_cpu,
+    check_cpu_collector_smoke,
+    check_plans_per_seed,
+    load_sweep,
+)
 
 SEEDS = (71, 72)  # the seeds the lead records
 FRESH6_DATA = Path(__file__).resolve().parents[1] / "wattclass" / "data" / "h200" / "fresh6"
@@ -28,17 +33,8 @@ def fresh7() -> tuple[str, ...]:
 
 
 def test_plan_is_deterministic_per_seed_and_draws_every_family() -> None:
-    sweep = load_sweep()
-    fams = fresh7()
-    assert list(fams) == FAMILIES
-    for seed in SEEDS:
-        a, b = sweep.plan(seed, 60, fams), sweep.plan(seed, 60, fams)
-        assert [(w.name, w.family, w.params, w.dur) for w in a] == [
-            (w.name, w.family, w.params, w.dur) for w in b]
-        assert {w.family for w in a} == set(fams)
-        assert all(w.label in VALID for w in a)
-        assert all(w.name.startswith(f"{w.family}_s{seed}_") for w in a)
-    assert [w.params for w in sweep.plan(71, 60, fams)] != [w.params for w in sweep.plan(72, 60, fams)]
+    assert list(fresh7()) == FAMILIES
+    check_plans_per_seed(fresh7(), SEEDS)
 
 
 def test_families_are_new_weight_zero_and_leave_earlier_plans_alone() -> None:
@@ -75,18 +71,7 @@ def test_draws_span_both_sides_of_the_ridge() -> None:
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_every_family_builds_and_steps_on_the_cpu(family: str) -> None:
-    torch = pytest.importorskip("torch")
-    sweep = load_sweep()
-    from h200_collect.context import Ctx
-
-    sample, factory, _ = sweep.FAMILIES[family]
-    ctx = Ctx(torch, "cpu", True, 1.0)
-    for k in range(8):  # several draws, so each family's modes (ops, orders, dtypes) get built
-        p = sample(random.Random(k))
-        json.dumps(p)  # params go into runs.csv as JSON
-        job = factory(p)(ctx)
-        job.step()
-        assert job.work > 0 and job.unit in ("B", "FLOP"), (family, p)
+    check_builds_and_steps_on_the_cpu(family, draws=8)  # several draws: ops, orders, dtypes
 
 
 def test_ntt_is_a_number_theoretic_transform() -> None:
@@ -129,20 +114,8 @@ def test_spgemm_matrices_hold_the_csr_invariants() -> None:
 
 
 def test_cpu_collector_smoke_records_the_eight_families(tmp_path: Path) -> None:
-    pytest.importorskip("torch")
-    sweep = load_sweep()
-    fams = fresh7()
-    p = run_tool({"SWEEP": "14", "SEED": "71", "SMOKE": "1", "DEVICE": "cpu", "OUT": str(tmp_path),
-                  "TAG": "f7", "JOB_BASE": "70000", "FAMILIES": ",".join(fams)}, timeout=300)
-    assert p.returncode == 0, p.stdout + p.stderr
-    with open(tmp_path / "f7_runs.csv") as f:
-        runs = list(csv.DictReader(f))
-    plan = {w.name: w for w in sweep.plan(71, 14, fams)}
-    assert [r["job"] for r in runs] == list(plan)
-    assert {w.family for w in plan.values()} == set(fams)
-    for r in runs:
-        assert (r["family"], json.loads(r["params"])) == (plan[r["job"]].family, plan[r["job"]].params)
-    assert [int(r["job_id"]) for r in runs] == list(range(70000, 70014))
+    check_cpu_collector_smoke(tmp_path, fresh7(), seed=71, n=14, job_base=70000)
+    assert {w.family for w in load_sweep().plan(71, 14, fresh7())} == set(fresh7())
 
 
 def test_device_script_and_preregistration_name_the_eight_families() -> None:

@@ -12,6 +12,7 @@ import csv
 import importlib
 import json
 import os
+import random
 import subprocess
 import sys
 import time
@@ -284,3 +285,55 @@ def test_recorded_round4_runs_are_what_the_plan_draws(folder: str) -> None:
             assert (w.family, w.params) == (r["family"], json.loads(r["params"])), r["job"]
             n += 1
     assert n == {"latency": 82, "fresh4": 165, "fresh5": 237, "fresh6": 85, "fresh7": 86}[folder]
+
+
+# -- checks every never-seen test module's tests share (tests/test_collect_fresh6.py, _fresh7.py) --
+def check_plans_per_seed(families: tuple[str, ...], seeds: tuple[int, ...], n: int = 60) -> None:
+    """Each seed's plan over ``families`` is the same every time, draws every family with valid
+    intended labels and names runs ``<family>_s<seed>_``; two seeds draw different parameters."""
+    sweep = load_sweep()
+    for seed in seeds:
+        a, b = sweep.plan(seed, n, families), sweep.plan(seed, n, families)
+        assert [(w.name, w.family, w.params, w.dur) for w in a] == [
+            (w.name, w.family, w.params, w.dur) for w in b]
+        assert {w.family for w in a} == set(families)
+        assert all(w.label in VALID for w in a)
+        assert all(w.name.startswith(f"{w.family}_s{seed}_") for w in a)
+    assert [w.params for w in sweep.plan(seeds[0], n, families)] != [
+        w.params for w in sweep.plan(seeds[1], n, families)]
+
+
+def check_builds_and_steps_on_the_cpu(family: str, draws: int) -> None:
+    """``draws`` draws of ``family`` (so its modes get built) build and take one step on the CPU,
+    with parameters that go into runs.csv as JSON."""
+    torch = pytest.importorskip("torch")
+    sweep = load_sweep()
+    from h200_collect.context import Ctx
+
+    sample, factory, _ = sweep.FAMILIES[family]
+    ctx = Ctx(torch, "cpu", True, 1.0)
+    for k in range(draws):
+        p = sample(random.Random(k))
+        json.dumps(p)
+        job = factory(p)(ctx)
+        job.step()
+        assert job.work > 0 and job.unit in ("B", "FLOP"), (family, p)
+
+
+def check_cpu_collector_smoke(tmp_path: Path, families: tuple[str, ...], seed: int, n: int,
+                              job_base: int) -> None:
+    """The collector records a smoke run of ``n`` planned runs on the CPU: every run is its plan's
+    (name, family, parameters), and job ids count up from ``job_base``."""
+    pytest.importorskip("torch")
+    sweep = load_sweep()
+    p = run_tool({"SWEEP": str(n), "SEED": str(seed), "SMOKE": "1", "DEVICE": "cpu", "OUT": str(tmp_path),
+                  "TAG": "smoke", "JOB_BASE": str(job_base), "FAMILIES": ",".join(families)}, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    with open(tmp_path / "smoke_runs.csv") as f:
+        runs = list(csv.DictReader(f))
+    plan = {w.name: w for w in sweep.plan(seed, n, families)}
+    assert [r["job"] for r in runs] == list(plan)
+    for r in runs:
+        assert (r["family"], json.loads(r["params"])) == (plan[r["job"]].family, plan[r["job"]].params)
+    assert [int(r["job_id"]) for r in runs] == list(range(job_base, job_base + n))
+
