@@ -219,9 +219,10 @@ def run_sim(args: argparse.Namespace) -> dict[str, Any]:
         prof.dump_stats(args.profile)
     cpu = cpu_end - cpu_at_first_poll[0] - driver_cpu_s[0]
     files = sorted((data_root / "telemetry").rglob("*.parquet"))
+    short = _short_rows(files)
     shutil.rmtree(tmp, ignore_errors=True)
     return {
-        "mode": "sim (virtual clock; NVML calls free)",
+        "mode": "sim (virtual clock; NVML calls free)", **short,
         "gpus": args.gpus, "node_seconds": seconds, "jobs": len(jobs),
         "jobs_without_file": sum(not j.with_file for j in jobs),
         "roll_seconds": args.roll_seconds, "parquet_files": len(files), "rows": daemon.stats.rows,
@@ -235,6 +236,30 @@ def run_sim(args: argparse.Namespace) -> dict[str, Any]:
         "imported_heavy": sorted(m for m in ("pandas", "matplotlib", "lightgbm", "scipy", "duckdb")
                                  if m in sys.modules),
     }
+
+
+def _short_rows(files: list[Path]) -> dict[str, int]:
+    """What the nightly's energy test makes of the rows the daemon wrote: rows shorter than a poll
+    (job-boundary segments that may hold their start poll's whole interval), those a test of
+    energy over the row's length alone would reject (as before ENERGY_SPAN_FLOOR_S), and those
+    the row rules reject today (classifier/validity.py; zero expected)."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    from wattclass.classifier.validity import MAX_GPU_POWER_W, impossible_rows
+
+    out = {"rows_under_1s": 0, "rows_over_max_power_by_length": 0, "rows_rejected_now": 0}
+    for f in files:
+        t = pq.read_table(f)
+        ms = [t.column(c).cast("int64").to_numpy() for c in ("ts_start", "ts_end")]
+        dur = (ms[1] - ms[0]) / 1e3
+        e = t.column("energy_j").to_numpy(zero_copy_only=False).astype(float)
+        out["rows_under_1s"] += int((dur < 1.0).sum())
+        with np.errstate(divide="ignore", invalid="ignore"):
+            over = np.nan_to_num(e / dur, nan=0.0) > MAX_GPU_POWER_W
+        out["rows_over_max_power_by_length"] += int(over.sum())
+        out["rows_rejected_now"] += int(np.logical_or.reduce(list(impossible_rows(t).values())).sum())
+    return out
 
 
 def _self_cpu_s() -> float:

@@ -49,12 +49,14 @@ MAX_GPU_POWER_W = 3000.0
 #: length, but at least one default window period. Why: the daemon gives each poll interval to the
 #: row its start poll lies in (telemetry/windows.py), so a row's energy may cover one interval past
 #: its ``ts_end``: a poll (1 s by default), up to ``split_gap_s`` (2.5 polls) after missed polls,
-#: a scrape interval for the Prometheus importer. A job that starts 0.08 s before a window boundary
-#: gets a row of 0.08 s holding that poll's whole second (the H200 replays: 16 rows of 0.01-0.21 s,
-#: 119-697 J, 3.2-47 kW over their length); over its length alone such a row was rejected and its
-#: job's energy lost. A full 10 s row keeps the bound it always had (30 kJ); a shorter one may hold
-#: up to that, which no poll or scrape interval of a real GPU reaches, while a counter glitch (a
-#: wrap, a driver reload: terajoules) is still rejected. ``power_avg_w`` (the daemon's: energy over
+#: a scrape interval for the Prometheus importer. Where samples are off the window grid (replays of
+#: recordings, the importer's scrapes; the live daemon polls on whole seconds), a job that starts
+#: 0.08 s of a sample before a window boundary gets a row of 0.08 s holding that sample's whole
+#: interval (the H200 replays: 16 rows of 0.01-0.21 s, 119-697 J, 3.2-47 kW over their length);
+#: over its length alone such a row was rejected and its job's energy lost. A full 10 s row keeps
+#: the bound it always had (30 kJ); a shorter one may hold up to that, which no poll or scrape
+#: interval of a real GPU reaches, while a counter glitch (a wrap, a driver reload: terajoules) is
+#: still rejected. ``power_avg_w`` (the daemon's: energy over
 #: the time it covers) is held to MAX_GPU_POWER_W as it is.
 ENERGY_SPAN_FLOOR_S = 10.0
 
