@@ -219,7 +219,8 @@ def run_sim(args: argparse.Namespace) -> dict[str, Any]:
         prof.dump_stats(args.profile)
     cpu = cpu_end - cpu_at_first_poll[0] - driver_cpu_s[0]
     files = sorted((data_root / "telemetry").rglob("*.parquet"))
-    short = _short_rows(files)
+    heavy = sorted(m for m in ("pandas", "matplotlib", "lightgbm", "scipy", "duckdb") if m in sys.modules)
+    short = _short_rows(files)  # after the daemon's imports are taken: reading Parquet may import pandas
     shutil.rmtree(tmp, ignore_errors=True)
     return {
         "mode": "sim (virtual clock; NVML calls free)", **short,
@@ -233,8 +234,7 @@ def run_sim(args: argparse.Namespace) -> dict[str, Any]:
         "wall_s": round(wall, 2), "profiled": bool(args.profile),
         "cpu_ms_per_gpu_s": round(cpu * 1e3 / (seconds * args.gpus), 4),
         "peak_rss_mb": round(_self_hwm_mb(), 1),
-        "imported_heavy": sorted(m for m in ("pandas", "matplotlib", "lightgbm", "scipy", "duckdb")
-                                 if m in sys.modules),
+        "imported_heavy": heavy,
     }
 
 
