@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -315,3 +316,39 @@ def test_the_numpy_row_rules_reject_exactly_what_the_scans_sql_rejects(h200_tele
         f"SELECT {_reject_sql(frozenset())} AS c FROM read_parquet('{f}')").fetchnumpy()["c"]
     assert numpy_bad.tolist() == (codes > 0).tolist()
     assert np.flatnonzero(numpy_bad).tolist() == [0, 1, 2, 5, 6, 8, 9, 10, 11]
+
+
+@pytest.mark.parametrize(("scrape_s", "power_w"), [(1.0, 700.0), (5.0, 1400.0)])
+def test_a_boundary_row_of_off_grid_samples_passes_the_row_rules(scrape_s: float, power_w: float) -> None:
+    """Samples off the window grid (the Prometheus importer's scrapes; replays of recordings): a
+    job that starts at the last sample before a window boundary gets a row of 0.1 s holding that
+    sample's whole interval (telemetry/windows.py). The row rules keep it (energy over at least
+    ENERGY_SPAN_FLOOR_S), so the job's energy is not lost: 1 s samples of an H200, 5 s scrapes of
+    a 1,400 W GPU. Over the row's length alone (the rule before) it was 7 and 70 kW; at 5 s
+    scrapes even over length + 1 s (the review's case) it is above MAX_GPU_POWER_W."""
+    from wattclass.classifier.validity import MAX_GPU_POWER_W, impossible_rows
+    from wattclass.gpu.base import GpmMetrics, GpuInfo, GpuSample
+    from wattclass.telemetry.windows import WindowBuilder
+
+    info = GpuInfo(0, "GPU-t", "Test", "0000:01:00.0", 80000.0, 1980.0, 1400.0, 200.0, 1400.0, False)
+    b = WindowBuilder("h", 10.0, scrape_s)
+    t0 = 1_000.0 - 0.1  # the last sample before the boundary at 1,000 s
+    rows: list[dict[str, Any]] = []
+    for k in range(-3, 4):
+        ts = t0 + k * scrape_s
+        job = ("7", "ann") if ts >= t0 else None
+        s = GpuSample(ts, round(power_w * (ts + 10_000) * 1e3), power_w, 1400.0, 90.0, 40.0, 1800.0,
+                      3200.0, 0, 60.0, 1000.0)
+        rows += b.add(info, s, job, None, lambda a, c: GpmMetrics())
+    short = [r for r in rows if r["job_id"] == "7" and r["ts_end"] - r["ts_start"] < 0.2]
+    assert len(short) == 1 and short[0]["energy_j"] == pytest.approx(power_w * scrape_s)
+    dur = short[0]["ts_end"] - short[0]["ts_start"]
+    assert short[0]["energy_j"] / dur > MAX_GPU_POWER_W  # the rule before
+    assert (short[0]["energy_j"] / (dur + 1.0) > MAX_GPU_POWER_W) == (scrape_s > 1.0)  # length + 1 s
+
+    def ms(key: str) -> pa.Array:
+        return pa.array([round(r[key] * 1000) for r in rows], pa.int64()).cast(pa.timestamp("ms", "UTC"))
+
+    t = pa.table({"ts_start": ms("ts_start"), "ts_end": ms("ts_end"), **{
+        c: [r[c] for r in rows] for c in ("gpu_uuid", "energy_j", "power_avg_w", "power_max_w")}})
+    assert not np.logical_or.reduce(list(impossible_rows(t).values())).any()
