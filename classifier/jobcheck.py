@@ -44,9 +44,10 @@ def _all_runs(recs: pd.DataFrame) -> pd.DataFrame:
     run has none: still running).
 
     Why: a requeued job keeps its id and runs again, elsewhere and later (``sacct --json`` lists
-    each run: REQUEUED, then the next; Slurm 22.05, recorded); checked against its last run alone,
-    the windows of the runs before it would be rejected (and the job blamed in the log). The
-    name, user and times the labels carry stay the last record's."""
+    each run: REQUEUED, then the next; 22.05 recorded, 25.11 with ``--duplicates``, which both
+    clients ask for, docs/slurm.md); checked against its last run alone, the windows of the runs
+    before it would be rejected (and the job blamed in the log). The name, user and times the
+    labels carry stay the last record's."""
     nodes = recs["nodes"] if "nodes" in recs.columns else pd.Series(None, index=recs.index, dtype=object)
     out = recs.assign(check_nodes=nodes, check_start=recs["start"], check_end=recs["end"])
     dup = recs["job_id"].duplicated(keep=False)

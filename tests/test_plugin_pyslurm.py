@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from wattclass.errors import SlurmError
+from wattclass.jobrecord import JobRecord
 from wattclass.slurm import commands
 from wattclass.slurm.commands import CommandSlurmClient, open_slurm_client
 from wattclass.slurm.pyslurm_client import PySlurmClient
@@ -62,6 +63,60 @@ def test_records_map_fields_array_ids_and_times() -> None:
     assert recs[0].admin_comment == "wattclass:label=memory"
     assert recs[0].start == dt.datetime.fromtimestamp(1795967767, dt.UTC)
     assert recs[1].account is None and recs[1].admin_comment is None
+
+
+class FakeRuns(CommandSlurmClient):
+    """The command client's ``job_runs`` (sacct --duplicates --jobs): canned runs, calls kept."""
+
+    def __init__(self, runs: list[JobRecord], fail: bool = False) -> None:
+        super().__init__()
+        self.runs, self.fail = runs, fail
+        self.calls: list[Any] = []
+
+    def job_runs(self, job_ids: Any, start: dt.datetime, end: dt.datetime) -> list[JobRecord]:
+        self.calls.append((list(job_ids), start, end))
+        if self.fail:
+            raise SlurmError("sacct: rc 1: slurmdbd down")
+        return self.runs
+
+
+def _db_job(job_id: int, requeues: int, start: int, end: int, nodes: str) -> Any:
+    return types.SimpleNamespace(id=job_id, name="j", user_name="alice", account="a", partition="gpu",
+                                 start_time=start, end_time=end, array_id=0, array_task_id=0xFFFFFFFE,
+                                 admin_comment="", requeue_count=requeues, nodelist=nodes)
+
+
+def _run(job_id: str, start: int, end: int, nodes: str) -> JobRecord:
+    return JobRecord(job_id, "j", "alice", "a", "gpu", dt.datetime.fromtimestamp(start, dt.UTC),
+                     dt.datetime.fromtimestamp(end, dt.UTC), None, None, job_id, nodes)
+
+
+def test_a_requeued_jobs_one_record_becomes_its_runs_from_sacct() -> None:
+    t = int(T0.timestamp())
+    mod = fake_pyslurm([_db_job(7, 0, t + 10, t + 20, "gpu1"), _db_job(8, 1, t + 500, t + 600, "gpu3")])
+    runs = FakeRuns([_run("8", t + 30, t + 90, "gpu2"), _run("8", t + 500, t + 600, "gpu3")])
+    end = T0 + dt.timedelta(days=1)
+    recs = PySlurmClient(mod, runs=runs).jobs(T0, end)
+    assert runs.calls == [(["8"], T0, end)]  # only the requeued job, in the same window
+    assert [(r.job_id, r.nodes) for r in recs] == [("7", "gpu1"), ("8", "gpu2"), ("8", "gpu3")]
+
+
+def test_without_requeued_jobs_sacct_is_not_asked() -> None:
+    t = int(T0.timestamp())
+    runs = FakeRuns([])
+    recs = PySlurmClient(fake_pyslurm([_db_job(7, 0, t, t + 5, "gpu1")]), runs=runs).jobs(T0, T0)
+    assert runs.calls == [] and len(recs) == 1
+
+
+def test_when_sacct_fails_the_last_run_stays_and_a_warning_names_the_job(
+        caplog: pytest.LogCaptureFixture) -> None:
+    t = int(T0.timestamp())
+    mod = fake_pyslurm([_db_job(8, 2, t + 500, t + 600, "gpu3")])
+    with caplog.at_level(logging.WARNING, logger="wattclass.slurm.pyslurm_client"):
+        recs = PySlurmClient(mod, runs=FakeRuns([], fail=True)).jobs(T0, T0 + dt.timedelta(days=1))
+    assert [(r.job_id, r.nodes) for r in recs] == [("8", "gpu3")]
+    assert "1 requeued job(s) (e.g. 8): their earlier runs are unknown (sacct: rc 1: slurmdbd down)" \
+        in caplog.text
 
 
 def test_slurmdbd_failure_is_a_slurm_error_naming_the_range() -> None:

@@ -154,6 +154,59 @@ def test_running_job_has_a_start_and_no_end(acct: Acct) -> None:
         c.wait_job(job, states=("CANCELLED",), timeout=30)
 
 
+def _poll(what: str, ok: Any, timeout: float = 60) -> Any:
+    """``ok()``'s first truthy answer, polled every 0.2 s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = ok()
+        if got:
+            return got
+        time.sleep(0.2)
+    raise ClusterError(f"{what}: not after {timeout} s")
+
+
+@pytest.fixture(scope="module")
+def requeued(acct: Acct) -> str:
+    """A job requeued while it ran (``scontrol requeue``), run again and completed; its id.
+
+    Slurm holds a requeued job back (reason BeginTime) for 120 s (22.05 and 25.11, recorded);
+    ``StartTime=now+2`` once it says so lets it run again within seconds. 22.05 may record that
+    run's eligible time as Unknown, and its time-window sacct query then lists the run only some
+    seconds after ``sacct -j`` does (recorded): both are waited for. The first run sleeps until
+    requeued; the second (SLURM_RESTART_COUNT=1) ends at once."""
+    c = acct.cluster
+    job = c.sbatch("-o", "/dev/null", "-J", "requeued", "--requeue", "--gres=gpu:1",
+                   script='#!/bin/sh\n[ "${SLURM_RESTART_COUNT:-0}" -gt 0 ] || sleep 60\n')
+    c.wait_job(job, states=("RUNNING",), timeout=60)
+    c.run(["scontrol", "requeue", job])
+    _poll(f"job {job} pending after its requeue", lambda: c.job(job).get("state_reason") == "BeginTime")
+    c.run(["scontrol", "update", f"jobid={job}", "StartTime=now+2"])
+    c.wait_job(job, timeout=60)
+    # slurmdbd is asynchronous: until sacct's own text lists both runs (not through the clients)
+    _poll(f"both runs of job {job} in slurmdbd", lambda: c.run(
+        ["sacct", "-n", "-X", "--duplicates", "-j", job, "-o", "state"]).split() == ["REQUEUED", "COMPLETED"])
+    # and in the time-window query (22.05: a moment later, see above)
+    _poll(f"both runs of job {job} in the window", lambda: len(
+        [r for r in acct.client.jobs(*acct.window()) if r.job_id == job and r.end is not None]) == 2,
+        timeout=30)
+    return job
+
+
+def _runs(client: Any, acct: Acct, job: str) -> list[JobRecord]:
+    return sorted((r for r in client.jobs(*acct.window()) if r.job_id == job), key=lambda r: r.start)
+
+
+@pytest.mark.slurmdbd
+def test_sacct_lists_each_run_of_a_requeued_job(acct: Acct, requeued: str) -> None:
+    first, last = _runs(acct.client, acct, requeued)
+    lo, hi = acct.window()
+    assert first.start and first.end and last.start and last.end
+    assert lo <= first.start <= first.end <= last.start <= last.end <= hi
+    assert first.nodes == last.nodes == "localhost"  # one node here: the runs differ in time
+    assert (first.name, first.gpus, first.slurm_job_id) == (last.name, last.gpus, last.slurm_job_id) \
+        == ("requeued", 1, requeued)
+
+
 def _telemetry_for(root: Path, date: str, jobs: dict[str, tuple[str | None, JobRecord]]) -> None:
     """Recorded H200 telemetry re-keyed to real Slurm job ids (one bundled job each), so the
     nightly run has something to label and join. ``jobs``: job id (as telemetry names it) -> user
@@ -302,3 +355,18 @@ def test_nightly_through_pyslurm_equals_the_command_backend(acct: Acct, pyslurm_
     cols = ["user", "name", "account", "partition", "slurm_start", "slurm_end", "label"]
     pd.testing.assert_frame_equal(l_py[cols].sort_index(), l_cmd[cols].sort_index())
     assert l_py["name"].notna().all()
+
+
+@pytest.mark.pyslurm
+def test_pyslurm_gives_each_run_of_a_requeued_job_like_sacct(acct: Acct, pyslurm_client: Any,
+                                                               requeued: str) -> None:
+    import pyslurm  # type: ignore[import-not-found,unused-ignore]
+
+    lo, hi = acct.window()
+    window = pyslurm.db.JobFilter(start_time=int(lo.timestamp()), end_time=int(hi.timestamp()))
+    db = pyslurm.db.Jobs.load(window)
+    one = db[int(requeued)]  # slurmdbd's query gives one record per id: the last run's
+    assert one.requeue_count == 1
+    runs = _runs(pyslurm_client, acct, requeued)
+    assert len(runs) == 2 and runs == _runs(acct.client, acct, requeued)
+    assert int(runs[1].start.timestamp()) == one.start_time  # type: ignore[union-attr]

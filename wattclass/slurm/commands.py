@@ -341,10 +341,27 @@ class CommandSlurmClient(SlurmClient):
 
     # -- history (SlurmClient) -------------------------------------------------------------
     def jobs(self, start: dt.datetime, end: dt.datetime) -> list[JobRecord]:
-        """Jobs between start and end from ``sacct --json`` (needs slurmdbd)."""
+        """Jobs between start and end from ``sacct --json --duplicates`` (needs slurmdbd), one
+        record per run: a requeued job keeps its id, and 25.11's ``sacct --json`` lists only its
+        last run without ``--duplicates`` (22.05's lists every run either way; both recorded), so
+        the check would reject the earlier runs' windows. ``--duplicates`` also lists an older job
+        that had the same id (ids reused after slurmctld lost its state) if it ran in the window:
+        its records are then checked together with the new job's, the check looser, not wrong."""
+        return self._sacct(start, end)
+
+    def job_runs(self, job_ids: Sequence[str], start: dt.datetime, end: dt.datetime) -> list[JobRecord]:
+        """Every run of these jobs (Slurm's own ids) between start and end, one record per run;
+        for the pyslurm client, whose slurmdbd query keeps one record per id."""
+        bad = [j for j in job_ids if not str(j).isdigit()]
+        if bad or not job_ids:
+            raise SlurmError(f"sacct: invalid job ids {bad or list(job_ids)!r}")
+        return self._sacct(start, end, ["--jobs", ",".join(str(j) for j in job_ids)])
+
+    def _sacct(self, start: dt.datetime, end: dt.datetime, more: Sequence[str] = ()) -> list[JobRecord]:
         fmt = "%Y-%m-%dT%H:%M:%S"
-        argv = ["sacct", "--json", "--allusers", "--starttime", start.astimezone(dt.UTC).strftime(fmt),
-                "--endtime", end.astimezone(dt.UTC).strftime(fmt)]
+        argv = ["sacct", "--json", "--allusers", "--duplicates",
+                "--starttime", start.astimezone(dt.UTC).strftime(fmt),
+                "--endtime", end.astimezone(dt.UTC).strftime(fmt), *more]
         env_tz = dict(self.env, TZ="UTC")
         doc = _json(self.run(argv, env=env_tz), "sacct --json")
         return [sacct_record(j) for j in doc.get("jobs", []) if isinstance(j, dict)]
@@ -446,6 +463,6 @@ def open_slurm_client(conf: str | None = None, timeout: float = DEFAULT_TIMEOUT_
         from wattclass.slurm.pyslurm_client import PySlurmClient
 
         log.info("Slurm job records: pyslurm (%s)", why)
-        return PySlurmClient()
+        return PySlurmClient(runs=commands)
     log.info("Slurm job records: Slurm commands (%s)", why)
     return commands

@@ -17,12 +17,16 @@ pyslurm 25.11 API used: ``pyslurm.db.Jobs.load(pyslurm.db.JobFilter(start_time=,
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from collections.abc import Iterable
 from typing import Any
 
 from wattclass.errors import SlurmError
 from wattclass.jobrecord import JobRecord, nodes_text
 from wattclass.slurm.client import SlurmClient
+from wattclass.slurm.commands import CommandSlurmClient
+
+log = logging.getLogger(__name__)
 
 #: Slurm's "no value" markers for 32-bit fields (array task id of a non-array job).
 _NO_VAL = frozenset({0xFFFFFFFE, 0xFFFFFFFF})
@@ -33,12 +37,15 @@ class PySlurmClient(SlurmClient):
 
     name = "pyslurm"
 
-    def __init__(self, pyslurm_module: Any = None) -> None:
+    def __init__(self, pyslurm_module: Any = None, *, runs: CommandSlurmClient | None = None) -> None:
+        """``runs``: the command client that lists a requeued job's runs (``sacct --duplicates``);
+        default: Slurm's commands on PATH with the environment's SLURM_CONF."""
         if pyslurm_module is None:
             import pyslurm  # type: ignore[import-not-found,unused-ignore]
 
             pyslurm_module = pyslurm
         self._ps = pyslurm_module
+        self._runs = runs if runs is not None else CommandSlurmClient()
 
     def describe(self) -> str:
         return f"pyslurm {getattr(self._ps, '__version__', '?')}"
@@ -50,7 +57,36 @@ class PySlurmClient(SlurmClient):
                                               end_time=int(end.timestamp())))
         except Exception as exc:  # pyslurm raises RPCError and friends
             raise SlurmError(f"pyslurm: loading jobs {start:%F %T} .. {end:%F %T} failed: {exc}") from exc
-        return [record(j) for j in _values(found)]
+        jobs = _values(found)
+        recs = [record(j) for j in jobs]
+        requeued = [r.slurm_job_id for j, r in zip(jobs, recs, strict=True)
+                    if (getattr(j, "requeue_count", 0) or 0) > 0 and r.slurm_job_id]
+        return self._with_runs(recs, requeued, start, end) if requeued else recs
+
+    def _with_runs(self, recs: list[JobRecord], requeued: list[str], start: dt.datetime,
+                   end: dt.datetime) -> list[JobRecord]:
+        """``recs`` with each requeued job's one record (its last run) replaced by all its runs.
+
+        Why: slurmdbd's job query keeps one record per id unless asked for duplicates, and
+        pyslurm 25.11.2's JobFilter cannot ask; checked against its last run alone, a requeued
+        job's earlier windows (another node, earlier) would be rejected. ``sacct --duplicates``
+        for just those ids gives each run's nodes and times (same slurmdbd, same records). If it
+        fails, the last run stays, with one WARNING naming the jobs whose earlier windows may be
+        rejected."""
+        try:
+            runs = self._runs.job_runs(requeued, start, end)
+        except SlurmError as exc:
+            log.warning("pyslurm: %d requeued job(s) (e.g. %s): their earlier runs are unknown (%s); "
+                        "windows of those runs may be rejected", len(requeued), requeued[0], exc)
+            return recs
+        by_id: dict[str, list[JobRecord]] = {}
+        for run in runs:
+            by_id.setdefault(run.slurm_job_id or run.job_id, []).append(run)
+        out: list[JobRecord] = []
+        for r in recs:
+            mine = by_id.get(r.slurm_job_id or "") if r.slurm_job_id in requeued else None
+            out.extend(mine or [r])  # sacct without the job (slurmdbd lagging): its last run
+        return out
 
     def live_jobs(self) -> list[JobRecord]:
         """Jobs slurmctld still knows (pending, running, recently ended), from ``pyslurm.Jobs``."""
