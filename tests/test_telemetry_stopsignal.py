@@ -70,6 +70,9 @@ CHILD = textwrap.dedent("""
     while time.monotonic() < end:  # the daemon's loop, compressed: short waits, stop and go
         if stop.wait(0.00001):
             stop.clear()
+    # the storm may go on while this process ends: Python's finalization puts a Python handler
+    # back to SIG_DFL, and a SIGUSR1 then killed the child (-10, once in a CI run); ignored stays
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
     print(seen[0], flush=True)
 """)
 
