@@ -58,9 +58,9 @@ def source_windows(tables: Iterable[pa.Table], prefix: str) -> SourceWindows:
     Why: the nightly (scan.py, ``rowsql._reject_sql``) rejects impossible rows and drops repeated
     windows before it labels a job; the training side must see those windows too, or its CV
     accuracy, calibration maps, evidence cap and ambiguity fingerprints are fitted on jobs the
-    nightly never sees. The replay has such rows: a job-boundary segment of 0.01-0.2 s that carries
-    a few hundred joules (fresh3, fresh4, fresh6: a mean power of 3-47 kW); kept, they moved three
-    fresh6 jobs' confidence by up to 0.021 against the nightly's. The rules are validity's ``RowRules``
+    nightly never sees (the replay's 16 job-boundary rows of 0.01-0.2 s, which the energy test
+    rejected until it allowed for ``validity.ENERGY_SPAN_FLOOR_S``, moved three fresh6 jobs'
+    confidence by up to 0.021 against the nightly's). The rules are validity's ``RowRules``
     (``impossible_rows`` and the ``Deduplicator``, the numpy twin of the scan's SQL), one per
     source as the nightly has one per night; a source's dates are not checked against its
     ``date=`` folders (the replay files each window under its own day).
@@ -71,23 +71,18 @@ def source_windows(tables: Iterable[pa.Table], prefix: str) -> SourceWindows:
     dropped = 0
     for table in tables:
         served = row_rules.keep_mask(table)
-        labelled = _labelled(table)
+        codes = window_rule_codes(table)
+        has_job = pc.is_valid(table.column("job_id")).to_numpy(zero_copy_only=False)
+        labelled = np.asarray(has_job & (codes >= 0), dtype=bool)  # a job's window with GPM
         dropped += int((labelled & ~served).sum())
-        parts.append(_windows(table, labelled & served, prefix))
+        parts.append(_windows(table, codes, labelled & served, prefix))
     return SourceWindows(TrainingSet.concat(parts), report, dropped)
 
 
-def _labelled(table: pa.Table) -> np.ndarray:
-    """Rows of a job with GPM (a rule label)."""
-    has_job = pc.is_valid(table.column("job_id")).to_numpy(zero_copy_only=False)
-    return np.asarray(has_job & (window_rule_codes(table) >= 0), dtype=bool)
-
-
-def _windows(table: pa.Table, keep: np.ndarray, prefix: str) -> TrainingSet:
-    """The rows ``keep`` of ``table`` as a TrainingSet, jobs keyed ``<prefix>:<job_id>``."""
+def _windows(table: pa.Table, codes: np.ndarray, keep: np.ndarray, prefix: str) -> TrainingSet:
+    """The rows ``keep`` of ``table`` (rule ``codes``) as a TrainingSet, jobs keyed ``<prefix>:<job_id>``."""
     if not keep.any():
         return TrainingSet.concat([])
-    codes = window_rule_codes(table)
     X = feature_matrix(window_features(table))[keep]
     jobs = np.asarray(table.column("job_id").to_numpy(zero_copy_only=False), dtype=object)[keep]
     group = np.asarray([f"{prefix}:{j}" for j in jobs], dtype=object)

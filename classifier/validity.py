@@ -56,8 +56,8 @@ MAX_GPU_POWER_W = 3000.0
 #: over its length alone such a row was rejected and its job's energy lost. A full 10 s row keeps
 #: the bound it always had (30 kJ); a shorter one may hold up to that, which no poll or scrape
 #: interval of a real GPU reaches, while a counter glitch (a wrap, a driver reload: terajoules) is
-#: still rejected. ``power_avg_w`` (the daemon's: energy over
-#: the time it covers) is held to MAX_GPU_POWER_W as it is.
+#: still rejected. ``power_avg_w`` (the daemon's: energy over the time it covers) is held to
+#: MAX_GPU_POWER_W as it is.
 ENERGY_SPAN_FLOOR_S = 10.0
 
 #: Reasons a file is skipped (keys of the summary's ``skipped_files`` counts).
@@ -168,7 +168,7 @@ def impossible_rows(table: pa.Table) -> dict[str, np.ndarray]:
     with np.errstate(invalid="ignore"):
         bad_energy = valid_energy & ~(np.isfinite(energy) & (energy >= 0))
         dur_s = np.where(bad_time | null_key, np.nan, (end - start) / 1000.0)
-        mean_w = np.where(valid_energy & ~bad_energy, energy / np.fmax(dur_s, ENERGY_SPAN_FLOOR_S), np.nan)
+        mean_w = np.where(valid_energy & ~bad_energy, energy / np.maximum(dur_s, ENERGY_SPAN_FLOOR_S), np.nan)
         too_much = np.zeros(table.num_rows, dtype=bool)
         for p in (_f64(table, "power_avg_w"), _f64(table, "power_max_w"), mean_w):
             too_much |= np.nan_to_num(p, nan=0.0, posinf=np.inf) > MAX_GPU_POWER_W
