@@ -82,9 +82,10 @@ class PySlurmClient(SlurmClient):
         by_id: dict[str, list[JobRecord]] = {}
         for run in runs:
             by_id.setdefault(run.slurm_job_id or run.job_id, []).append(run)
+        wanted = set(requeued)  # a preempting site requeues thousands a day: no list scan per record
         out: list[JobRecord] = []
         for r in recs:
-            mine = by_id.get(r.slurm_job_id or "") if r.slurm_job_id in requeued else None
+            mine = by_id.get(r.slurm_job_id or "") if r.slurm_job_id in wanted else None
             out.extend(mine or [r])  # sacct without the job (slurmdbd lagging): its last run
         return out
 
