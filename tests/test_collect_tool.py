@@ -287,7 +287,7 @@ def test_recorded_round4_runs_are_what_the_plan_draws(folder: str) -> None:
     assert n == {"latency": 82, "fresh4": 165, "fresh5": 237, "fresh6": 85, "fresh7": 86}[folder]
 
 
-# -- checks every never-seen test module's tests share (tests/test_collect_fresh6.py, _fresh7.py) --
+# -- checks every never-seen test module's tests share (tests/test_collect_fresh6.py, _fresh7, _fresh8) --
 def check_plans_per_seed(families: tuple[str, ...], seeds: tuple[int, ...], n: int = 60) -> None:
     """Each seed's plan over ``families`` is the same every time, draws every family with valid
     intended labels and names runs ``<family>_s<seed>_``; two seeds draw different parameters."""

@@ -39,7 +39,8 @@ memory-bound training (DLRM training, batch-256 decode, a skinny fp32 GEMM):
 Later rounds' families, also weight 0: ``fresh.py`` (round 2's and 3's test families and ridge2),
 ``latency.py`` (``latency_chase``: latency-bound random chains, round 4's data plan) and
 ``fresh4.py`` (round 4's eight test families), ``fresh5.py`` (round 6's eight test families),
-``fresh6.py`` (round 8's eight test families), ``fresh7.py`` (round 11's eight test families).
+``fresh6.py`` (round 8's eight test families), ``fresh7.py`` (round 11's eight test families),
+``fresh8.py`` (round 12's eight test families: framework workloads).
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ from h200_collect.workloads.fresh4 import FRESH4_TEST, fresh4_intended
 from h200_collect.workloads.fresh5 import FRESH5_TEST, fresh5_intended
 from h200_collect.workloads.fresh6 import FRESH6_TEST, fresh6_intended
 from h200_collect.workloads.fresh7 import FRESH7_TEST, fresh7_intended
+from h200_collect.workloads.fresh8 import FRESH8_TEST, fresh8_intended
 from h200_collect.workloads.latency import LATENCY_TRAIN, chase_intended
 from h200_collect.workloads.nets import b_gpt_decode
 from h200_collect.workloads.sizing import HBM_BPS, STEP_S, loguniform
@@ -605,6 +607,8 @@ FAMILIES: dict[str, tuple[Callable[[random.Random], dict[str, Any]],
     **{name: (sample, factory, 0.0) for name, (sample, factory) in FRESH6_TEST.items()},
     # round 11: the test families (fresh7.py), weight 0
     **{name: (sample, factory, 0.0) for name, (sample, factory) in FRESH7_TEST.items()},
+    # round 12: the test families (fresh8.py), weight 0
+    **{name: (sample, factory, 0.0) for name, (sample, factory) in FRESH8_TEST.items()},
 }
 
 
@@ -631,6 +635,8 @@ def intended_label(family: str, p: dict[str, Any]) -> str:
         return fresh6_intended(family, p)
     if family in FRESH7_TEST:
         return fresh7_intended(family, p)
+    if family in FRESH8_TEST:
+        return fresh8_intended(family, p)
     if family in FRESH_TEST or family in FRESH3_TEST or family in ("gemm_ridge2", "decode_wide"):
         return fresh_intended(family, p)
     if family in ("attn_prefill", "conv", "mlp_train", "gpt2_eager"):
