@@ -243,7 +243,7 @@ def summarize(res: dict[str, Any], families: dict[str, str], min_conf: float,
     label's entry of ``min_conf_by_label`` (the policy's ``[min_confidence_by_label]``).
     ``by_set``: the metrics per recording folder too (``sets``: the held-out sets of ``--loso``)."""
     from wattclass.classifier import rules
-    from wattclass.classifier.calibration import ece
+    from wattclass.classifier.calibration import ece, ece_noise_floor
 
     keys, truth, pred, conf = res["keys"], res["truth"], res["pred"], res["conf"]
     fam = np.asarray([families.get(k, k) for k in keys], dtype=object)
@@ -272,6 +272,9 @@ def summarize(res: dict[str, Any], families: dict[str, str], min_conf: float,
             "memory_called_compute_acted": int((m_to_c & acted & m).sum()),
             "ece": ece(conf[m], correct[m]) if n else float("nan"),
             "ece_raw": ece(res["raw"][m], correct[m]) if n else float("nan"),
+            # the ECE a perfectly calibrated model would show on these jobs (calibration.ece_noise_floor):
+            # over tens of jobs an ECE below its p95 shows the set's size, not miscalibration
+            **{f"ece_floor_{k}": v for k, v in ece_noise_floor(conf[m]).items()},
         }
 
     src = np.asarray([str(k).split(":", 1)[0] for k in keys], dtype=object)
@@ -546,7 +549,8 @@ def print_report(out: dict[str, Any]) -> None:
           f"coverage {a['coverage']:.3f}); compute called memory {a['compute_called_memory']}/"
           f"{a['compute_jobs']} = {a['compute_called_memory'] / max(a['compute_jobs'], 1):.3f} "
           f"(acted on: {a['compute_called_memory_acted']}); ECE {a['ece']:.3f} (uncalibrated "
-          f"{a['ece_raw']:.3f})")
+          f"{a['ece_raw']:.3f}; a perfectly calibrated model here: {a['ece_floor_mean']:.3f}, 95% under "
+          f"{a['ece_floor_p95']:.3f})")
     print("wrong: " + "; ".join(out["wrong"]))
 
 

@@ -221,3 +221,30 @@ def test_a_format_4_model_without_its_cap_is_refused(tmp_path: Path) -> None:
     (tmp_path / "m" / "model.json").write_text(json.dumps(meta))
     with pytest.raises(DataError, match="format 4 model without its 'evidence_cap_windows'"):
         M.load_model(tmp_path / "m")
+
+
+def test_ece_of_draws_equals_ece_per_draw() -> None:
+    from wattclass.classifier.calibration import ece_of_draws
+
+    rng = np.random.default_rng(3)
+    conf = np.concatenate([rng.uniform(0.3, 1.0, 57), [1.0, 0.0, 0.1]])  # both ends of the bins too
+    hits = rng.random((25, len(conf))) < conf
+    got = ece_of_draws(conf, hits)
+    assert got == pytest.approx([M.ece(conf, h) for h in hits], abs=1e-12)
+
+
+def test_ece_noise_floor_is_the_ece_of_a_calibrated_model_and_shrinks_with_jobs() -> None:
+    from wattclass.classifier.calibration import ece_noise_floor
+
+    rng = np.random.default_rng(4)
+    small, large = rng.uniform(0.55, 1.0, 80), rng.uniform(0.55, 1.0, 4000)
+    f_small, f_large = ece_noise_floor(small), ece_noise_floor(large)
+    # perfectly calibrated outcomes drawn apart from the floor's own: about 95% under its p95
+    under = sum(M.ece(small, np.random.default_rng(100 + i).random(len(small)) < small) <= f_small["p95"]
+                for i in range(400))
+    assert 0.90 <= under / 400 <= 0.99
+    assert 0.03 < f_small["mean"] < f_small["p95"] < 0.2
+    assert f_large["p95"] < f_small["mean"] / 2  # the floor is the set's size, not the model
+    assert ece_noise_floor(small) == f_small  # seeded: a report is reproducible
+    # confidences of 1 (or 0) are always right (wrong): no noise at all
+    assert ece_noise_floor(np.ones(30))["p95"] == pytest.approx(0.0)
