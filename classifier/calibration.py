@@ -26,22 +26,91 @@ def _logit(p: F64) -> F64:
     return np.asarray(np.log(p / (1 - p)), dtype=np.float64)
 
 
+#: The Platt map's box: a slope that keeps the map increasing and short of a step, an offset of
+#: at most 10 logits.
+CAL_BOUNDS = ((0.05, 20.0), (-10.0, 10.0))
+#: Significant digits a fitted map is stored with (as the margin map's coefficients): the fit is
+#: exact to ~1e-15, but the inputs' last bits differ between CPUs (numpy's exp and log have SIMD
+#: versions chosen at run time), and the shipped model must rebuild byte for byte on any machine
+#: (issue 13).
+CAL_DIGITS = 9
+
+
+def _platt_terms(ab: F64, z: F64, t: F64) -> tuple[float, F64, F64]:
+    """Loss, gradient and Hessian of the penalised Platt negative log-likelihood at ``ab``."""
+    s = ab[0] * z + ab[1]
+    p = 0.5 * (1.0 + np.tanh(0.5 * s))  # sigmoid, stable at both ends
+    r, w = p - t, p * (1.0 - p)
+    loss = float(np.sum(np.logaddexp(0.0, s) - t * s) + CAL_PRIOR * ((ab[0] - 1.0) ** 2 + ab[1] ** 2))
+    grad = np.array([np.sum(r * z) + 2 * CAL_PRIOR * (ab[0] - 1.0), np.sum(r) + 2 * CAL_PRIOR * ab[1]])
+    wz = np.sum(w * z)
+    hess = np.array([[np.sum(w * z * z) + 2 * CAL_PRIOR, wz], [wz, np.sum(w) + 2 * CAL_PRIOR]])
+    return loss, grad, hess
+
+
+def _newton(z: F64, t: F64, ab: F64, free: list[int]) -> F64:
+    """Minimise the Platt loss over the coordinates ``free`` of ``ab`` (the others held): Newton
+    steps with backtracking, until the step is below 1e-14. The loss is strictly convex (the
+    prior), so this is its unique minimum on that line or plane, to the last bits. The 2 x 2
+    algebra is written out: BLAS and LAPACK pick their kernels by CPU, and with them their
+    rounding."""
+    x = ab.copy()
+    for _ in range(200):
+        loss, g, h = _platt_terms(x, z, t)
+        step = np.zeros(2)
+        if len(free) == 2:
+            det = h[0, 0] * h[1, 1] - h[0, 1] * h[1, 0]
+            step[0] = -(h[1, 1] * g[0] - h[0, 1] * g[1]) / det
+            step[1] = -(h[0, 0] * g[1] - h[1, 0] * g[0]) / det
+        else:
+            step[free[0]] = -g[free[0]] / h[free[0], free[0]]
+        slope = float(g[0] * step[0] + g[1] * step[1])
+        size = 1.0
+        # Armijo backtracking, blind below the loss's own rounding: near the minimum the loss
+        # cannot tell a full Newton step from none, and halving it there would stall the fit
+        noise = 1e-12 * max(1.0, abs(loss))
+        while size > 1e-10 and _platt_terms(x + size * step, z, t)[0] > loss + 1e-4 * size * slope + noise:
+            size /= 2
+        x = x + size * step
+        if max(abs(size * step[0]), abs(size * step[1])) <= 1e-14 * (1.0 + max(abs(x[0]), abs(x[1]))):
+            break
+    return x
+
+
 def fit_calibration(conf: npt.ArrayLike, correct: npt.ArrayLike) -> dict[str, float]:
-    """Platt map p' = sigmoid(a * logit(p) + b), with a weak pull (CAL_PRIOR) to the identity (a=1, b=0)."""
+    """Platt map p' = sigmoid(a * logit(p) + b), with a weak pull (CAL_PRIOR) to the identity (a=1, b=0),
+    within CAL_BOUNDS.
+
+    Why Newton and not a general optimiser: the loss is smooth and strictly convex in two
+    values, so Newton reaches its one minimum exactly, where L-BFGS-B (SciPy, used until
+    2026-12-01) stopped at its tolerance, about 1e-7 away, at a point that moved with the last
+    bits of its inputs: the shipped model's maps came out different on another CPU. Within the
+    box the minimum is the unconstrained one if it lies inside, else the best of the four edges'
+    own minima (the loss is convex, so the box's minimum lies on an edge), each clamped to its
+    edge. Stored to CAL_DIGITS significant digits.
+    """
     z = _logit(np.asarray(conf, dtype=np.float64))
     t = np.asarray(correct, dtype=np.float64)
     if len(z) == 0:
         return {"a": 1.0, "b": 0.0}
+    lo = np.array([CAL_BOUNDS[0][0], CAL_BOUNDS[1][0]])
+    hi = np.array([CAL_BOUNDS[0][1], CAL_BOUNDS[1][1]])
+    x = _newton(z, t, np.array([1.0, 0.0]), [0, 1])
+    if np.any(x < lo) or np.any(x > hi):
+        edges = []
+        for held in (0, 1):
+            for bound in (lo[held], hi[held]):
+                start = np.clip(np.array([1.0, 0.0]), lo, hi)
+                start[held] = bound
+                e = np.clip(_newton(z, t, start, [1 - held]), lo, hi)
+                edges.append((_platt_terms(e, z, t)[0], e))
+        x = min(edges, key=lambda le: le[0])[1]
+    return {"a": significant(float(x[0])), "b": significant(float(x[1]))}
 
-    def loss(ab: F64) -> float:
-        s = ab[0] * z + ab[1]
-        nll = np.sum(np.logaddexp(0, s) - t * s)
-        return float(nll + CAL_PRIOR * ((ab[0] - 1.0) ** 2 + ab[1] ** 2))
 
-    from scipy.optimize import minimize  # only to fit: loading a model must not import it
-
-    res = minimize(loss, np.array([1.0, 0.0]), method="L-BFGS-B", bounds=[(0.05, 20.0), (-10.0, 10.0)])
-    return {"a": float(res.x[0]), "b": float(res.x[1])}
+def significant(v: float) -> float:
+    """``v`` to CAL_DIGITS significant digits (NaN stays NaN)."""
+    return float(f"{v:.{CAL_DIGITS}g}")
 
 
 #: A predicted label gets its own calibration map once the out-of-fold data has this many jobs of it.

@@ -42,7 +42,7 @@ import numpy.typing as npt
 from wattclass import __version__
 from wattclass.classifier import lgbload, rules
 from wattclass.classifier.ambiguity import check_ambiguity, lower_confidence
-from wattclass.classifier.calibration import apply_calibration, ece, fit_calibration_by_label
+from wattclass.classifier.calibration import apply_calibration, ece, fit_calibration_by_label, significant
 from wattclass.classifier.features import FEATURES
 from wattclass.classifier.margin import SIGMA_FOLDS, fit_margin, memory_probability
 from wattclass.errors import DataError
@@ -655,8 +655,10 @@ def _cross_validate(
         "n_folds": n_folds,
         "accuracy": float(correct.mean()),
         "window_accuracy": window_acc,
-        "ece_raw": ece(raw_conf, correct),
-        "ece": ece(cal_conf, correct),
+        # to calibration.CAL_DIGITS: the confidences' last bits differ between CPUs (numpy's
+        # SIMD exp and log), and model.json keeps these figures (byte-reproducible: issue 13)
+        "ece_raw": significant(ece(raw_conf, correct)),
+        "ece": significant(ece(cal_conf, correct)),
         "confusion": confusion.tolist(),
         "labels": list(rules.JOB_LABELS),
         "calibration": fit_calibration_by_label(raw_conf, correct, pred),
@@ -676,10 +678,11 @@ def _cross_validate(
 class _OneBlasThread:
     """Context: BLAS (OpenBLAS) runs on one thread while any training is under way.
 
-    Why (issue 15): each L-BFGS-B step of the calibration fit (scipy.optimize) calls BLAS on
-    vectors of two values, and OpenBLAS woke its thread pool for each: 1.5 s of the 1.7 s of a
-    nightly's cross-validation at 1,000 GPUs went to those threads, spinning against the
-    scan's and the folds' own. The fits are tiny; one BLAS thread gives the same numbers.
+    Why (issue 15): small BLAS calls inside a training (the margin map's ridge fits; until
+    2026-12-01 every L-BFGS-B step of the calibration fit) woke OpenBLAS's thread pool each
+    time: 1.5 s of the 1.7 s of a nightly's cross-validation at 1,000 GPUs once went to those
+    threads, spinning against the scan's and the folds' own. One BLAS thread gives the same
+    numbers.
     Entered by concurrent and nested trainings alike: the first entry sets the limit and the
     last exit restores what was there (threadpoolctl's own contexts must not interleave).
     """

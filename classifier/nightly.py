@@ -348,9 +348,7 @@ def _scan(opts: NightlyOptions, files: list[Path], current: _Once, client: Clien
     try:
         if client is not None:
             return label_files_dask(client, files, current, "auto", **kw)
-        # scipy.optimize (the retraining's calibration fits) loads beside the scan too: after it,
-        # its import ran on one core while the other waited (issue 15, round 5)
-        preload = (*AFTER_SCAN_MODULES, current, *(("scipy.optimize",) if opts.retrain else ()))
+        preload = (*AFTER_SCAN_MODULES, current)
         return label_files_local(files, current, "auto", workers=opts.workers, preload=preload, **kw)
     except BaseException:
         current.close()

@@ -268,7 +268,7 @@ def h200_data_dir() -> Path:
 #: folder, 24 acted, and 16 with ``fresh6`` in training too (docs/benchmarks.md, rounds 7 and 9).
 BUNDLED_RECORDINGS: tuple[str, ...] = (
     "raw", "collected", "sweep", "sweep-heldout", "ridge", "ridge2", "fresh", "fresh3", "fresh4",
-    "latency", "fresh5", "fresh6", "long-families", "fresh7",
+    "latency", "fresh5", "fresh6", "long-families", "fresh7", "fresh8",
 )
 #: The recordings h200-20261130-lenweight (issue 13 round 2) and -lenweight-amb (round 6) were
 #: trained on; ``--round2-recipe`` trains that recipe on them. With the round-7 rule (integer
@@ -285,8 +285,8 @@ def bundled_training_sources() -> list[Path]:
     scored once by its round's registered commands before it joined: ``fresh`` (124), ``fresh3``
     (71), ``fresh4`` (165), ``latency`` (82 randomised latency-bound runs), ``fresh5`` (237) and
     ``fresh6`` (85), ``long-families`` (45 runs of 30 s over all families, round 10) and
-    ``fresh7`` (86, round 11); 1,213 jobs (see BUNDLED_RECORDINGS for why all of them since round
-    7). All are
+    ``fresh7`` (86, round 11), ``fresh8`` (83 framework workloads, round 12); 1,296 jobs (see
+    BUNDLED_RECORDINGS for why all of them since round 7). All are
     raw 1 Hz probe recordings that ``training_set`` replays through the telemetry daemon.
     ``live-nvml`` (66 jobs of ``collected`` written live by the NVML daemon) is *not* a training
     source: it would count

@@ -248,3 +248,57 @@ def test_ece_noise_floor_is_the_ece_of_a_calibrated_model_and_shrinks_with_jobs(
     assert ece_noise_floor(small) == f_small  # seeded: a report is reproducible
     # confidences of 1 (or 0) are always right (wrong): no noise at all
     assert ece_noise_floor(np.ones(30))["p95"] == pytest.approx(0.0)
+
+
+def _platt_loss(ab: np.ndarray, conf: np.ndarray, correct: np.ndarray) -> float:
+    from wattclass.classifier.calibration import CAL_PRIOR
+
+    z = np.log(np.clip(conf, 1e-6, 1 - 1e-6) / (1 - np.clip(conf, 1e-6, 1 - 1e-6)))
+    s = ab[0] * z + ab[1]
+    return float(np.sum(np.logaddexp(0, s) - correct * s) + CAL_PRIOR * ((ab[0] - 1) ** 2 + ab[1] ** 2))
+
+
+@pytest.mark.parametrize("case", range(8))
+def test_platt_fit_is_the_minimum_within_its_box(case: int) -> None:
+    """The Newton fit reaches the penalised loss's minimum (no other point of the box is lower,
+    SciPy's L-BFGS-B run to a tight tolerance included), also where a bound holds it."""
+    from scipy.optimize import minimize
+
+    from wattclass.classifier.calibration import CAL_BOUNDS, fit_calibration
+
+    rng = np.random.default_rng(case)
+    n = (3, 12, 60, 400, 2000, 40, 200, 200)[case]
+    conf = rng.uniform(0.3, 1.0, n)
+    correct = (rng.random(n) < conf ** (0.5, 1, 2, 1, 1.5, 3, 1, 1)[case]).astype(float)
+    if case == 6:  # every job right at low confidence: the offset runs far up
+        conf, correct = rng.uniform(0.5, 0.6, n), np.ones(n)
+    if case == 7:  # every job wrong at high confidence: the slope is held at its lower bound
+        conf, correct = rng.uniform(0.9, 0.99, n), np.zeros(n)
+    fit = fit_calibration(conf, correct)
+    ab = np.array([fit["a"], fit["b"]])
+    assert CAL_BOUNDS[0][0] <= ab[0] <= CAL_BOUNDS[0][1] and CAL_BOUNDS[1][0] <= ab[1] <= CAL_BOUNDS[1][1]
+    ref = minimize(lambda x: _platt_loss(x, conf, correct), np.array([1.0, 0.0]), method="L-BFGS-B",
+                   bounds=list(CAL_BOUNDS), options={"ftol": 1e-15, "gtol": 1e-12, "maxiter": 10_000})
+    got = _platt_loss(ab, conf, correct)
+    assert got <= ref.fun + 1e-9 * max(1.0, abs(ref.fun))
+    for d in ([1e-4, 0], [-1e-4, 0], [0, 1e-4], [0, -1e-4]):  # no better point next to it in the box
+        nb = np.clip(ab + d, [b[0] for b in CAL_BOUNDS], [b[1] for b in CAL_BOUNDS])
+        assert got <= _platt_loss(nb, conf, correct) + 1e-9
+    if case == 7:
+        assert fit["a"] == CAL_BOUNDS[0][0]
+
+
+def test_platt_fit_does_not_move_with_the_last_bits_of_its_inputs() -> None:
+    """Why the fit is exact and stored to CAL_DIGITS: another CPU computes the model's confidences
+    with other SIMD code, equal but for their last bits; the shipped model.json must not change.
+    L-BFGS-B (used before) stopped at its tolerance and moved by ~1e-7 under such noise."""
+    from wattclass.classifier.calibration import fit_calibration
+
+    rng = np.random.default_rng(11)
+    for _ in range(30):
+        n = int(rng.integers(8, 600))
+        conf = rng.uniform(0.2, 1.0, n)
+        correct = rng.random(n) < conf
+        noisy = conf * (1 + rng.choice([-1, 0, 1], n) * 2.0 ** -52)
+        assert not np.array_equal(noisy, conf)
+        assert fit_calibration(noisy, correct) == fit_calibration(conf, correct)

@@ -262,9 +262,9 @@ def test_long_twin_reruns_are_the_recorded_runs_at_40_s_on_both_gpus() -> None:
     assert seen == {name: 2 for pair in PAIRS for name in pair}
 
 
-@pytest.mark.parametrize("folder", ["latency", "fresh4", "fresh5", "fresh6", "fresh7"])
+@pytest.mark.parametrize("folder", ["latency", "fresh4", "fresh5", "fresh6", "fresh7", "fresh8"])
 def test_recorded_round4_runs_are_what_the_plan_draws(folder: str) -> None:
-    """Every run of the round 4-11 recordings (wattclass/data/h200/latency, fresh4-7) is the
+    """Every run of the round 4-12 recordings (wattclass/data/h200/latency, fresh4-8) is the
     plan's run of its seed: same name, family and parameters, so the data stays traceable to the
     code that made it."""
     sweep = load_sweep()
@@ -278,13 +278,15 @@ def test_recorded_round4_runs_are_what_the_plan_draws(folder: str) -> None:
         seed = int(runs[0]["job"].rsplit("_s", 1)[1].split("_")[0])
         families = tuple(sorted({r["family"] for r in runs}))
         test_families = {"fresh4": tuple(sweep.FRESH4_TEST), "fresh5": tuple(sweep.FRESH5_TEST),
-                         "fresh6": tuple(sweep.FRESH6_TEST), "fresh7": tuple(sweep.FRESH7_TEST)}
+                         "fresh6": tuple(sweep.FRESH6_TEST), "fresh7": tuple(sweep.FRESH7_TEST),
+                         "fresh8": tuple(sweep.FRESH8_TEST)}
         plan = {w.name: w for w in sweep.plan(seed, 60, test_families.get(folder, families))}
         for r in runs:
             w = plan[r["job"]]
             assert (w.family, w.params) == (r["family"], json.loads(r["params"])), r["job"]
             n += 1
-    assert n == {"latency": 82, "fresh4": 165, "fresh5": 237, "fresh6": 85, "fresh7": 86}[folder]
+    assert n == {"latency": 82, "fresh4": 165, "fresh5": 237, "fresh6": 85, "fresh7": 86,
+                 "fresh8": 83}[folder]
 
 
 # -- checks every never-seen test module's tests share (tests/test_collect_fresh6.py, _fresh7, _fresh8) --
