@@ -279,3 +279,15 @@ def test_simulate_fleet_tiny(tiny_fleet: Path) -> None:
     out = json.loads(_run(str(BENCH / "simulate_fleet.py"), "--data-root", str(tiny_fleet)))
     assert out["rows"] > 0 and out["jobs"] == out["totals"]["jobs"] > 0
     assert out["totals"]["rejected_rows"] == {} and out["totals"]["energy_kwh"] > 0
+
+
+def test_eval_later_sets_scores_a_shipped_model_on_what_it_never_saw() -> None:
+    """h200-20261201-fresh7 (a146d33) trained on fourteen folders; fresh8 was recorded after it."""
+    out = json.loads(_run(str(BENCH / "eval_later_sets.py"), "--commits", "a146d33", "--json", timeout=300))
+    res = out["a146d33"]
+    assert res["sets"] == ["fresh8"]
+    first = res["results"]["min_confidence_0.8"]
+    assert first["model_version"] == "h200-20261201-fresh7"
+    assert first["all"]["jobs"] == 83 and 0 < first["all"]["ece_floor_mean"] < first["all"]["ece_floor_p95"]
+    # the three policies differ only in what is acted on, never in the labels
+    assert {p["all"]["accuracy"] for p in res["results"].values()} == {first["all"]["accuracy"]}
