@@ -32,7 +32,7 @@ _BLAS = ("import resource, json; import numpy, scipy.linalg; r = resource.getrus
 # The child prints the time and its CPU when its work is done; the parent adds what the exit took.
 _EXIT = ("import os, sys, time, resource, json\n"
          "os.environ['OPENBLAS_NUM_THREADS'] = '1'\n"
-         "import numpy, pandas, pyarrow, duckdb, scipy.special, scipy.optimize\n"
+         "import numpy, pandas, pyarrow, duckdb, scipy.special\n"
          "from wattclass.classifier import lgbload; lgbload.core()\n"
          "if sys.argv[1] == 'freeze':\n"
          "    from wattclass.cli import skip_collection_at_exit; skip_collection_at_exit()\n"
