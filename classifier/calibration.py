@@ -14,6 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from wattclass.classifier import rules
+from wattclass.errors import DataError
 
 F64 = npt.NDArray[np.float64]
 
@@ -73,8 +74,11 @@ def _newton(z: F64, t: F64, ab: F64, free: list[int]) -> F64:
             size /= 2
         x = x + size * step
         if max(abs(size * step[0]), abs(size * step[1])) <= 1e-14 * (1.0 + max(abs(x[0]), abs(x[1]))):
-            break
-    return x
+            return x
+    # a strictly convex loss of two values converges in a few steps (3-15 seen): a fit that does
+    # not must never be stored as if it had
+    raise DataError(f"calibration fit did not converge in 200 Newton steps over {len(z)} jobs "
+                    f"(at a={x[0]!r}, b={x[1]!r})")
 
 
 def fit_calibration(conf: npt.ArrayLike, correct: npt.ArrayLike) -> dict[str, float]:
@@ -89,7 +93,11 @@ def fit_calibration(conf: npt.ArrayLike, correct: npt.ArrayLike) -> dict[str, fl
     own minima (the loss is convex, so the box's minimum lies on an edge), each clamped to its
     edge. Stored to CAL_DIGITS significant digits.
     """
-    z = _logit(np.asarray(conf, dtype=np.float64))
+    c = np.asarray(conf, dtype=np.float64)
+    if not np.isfinite(c).all():
+        raise DataError(f"calibration fit: {int((~np.isfinite(c)).sum())} of {len(c)} job confidences are "
+                        "not finite numbers")
+    z = _logit(c)
     t = np.asarray(correct, dtype=np.float64)
     if len(z) == 0:
         return {"a": 1.0, "b": 0.0}

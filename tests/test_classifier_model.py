@@ -302,3 +302,12 @@ def test_platt_fit_does_not_move_with_the_last_bits_of_its_inputs() -> None:
         noisy = conf * (1 + rng.choice([-1, 0, 1], n) * 2.0 ** -52)
         assert not np.array_equal(noisy, conf)
         assert fit_calibration(noisy, correct) == fit_calibration(conf, correct)
+
+
+def test_platt_fit_refuses_confidences_that_are_not_numbers() -> None:
+    """A NaN confidence would make every Newton step fail and leave NaN maps for model.json."""
+    from wattclass.classifier.calibration import fit_calibration
+    from wattclass.errors import DataError
+
+    with pytest.raises(DataError, match="1 of 3 job confidences are not finite"):
+        fit_calibration([0.9, float("nan"), 0.7], [True, False, True])
