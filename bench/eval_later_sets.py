@@ -27,6 +27,8 @@ from io import BytesIO
 from pathlib import Path
 from typing import Any
 
+from benchstamp import emit
+
 REPO = Path(__file__).resolve().parent.parent
 #: h200-20261130-intpipe (round 7), -fresh6 (round 9), h200-20261201-evcap (round 10), -fresh7 (round 11)
 DEFAULT_COMMITS = ("a754df2", "bc6e7dc", "a52c53c", "a146d33")
@@ -42,7 +44,10 @@ def model_files(commit: str, into: Path) -> Path:
         why = exc.stderr.decode()[-200:]
         raise SystemExit(f"commit {commit}: no classifier/models in git ({why})") from exc
     with tarfile.open(fileobj=BytesIO(blob)) as tar:
-        tar.extractall(into, filter="data")
+        if hasattr(tarfile, "data_filter"):  # Python >= 3.11.4: refuse links and paths out of ``into``
+            tar.extractall(into, filter="data")
+        else:  # our own repository's archive
+            tar.extractall(into)
     return into / "classifier" / "models"
 
 
@@ -57,19 +62,28 @@ def later_sets(model_dir: Path) -> list[str]:
     return [name for name in BUNDLED_RECORDINGS if name not in sources]
 
 
-def score(model_dir: Path, sets: list[str]) -> dict[str, Any]:
+def _eval(model_dir: Path, sets: list[str], memory: float | None) -> dict[str, Any]:
+    """eval_families' JSON for the model at ``model_dir`` on ``sets`` pooled."""
     data = REPO / "wattclass" / "data" / "h200"
+    cmd = [sys.executable, str(REPO / "bench" / "eval_families.py"), "--test",
+           *[str(data / s) for s in sets], "--model", str(model_dir), "--json"]
+    if memory is not None:
+        cmd += ["--min-confidence-memory", str(memory)]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{done.stderr[-2000:]}")
+    d: dict[str, Any] = json.loads(done.stdout)
+    return d
+
+
+def score(model_dir: Path, sets: list[str]) -> dict[str, Any]:
+    """The pool of ``sets`` under each policy, and each set alone at the default threshold."""
     out: dict[str, Any] = {}
     for name, memory in POLICIES:
-        cmd = [sys.executable, str(REPO / "bench" / "eval_families.py"), "--test",
-               *[str(data / s) for s in sets], "--model", str(model_dir), "--json"]
-        if memory is not None:
-            cmd += ["--min-confidence-memory", str(memory)]
-        done = subprocess.run(cmd, capture_output=True, text=True)
-        if done.returncode != 0:
-            raise SystemExit(f"{' '.join(cmd)} failed:\n{done.stderr[-2000:]}")
-        d = json.loads(done.stdout)
+        d = _eval(model_dir, sets, memory)
         out[name] = {k: d[k] for k in ("model_version", "all", "families", "truth_counts", "wrong")}
+    # per set: a pooled ECE can hide one set's miscalibration (errors in other bins cancel)
+    out["per_set_min_confidence_0.8"] = {s: _eval(model_dir, [s], None)["all"] for s in sets}
     return out
 
 
@@ -81,6 +95,12 @@ def main() -> int:
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     results: dict[str, Any] = {}
+    doc = {"what": "each shipped model (its files from git: git archive COMMIT classifier/models) scored "
+                   "as it is on every bundled recording folder its training_data.sources lack (recorded "
+                   "after it shipped; sets it never trained on), pooled, under three policies, and each "
+                   "set alone",
+           "command": "python bench/eval_later_sets.py --commits " + " ".join(a.commits) + " --json",
+           "models": results}
     with tempfile.TemporaryDirectory(prefix="wattclass-later-") as tmp:
         for commit in a.commits:
             mdir = model_files(commit, Path(tmp) / commit)
@@ -90,7 +110,8 @@ def main() -> int:
                       file=sys.stderr)
                 continue
             res = score(mdir, sets)
-            results[commit] = {"sets": sets, "results": res}
+            version = res["min_confidence_0.8"]["model_version"]
+            results[version] = {"commit": commit, "sets": sets, "results": res}
             if not a.json:
                 b = res["min_confidence_0.8"]["all"]
                 acted = " / ".join(str(res[p]["all"]["compute_called_memory_acted"]) for p, _ in POLICIES)
@@ -100,7 +121,7 @@ def main() -> int:
                       f"{acted}), coverage {b['coverage']:.3f}, ECE {b['ece']:.3f} (a perfectly calibrated "
                       f"model: {b['ece_floor_mean']:.3f}, 95% under {b['ece_floor_p95']:.3f})")
     if a.json:
-        print(json.dumps(results, indent=1))
+        emit(doc)
     return 0
 
 
