@@ -18,6 +18,7 @@ import pytest
 from tests.test_collect_tool import (
     check_builds_and_steps_on_the_cpu,
     check_cpu_collector_smoke,
+    check_device_script,
     check_plans_per_seed,
     load_sweep,
 )
@@ -118,12 +119,10 @@ def test_cpu_collector_smoke_records_the_eight_families(tmp_path: Path) -> None:
     assert {w.family for w in load_sweep().plan(71, 14, fresh7())} == set(fresh7())
 
 
-def test_device_script_and_preregistration_name_the_eight_families() -> None:
+def test_device_script_and_preregistration_name_the_eight_families(tmp_path: Path) -> None:
     """The recording command (script and registered text) records exactly FRESH7_TEST, seed 71."""
     root = Path(__file__).resolve().parents[1]
-    script = (root / "bench" / "device_fresh7.sh").read_text()
-    assert f"FAMILIES_FRESH7={','.join(FAMILIES)}\n" in script
-    assert 'seed="${SEED:-71}"' in script and 'job_base="${JOB_BASE:-70000}"' in script
+    check_device_script(tmp_path, "device_fresh7.sh", tuple(FAMILIES), "fresh7", 71, 70000)
     prereg = (root / "docs" / "measurements" / "issue13-preregistration-round11-2026-12-01.md").read_text()
     assert f"F={','.join(FAMILIES)}\n" in prereg
     assert "SEED=71 TAG=fresh7_gpu0 JOB_BASE=70000 FAMILIES=$F GAP=1.5 DEADLINE=515 timeout 560" in prereg

@@ -19,6 +19,7 @@ import pytest
 from tests.test_collect_tool import (
     check_builds_and_steps_on_the_cpu,
     check_cpu_collector_smoke,
+    check_device_script,
     check_plans_per_seed,
     load_sweep,
 )
@@ -106,12 +107,10 @@ def test_cpu_collector_smoke_records_the_eight_families(tmp_path: Path) -> None:
     assert {w.family for w in load_sweep().plan(82, 16, fresh8())} == set(fresh8())
 
 
-def test_device_script_and_preregistration_name_the_eight_families() -> None:
+def test_device_script_and_preregistration_name_the_eight_families(tmp_path: Path) -> None:
     """The recording command (script and registered text) records exactly FRESH8_TEST, seed 81."""
     root = Path(__file__).resolve().parents[1]
-    script = (root / "bench" / "device_fresh8.sh").read_text()
-    assert f"FAMILIES_FRESH8={','.join(FAMILIES)}\n" in script
-    assert 'seed="${SEED:-81}"' in script and 'job_base="${JOB_BASE:-80000}"' in script
+    check_device_script(tmp_path, "device_fresh8.sh", tuple(FAMILIES), "fresh8", 81, 80000)
     prereg = (root / "docs" / "measurements" / "issue13-preregistration-round12-2026-12-01.md").read_text()
     assert f"F={','.join(FAMILIES)}\n" in prereg
     assert "SEED=81 TAG=fresh8_gpu0 JOB_BASE=80000 FAMILIES=$F GAP=1.5 DEADLINE=515 timeout 560" in prereg

@@ -339,3 +339,37 @@ def check_cpu_collector_smoke(tmp_path: Path, families: tuple[str, ...], seed: i
         assert (r["family"], json.loads(r["params"])) == (plan[r["job"]].family, plan[r["job"]].params)
     assert [int(r["job_id"]) for r in runs] == list(range(job_base, job_base + n))
 
+
+
+def check_device_script(tmp_path: Path, script: str, families: tuple[str, ...], name: str, seed: int,
+                        job_base: int) -> None:
+    """``bench/<script>`` runs the collector as its round registered it: the plan listing, then
+    the recording, each with the round's families, seed, job ids, tag, gap and deadline (a stub
+    ``python3`` on PATH records what it was asked; nothing runs)."""
+    stub = tmp_path / "bin"
+    stub.mkdir()
+    calls = tmp_path / "calls.jsonl"
+    (stub / "python3").write_text(
+        f"#!{sys.executable}\n"
+        "import json, os, sys\n"
+        f"with open({str(calls)!r}, 'a') as f:\n"
+        "    keys = ('FAMILIES', 'SEED', 'JOB_BASE', 'TAG', 'GAP', 'DEADLINE', 'SWEEP', 'LIST', 'OUT')\n"
+        "    f.write(json.dumps({'argv': sys.argv[1:], 'cwd': os.path.basename(os.getcwd()),\n"
+        "                        **{k: os.environ.get(k) for k in keys}}) + '\\n')\n")
+    (stub / "python3").chmod(0o755)
+    repo = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PATH": f"{stub}:{os.environ['PATH']}", "OUT": str(tmp_path / "out")}
+    for k in ("SEED", "TAG", "JOB_BASE", "DEADLINE", "SWEEP", "FAMILIES"):
+        env.pop(k, None)
+    done = subprocess.run(["bash", str(repo / "bench" / script)], cwd=repo, env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    listing, record = [json.loads(line) for line in calls.read_text().splitlines()]
+    for call in (listing, record):
+        assert call["argv"] == ["-m", "h200_collect"] and call["cwd"] == "tools"
+        assert call["FAMILIES"] == ",".join(families) and call["SEED"] == str(seed)
+        assert call["SWEEP"] == "60"
+    assert listing["LIST"] == "1"
+    assert (record["TAG"], record["JOB_BASE"], record["GAP"], record["DEADLINE"]) == (
+        f"{name}_gpu0", str(job_base), "1.5", "515")
+    assert record["OUT"] == str(tmp_path / "out") and (tmp_path / "out" / f"{name}_gpu0_plan.txt").exists()
