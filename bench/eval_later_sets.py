@@ -8,8 +8,9 @@ issue's ECE target of 0.05; a pool of 200-300 jobs can.
 For each commit (default: the models shipped since the GPM rule counts the integer pipe, issue 13
 round 7), the model's files are taken from git (``git archive COMMIT classifier/models``), its
 never-seen sets are the bundled recording folders (``training.BUNDLED_RECORDINGS``) absent from
-its ``training_data.sources``, and ``bench/eval_families.py --test <those> --model <files>`` scores
-them at the default threshold and with the memory threshold at 0.9 and 0.95. Prints one line per
+its ``training_data.sources``, and they are scored as ``bench/eval_families.py --test <those> --model
+<files>`` scores them (its functions, in this process), at the default threshold and with the memory
+threshold at 0.9 and 0.95. Prints one line per
 model (or ``--json``: everything eval_families reports).
 
     python bench/eval_later_sets.py [--commits a754df2 bc6e7dc a52c53c a146d33] [--json]
@@ -33,6 +34,8 @@ REPO = Path(__file__).resolve().parent.parent
 #: h200-20261130-intpipe (round 7), -fresh6 (round 9), h200-20261201-evcap (round 10), -fresh7 (round 11)
 DEFAULT_COMMITS = ("a754df2", "bc6e7dc", "a52c53c", "a146d33")
 POLICIES = (("min_confidence_0.8", None), ("memory_from_0.9", 0.9), ("memory_from_0.95", 0.95))
+#: The policy's default (deploy/policy.example.toml), as eval_families' ``--min-confidence``.
+MIN_CONFIDENCE = 0.8
 
 
 def model_files(commit: str, into: Path) -> Path:
@@ -62,28 +65,30 @@ def later_sets(model_dir: Path) -> list[str]:
     return [name for name in BUNDLED_RECORDINGS if name not in sources]
 
 
-def _eval(model_dir: Path, sets: list[str], memory: float | None) -> dict[str, Any]:
-    """eval_families' JSON for the model at ``model_dir`` on ``sets`` pooled."""
-    data = REPO / "wattclass" / "data" / "h200"
-    cmd = [sys.executable, str(REPO / "bench" / "eval_families.py"), "--test",
-           *[str(data / s) for s in sets], "--model", str(model_dir), "--json"]
-    if memory is not None:
-        cmd += ["--min-confidence-memory", str(memory)]
-    done = subprocess.run(cmd, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed:\n{done.stderr[-2000:]}")
-    d: dict[str, Any] = json.loads(done.stdout)
-    return d
-
-
 def score(model_dir: Path, sets: list[str]) -> dict[str, Any]:
-    """The pool of ``sets`` under each policy, and each set alone at the default threshold."""
+    """The pool of ``sets`` under each policy, and each set alone at the default threshold.
+
+    The sets are replayed and the model scored once (``eval_families.saved_model``, as
+    ``eval_families --test ... --model ...`` does); the policies only change what is acted on, so
+    each is one ``summarize`` of the same predictions."""
+    from eval_families import saved_model, summarize
+
+    from wattclass.classifier.model import load_model
+    from wattclass.classifier.training import job_families, training_set
+
+    dirs = [REPO / "wattclass" / "data" / "h200" / s for s in sets]
+    res = saved_model(model_dir, training_set(dirs, max_windows_per_job=0))
+    families = job_families(dirs)
+    version = load_model(model_dir).version
     out: dict[str, Any] = {}
     for name, memory in POLICIES:
-        d = _eval(model_dir, sets, memory)
-        out[name] = {k: d[k] for k in ("model_version", "all", "families", "truth_counts", "wrong")}
-    # per set: a pooled ECE can hide one set's miscalibration (errors in other bins cancel)
-    out["per_set_min_confidence_0.8"] = {s: _eval(model_dir, [s], None)["all"] for s in sets}
+        d = summarize(res, families, MIN_CONFIDENCE, {} if memory is None else {"memory": memory},
+                      by_set=True)
+        out[name] = {"model_version": version,
+                     **{k: d[k] for k in ("all", "families", "truth_counts", "wrong")}}
+        if memory is None:
+            # per set: a pooled ECE can hide one set's miscalibration (errors in other bins cancel)
+            out["per_set_min_confidence_0.8"] = d["sets"]
     return out
 
 
