@@ -30,11 +30,18 @@ def _logit(p: F64) -> F64:
 #: The Platt map's box: a slope that keeps the map increasing and short of a step, an offset of
 #: at most 10 logits.
 CAL_BOUNDS = ((0.05, 20.0), (-10.0, 10.0))
-#: Significant digits a fitted map is stored with (as the margin map's coefficients): the fit is
-#: exact to ~1e-15, but the inputs' last bits differ between CPUs (numpy's exp and log have SIMD
-#: versions chosen at run time), and the shipped model must rebuild byte for byte on any machine
-#: (issue 13).
+#: Significant digits of the fitted figures model.json keeps (``significant``: these maps, the CV's
+#: ECE, the margin map's coefficients): the fits are exact to ~1e-15, but their inputs' last bits
+#: differ between CPUs (numpy's exp and log have SIMD versions chosen at run time), and the shipped
+#: model must rebuild byte for byte on any machine (issue 13).
 CAL_DIGITS = 9
+
+
+def _platt_loss(ab: F64, z: F64, t: F64) -> float:
+    """The penalised Platt negative log-likelihood at ``ab`` (what the line search and the box's
+    edges compare: no gradient or Hessian needed)."""
+    s = ab[0] * z + ab[1]
+    return float(np.sum(np.logaddexp(0.0, s) - t * s) + CAL_PRIOR * ((ab[0] - 1.0) ** 2 + ab[1] ** 2))
 
 
 def _platt_terms(ab: F64, z: F64, t: F64) -> tuple[float, F64, F64]:
@@ -42,7 +49,7 @@ def _platt_terms(ab: F64, z: F64, t: F64) -> tuple[float, F64, F64]:
     s = ab[0] * z + ab[1]
     p = 0.5 * (1.0 + np.tanh(0.5 * s))  # sigmoid, stable at both ends
     r, w = p - t, p * (1.0 - p)
-    loss = float(np.sum(np.logaddexp(0.0, s) - t * s) + CAL_PRIOR * ((ab[0] - 1.0) ** 2 + ab[1] ** 2))
+    loss = _platt_loss(ab, z, t)
     grad = np.array([np.sum(r * z) + 2 * CAL_PRIOR * (ab[0] - 1.0), np.sum(r) + 2 * CAL_PRIOR * ab[1]])
     wz = np.sum(w * z)
     hess = np.array([[np.sum(w * z * z) + 2 * CAL_PRIOR, wz], [wz, np.sum(w) + 2 * CAL_PRIOR]])
@@ -70,7 +77,7 @@ def _newton(z: F64, t: F64, ab: F64, free: list[int]) -> F64:
         # Armijo backtracking, blind below the loss's own rounding: near the minimum the loss
         # cannot tell a full Newton step from none, and halving it there would stall the fit
         noise = 1e-12 * max(1.0, abs(loss))
-        while size > 1e-10 and _platt_terms(x + size * step, z, t)[0] > loss + 1e-4 * size * slope + noise:
+        while size > 1e-10 and _platt_loss(x + size * step, z, t) > loss + 1e-4 * size * slope + noise:
             size /= 2
         x = x + size * step
         if max(abs(size * step[0]), abs(size * step[1])) <= 1e-14 * (1.0 + max(abs(x[0]), abs(x[1]))):
@@ -106,18 +113,19 @@ def fit_calibration(conf: npt.ArrayLike, correct: npt.ArrayLike) -> dict[str, fl
     x = _newton(z, t, np.array([1.0, 0.0]), [0, 1])
     if np.any(x < lo) or np.any(x > hi):
         edges = []
+        inside = np.clip(np.array([1.0, 0.0]), lo, hi)  # the identity map, where the box allows
         for held in (0, 1):
             for bound in (lo[held], hi[held]):
-                start = np.clip(np.array([1.0, 0.0]), lo, hi)
+                start = inside.copy()
                 start[held] = bound
                 e = np.clip(_newton(z, t, start, [1 - held]), lo, hi)
-                edges.append((_platt_terms(e, z, t)[0], e))
+                edges.append((_platt_loss(e, z, t), e))
         x = min(edges, key=lambda le: le[0])[1]
     return {"a": significant(float(x[0])), "b": significant(float(x[1]))}
 
 
 def significant(v: float) -> float:
-    """``v`` to CAL_DIGITS significant digits (NaN stays NaN)."""
+    """``v`` to CAL_DIGITS significant digits (NaN stays NaN), as model.json stores a fitted figure."""
     return float(f"{v:.{CAL_DIGITS}g}")
 
 

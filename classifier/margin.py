@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from wattclass.classifier.calibration import significant
 from wattclass.classifier.features import FEATURES
 
 F64 = npt.NDArray[np.float64]
@@ -81,8 +82,6 @@ SPREAD_FLOOR_RATIO = 0.5
 SPREAD_EPS = 1e-3
 #: Clock share below which ``demand`` stops growing (a guard, never reached on an H200: 0.68).
 MIN_CLOCK_FRAC = 0.3
-#: Significant digits kept in model.json.
-DIGITS = 9
 
 
 def roofline_margin(pipes: list[F64], dram_pct: F64) -> F64:
@@ -115,10 +114,6 @@ def margin_inputs(X: npt.ArrayLike, names: Sequence[str] | None = None) -> F64:
     derived = {"demand": demand, "demand_excess": demand - um,
                "mem_per_demand": um / np.maximum(demand, 0.05)}
     return np.column_stack([derived[n] if n in derived else col[n] for n in names])
-
-
-def _round(v: float) -> float:
-    return float(f"{v:.{DIGITS}g}")
 
 
 def _solve(Z: F64, y: F64, w: F64, alpha: float) -> tuple[F64, float]:
@@ -174,12 +169,12 @@ def fit_margin(X: npt.ArrayLike, margin: npt.ArrayLike, weight: npt.ArrayLike, f
     out: dict[str, Any] = {
         "inputs": list(names),
         "alpha": alpha,
-        "median": [_round(v) for v in p["median"]],
-        "mean": [_round(v) for v in p["mean"]],
-        "scale": [_round(v) for v in p["scale"]],
-        "coef": [_round(v) for v in p["coef"]],
-        "intercept": _round(p["intercept"]),
-        "sigma": _round(max(sigma, 1e-3)),
+        "median": [significant(v) for v in p["median"]],
+        "mean": [significant(v) for v in p["mean"]],
+        "scale": [significant(v) for v in p["scale"]],
+        "coef": [significant(v) for v in p["coef"]],
+        "intercept": significant(p["intercept"]),
+        "sigma": significant(max(sigma, 1e-3)),
     }
     if spread is not None:
         out["spread"] = spread
@@ -201,11 +196,11 @@ def _fit_spread(inp: F64, resid: F64, w: F64) -> dict[str, Any]:
     return {
         "alpha": SPREAD_ALPHA,
         "floor_ratio": SPREAD_FLOOR_RATIO,
-        "median": [_round(v) for v in p["median"]],
-        "mean": [_round(v) for v in p["mean"]],
-        "scale": [_round(v) for v in p["scale"]],
-        "coef": [_round(v) for v in p["coef"]],
-        "intercept": _round(p["intercept"] + shift),
+        "median": [significant(v) for v in p["median"]],
+        "mean": [significant(v) for v in p["mean"]],
+        "scale": [significant(v) for v in p["scale"]],
+        "coef": [significant(v) for v in p["coef"]],
+        "intercept": significant(p["intercept"] + shift),
     }
 
 
