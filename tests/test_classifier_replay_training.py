@@ -118,16 +118,23 @@ def test_shipped_model_labels_unseen_style_windows_without_gpm(dev_set: M.Traini
     assert m.aggregation == "length-weighted"  # issue 13 round 2, chosen on leave-one-family-out
 
 
-def test_shipped_model_is_rebuilt_byte_for_byte_from_the_bundled_recordings(tmp_path: Path) -> None:
+def _rebuild_shipped_model(out: Path) -> None:
+    """``wattclass model train`` with the shipped model's version, kind, aggregation and date into
+    ``out``: both files must be the shipped ones, byte for byte."""
     shipped = M.default_model_dir()
-    meta = M.load_model(shipped).meta
-    args = ["model", "train", "--out", str(tmp_path / "m"), "--version", meta["model_version"],
-            "--kind", meta["kind"], "--aggregation", M.load_model(shipped).aggregation]
+    model = M.load_model(shipped)
+    meta = model.meta
+    args = ["model", "train", "--out", str(out), "--version", meta["model_version"],
+            "--kind", meta["kind"], "--aggregation", model.aggregation]
     if meta.get("created"):
         args += ["--created", meta["created"]]
     assert main(args) == 0
     for f in ("model.txt", "model.json"):
-        assert (tmp_path / "m" / f).read_bytes() == (shipped / f).read_bytes(), f
+        assert (out / f).read_bytes() == (shipped / f).read_bytes(), f
+
+
+def test_shipped_model_is_rebuilt_byte_for_byte_from_the_bundled_recordings(tmp_path: Path) -> None:
+    _rebuild_shipped_model(tmp_path / "m")
 
 
 def _last_bit_noise(ufunc: Any) -> Any:
@@ -152,13 +159,8 @@ def test_shipped_model_rebuilds_byte_for_byte_when_transcendentals_differ_in_the
     ~1e-7 with such bits, and h200-20261201-fresh7 did not rebuild on another machine)."""
     for name in ("exp", "log", "log1p", "expm1", "logaddexp", "tanh", "sqrt"):
         monkeypatch.setattr(np, name, _last_bit_noise(getattr(np, name)))
-    shipped = M.default_model_dir()
-    meta = M.load_model(shipped).meta
     assert np.exp(np.zeros(4))[0] != 1.0  # the noise is on
-    assert main(["model", "train", "--out", str(tmp_path / "m"), "--version", meta["model_version"],
-                 "--created", meta["created"]]) == 0
-    for f in ("model.txt", "model.json"):
-        assert (tmp_path / "m" / f).read_bytes() == (shipped / f).read_bytes(), f
+    _rebuild_shipped_model(tmp_path / "m")
 
 
 def test_round2_recipe_flag_pins_its_six_recordings_weight_and_no_check(tmp_path: Path) -> None:

@@ -340,7 +340,6 @@ def check_cpu_collector_smoke(tmp_path: Path, families: tuple[str, ...], seed: i
     assert [int(r["job_id"]) for r in runs] == list(range(job_base, job_base + n))
 
 
-
 def check_device_script(tmp_path: Path, script: str, families: tuple[str, ...], name: str, seed: int,
                         job_base: int) -> None:
     """``bench/<script>`` runs the collector as its round registered it: the plan listing, then
