@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -95,6 +96,14 @@ def test_part_out_of_range_is_refused() -> None:
     assert "PART=2" in p.stderr
 
 
+def _samples_schema(h200_raw: Path) -> pa.Schema:
+    """The stored recordings' columns, plus the two fields recorded since issue 13 round 13 (the
+    HBM's average power and temperature: null where a GPU does not answer them)."""
+    stored = pq.read_schema(h200_raw / "part1_samples_1hz.parquet").remove_metadata()
+    added = pa.schema([("mem_temp_c", pa.int64()), ("power_mem_avg_mw", pa.int64())])
+    return pa.schema(sorted([*stored, *added], key=lambda f: f.name))
+
+
 def test_samples_schema_matches_stored_h200_recordings(h200_raw: Path, tmp_path: Path) -> None:
     tool = load_tool()
     rows = [{"ts": 1.5, "job": "startup", "power_mw": 77824, "energy_mj": 10, "util_gpu": 0,
@@ -103,11 +112,11 @@ def test_samples_schema_matches_stored_h200_recordings(h200_raw: Path, tmp_path:
              "power_instant_mw": None}]
     out = tmp_path / "x_samples_1hz.parquet"
     tool.write_samples(str(out), rows)
-    stored = pq.read_schema(h200_raw / "part1_samples_1hz.parquet").remove_metadata()
-    assert pq.read_schema(out).remove_metadata() == stored
+    assert pq.read_schema(out).remove_metadata() == _samples_schema(h200_raw)
     back = pq.read_table(out).to_pylist()
     assert [r["job"] for r in back] == ["startup", "gemm_bf16_4096"]
     assert back[1]["power_mw"] == 690000 and back[1]["power_instant_mw"] is None
+    assert back[1]["power_mem_avg_mw"] is None and back[0]["mem_temp_c"] is None
     assert not list(tmp_path.glob("*.tmp*")), "atomic write left a temporary file"
 
 
@@ -140,8 +149,7 @@ def test_cpu_smoke_writes_the_three_files(tmp_path: Path, h200_raw: Path) -> Non
         ("cg_fp64_poisson3d", "memory"), ("phase_compute_then_memory", "mixed")]
     for r in runs:
         assert float(r["end"]) > float(r["start"]) and int(r["steps"]) >= 1
-    stored = pq.read_schema(h200_raw / "part1_samples_1hz.parquet").remove_metadata()
-    assert pq.read_schema(tmp_path / "t_samples_1hz.parquet").remove_metadata() == stored
+    assert pq.read_schema(tmp_path / "t_samples_1hz.parquet").remove_metadata() == _samples_schema(h200_raw)
 
 
 def test_failing_workload_is_reported_and_the_rest_still_recorded(

@@ -15,8 +15,12 @@ GPM_IDS = {
     "gpm_dram_bw_util": 10, "gpm_fp64_util": 11, "gpm_fp32_util": 12, "gpm_fp16_util": 13,
     "gpm_pcie_tx_mibs": 20, "gpm_pcie_rx_mibs": 21, "gpm_graphics_util": 1,
 }
-INT_COLS = ("clock_event_reasons", "energy_mj", "mem_clock_mhz", "n_procs", "power_instant_mw",
-            "power_mw", "pstate", "sm_clock_mhz", "temp_c", "util_gpu", "util_mem")
+INT_COLS = ("clock_event_reasons", "energy_mj", "mem_clock_mhz", "mem_temp_c", "n_procs", "power_instant_mw",
+            "power_mem_avg_mw", "power_mw", "pstate", "sm_clock_mhz", "temp_c", "util_gpu", "util_mem")
+#: NVML field ids of the polls' field-value read: the instantaneous board power; since issue 13
+#: round 13 the HBM's own 1 s average power (POWER_AVERAGE at scope MEMORY = 2) and the HBM
+#: temperature (MEMORY_TEMP), which earlier recordings lack (null where a GPU does not answer).
+FIELD_POWER_INSTANT, FIELD_POWER_AVERAGE, FIELD_MEMORY_TEMP, SCOPE_MEMORY = 186, 185, 82, 2
 FLOAT_COLS = ("fb_used_mib", "nvml_basic_us", "nvml_gpm_us", "ts", *GPM_IDS)
 STARTUP_S = 15.0  # torch import + CUDA context + sampler lead-in, measured order of magnitude
 FLUSH_EVERY_S = 30.0

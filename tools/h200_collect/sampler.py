@@ -8,7 +8,13 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from h200_collect.config import GPM_IDS
+from h200_collect.config import (
+    FIELD_MEMORY_TEMP,
+    FIELD_POWER_AVERAGE,
+    FIELD_POWER_INSTANT,
+    GPM_IDS,
+    SCOPE_MEMORY,
+)
 
 
 def _safe(f: Callable[..., Any], *a: Any) -> Any:
@@ -16,6 +22,14 @@ def _safe(f: Callable[..., Any], *a: Any) -> Any:
         return f(*a)
     except Exception as e:
         return f"ERR {type(e).__name__}: {e}"
+
+
+def _field_int(v: Any) -> int | None:
+    """A field value read as an integer (None where the GPU did not answer it): NVML gives these
+    fields as unsigned ints (valueType 1), or 64-bit ones on some drivers."""
+    if v.nvmlReturn != 0:
+        return None
+    return int(v.value.uiVal if int(v.valueType) == 1 else v.value.ullVal)
 
 
 def read_caps(N: Any, h: Any) -> dict[str, Any]:
@@ -95,10 +109,12 @@ class Sampler:
         r["power_mw"] = N.nvmlDeviceGetPowerUsage(h)
         r["energy_mj"] = N.nvmlDeviceGetTotalEnergyConsumption(h)
         try:
-            fv = N.nvmlDeviceGetFieldValues(h, [N.NVML_FI_DEV_POWER_INSTANT])
-            r["power_instant_mw"] = fv[0].value.uiVal if fv[0].nvmlReturn == 0 else None
+            fv = N.nvmlDeviceGetFieldValues(h, [FIELD_POWER_INSTANT, (FIELD_POWER_AVERAGE, SCOPE_MEMORY),
+                                                FIELD_MEMORY_TEMP])
+            for key, v in zip(("power_instant_mw", "power_mem_avg_mw", "mem_temp_c"), fv, strict=True):
+                r[key] = _field_int(v)
         except Exception:
-            r["power_instant_mw"] = None
+            r["power_instant_mw"] = r["power_mem_avg_mw"] = r["mem_temp_c"] = None
         u = N.nvmlDeviceGetUtilizationRates(h)
         r["util_gpu"], r["util_mem"] = u.gpu, u.memory
         r["sm_clock_mhz"] = N.nvmlDeviceGetClockInfo(h, N.NVML_CLOCK_SM)
