@@ -52,6 +52,7 @@ import csv
 import json
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -225,6 +226,60 @@ def _limit(caps: dict[str, object], path: Path, *keys: str) -> float:
     raise ValueError(f"{path}: no positive {' / '.join(keys)}")
 
 
+class PartRuns(NamedTuple):
+    """One part of a probe recording folder with its runs: what every per-job statistic reads."""
+
+    folder: Path
+    part: str
+    caps_path: Path
+    #: The requested sample columns as float arrays (nulls -> NaN), in time order.
+    samples: dict[str, F64]
+    #: (job key, start, end) of each runs.csv row, keyed as classifier/training.py keys its jobs.
+    runs: list[tuple[str, float, float]]
+
+
+def part_runs(sources: Sequence[Path], columns: Sequence[str]) -> Iterator[PartRuns]:
+    """Every part with a runs.csv of the raw probe recording folders ``sources``, its ``columns``
+    read. Shared by every per-job statistic of the raw samples (this module's fingerprints,
+    bench/eval_mem_power.py's HBM features) so all select the same jobs and keys; a samples file
+    without one of ``columns`` is an error naming the file and the column (an older recording
+    lacks a field a newer collector added)."""
+    for src in sources:
+        src = Path(src)
+        index = 0
+        for part, caps_path, samples_path, runs_path in _parts(src):
+            if not runs_path.exists():
+                continue
+            if not samples_path.exists():
+                raise ValueError(f"{samples_path}: missing (part {part} has caps and runs)")
+            have = set(pq.read_schema(samples_path).names)
+            lacking = [c for c in columns if c not in have]
+            if lacking:
+                raise ValueError(f"{samples_path}: no column {', '.join(map(repr, lacking))} (recorded by an "
+                                 "older collector?)")
+            t = pq.read_table(samples_path, columns=list(columns))
+            cols = {c: np.asarray(t.column(c).to_numpy(zero_copy_only=False), dtype=np.float64)
+                    for c in columns}
+            order = np.argsort(cols["ts"], kind="stable")
+            runs: list[tuple[str, float, float]] = []
+            with runs_path.open(newline="") as fh:
+                for i, row in enumerate(csv.DictReader(fh)):
+                    job_id = row.get("job_id") or str(FIRST_JOB_ID + index)
+                    index += 1
+                    try:
+                        start, end = float(row["start"]), float(row["end"])
+                    except (KeyError, ValueError) as exc:
+                        raise ValueError(f"{runs_path} row {i}: bad start/end: {exc}") from exc
+                    runs.append((f"{src.name}:{job_id}", start, end))
+            yield PartRuns(src, part, caps_path, {c: v[order] for c, v in cols.items()}, runs)
+
+
+def job_selection(ts: F64, start: float, end: float) -> npt.NDArray[np.bool_]:
+    """A job's samples by the replay convention (wattclass/gpu/replay.py): it holds its GPU from
+    ``start`` until ``end`` + JOB_GRACE_S."""
+    return np.asarray((ts >= start) & (ts <= end + JOB_GRACE_S), dtype=np.bool_)
+
+
 def signal_fingerprints(sources: Sequence[Path]) -> tuple[list[str], F64]:
     """(job keys, FEATURE_NAMES per job) of every run in the raw probe recording folders ``sources``,
     keyed as classifier/training.py keys its jobs."""
@@ -237,37 +292,17 @@ def signal_fingerprints(sources: Sequence[Path]) -> tuple[list[str], F64]:
             fb_by_model.setdefault(str(caps.get("name")), float(fb))
     keys: list[str] = []
     rows: list[F64] = []
-    for src in sources:
-        src = Path(src)
-        index = 0
-        for part, caps_path, samples_path, runs_path in _parts(src):
-            if not runs_path.exists():
-                continue
-            caps = caps_all[(src, part)]
-            limit = _limit(caps, caps_path, "enforced_limit_mw", "limit_mw")
-            max_sm = _limit(caps, caps_path, "clocks_max_sm")
-            max_mem = _limit(caps, caps_path, "clocks_max_mem")
-            fb_raw = caps.get("fb_total_mib")
-            fb_total = float(fb_raw) if isinstance(fb_raw, (int, float)) and fb_raw > 0 else \
-                fb_by_model.get(str(caps.get("name")), float("nan"))
-            if not samples_path.exists():
-                raise ValueError(f"{samples_path}: missing (part {part} has caps and runs)")
-            t = pq.read_table(samples_path, columns=list(SAMPLE_COLUMNS))
-            cols = {c: np.asarray(t.column(c).to_numpy(zero_copy_only=False), dtype=np.float64)
-                    for c in SAMPLE_COLUMNS}
-            order = np.argsort(cols["ts"], kind="stable")
-            cols = {c: v[order] for c, v in cols.items()}
-            with runs_path.open(newline="") as fh:
-                for i, row in enumerate(csv.DictReader(fh)):
-                    job_id = row.get("job_id") or str(FIRST_JOB_ID + index)
-                    index += 1
-                    try:
-                        start, end = float(row["start"]), float(row["end"])
-                    except (KeyError, ValueError) as exc:
-                        raise ValueError(f"{runs_path} row {i}: bad start/end: {exc}") from exc
-                    sel = (cols["ts"] >= start) & (cols["ts"] <= end + JOB_GRACE_S)
-                    keys.append(f"{src.name}:{job_id}")
-                    rows.append(job_features({c: v[sel] for c, v in cols.items()}, limit, max_sm, max_mem,
-                                             fb_total) if sel.any() else
-                                np.full(len(FEATURE_NAMES), np.nan))
+    for pr in part_runs(sources, SAMPLE_COLUMNS):
+        caps = caps_all[(pr.folder, pr.part)]
+        limit = _limit(caps, pr.caps_path, "enforced_limit_mw", "limit_mw")
+        max_sm = _limit(caps, pr.caps_path, "clocks_max_sm")
+        max_mem = _limit(caps, pr.caps_path, "clocks_max_mem")
+        fb_raw = caps.get("fb_total_mib")
+        fb_total = float(fb_raw) if isinstance(fb_raw, (int, float)) and fb_raw > 0 else \
+            fb_by_model.get(str(caps.get("name")), float("nan"))
+        for key, start, end in pr.runs:
+            sel = job_selection(pr.samples["ts"], start, end)
+            keys.append(key)
+            rows.append(job_features({c: v[sel] for c, v in pr.samples.items()}, limit, max_sm, max_mem,
+                                     fb_total) if sel.any() else np.full(len(FEATURE_NAMES), np.nan))
     return keys, np.vstack(rows) if rows else np.zeros((0, len(FEATURE_NAMES)))
