@@ -39,7 +39,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from wattclass.classifier import rules
-from wattclass.classifier.scan import Scanner
+from wattclass.classifier.scan import JobRecords, Scanner
 from wattclass.classifier.validity import InputReport
 from wattclass.errors import DataError
 
@@ -204,12 +204,13 @@ def label_chunk(
     on_file: Callable[[int, Path], None] | None = None,
     batch_files: int = BATCH_FILES,
     threads: int = 1,
-    jobs: pa.Table | None = None,
+    jobs: JobRecords = None,
     on_scan: Callable[[], object] | None = None,
 ) -> ChunkResult:
     """Partials (and sample) of a run of files; also a Dask task. ``batch_files`` is ignored.
 
-    ``jobs``: Slurm job records (``jobcheck.job_records_table``) the windows are checked against.
+    ``jobs``: Slurm job records (``jobcheck.job_records_table``) the windows are checked against,
+    or a function returning them once the scan's query has run (``Scanner.partials``).
     ``on_scan``: called as the scan's query starts (``Scanner``)."""
     files = list(files)
     lazy = _Model(model)
@@ -396,14 +397,15 @@ def label_files_local(
     chunk_files: int = 0,
     batch_files: int = BATCH_FILES,
     preload: Sequence[str | Callable[[], object]] = AFTER_SCAN_MODULES,
-    jobs: pa.Table | None = None,
+    jobs: JobRecords = None,
 ) -> LabelResult:
     """The local engine: DuckDB over ``files`` with ``workers`` threads (0: every core).
 
     ``chunk_files`` > 0 splits the files into separately scanned chunks merged afterwards (what
     the Dask engine does; the labels are the same); 0 scans them all at once. ``preload``: what
     to import (or load) beside the scan (``preload_after_scan``), started as the first chunk's
-    query starts. ``jobs``: Slurm job records the job windows are checked against (``label_chunk``).
+    query starts. ``jobs``: Slurm job records the job windows are checked against, or a function
+    returning them (``label_chunk``; with several chunks it is called once per chunk).
     """
     lazy = _require_model(model, source)
     started: list[threading.Thread] = []

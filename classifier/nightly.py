@@ -25,9 +25,10 @@ never interleave their writes (a second one waits up to ``lock_timeout_s``, then
 bad telemetry files and rows are skipped and counted by the rules in ``validity``; the user of a
 job is the one in Slurm's job record, never the one in telemetry (a process's environment is not
 proof of who ran it): a job without a record keeps no user, so it adds no user-keyed table entry
-(its telemetry user stays in ``telemetry_user`` for audits). The records are read before the scan,
-which checks each job window against its job's record (host, start..end, user;
-``classifier/jobcheck.py``) and rejects, counts and logs the windows the record contradicts.
+(its telemetry user stays in ``telemetry_user`` for audits). The records are read beside the scan
+(a thread from the moment the files are listed: ``sacct`` at a large site takes seconds), and the
+scan checks each job window against its job's record after its query (host, start..end, user;
+``classifier/jobcheck.py``), rejecting, counting and logging the windows the record contradicts.
 """
 
 from __future__ import annotations
@@ -76,6 +77,7 @@ from wattclass.lockfile import FolderLock
 from wattclass.slurm.client import SlurmClient
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from distributed import Client
 
 log = logging.getLogger("wattclass.classifier")
@@ -137,6 +139,35 @@ class _Once:
     def close(self) -> None:
         with self._lock:
             self._closed = True
+
+
+class _Beside:
+    """``load()`` run in a thread of its own from now on; ``result()`` waits for it, once, and
+    returns what it returned or raises what it raised (to every caller).
+
+    Why (issue 15): the Slurm records of a day are a query to slurmdbd (``sacct`` at a site of
+    tens of thousands of jobs takes seconds) that the scan needs only after its query; read
+    beside the scan, they cost the night no wall time. A daemon thread: a run ending in an error
+    does not wait for a client that hangs (each has its own timeout)."""
+
+    def __init__(self, load: Callable[[], pd.DataFrame | None], name: str) -> None:
+        self._load = load
+        self._value: pd.DataFrame | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._value = self._load()
+        except BaseException as exc:  # raised to the caller of result(), in the run's thread
+            self._error = exc
+
+    def result(self) -> pd.DataFrame | None:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._value
 
 
 def _records(slurm: SlurmClient | None, date: str) -> pd.DataFrame | None:
@@ -339,17 +370,23 @@ def run_nightly(
 
 
 def _scan(opts: NightlyOptions, files: list[Path], current: _Once, client: Client | None,
-          on_file: Callable[[int, Path], None] | None, recs: pd.DataFrame | None) -> LabelResult:
+          on_file: Callable[[int, Path], None] | None, recs: _Beside) -> LabelResult:
     """Label the day's files (step 1), keeping the retraining sample; the model loads beside.
-    Job windows are checked against their Slurm records (``recs``; classifier/jobcheck.py)."""
+    Job windows are checked against their Slurm records (``recs``, being read beside the scan:
+    the local engine takes them after its query; classifier/jobcheck.py)."""
+
+    def records() -> pa.Table | None:
+        r = recs.result()
+        return job_records_table(r) if r is not None else None
+
     kw: dict[str, Any] = {"on_file": on_file, "sample_per_job": SAMPLE_PER_JOB,
-                          "sample_prefix": opts.date, "seed": opts.seed,
-                          "jobs": job_records_table(recs) if recs is not None else None}
+                          "sample_prefix": opts.date, "seed": opts.seed}
     try:
         if client is not None:
-            return label_files_dask(client, files, current, "auto", **kw)
+            return label_files_dask(client, files, current, "auto", jobs=records(), **kw)
         preload = (*AFTER_SCAN_MODULES, current)
-        return label_files_local(files, current, "auto", workers=opts.workers, preload=preload, **kw)
+        return label_files_local(files, current, "auto", workers=opts.workers, preload=preload, jobs=records,
+                                 **kw)
     except BaseException:
         current.close()
         raise
@@ -374,9 +411,11 @@ def _run(
     # The registry's model (and LightGBM) loads beside the scan: the labels need it only for
     # windows without GPM, the retraining after the scan (issue 15: 0.2 s before a 2 s scan).
     current = _Once(registry.current)
-    # The records before the scan: it checks each job window against its job's record.
-    recs = _records(slurm, opts.date) if files else None
-    result = _scan(opts, files, current, client, on_file, recs) if files else None
+    # The records beside the scan, which checks each job window against its job's record after
+    # its query (issue 15: sacct's seconds at a large site off the night's critical path).
+    beside = _Beside(lambda: _records(slurm, opts.date), "wattclass-job-records") if files else None
+    result = _scan(opts, files, current, client, on_file, beside) if beside is not None else None
+    recs = beside.result() if beside is not None else None
     model = current()
     summary["model"] = model.version
     summary["feature_seconds"] = round(time.monotonic() - t0, 2)

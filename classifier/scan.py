@@ -37,7 +37,7 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -91,6 +91,9 @@ DUPLICATE_VALUE_COLUMNS: tuple[str, ...] = (
     "shared_jobs", "share_basis")
 #: The name of the job records' table on the scan's connection (``Scanner.partials``'s ``jobs``).
 JOBS_TABLE = "wattclass_job_records"
+#: Slurm job records (``jobcheck.job_records_table``), or a function that returns them once the
+#: pass's query has run, or None (windows not checked).
+JobRecords: TypeAlias = pa.Table | Callable[[], pa.Table | None] | None
 #: Pass codes of dropped duplicate copies (beside the reject codes, which are > 0).
 _DUP, _DUP_CONFLICT = -1, -2
 #: Attribution warnings logged per scan (the counts are exact in the summary).
@@ -155,6 +158,8 @@ class Scanner:
         self._names: dict[Path, set[str]] = {}  # columns of each file, when the files differ
         self._absent: frozenset[str] = frozenset()  # columns no file of the scan has (read as NULL)
         self._jobs = False  # JOBS_TABLE is registered: check job windows against their records
+        #: The job records as a function, called after the pass's query (``partials``' ``jobs``).
+        self._later: Callable[[], pa.Table | None] | None = None
         #: Files with windows the job check rejected, or may have (``_recheck``): the model pass
         #: checks its rows against the records only if it reads one of them (None: not known).
         self._job_rejects: set[Path] | None = None
@@ -269,7 +274,7 @@ class Scanner:
 
     # -- the one pass -------------------------------------------------------------------------
     def partials(self, files: Sequence[Path], drop_columns: Sequence[str] = (), sample_per_job: int = 0,
-                 seed: int = 0, jobs: pa.Table | None = None) -> ScanResult:
+                 seed: int = 0, jobs: JobRecords = None) -> ScanResult:
         """Per (job_id, host) over the valid, de-duplicated windows (``validity``'s rules).
 
         The pass groups by (job, host, file, reject code, rule code): every aggregate then runs
@@ -286,19 +291,52 @@ class Scanner:
         only the files of flagged groups are read again, with the check per row (``_recheck``),
         as a normal night has none: a join of every row on its job cost the 1,000-GPU nightly 5%.
 
+        ``jobs`` may also be a function that returns them (or None): it is called once, after the
+        pass's query, whose groups are then checked (``_check_groups``), so that reading the
+        records (``sacct`` at a large site takes seconds) runs beside the scan, not before it.
+
         With ``sample_per_job``, the same pass draws the retraining sample (``_pass_sql``)."""
         if self._jobs:
             self.con.unregister(JOBS_TABLE)
-        self._jobs = jobs is not None and jobs.num_rows > 0
         self._job_rejects = None
-        if self._jobs:  # until the next partials or close: the model pass checks the same records
-            self.con.register(JOBS_TABLE, jobs)
+        self._later = jobs if callable(jobs) else None
+        self._register_jobs(None if callable(jobs) else jobs)
         return self._partials(list(files), drop_columns, sample_per_job, seed)
+
+    def _register_jobs(self, jobs: pa.Table | None) -> None:
+        """Check job windows against ``jobs`` from here on (none: no check); until the next
+        partials or close, as the model pass checks the same records."""
+        self._jobs = jobs is not None and jobs.num_rows > 0
+        if self._jobs:
+            self.con.register(JOBS_TABLE, jobs)
+
+    def _check_groups(self, table: pa.Table) -> pa.Table:
+        """The pass's groups (``table``, read before the job records were known: each with its
+        users' extremes, ``user_max``) with the group-level job check that the pass's own SQL
+        makes when the records are given up front (``_group_checked``): the same SQL, over the
+        groups instead of inside the query. Records that turn out to be none: no check."""
+        later, self._later = self._later, None
+        assert later is not None
+        self._register_jobs(later())
+        if not self._jobs:
+            return table.drop_columns(["user_max"])
+        name = "wattclass_pass_groups"
+        self.con.register(name, table)
+        try:
+            return self.con.sql(_group_checked(f"SELECT * FROM {name}")).to_arrow_table()
+        finally:
+            self.con.unregister(name)
 
     def _partials(self, files: list[Path], drop_columns: Sequence[str], sample_per_job: int,
                   seed: int) -> ScanResult:
         table, good, bad = self._run(
             lambda fs: self._pass_sql(fs, drop_columns, dedup=False, sample=(sample_per_job, seed)), files)
+        if self._later is not None:
+            if table is None:  # nothing read: the records are not needed, but their reading ends here
+                self._register_jobs(self._later())
+                self._later = None
+            else:
+                table = self._check_groups(table)
         if table is None:
             return ScanResult(_empty_partials(), 0, [], bad, {}, 0)
         sample = _sample_rows(table) if sample_per_job > 0 else None
@@ -427,13 +465,14 @@ class Scanner:
         if by_row:  # windows of a job with a Slurm record, checked against it
             rows = (f"SELECT r.* EXCLUDE (bad), CAST(CASE WHEN r.bad <> 0 OR j.job_id IS NULL THEN r.bad "
                     f"ELSE {_JOB_CHECK} END AS TINYINT) AS bad FROM {_job_joined(rows)}")
-        elif self._jobs:
+        elif self._jobs or self._later is not None:
             aggs.append('max("user") AS user_max')  # with min("user"): are they all the record's
         if dedup:
             rows = _dedup_sql(rows)
         # Windows without a job are grouped too (per host and file): they count as windows read.
         keys = "job_id, host, file_index, bad, code"  # file_index: the file's place in ``fs``
         grouped = f"SELECT {keys}, {', '.join(aggs)} FROM ({rows}) GROUP BY {keys}"
+        # records not known yet (``_later``): the groups are checked after the query (``_check_groups``)
         return grouped if by_row or not self._jobs else _group_checked(grouped)
 
     def _sample_order(self, files: list[Path], per_job: int, seed: int) -> tuple[list[Path], int]:

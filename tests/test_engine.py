@@ -6,6 +6,7 @@ import datetime as dt
 import logging
 import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -320,10 +321,10 @@ def test_the_job_check_per_group_rejects_exactly_the_windows_the_check_per_row_d
                       "t1_ms": pa.array([None if pd.isna(v) else int(v) for v in per["t1"]], pa.int64()),
                       "user": pa.array(users, pa.string())})
 
-    def scanned() -> tuple[scan.ScanResult, pd.DataFrame]:
+    def scanned(records: scan.JobRecords = table) -> tuple[scan.ScanResult, pd.DataFrame]:
         scanner = scan.Scanner(1)
         try:
-            res = scanner.partials(files, (), 3, 5, table)
+            res = scanner.partials(files, (), 3, 5, records)
             batches = list(scanner.model_batches([Path(f) for f in res.nogpm_files], False))
         finally:
             scanner.close()
@@ -338,16 +339,47 @@ def test_the_job_check_per_group_rejects_exactly_the_windows_the_check_per_row_d
         by_group, model_g = scanned()
     again = [r.getMessage() for r in caplog.records if "window by window" in r.getMessage()]
     assert len(again) == 1 and 0 < int(again[0].split(" ")[0]) < len(files)
+    _same_scan(by_group, model_g, *_records_after_the_query(scanned, table, monkeypatch), rows)
     monkeypatch.setattr(scan, "job_group_check_sql",
                         lambda r, g: (f"{g}.bad", f"({g}.bad = 0 AND {r}.job_id IS NOT NULL)"))
     by_row, model_r = scanned()
     assert set(by_group.rejected) == {REJECT_JOB_HOST, REJECT_JOB_TIME, REJECT_JOB_USER}
-    assert by_group.rejected == by_row.rejected and by_group.n_windows == by_row.n_windows
-    assert by_group.nogpm_files == by_row.nogpm_files and len(model_g) > 0
-    pd.testing.assert_frame_equal(rows(by_group.partials), rows(by_row.partials), check_exact=False)
-    assert by_group.sample is not None and by_row.sample is not None
-    pd.testing.assert_frame_equal(rows(by_group.sample), rows(by_row.sample))
-    pd.testing.assert_frame_equal(model_g, model_r)
+    _same_scan(by_group, model_g, by_row, model_r, rows)
+    # records that turn out to be none: as if none were given
+    _same_scan(*scanned(None), *scanned(lambda: None), rows)
+
+
+def _records_after_the_query(scanned: Any, table: pa.Table, monkeypatch: pytest.MonkeyPatch
+                             ) -> tuple[Any, pd.DataFrame]:
+    """``scanned`` with the job records given as a function (the nightly reads them beside the
+    scan): it must be called once, after the pass's query ran."""
+    from wattclass.classifier import scan
+
+    events: list[str] = []
+    real_execute = scan.Scanner._execute
+
+    def execute(self: scan.Scanner, sql: str) -> pa.Table:
+        events.append("query")
+        return real_execute(self, sql)
+
+    def later() -> pa.Table:
+        events.append("records")
+        return table
+
+    monkeypatch.setattr(scan.Scanner, "_execute", execute)
+    out = scanned(later)
+    assert events[:1] == ["query"] and events.count("records") == 1, events
+    return out
+
+
+def _same_scan(a: Any, model_a: pd.DataFrame, b: Any, model_b: pd.DataFrame, rows: Any) -> None:
+    """Two scans of the same files gave the same partials, reject counts, sample and model rows."""
+    assert a.rejected == b.rejected and a.n_windows == b.n_windows
+    assert a.nogpm_files == b.nogpm_files and len(model_a) > 0
+    pd.testing.assert_frame_equal(rows(a.partials), rows(b.partials), check_exact=False)
+    assert a.sample is not None and b.sample is not None
+    pd.testing.assert_frame_equal(rows(a.sample), rows(b.sample))
+    pd.testing.assert_frame_equal(model_a, model_b)
 
 
 def test_preload_starts_once_as_the_first_scan_starts_whatever_the_chunks(

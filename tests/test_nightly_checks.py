@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+import threading
 from pathlib import Path
 
 import pandas as pd
@@ -185,6 +186,40 @@ def test_windows_their_slurm_record_contradicts_do_not_count_for_the_job(
     assert str(victim["job_id"]) in host_line and REJECT_JOB_HOST in host_line
     assert evil_host not in host_line and "chars)" in host_line  # the user-set host is clipped
     assert any(REJECT_JOB_TIME in m for m in warned) and any(REJECT_JOB_USER in m for m in warned)
+
+
+def test_the_slurm_records_are_read_beside_the_scan(
+    h200_day_root: Path, tmp_path: Path, jobs_csv: Path, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The records (``sacct`` at a large site: seconds) are asked for while the scan runs, not
+    before it (issue 15): a client that answers only once the scan's query has started still
+    gives the night its records, checks and joined fields, the same as one that answers at once."""
+    from wattclass.classifier import scan
+    from wattclass.slurm.client import JobsFileClient
+
+    root = h200_day_root
+    at_once = nightly(root, tmp_path, capsys, "--jobs-file", str(jobs_csv))
+    labels = labels_of(root)
+    started = threading.Event()
+    asked: list[bool] = []
+    real_execute, real_frame = scan.Scanner._execute, JobsFileClient.jobs_frame
+
+    def execute(self: scan.Scanner, sql: str) -> pa.Table:
+        started.set()
+        return real_execute(self, sql)
+
+    def slow_frame(self: JobsFileClient, start: object, end: object) -> pd.DataFrame:
+        asked.append(started.wait(30))  # False: the records were asked for before the scan
+        return real_frame(self, start, end)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(scan.Scanner, "_execute", execute)
+    monkeypatch.setattr(JobsFileClient, "jobs_frame", slow_frame)
+    beside = nightly(root, tmp_path, capsys, "--jobs-file", str(jobs_csv))
+    assert asked == [True]
+    assert beside["job_records"] == at_once["job_records"] and beside["jobs"] == at_once["jobs"]
+    assert beside["job_records"]["jobs_without_record"] < beside["jobs"]  # the records were joined
+    pd.testing.assert_frame_equal(labels_of(root), labels)
 
 
 def test_windows_of_a_job_without_a_record_are_not_checked(
