@@ -104,6 +104,25 @@ def _samples_schema(h200_raw: Path) -> pa.Schema:
     return pa.schema(sorted([*stored, *added], key=lambda f: f.name))
 
 
+def test_field_values_are_decoded_by_their_value_type() -> None:
+    """The polls' NVML field values (the HBM's power and temperature since issue 13 round 13) are
+    read from the union member their valueType names: a double or a signed int read as a 64-bit
+    unsigned one would be recorded as a plausible-looking wrong integer."""
+    load_tool()
+    from h200_collect.sampler import _field_int
+
+    def fv(ret: int, vtype: int, **value: float) -> SimpleNamespace:
+        return SimpleNamespace(nvmlReturn=ret, valueType=vtype, value=SimpleNamespace(**value))
+
+    assert _field_int(fv(0, 1, uiVal=41043, ullVal=41043)) == 41043
+    assert _field_int(fv(0, 3, uiVal=7, ullVal=2**33 + 7)) == 2**33 + 7
+    assert _field_int(fv(0, 0, dVal=196665.4, ullVal=4_686_000_000_000_000_000)) == 196665
+    assert _field_int(fv(0, 0, dVal=float("nan"))) is None
+    assert _field_int(fv(0, 5, siVal=-3, ullVal=2**64 - 3)) == -3
+    assert _field_int(fv(3, 1, uiVal=0)) is None  # NOT_SUPPORTED
+    assert _field_int(fv(0, 99, uiVal=1)) is None  # a type this tool does not know
+
+
 def test_samples_schema_matches_stored_h200_recordings(h200_raw: Path, tmp_path: Path) -> None:
     tool = load_tool()
     rows = [{"ts": 1.5, "job": "startup", "power_mw": 77824, "energy_mj": 10, "util_gpu": 0,

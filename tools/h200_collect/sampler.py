@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 import traceback
@@ -24,12 +25,27 @@ def _safe(f: Callable[..., Any], *a: Any) -> Any:
         return f"ERR {type(e).__name__}: {e}"
 
 
+#: NVML's nvmlValueType_t -> the member of the value union that holds it (nvml.h).
+_FIELD_MEMBERS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
+
+
 def _field_int(v: Any) -> int | None:
-    """A field value read as an integer (None where the GPU did not answer it): NVML gives these
-    fields as unsigned ints (valueType 1), or 64-bit ones on some drivers."""
+    """A field value read as an integer (None where the GPU did not answer it, or gave no finite
+    number). Decoded by its valueType, as the daemon does (wattclass/gpu/nvml.py ``_field_value``):
+    the H200 gives unsigned ints, but a driver that gives a double (or a signed or 64-bit int)
+    must not have its union's bytes read as another type, which would record a plausible-looking
+    garbage integer."""
     if v.nvmlReturn != 0:
         return None
-    return int(v.value.uiVal if int(v.valueType) == 1 else v.value.ullVal)
+    member = _FIELD_MEMBERS.get(int(v.valueType))
+    if member is None:
+        return None
+    x = getattr(v.value, member, None)  # usVal: not in every pynvml
+    if x is None:
+        return None
+    if member == "dVal":
+        return round(x) if math.isfinite(x) else None
+    return int(x)
 
 
 def read_caps(N: Any, h: Any) -> dict[str, Any]:
