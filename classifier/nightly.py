@@ -26,7 +26,7 @@ bad telemetry files and rows are skipped and counted by the rules in ``validity`
 job is the one in Slurm's job record, never the one in telemetry (a process's environment is not
 proof of who ran it): a job without a record keeps no user, so it adds no user-keyed table entry
 (its telemetry user stays in ``telemetry_user`` for audits). The records are read beside the scan
-(a thread from the moment the files are listed: ``sacct`` at a large site takes seconds), and the
+(a thread from the moment its query starts: ``sacct`` at a large site takes seconds), and the
 scan checks each job window against its job's record after its query (host, start..end, user;
 ``classifier/jobcheck.py``), rejecting, counting and logging the windows the record contradicts.
 """
@@ -142,20 +142,31 @@ class _Once:
 
 
 class _Beside:
-    """``load()`` run in a thread of its own from now on; ``result()`` waits for it, once, and
-    returns what it returned or raises what it raised (to every caller).
+    """``load()`` in a thread of its own once ``start()`` is called (by the scan as its query
+    starts); ``result()`` starts it if nobody did, waits for it, and returns what it returned or
+    raises what it raised (to every caller).
 
     Why (issue 15): the Slurm records of a day are a query to slurmdbd (``sacct`` at a site of
     tens of thousands of jobs takes seconds) that the scan needs only after its query; read
-    beside the scan, they cost the night no wall time. A daemon thread: a run ending in an error
-    does not wait for a client that hangs (each has its own timeout)."""
+    beside the query, they cost the night no wall time. Started as the query starts, not before:
+    the client's Python (JSON parsing, the record index) would otherwise take the GIL from the
+    Python that lists, checks and binds the files (the preload's lesson, ``Scanner._execute``).
+    A daemon thread: a run ending in an error does not wait for a client that hangs (each has its
+    own timeout)."""
 
     def __init__(self, load: Callable[[], pd.DataFrame | None], name: str) -> None:
         self._load = load
         self._value: pd.DataFrame | None = None
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
+        self._lock = threading.Lock()
+        self._started = False
+
+    def start(self) -> None:
+        with self._lock:
+            if not self._started:
+                self._started = True
+                self._thread.start()
 
     def _run(self) -> None:
         try:
@@ -164,6 +175,7 @@ class _Beside:
             self._error = exc
 
     def result(self) -> pd.DataFrame | None:
+        self.start()
         self._thread.join()
         if self._error is not None:
             raise self._error
@@ -375,16 +387,20 @@ def _scan(opts: NightlyOptions, files: list[Path], current: _Once, client: Clien
     Job windows are checked against their Slurm records (``recs``, being read beside the scan:
     the local engine takes them after its query; classifier/jobcheck.py)."""
 
-    def records() -> pa.Table | None:
-        r = recs.result()
-        return job_records_table(r) if r is not None else None
+    table: list[pa.Table | None] = []
+
+    def records() -> pa.Table | None:  # once, whatever the chunks that ask
+        if not table:
+            r = recs.result()
+            table.append(job_records_table(r) if r is not None else None)
+        return table[0]
 
     kw: dict[str, Any] = {"on_file": on_file, "sample_per_job": SAMPLE_PER_JOB,
                           "sample_prefix": opts.date, "seed": opts.seed}
     try:
         if client is not None:
             return label_files_dask(client, files, current, "auto", jobs=records(), **kw)
-        preload = (*AFTER_SCAN_MODULES, current)
+        preload = (recs.start, *AFTER_SCAN_MODULES, current)  # the records first: they wait on Slurm
         return label_files_local(files, current, "auto", workers=opts.workers, preload=preload, jobs=records,
                                  **kw)
     except BaseException:
@@ -411,8 +427,8 @@ def _run(
     # The registry's model (and LightGBM) loads beside the scan: the labels need it only for
     # windows without GPM, the retraining after the scan (issue 15: 0.2 s before a 2 s scan).
     current = _Once(registry.current)
-    # The records beside the scan, which checks each job window against its job's record after
-    # its query (issue 15: sacct's seconds at a large site off the night's critical path).
+    # The records beside the scan's query (started with it), after which the scan checks each job
+    # window against its job's record (issue 15: sacct's seconds at a large site off the critical path).
     beside = _Beside(lambda: _records(slurm, opts.date), "wattclass-job-records") if files else None
     result = _scan(opts, files, current, client, on_file, beside) if beside is not None else None
     recs = beside.result() if beside is not None else None

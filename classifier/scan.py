@@ -333,8 +333,8 @@ class Scanner:
             lambda fs: self._pass_sql(fs, drop_columns, dedup=False, sample=(sample_per_job, seed)), files)
         if self._later is not None:
             if table is None:  # nothing read: the records are not needed, but their reading ends here
-                self._register_jobs(self._later())
-                self._later = None
+                later, self._later = self._later, None
+                self._register_jobs(later())
             else:
                 table = self._check_groups(table)
         if table is None:

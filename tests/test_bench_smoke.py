@@ -66,6 +66,16 @@ def test_scan_query_parts_tiny(tiny_fleet: Path) -> None:
     assert out["median"]["anchor_labels"]["wall_s_vs_anchor_labels"] == 1.0
 
 
+def test_nightly_records_latency_tiny(tiny_fleet: Path) -> None:
+    out = json.loads(_run(str(BENCH / "nightly_records_latency.py"), "--data-root", str(tiny_fleet),
+                          "--date", "2026-03-01", "--delay-s", "0", "1.5", "--runs", "1"))
+    nights = out["nights"]
+    assert [n["delay_s"] for n in nights] == [0.0, 1.5]
+    assert nights[0]["jobs"] == nights[1]["jobs"] > 0
+    assert all(n["jobs_without_record"] == 0 for n in nights)  # every job found its record
+    assert nights[1]["wall_s"] >= 1.5  # a tiny day's scan is shorter than the records' latency
+
+
 def test_report_scale_tiny(tiny_fleet: Path) -> None:
     out = json.loads(_run(str(BENCH / "report_scale.py"), "--data-root", str(tiny_fleet),
                           "--date", "2026-03-01", "--days", "1", "2"))

@@ -257,6 +257,26 @@ def test_files_overlapping_in_time_are_deduplicated_only_when_they_share_a_gpu(
     assert again.n_windows == ref.n_windows
     assert again.report.duplicate_windows == pc.sum(pc.equal(t.column("gpu_uuid"), gpus[0])).as_py()
     pd.testing.assert_frame_equal(merged_labels(again), merged_labels(ref))
+    # with job records (one of them naming another user), given up front or after the query as the
+    # nightly gives them: the de-duplicating pass checks every row against them alike
+    from wattclass.classifier.jobcheck import index_records, job_records_table
+    from wattclass.classifier.store import utc_day_bounds
+
+    frame = JobsFileClient(fleet / "jobs" / f"date={DATE}" / "jobs.parquet").jobs_frame(
+        *utc_day_bounds(DATE.isoformat()))
+    victim = t.filter(pc.equal(t.column("gpu_uuid"), gpus[0])).column("job_id").drop_null()[0].as_py()
+    frame.loc[frame["job_id"] == victim, "user"] = "mallory"
+    recs = job_records_table(index_records(frame))
+    checked = []
+    for given in (recs, lambda: recs):
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="wattclass.classifier"):
+            checked.append(label_chunk(_files(root), model, "rule", jobs=given))
+        assert "de-duplicating" in caplog.text
+    eager, deferred = checked
+    assert eager.report.rejected_rows.get(REJECT_JOB_USER, 0) > 0 and eager.report.duplicate_windows > 0
+    assert deferred.report.summary() == eager.report.summary()
+    pd.testing.assert_frame_equal(merged_labels(deferred), merged_labels(eager))
 
 
 def merged_labels(res) -> pd.DataFrame:  # type: ignore[no-untyped-def]
