@@ -153,3 +153,15 @@ def test_a_recording_without_the_hbm_column_is_refused_naming_it(emp: ModuleType
     pd.read_parquet(samples).drop(columns=["power_mem_avg_mw"]).to_parquet(samples, index=False)
     with pytest.raises(ValueError, match=r"p0_samples_1hz\.parquet: no column 'power_mem_avg_mw'"):
         emp.evaluate([root])
+
+
+def test_posthoc_figures_follow_the_synthetic_recording(emp: ModuleType, tmp_path: Path) -> None:
+    """The post-hoc script's figures over a recording where the HBM share separates the labels:
+    memory-bound jobs' shares sit above every compute-bound job's."""
+    posthoc = importlib.import_module("eval_mem_power_posthoc")
+    out = posthoc.posthoc([_recording(tmp_path / "mempower", null_hbm_job=False)])
+    spread = out["hbm_power_share_by_truth"]
+    assert spread["memory"]["share_q10"] > spread["compute"]["share_q90"]
+    assert out["jobs"] == sum(v["jobs"] for v in spread.values())
+    assert -1.0 <= out["pearson_r_hbm_power_util_mem"] <= 1.0
+    assert 0.0 <= out["r2_hbm_power_on_util_mem"] <= out["r2_hbm_power_on_util_mem_and_board_power"] <= 1.0
