@@ -289,9 +289,9 @@ def test_long_twin_reruns_are_the_recorded_runs_at_40_s_on_both_gpus() -> None:
     assert seen == {name: 2 for pair in PAIRS for name in pair}
 
 
-@pytest.mark.parametrize("folder", ["latency", "fresh4", "fresh5", "fresh6", "fresh7", "fresh8"])
+@pytest.mark.parametrize("folder", ["latency", "fresh4", "fresh5", "fresh6", "fresh7", "fresh8", "mempower"])
 def test_recorded_round4_runs_are_what_the_plan_draws(folder: str) -> None:
-    """Every run of the round 4-12 recordings (wattclass/data/h200/latency, fresh4-8) is the
+    """Every run of the round 4-13 recordings (wattclass/data/h200/latency, fresh4-8, mempower) is the
     plan's run of its seed: same name, family and parameters, so the data stays traceable to the
     code that made it."""
     sweep = load_sweep()
@@ -306,14 +306,26 @@ def test_recorded_round4_runs_are_what_the_plan_draws(folder: str) -> None:
         families = tuple(sorted({r["family"] for r in runs}))
         test_families = {"fresh4": tuple(sweep.FRESH4_TEST), "fresh5": tuple(sweep.FRESH5_TEST),
                          "fresh6": tuple(sweep.FRESH6_TEST), "fresh7": tuple(sweep.FRESH7_TEST),
-                         "fresh8": tuple(sweep.FRESH8_TEST)}
+                         "fresh8": tuple(sweep.FRESH8_TEST), "mempower": tuple(sweep.FAMILIES)}
         plan = {w.name: w for w in sweep.plan(seed, 60, test_families.get(folder, families))}
         for r in runs:
             w = plan[r["job"]]
             assert (w.family, w.params) == (r["family"], json.loads(r["params"])), r["job"]
             n += 1
     assert n == {"latency": 82, "fresh4": 165, "fresh5": 237, "fresh6": 85, "fresh7": 86,
-                 "fresh8": 83}[folder]
+                 "fresh8": 83, "mempower": 85}[folder]
+
+
+def test_the_round13_recording_has_the_hbm_fields_in_every_poll() -> None:
+    """wattclass/data/h200/mempower (issue 13 round 13): every 1 Hz poll holds the HBM's average
+    power and temperature, in plausible ranges for an H200 (its idle HBM draws about 41 W)."""
+    data = REPO / "wattclass/data/h200/mempower"
+    for samples in sorted(data.glob("*_samples_1hz.parquet")):
+        t = pq.read_table(samples, columns=["power_mem_avg_mw", "mem_temp_c", "power_mw"]).to_pandas()
+        assert len(t) > 400 and t.notna().all().all(), samples
+        assert t["power_mem_avg_mw"].between(20_000, 300_000).all(), samples
+        assert (t["power_mem_avg_mw"] < t["power_mw"]).all(), samples
+        assert t["mem_temp_c"].between(20, 95).all(), samples
 
 
 # -- checks every never-seen test module's tests share (tests/test_collect_fresh6.py, _fresh7, _fresh8) --
