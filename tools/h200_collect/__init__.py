@@ -15,7 +15,10 @@ built to have (`label`); the GPM rule later gives the truth. Output keeps the pr
 stored in wattclass/data/h200/raw (what the replay backend reads):
 
   $OUT/<tag>_caps.json           static device facts
-  $OUT/<tag>_samples_1hz.parquet every poll; `job` = workload name, `startup`/`gap` when none runs
+  $OUT/<tag>_samples_1hz.parquet every poll; `job` = workload name, `startup`/`gap` when none runs;
+                                 since issue 13 round 13 also the HBM's own average power and
+                                 temperature (`power_mem_avg_mw`, `mem_temp_c`; null where the GPU
+                                 does not answer them; earlier recordings lack both columns)
   $OUT/<tag>_runs.csv            job,label,start,end,steps,rate,unit,energy_j,avg_power_w,
                                  job_id,user,family,params
 
