@@ -8,8 +8,6 @@ every family builds and runs on the CPU path with small sizes, alone and through
 
 from __future__ import annotations
 
-import csv
-import json
 import random
 from pathlib import Path
 
@@ -19,6 +17,7 @@ from tests.test_collect_tool import (
     check_builds_and_steps_on_the_cpu,
     check_cpu_collector_smoke,
     check_device_script,
+    check_new_families_leave_earlier_plans,
     check_plans_per_seed,
     load_sweep,
 )
@@ -40,20 +39,12 @@ def test_plan_is_deterministic_per_seed_and_draws_every_family() -> None:
 
 def test_families_are_new_weight_zero_and_leave_earlier_plans_alone() -> None:
     sweep = load_sweep()
-    assert all(sweep.FAMILIES[f][2] == 0.0 for f in fresh7())
     earlier = (sweep.FRESH_TEST | sweep.FRESH3_TEST | sweep.FRESH4_TEST | sweep.FRESH5_TEST
                | sweep.FRESH6_TEST | sweep.LATENCY_TRAIN)
-    assert not set(fresh7()) & set(earlier)
-    assert not {w.family for w in sweep.plan(21, 200)} & set(fresh7())
-    # the first runs of the recorded seed-21 session are unchanged (as the ridge-family test pins)
-    assert sweep.plan(21, 3)[2].params == {"dtype": "fp8", "m": 519, "k": 16384, "n": 16384}
     # and round 8's recorded runs (seeds 61 and 62, its eight families) are still their plans' runs
     f6 = tuple(sweep.FRESH6_TEST)
-    for seed, tag in ((61, "fresh6_gpu0"), (62, "fresh6_gpu1")):
-        with open(FRESH6_DATA / f"{tag}_runs.csv") as f:
-            recorded = {r["job"]: (r["family"], json.loads(r["params"])) for r in csv.DictReader(f)}
-        planned = {w.name: (w.family, w.params) for w in sweep.plan(seed, 60, f6)}
-        assert len(recorded) > 40 and all(planned[job] == fp for job, fp in recorded.items()), tag
+    check_new_families_leave_earlier_plans(fresh7(), tuple(earlier), (
+        (FRESH6_DATA / "fresh6_gpu0_runs.csv", f6, 61), (FRESH6_DATA / "fresh6_gpu1_runs.csv", f6, 62)))
 
 
 def test_draws_span_both_sides_of_the_ridge() -> None:

@@ -9,8 +9,6 @@ bf16 and fp16 too), alone and through the collector.
 
 from __future__ import annotations
 
-import csv
-import json
 import random
 from pathlib import Path
 
@@ -20,6 +18,7 @@ from tests.test_collect_tool import (
     check_builds_and_steps_on_the_cpu,
     check_cpu_collector_smoke,
     check_device_script,
+    check_new_families_leave_earlier_plans,
     check_plans_per_seed,
     load_sweep,
 )
@@ -41,20 +40,12 @@ def test_plan_is_deterministic_per_seed_and_draws_every_family() -> None:
 
 def test_families_are_new_weight_zero_and_leave_earlier_plans_alone() -> None:
     sweep = load_sweep()
-    assert all(sweep.FAMILIES[f][2] == 0.0 for f in fresh8())
     earlier = (sweep.FRESH_TEST | sweep.FRESH3_TEST | sweep.FRESH4_TEST | sweep.FRESH5_TEST
                | sweep.FRESH6_TEST | sweep.FRESH7_TEST | sweep.LATENCY_TRAIN)
-    assert not set(fresh8()) & set(earlier)
-    assert not {w.family for w in sweep.plan(21, 200)} & set(fresh8())
-    # the first runs of the recorded seed-21 session are unchanged (as the ridge-family test pins)
-    assert sweep.plan(21, 3)[2].params == {"dtype": "fp8", "m": 519, "k": 16384, "n": 16384}
     # and round 11's recorded runs (seeds 71 and 72, its eight families) are still their plans' runs
     f7 = tuple(sweep.FRESH7_TEST)
-    for seed, tag in ((71, "fresh7_gpu0"), (72, "fresh7_gpu0b")):
-        with open(FRESH7_DATA / f"{tag}_runs.csv") as f:
-            recorded = {r["job"]: (r["family"], json.loads(r["params"])) for r in csv.DictReader(f)}
-        planned = {w.name: (w.family, w.params) for w in sweep.plan(seed, 60, f7)}
-        assert len(recorded) > 40 and all(planned[job] == fp for job, fp in recorded.items()), tag
+    check_new_families_leave_earlier_plans(fresh8(), tuple(earlier), (
+        (FRESH7_DATA / "fresh7_gpu0_runs.csv", f7, 71), (FRESH7_DATA / "fresh7_gpu0b_runs.csv", f7, 72)))
 
 
 def test_draws_span_both_sides_of_the_ridge() -> None:

@@ -344,6 +344,26 @@ def check_plans_per_seed(families: tuple[str, ...], seeds: tuple[int, ...], n: i
         w.params for w in sweep.plan(seeds[1], n, families)]
 
 
+def check_new_families_leave_earlier_plans(families: tuple[str, ...], earlier: tuple[str, ...] = (),
+                                          recorded: tuple[tuple[Path, tuple[str, ...], int], ...] = (),
+                                          ) -> None:
+    """A round's test ``families`` have weight 0 in the plan and none is among the ``earlier``
+    rounds' families; the default plan never draws them and seed 21's recorded session keeps its
+    first runs; and each ``recorded`` runs.csv (path, its round's families, its seed) of an earlier
+    round is still its plan's runs (more than 40 of them)."""
+    sweep = load_sweep()
+    assert all(sweep.FAMILIES[f][2] == 0.0 for f in families)
+    assert not set(families) & set(earlier)
+    assert not {w.family for w in sweep.plan(21, 200)} & set(families)
+    # the first runs of the recorded seed-21 session are unchanged (as the ridge-family test pins)
+    assert sweep.plan(21, 3)[2].params == {"dtype": "fp8", "m": 519, "k": 16384, "n": 16384}
+    for runs_csv, fams, seed in recorded:
+        with open(runs_csv) as f:
+            done = {r["job"]: (r["family"], json.loads(r["params"])) for r in csv.DictReader(f)}
+        planned = {w.name: (w.family, w.params) for w in sweep.plan(seed, 60, fams)}
+        assert len(done) > 40 and all(planned[job] == fp for job, fp in done.items()), runs_csv
+
+
 def check_builds_and_steps_on_the_cpu(family: str, draws: int) -> None:
     """``draws`` draws of ``family`` (so its modes get built) build and take one step on the CPU,
     with parameters that go into runs.csv as JSON."""
