@@ -9,7 +9,8 @@ script asks the driver for each field, read-only, at 5 Hz through phases of know
 bf16 GEMM, an HBM copy, a random gather, an fp32 FMA chain) on one GPU, and prints per phase each
 field's return code and mean. GPM's DRAM bandwidth is read beside as the phases' truth.
 
-  python bench/nvml_field_probe.py --gpu 0 --out probe.json     (on a GPU machine; needs torch)
+  PYTHONPATH=. python3 bench/nvml_field_probe.py --gpu 0 --out probe.json   (from the repository
+  root, on a GPU machine; needs torch; field values decoded as the daemon decodes them)
 
 Nothing is set on the GPU (no limits, clocks or modes).
 """
@@ -41,13 +42,6 @@ PHASE_S = 10.0
 POLL_S = 0.2
 
 
-def _value(v: Any) -> float:
-    """A field value as a float, whatever its type (NVML's valueType)."""
-    t = int(v.valueType)
-    u = v.value
-    return float({0: u.dVal, 1: u.uiVal, 2: u.ulVal, 3: u.ullVal, 4: u.sllVal, 5: u.siVal}.get(t, u.ullVal))
-
-
 class Sampler(threading.Thread):
     """Polls the fields (and GPM DRAM bandwidth, utilisation, temperature) every POLL_S."""
 
@@ -61,6 +55,8 @@ class Sampler(threading.Thread):
     def run(self) -> None:
         import pynvml as n
 
+        from wattclass.gpu.nvml import field_value
+
         ids = [(fid, scope) for _, fid, scope in FIELDS]
         gpm_prev = None
         while not self.stop.is_set():
@@ -69,7 +65,7 @@ class Sampler(threading.Thread):
                 vals = n.nvmlDeviceGetFieldValues(self.h, ids)
                 for (name, _, _), v in zip(FIELDS, vals, strict=True):
                     row[name + "_ret"] = int(v.nvmlReturn)
-                    row[name] = _value(v) if int(v.nvmlReturn) == 0 else None
+                    row[name] = field_value(n, v)  # the daemon's decoding: None if not answered
             except n.NVMLError as exc:
                 row["fields_error"] = str(exc)
             u = n.nvmlDeviceGetUtilizationRates(self.h)

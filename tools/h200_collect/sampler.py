@@ -31,7 +31,7 @@ _FIELD_MEMBERS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5
 
 def _field_int(v: Any) -> int | None:
     """A field value read as an integer (None where the GPU did not answer it, or gave no finite
-    number). Decoded by its valueType, as the daemon does (wattclass/gpu/nvml.py ``_field_value``):
+    number). Decoded by its valueType, as the daemon does (wattclass/gpu/nvml.py ``field_value``):
     the H200 gives unsigned ints, but a driver that gives a double (or a signed or 64-bit int)
     must not have its union's bytes read as another type, which would record a plausible-looking
     garbage integer."""

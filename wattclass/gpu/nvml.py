@@ -225,7 +225,7 @@ class NvmlBackend(GpuBackend):
                     raise
                 self._field_ok[index] = False
             else:
-                power, limit, avg = (_field_value(nv, v) for v in vals)
+                power, limit, avg = (field_value(nv, v) for v in vals)
                 avg_w = avg / 1e3 if avg is not None else None
                 # A NaN reading of a working field is no reading this poll, not a missing field.
                 if power is not None or vals[0].nvmlReturn == 0:
@@ -417,7 +417,7 @@ def _finite(v: float) -> float | None:
     return v if math.isfinite(v) else None
 
 
-def _field_value(nv: Any, fv: Any) -> float | None:
+def field_value(nv: Any, fv: Any) -> float | None:
     """Decode one nvmlFieldValue_t; None when the field failed (e.g. NOT_SUPPORTED) or is not
     a finite number."""
     if fv.nvmlReturn != 0:
