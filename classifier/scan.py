@@ -32,6 +32,7 @@ left out; duplicate windows dropped, exactly, when two files overlap in time on 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections.abc import Callable, Iterator, Sequence
@@ -116,30 +117,32 @@ class ScanResult:
     sample: pa.Table | None = None
 
 
+@contextlib.contextmanager
+def _registered(con: Any, name: str, table: pa.Table) -> Iterator[str]:
+    """``table`` as the view ``name`` on ``con`` for the block's queries, unregistered after."""
+    con.register(name, table)
+    try:
+        yield name
+    finally:
+        con.unregister(name)
+
+
 def _overlapping_files(con: Any, per_file: pa.Table) -> bool:
     """Whether two files of a host share a GPU range and their window-start ranges meet.
 
     ``per_file``: host, filename, t0, t1 (first and last window start, ms) and lo, hi (the smallest
     and largest gpu_uuid) of each file's valid rows on each host."""
-    name = "wattclass_files"
-    con.register(name, per_file)
-    try:
+    with _registered(con, "wattclass_files", per_file) as name:
         return bool(con.sql(f"SELECT EXISTS (SELECT 1 FROM {name} a JOIN {name} b ON a.host = b.host "
                             "AND a.filename < b.filename AND a.t0 <= b.t1 AND b.t0 <= a.t1 "
                             "AND a.lo <= b.hi AND b.lo <= a.hi)").fetchall()[0][0])
-    finally:
-        con.unregister(name)
 
 
 def _meeting_hosts(con: Any, per_file: pa.Table) -> list[str]:
     """Hosts with two files whose window-start ranges meet (``per_file``: host, filename, t0, t1)."""
-    name = "wattclass_spans"
-    con.register(name, per_file)
-    try:
+    with _registered(con, "wattclass_spans", per_file) as name:
         rows = con.sql(f"SELECT DISTINCT a.host FROM {name} a JOIN {name} b ON a.host = b.host "
                        "AND a.filename < b.filename AND a.t0 <= b.t1 AND b.t0 <= a.t1").fetchall()
-    finally:
-        con.unregister(name)
     return sorted(r[0] for r in rows)
 
 
@@ -320,12 +323,8 @@ class Scanner:
         self._register_jobs(later())
         if not self._jobs:
             return table.drop_columns(["user_max"])
-        name = "wattclass_pass_groups"
-        self.con.register(name, table)
-        try:
+        with _registered(self.con, "wattclass_pass_groups", table) as name:
             return self.con.sql(_group_checked(f"SELECT * FROM {name}")).to_arrow_table()
-        finally:
-            self.con.unregister(name)
 
     def _partials(self, files: list[Path], drop_columns: Sequence[str], sample_per_job: int,
                   seed: int) -> ScanResult:
