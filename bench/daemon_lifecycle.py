@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import os
 import random
 import shlex
@@ -297,6 +298,8 @@ class DaemonRun:
     cpu_start: float | None = None
     t_start: float | None = None
     rss_samples_mb: list[float] = field(default_factory=list)
+    #: (seconds since the first poll, process CPU seconds since then), every ``--cpu-every`` s
+    cpu_series: list[tuple[float, float]] = field(default_factory=list)
 
 
 def _started(run: DaemonRun) -> bool:
@@ -342,14 +345,21 @@ def run_live(args: argparse.Namespace) -> dict[str, Any]:
     events = sorted([(j.start, 1, j) for j in jobs] + [(j.end, 0, j) for j in jobs],
                     key=lambda e: (e[0], e[1]))
     loads: dict[str, subprocess.Popen[bytes]] = {}
-    next_sample = t0
+    next_sample = next_cpu = t0
     for et, starting, job in events:
         while time.time() < et:
-            if time.time() >= next_sample:
+            now = time.time()
+            if now >= next_sample:
                 for r in runs:
                     assert r.proc is not None
                     r.rss_samples_mb.append(_status_kb(r.proc.pid, "VmRSS") / 1024)
                 next_sample += 1.0
+            if args.cpu_every > 0 and now >= next_cpu:
+                for r in runs:
+                    assert r.proc is not None and r.cpu_start is not None and r.t_start is not None
+                    r.cpu_series.append((round(now - r.t_start, 1),
+                                         round(_proc_cpu_s(r.proc.pid) - r.cpu_start, 2)))
+                next_cpu += args.cpu_every
             time.sleep(min(0.05, max(0.0, et - time.time())))
         if starting:
             if job.with_file:  # the Prolog writes the file before the job's processes start
@@ -386,6 +396,8 @@ def run_live(args: argparse.Namespace) -> dict[str, Any]:
             "peak_rss_mb": round(hwm, 1), "rss_end_mb": r.rss_samples_mb[-1] if r.rss_samples_mb else None,
             "parquet_files": len(files), "rows": _rows(files), "jobs_seen": _jobs(files),
             "energy_j": round(_energy_j(files), 1),
+            "cpu_series": r.cpu_series,
+            "cpu_ms_per_gpu_s_per_interval": _interval_rates(r.cpu_series, args.gpus),
             "poll_loop": next((ln.split("poll-loop CPU: ", 1)[1] for ln in log_text.splitlines()
                                if "poll-loop CPU: " in ln), None),
             "log_tail": log_text[-1500:],
@@ -397,6 +409,13 @@ def run_live(args: argparse.Namespace) -> dict[str, Any]:
             "job_lengths_s": sorted({round(j.end - j.start) for j in jobs}),
             "jobs_without_file": sum(not j.with_file for j in jobs), "daemons": out_runs,
             "nvml_probe": probe or None}
+
+
+def _interval_rates(series: list[tuple[float, float]], gpus: int) -> list[float]:
+    """CPU ms per GPU per second between consecutive samples of ``series``: whether the cost
+    stays flat over a long run (no growth with rolls, jobs seen or files written)."""
+    return [round((c1 - c0) * 1e3 / ((t1 - t0) * gpus), 3)
+            for (t0, c0), (t1, c1) in itertools.pairwise(series) if t1 > t0]
 
 
 #: The daemon's per-poll NVML calls, and the expensive counter, for ``--nvml-probe``.
@@ -511,6 +530,8 @@ def summary(path: Path) -> str:
         lines.append(f"{r['name']:7s} {r['cpu_ms_per_gpu_s']:.3f} ms/GPU/s  cpu {r['cpu_s']} s  "
                      f"rss {r['peak_rss_mb']} MB  rows {r['rows']}  jobs {r['jobs_seen']}  "
                      f"{r['energy_j']} J  exit {r['exit_code']}  {r['poll_loop']}")
+        if r.get("cpu_ms_per_gpu_s_per_interval"):
+            lines.append(f"        per interval, ms/GPU/s: {r['cpu_ms_per_gpu_s_per_interval']}")
     p = d.get("nvml_probe") or {}
     lines.append(f"cheap fields per poll, CPU us: {p.get('cheap_fields_cpu_us_per_poll')}")
     for k, v in (p.get("cold_1hz") or {}).items():
@@ -539,6 +560,8 @@ def main() -> int:
     lv.add_argument("--seed", type=int, default=0)
     lv.add_argument("--startup-timeout", type=float, default=90.0)
     lv.add_argument("--uuids", default=None, help="GPU UUIDs by index, comma-separated (default: from NVML)")
+    lv.add_argument("--cpu-every", type=float, default=0.0,
+                    help="also sample each daemon's CPU every this many seconds (a series in the JSON)")
     lv.add_argument("--nvml-probe", action="store_true",
                     help="also time each NVML call at 1 Hz (cold) and back to back (hot), in this process")
     a = ap.parse_args()
