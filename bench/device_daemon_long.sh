@@ -10,7 +10,8 @@
 #     SECONDS_MEASURED=1320 bash bench/device_daemon_long.sh start 560   # starts it, waits 560 s
 #     bash bench/device_daemon_long.sh wait 580                           # again, until it ends
 # Each call prints its progress; the one that sees the end writes the JSON result and the
-# driver's stderr to $OUT and prints a summary. GPUS=N (default: all NVML sees). Read-only towards
+# driver's stderr to $OUT and prints a summary. GPUS=N (default: all NVML sees). ROLL_SECONDS=N
+# (default 60, a stress: the daemon's own default is 3600). Read-only towards
 # the GPUs: nothing here sets a limit, clock, MIG mode or persistence. A dry run off the GPU
 # machine: BACKEND=filestate:DIR UUIDS=... LOAD_CMD="sleep 1000" NO_PROBE=1.
 set -euo pipefail
@@ -58,7 +59,7 @@ start)
     extra=(--cpu-every 120)
     [ -n "${NO_PROBE:-}" ] || extra+=(--nvml-probe)
     [ -z "${UUIDS:-}" ] || extra+=(--uuids "$UUIDS")
-    daemon="env PYTHONPATH=$pkg python3 -m wattclass.cli telemetry run --backend ${BACKEND:-nvml} --roll-seconds 60"
+    daemon="env PYTHONPATH=$pkg python3 -m wattclass.cli telemetry run --backend ${BACKEND:-nvml} --roll-seconds ${ROLL_SECONDS:-60}"
     {
         date -u +"start %FT%TZ"
         nvidia-smi --query-gpu=index,name,driver_version,power.draw,power.limit --format=csv || true
