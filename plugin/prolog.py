@@ -260,46 +260,67 @@ def prolog(
     liveness = Liveness(job_ended if job_ended is not None else never_ended)
     if not dry_run:
         _drop_jobs_gone(jobs_dir, [held for held, _ in targets], job.display_id, liveness)
+    if _registers(comment, dry_run):  # an untrusted state folder fails the whole job, loudly
+        ensure_trusted_dir(state_dir)
     plan = []
     for g in resolve_gpus(backend, job.gpus, gpu_map):
-        current = backend.power_limit_w(g.gpu_index)
-        entry: dict[str, Any] = {
-            "job_id": job.job_id, "gpu_index": g.gpu_index, "uuid": g.uuid, "pci_bus_id": g.pci_bus_id,
-            "current_w": current, "default_w": g.power_limit_default_w, "min_w": g.power_limit_min_w,
-            "max_w": g.power_limit_max_w, "label": comment.label if comment else None,
-            "cap": comment.cap.text() if comment and comment.cap else None, "target_w": None,
-            "action": "none", "effective_w": current,
-        }
-        plan.append(entry)
-        target: float | None = None
-        if comment is not None and comment.cap is not None:
-            default = g.power_limit_default_w if g.power_limit_default_w is not None else current
-            if default is None:
-                log.error("job %s: GPU %s reports no default limit; not capped", job.job_id, g.uuid)
-            else:
-                target = cap_watts(comment.cap, default, g.power_limit_min_w, g.power_limit_max_w)
-                entry["target_w"] = target
-                entry["arm"] = comment.arm
-                if dry_run or not comment.capped_for_real():
-                    idle_arm = "control" if comment.arm == "control" else "shadow"
-                    entry["action"] = "dry-run" if dry_run else idle_arm
-                    log.info("job %s: %s: GPU %s label=%s cap=%s would set %.1f W (now %s W)", job.job_id,
-                             entry["action"], g.uuid, comment.label, entry["cap"], target, current)
-                    if dry_run or comment.mode != "enforce":
-                        continue
-                    target = None  # enforce mode, control arm: holds the GPU uncapped among neighbours
-        if dry_run or (comment is not None and comment.mode != "enforce" and not comment.capped_for_real()):
-            continue
-        # the record names the job as the job map does (display id: "123_4" for an array task),
-        # so a neighbour found through the map and the job's own Epilog name the same entry
-        entry.update(register(backend, g, job.display_id, target, jobs_dir,
-                              _record_path(state_dir, g.uuid), read_record, liveness))
-        if target is not None:
-            entry["action"] = "capped"
-            log.info("job %s: capped GPU %s (%s) label=%s cap=%s: %s W -> %.1f W (jobs on it: %s)",
-                     job.job_id, g.uuid, g.pci_bus_id, comment.label if comment else None, entry["cap"],
-                     current, entry["effective_w"], ",".join(entry["jobs"]))
+        try:
+            plan.append(_prolog_gpu(backend, g, job, comment, jobs_dir, state_dir, dry_run, liveness))
+        except (WattclassError, OSError) as exc:
+            # One GPU that cannot be capped (lost from the bus, an NVML error, an unusable record)
+            # must not leave the job's other GPUs uncapped: the rest are still capped.
+            log.error("job %s: GPU %s: not capped: %s", job.job_id, g.uuid, exc)
+            plan.append({"job_id": job.job_id, "gpu_index": g.gpu_index, "uuid": g.uuid,
+                         "action": "error", "error": str(exc)})
     return plan
+
+
+def _registers(comment: Comment | None, dry_run: bool) -> bool:
+    """Whether the job takes its place in its GPUs' cap records: capped for real, or holding a
+    GPU at its decision's limit among neighbours (no decision, enforce mode's control arm)."""
+    return not dry_run and (comment is None or comment.mode == "enforce" or comment.capped_for_real())
+
+
+def _prolog_gpu(backend: GpuBackend, g: GpuInfo, job: JobEnv, comment: Comment | None, jobs_dir: Path,
+                state_dir: Path, dry_run: bool, liveness: Liveness) -> dict[str, Any]:
+    """The Prolog on one physical GPU of the job: its plan entry, the cap set where one applies."""
+    current = backend.power_limit_w(g.gpu_index)
+    entry: dict[str, Any] = {
+        "job_id": job.job_id, "gpu_index": g.gpu_index, "uuid": g.uuid, "pci_bus_id": g.pci_bus_id,
+        "current_w": current, "default_w": g.power_limit_default_w, "min_w": g.power_limit_min_w,
+        "max_w": g.power_limit_max_w, "label": comment.label if comment else None,
+        "cap": comment.cap.text() if comment and comment.cap else None, "target_w": None,
+        "action": "none", "effective_w": current,
+    }
+    target: float | None = None
+    if comment is not None and comment.cap is not None:
+        default = g.power_limit_default_w if g.power_limit_default_w is not None else current
+        if default is None:
+            log.error("job %s: GPU %s reports no default limit; not capped", job.job_id, g.uuid)
+        else:
+            target = cap_watts(comment.cap, default, g.power_limit_min_w, g.power_limit_max_w)
+            entry["target_w"] = target
+            entry["arm"] = comment.arm
+            if dry_run or not comment.capped_for_real():
+                idle_arm = "control" if comment.arm == "control" else "shadow"
+                entry["action"] = "dry-run" if dry_run else idle_arm
+                log.info("job %s: %s: GPU %s label=%s cap=%s would set %.1f W (now %s W)", job.job_id,
+                         entry["action"], g.uuid, comment.label, entry["cap"], target, current)
+                if dry_run or comment.mode != "enforce":
+                    return entry
+                target = None  # enforce mode, control arm: holds the GPU uncapped among neighbours
+    if not _registers(comment, dry_run):
+        return entry
+    # the record names the job as the job map does (display id: "123_4" for an array task),
+    # so a neighbour found through the map and the job's own Epilog name the same entry
+    entry.update(register(backend, g, job.display_id, target, jobs_dir,
+                          _record_path(state_dir, g.uuid), read_record, liveness))
+    if target is not None:
+        entry["action"] = "capped"
+        log.info("job %s: capped GPU %s (%s) label=%s cap=%s: %s W -> %.1f W (jobs on it: %s)",
+                 job.job_id, g.uuid, g.pci_bus_id, comment.label if comment else None, entry["cap"],
+                 current, entry["effective_w"], ",".join(entry["jobs"]))
+    return entry
 
 
 def _set_clamped(backend: GpuBackend, g: GpuInfo, watts: float) -> float:

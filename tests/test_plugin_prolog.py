@@ -229,6 +229,36 @@ def test_one_bad_cap_record_does_not_strand_the_other_gpus(tmp_path: Path, bad: 
     assert not list((tmp_path / "caps").glob("*.json"))
 
 
+class _LostGpu0(FileStateBackend):
+    """GPU 0 has fallen off the bus: NVML refuses to set its limit."""
+
+    def set_power_limit_w(self, index: int, watts: float) -> None:
+        if index == 0:
+            raise GpuError("GPU 0: NVML_ERROR_GPU_IS_LOST")
+        super().set_power_limit_w(index, watts)
+
+
+@pytest.mark.parametrize("bad", ["lost", "untrusted record"])
+def test_one_gpu_that_cannot_be_capped_does_not_leave_the_others_uncapped(tmp_path: Path, bad: str) -> None:
+    """Fail safe for caps: the Prolog used to stop at the first GPU that failed, so an 8-GPU memory
+    job ran with 7 GPUs uncapped because one GPU (or its record) was bad."""
+    FileStateBackend.create(tmp_path / "g.json", 3)
+    be = _LostGpu0(tmp_path / "g.json") if bad == "lost" else FileStateBackend(tmp_path / "g.json")
+    gmap = {str(i): be.gpus()[i].uuid for i in range(3)}
+    if bad == "untrusted record":  # e.g. an admin's chmod: the record of GPU 0 is refused
+        (tmp_path / "caps").mkdir()
+        rec = tmp_path / "caps" / f"{be.gpus()[0].uuid}.json"
+        rec.write_text(json.dumps({"version": 2, "previous_w": 700.0, "jobs": {}, "set_w": 700.0}))
+        rec.chmod(0o666)
+    env = {"SLURM_JOB_ID": "9", "SLURM_JOB_GPUS": "0,1,2"}
+    plan = prolog(env, be, lambda _j: MEM, gmap, tmp_path / "jobs", tmp_path / "caps")
+    assert [p["action"] for p in plan] == ["error", "capped", "capped"]
+    assert [be.power_limit_w(i) for i in (1, 2)] == [420.0, 420.0]
+    with contextlib.suppress(GpuError):  # GPU 0 is still lost
+        epilog(env, be, tmp_path / "jobs", tmp_path / "caps", gmap)
+    assert [be.power_limit_w(i) for i in (1, 2)] == [700.0, 700.0]
+
+
 def test_nobody_owned_state_folder_is_refused_and_the_job_gpus_go_to_default(tmp_path: Path) -> None:
     be, gmap, env = _capped(tmp_path, 2)
     caps = tmp_path / "caps"
