@@ -417,7 +417,7 @@ def epilog(env: Mapping[str, str], backend: GpuBackend, jobs_dir: Path = DEFAULT
     held = _held_gpus(backend, Path(jobs_dir), job.display_id)
     trusted = True
     try:
-        refuse_untrusted_dir(Path(state_dir))
+        refuse_untrusted_dir(Path(state_dir), creates=True)
         found = set(Path(state_dir).glob("*.json"))
         records = sorted(found | {_record_path(state_dir, u) for u in held})
     except FileNotFoundError:  # no capped job yet; one may start now: lock the job's GPUs

@@ -273,6 +273,34 @@ def test_nobody_owned_state_folder_is_refused_and_the_job_gpus_go_to_default(tmp
         prolog({**env, "SLURM_JOB_ID": "10"}, be, lambda _j: MEM, gmap, tmp_path / "jobs", caps)
 
 
+def test_a_sticky_state_folder_others_can_write_is_refused(tmp_path: Path) -> None:
+    """A sticky, world-writable state folder (``--state-dir /tmp``: mode 1777) passed the trust
+    check, so a user could make the names root uses first: a record they own for each GPU (the
+    Prolog refused it and left that GPU uncapped), or a ``<gpu>.lock`` they hold (every hook on the
+    GPU waits forever). Sticky is fine above the folder, not for the folder root creates files in."""
+    be = FileStateBackend.create(tmp_path / "g.json", 2)
+    gmap = {str(i): be.gpus()[i].uuid for i in range(2)}
+    caps = tmp_path / "caps"
+    caps.mkdir()
+    caps.chmod(0o1777)
+    for g in be.gpus():  # planted by uid 65534 before any job
+        planted = caps / f"{g.uuid}.json"
+        planted.write_text("{}")
+        os.chown(planted, 65534, 65534)
+    env = {"SLURM_JOB_ID": "9", "SLURM_JOB_GPUS": "0,1"}
+    with pytest.raises(ConfigError, match="others can write"):  # refused up front, loudly
+        prolog(env, be, lambda _j: MEM, gmap, tmp_path / "jobs", caps)
+    from wattclass.plugin.check import _check_dir
+
+    with pytest.raises(ConfigError, match="others can write"):  # and `wattclass plugin check` says so
+        _check_dir(caps, creates=True)
+    _check_dir(tmp_path, creates=False)  # a sticky folder above is still fine (/tmp)
+    # the Epilog believes nothing in it: the job's GPUs go to their default limit
+    be.set_power_limit_w(0, 420.0)
+    epilog(env, be, tmp_path / "jobs", caps, gmap)
+    assert [be.power_limit_w(i) for i in range(2)] == [700.0, 700.0]
+
+
 def test_symlinked_cap_record_is_not_trusted(tmp_path: Path) -> None:
     be, gmap, env = _capped(tmp_path, 1)
     caps = tmp_path / "caps"
