@@ -210,6 +210,17 @@ def _drop_jobs_gone(jobs_dir: Path, held: list[str], job_id: str, liveness: Live
     drop_ended(jobs_dir, "GPU " + ",".join(held), others, liveness)
 
 
+def _write_hpc_job_files(hpc_job_dir: Path, gpus: list[GpuInfo], job: JobEnv) -> None:
+    """dcgm-exporter's job mapping, best effort: it only labels metrics, so a folder it cannot
+    use (refused as untrusted: say owned by the exporter's user) is logged and the cap still set."""
+    for g in gpus:
+        try:
+            write_hpc_job_file(hpc_job_dir, g.gpu_index, job.display_id)
+        except (WattclassError, OSError) as exc:
+            log.error("job %s: dcgm-exporter job mapping for GPU %s not written: %s", job.job_id,
+                      g.gpu_index, exc)
+
+
 def _decision(job_id: str, text: str | None) -> Comment | None:
     """The job's wattclass decision from its admin_comment (None: no cap).
 
@@ -250,8 +261,7 @@ def prolog(
             write_job_file(jobs_dir, held, JobAssignment(job.display_id, job.user, job.uid,
                                                          account=job.account))
         if hpc_job_dir is not None:
-            for g in resolve_gpus(backend, job.gpus, gpu_map):
-                write_hpc_job_file(hpc_job_dir, g.gpu_index, job.display_id)
+            _write_hpc_job_files(hpc_job_dir, resolve_gpus(backend, job.gpus, gpu_map), job)
     comment = _decision(job.job_id, admin_comment(job.job_id))
     if comment is not None and not dry_run:  # the label, for the exporter's wattclass_job_label_info
         for held, _ in targets:

@@ -407,3 +407,18 @@ def test_a_malformed_wattclass_token_is_logged_as_an_error(tmp_path: Path,
         prolog({**env, "SLURM_JOB_ID": "44"}, be, lambda _j: "ops note, no token", MAP, tmp_path / "jobs",
                tmp_path / "caps")
     assert not caplog.records  # no wattclass token at all: nothing to report
+
+
+def test_an_unusable_dcgm_exporter_mapping_folder_does_not_cost_the_cap(tmp_path: Path) -> None:
+    """The optional dcgm-exporter mapping was written before the decision was read: a mapping
+    folder the Prolog refuses (owned by the exporter's user, say) left every job uncapped."""
+    be = FileStateBackend.create(tmp_path / "g.json", 2)
+    gmap = {str(i): be.gpus()[i].uuid for i in range(2)}
+    hpc = tmp_path / "hpc"
+    hpc.mkdir()
+    os.chown(hpc, 65534, 65534)
+    env = {"SLURM_JOB_ID": "9", "SLURM_JOB_GPUS": "0,1"}
+    plan = prolog(env, be, lambda _j: MEM, gmap, tmp_path / "jobs", tmp_path / "caps", hpc_job_dir=hpc)
+    assert [p["action"] for p in plan] == ["capped", "capped"]
+    assert [be.power_limit_w(i) for i in range(2)] == [420.0, 420.0]
+    assert not list(hpc.iterdir())  # nothing written into the refused folder
