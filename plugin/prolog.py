@@ -46,7 +46,13 @@ from typing import Any, NamedTuple
 from wattclass.admincomment import COMMENT_PREFIX, Comment, parse_admin_comment
 from wattclass.caps import cap_watts
 from wattclass.errors import ConfigError, DataError, GpuError, WattclassError
-from wattclass.fsutil import atomic_write_text, ensure_trusted_dir, read_trusted_text, refuse_untrusted_dir
+from wattclass.fsutil import (
+    atomic_write_text,
+    ensure_trusted_dir,
+    open_trusted_append,
+    read_trusted_text,
+    refuse_untrusted_dir,
+)
 from wattclass.gpu.base import GpuBackend, GpuInfo
 from wattclass.jobmap import (
     DEFAULT_SPOOL,
@@ -548,12 +554,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def setup_log(path: Path | None, stderr: bool = True) -> None:
     """Log to ``path`` (appended; slurmd discards hook output) and optionally stderr."""
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)] if stderr else []
-    if path is not None:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            handlers.append(logging.FileHandler(path))
-        except OSError as exc:
-            print(f"wattclass: cannot open log {path}: {exc}", file=sys.stderr)
+    if path is not None and os.fspath(path) == os.devnull:
+        pass  # no log file (dry runs)
+    elif path is not None:
+        try:  # as root trusts a path: no symlink, FIFO or folder others can write
+            handlers.append(logging.StreamHandler(open_trusted_append(path)))
+        except (ConfigError, OSError) as exc:
+            # " ERROR ": the wrappers send such stderr lines to syslog
+            print(f"wattclass ERROR hook log {path} not used: {exc}", file=sys.stderr)
     root = logging.getLogger("wattclass")
     root.setLevel(logging.INFO)
     for h in handlers:

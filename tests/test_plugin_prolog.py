@@ -422,3 +422,32 @@ def test_an_unusable_dcgm_exporter_mapping_folder_does_not_cost_the_cap(tmp_path
     assert [p["action"] for p in plan] == ["capped", "capped"]
     assert [be.power_limit_w(i) for i in range(2)] == [420.0, 420.0]
     assert not list(hpc.iterdir())  # nothing written into the refused folder
+
+
+@pytest.mark.parametrize("bad", ["symlink", "fifo", "folder others can write"])
+def test_the_hook_log_is_opened_as_root_trusts_a_path(tmp_path: Path, bad: str,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """The hooks appended to ``--log`` as root following symlinks: whoever could write the log's
+    folder could make root append to any file (a link to /etc/passwd) or hang every hook (a FIFO)."""
+    from wattclass.plugin.prolog import setup_log
+
+    logs, victim = tmp_path / "logs", tmp_path / "passwd"
+    logs.mkdir()
+    victim.write_text("root:x:0:0::/root:/bin/sh\n")
+    if bad == "symlink":
+        (logs / "plugin.log").symlink_to(victim)
+    elif bad == "fifo":
+        os.mkfifo(logs / "plugin.log")
+    else:
+        logs.chmod(0o777)
+    root = logging.getLogger("wattclass")
+    try:
+        setup_log(logs / "plugin.log", stderr=False)  # returns: no block on the FIFO
+        logging.getLogger("wattclass.plugin.prolog").error("job %s: planted line", 5)
+    finally:
+        for h in list(root.handlers):
+            root.removeHandler(h)
+    assert victim.read_text() == "root:x:0:0::/root:/bin/sh\n"
+    assert "ERROR hook log" in capsys.readouterr().err  # the wrappers send it to syslog
+    if bad == "folder others can write":
+        assert not (logs / "plugin.log").exists()

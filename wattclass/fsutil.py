@@ -169,6 +169,36 @@ def read_trusted_bytes(path: Path, max_bytes: int = 16 * 1024 * 1024) -> bytes:
         os.close(fd)
 
 
+def open_trusted_append(path: Path) -> IO[str]:
+    """Open a log file root appends to (created 0644, its missing folders 0755), as root trusts a
+    path: the folder and those above must be trusted (``refuse_untrusted_dir``), the file is
+    opened without following a symlink or blocking on a FIFO and must be a regular file, owned by
+    root, that others cannot write. ConfigError otherwise.
+
+    Why: a user who could write the log's folder could point the log at any file (root would
+    append to /etc/passwd) or make it a FIFO (the hook would block forever, delaying the job)."""
+    p = Path(path)
+    make_dirs(p.parent)
+    refuse_untrusted_dir(p.parent)
+    try:
+        fd = os.open(p, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                     0o644)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENXIO):  # a symlink; a FIFO without a reader
+            raise ConfigError(f"{p}: refusing a symlink or FIFO as a log file") from exc
+        raise
+    try:
+        st = os.fstat(fd)
+        _refuse_stat(p, st, False)
+        if not stat.S_ISREG(st.st_mode):
+            raise ConfigError(f"{p}: not a regular file")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "a", encoding="utf-8")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def read_trusted_text(path: Path) -> str:
     """``read_trusted_bytes`` decoded as UTF-8 (bad bytes are a ConfigError naming the file)."""
     try:
