@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
 from wattclass.admincomment import COMMENT_PREFIX, canary_arm, canary_key, format_comment
+from wattclass.policy import ASCII_LOWER
 
 
 class Decision(NamedTuple):
@@ -134,6 +135,8 @@ def decide(
         return Decision("none", "no_gpu_request")
     policy: Mapping[str, Any] = table["policy"]
     exempt = policy.get("exempt") or {}
+    if account is not None:  # as job_submit.lua: Slurm lower-cases it after job_submit (C tolower)
+        account = account.translate(ASCII_LOWER)
     if user is not None and (exempt.get("users") or {}).get(user):
         return Decision("none", "exempt_user")
     if account is not None and (exempt.get("accounts") or {}).get(account):

@@ -465,6 +465,10 @@ end
 -- The decision for resolved job fields; returns status, reason, admin_comment, features, label, conf.
 local function decide(t, user, name, account, partition, user_features, gpu_request, now)
   if not gpu_request then return "none", "no_gpu_request" end
+  -- Slurm lower-cases the account only after job_submit (validate_job_create_req) and matches
+  -- associations ignoring case: `-A PHYSICS` runs in account physics, the name every key and
+  -- exemption uses, so it is looked up as such (else the account key was dodged by case).
+  if account ~= nil then account = string.lower(account) end
   local policy = t.policy
   local exempt = policy.exempt or {}
   if user ~= nil and field(exempt.users, user) then return "none", "exempt_user" end

@@ -228,6 +228,23 @@ def test_gpu_request_parsing_agrees_in_lua_and_python(tmp_path: Path) -> None:
 
 
 # -- items 5, 6, 8 on the Python side, spelled out ---------------------------------------------------
+def test_the_account_key_cannot_be_dodged_by_its_case(tmp_path: Path) -> None:
+    """Slurm matches ``-A`` to associations ignoring case and lower-cases the account only after
+    job_submit (validate_job_create_req): ``sbatch -A PHYSICS`` runs in account physics but was
+    looked up as "PHYSICS", missed the physics key and ran uncapped."""
+    table_path = _table(tmp_path, "enforce")
+    cases = [{"user": "dave", "name": "x", "account": a, "partition": "main", "gpus": "gres/gpu:1"}
+             for a in ("physics", "PHYSICS", "Physics", "BENCHMARK")]
+    rows = _run_lua(render_job_submit(table_path), cases, tmp_path)
+    assert [r[1:3] for r in rows] == [("enforce", "enforce")] * 3 + [("none", "exempt_account")]
+    assert len({r[3] for r in rows[:3]}) == 1  # the same admin_comment: physics's mixed cap
+    table = read_label_table(table_path)
+    assert [decide(table, "dave", "x", c["account"], "main").reason for c in cases] == [
+        "enforce", "enforce", "enforce", "exempt_account"]
+    # the policy names accounts as the sysadmin typed them; Slurm's are lower-case
+    assert parse_policy({"exempt": {"accounts": ["Benchmark"]}}).exempt_accounts == {"benchmark"}
+
+
 def test_exempt_only_when_every_partition_is_and_low_keys_fall_through(tmp_path: Path) -> None:
     table = read_label_table(_table(tmp_path, "enforce"))
     assert decide(table, "bob", "x", None, "debug").reason == "exempt_partition"

@@ -29,6 +29,9 @@ from wattclass.labeltable import LABELS, MODES
 _TOP_KEYS = {"mode", "min_confidence", "min_confidence_by_label", "caps", "placement", "exempt", "canary"}
 _EXEMPT_KEYS = ("accounts", "partitions", "users")
 _FEATURE_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+#: Slurm's ``xstrtolower`` of account names (C ``tolower``: ASCII letters only, as Lua's
+#: ``string.lower``); job_submit.lua and ``plugin.decide`` compare accounts lower-cased.
+ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
 
 @dataclass(frozen=True)
@@ -189,7 +192,8 @@ def parse_policy(doc: Mapping[str, Any], source: str = "<policy>") -> Policy:
         min_confidence_by_label=by_label,
         caps=caps,
         features=features,
-        exempt_accounts=lists["accounts"],
+        # Slurm keeps accounts lower-case (and job_submit.lua looks them up so): "Physics" is physics
+        exempt_accounts=frozenset(a.translate(ASCII_LOWER) for a in lists["accounts"]),
         exempt_partitions=lists["partitions"],
         exempt_users=lists["users"],
         canary_fraction=canary,
