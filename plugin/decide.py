@@ -125,10 +125,13 @@ def decide(
     account: str | None = None,
     partition: str | None = None,
     user_features: str | None = None,
-    gpu_request: bool = True,
+    gpu_request: bool | str = True,
     submit_s: int | None = None,
 ) -> Decision:
-    """The decision job_submit.lua makes for a job with these (resolved) fields; see module docstring."""
+    """The decision job_submit.lua makes for a job with these (resolved) fields; see module docstring.
+
+    ``gpu_request="whole_node"``: the job asks for no GPU but gets all of its nodes' (``--exclusive``,
+    ``-S``, an OverSubscribe=EXCLUSIVE partition): it is decided, without placement features."""
     if not isinstance(table, Mapping) or not isinstance(table.get("policy"), Mapping):
         return Decision("none", "no_table")
     if not gpu_request:
@@ -163,7 +166,7 @@ def decide(
         arm = canary_arm(int(policy.get("canary_threshold") or 0), mode, canary_key(user, now))
     comment = format_comment(label, conf, cap, src, mode, arm)
     features = None
-    if mode == "enforce" and not user_features:
+    if mode == "enforce" and not user_features and gpu_request is True:
         avail = policy.get("features_available") or {}
         feats = [f for f in (dec.get("features") or []) if avail.get(f)]
         features = "&".join(feats) if feats else None
