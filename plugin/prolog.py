@@ -85,6 +85,9 @@ log = logging.getLogger("wattclass.plugin.prolog")
 DEFAULT_STATE = Path("/run/wattclass/caps")
 DEFAULT_LOG = Path("/var/log/wattclass/plugin.log")
 _UUID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+#: The token job_submit.lua's slurm_job_modify writes when root's change leaves a job no decision
+#: (Slurm ignores an empty admin_comment): no cap, and nothing wrong.
+_NO_DECISION = re.compile(r"(?:^|\s)" + re.escape(COMMENT_PREFIX) + r"decision=none;reason=[a-z_]+(?:\s|$)")
 
 
 # -- GPU mapping -------------------------------------------------------------------------------
@@ -235,7 +238,10 @@ def _decision(job_id: str, text: str | None) -> Comment | None:
     the sysadmin looks (hook review)."""
     comment = parse_admin_comment(text)
     if comment is None and text and COMMENT_PREFIX in text:
-        log.error("job %s: malformed wattclass token in admin_comment, not capped: %s", job_id, text)
+        if _NO_DECISION.search(text):  # job_submit.lua re-decided it (root's scontrol update): none
+            log.info("job %s: no decision (admin_comment: %s)", job_id, text)
+        else:
+            log.error("job %s: malformed wattclass token in admin_comment, not capped: %s", job_id, text)
     return comment
 
 

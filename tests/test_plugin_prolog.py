@@ -407,6 +407,13 @@ def test_a_malformed_wattclass_token_is_logged_as_an_error(tmp_path: Path,
         prolog({**env, "SLURM_JOB_ID": "44"}, be, lambda _j: "ops note, no token", MAP, tmp_path / "jobs",
                tmp_path / "caps")
     assert not caplog.records  # no wattclass token at all: nothing to report
+    # root's scontrol update re-decided the job to no decision (job_submit.lua's modify writes this
+    # token, as Slurm ignores an empty admin_comment): nothing wrong, no ERROR in syslog every job
+    with caplog.at_level(logging.ERROR, logger="wattclass"):
+        plan = prolog({**env, "SLURM_JOB_ID": "45"}, be,
+                      lambda _j: "ops note wattclass:decision=none;reason=exempt_partition", MAP,
+                      tmp_path / "jobs", tmp_path / "caps")
+    assert [p["action"] for p in plan] == ["none"] and not caplog.records
 
 
 def test_an_unusable_dcgm_exporter_mapping_folder_does_not_cost_the_cap(tmp_path: Path) -> None:
