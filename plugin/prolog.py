@@ -117,10 +117,15 @@ def discover_gpu_map(backend: GpuBackend) -> dict[str, str]:
     return out
 
 
-def resolve_gpus(backend: GpuBackend, slurm_gpus: str, gpu_map: Mapping[str, str]) -> list[GpuInfo]:
+def resolve_gpus(backend: GpuBackend, slurm_gpus: str, gpu_map: Mapping[str, str],
+                 on_error: Callable[[WattclassError], None] | None = None) -> list[GpuInfo]:
     """The physical backend GPUs behind SLURM_JOB_GPUS, once each, in Slurm's order."""
+    return _physical(resolve_targets(backend, slurm_gpus, gpu_map, on_error))
+
+
+def _physical(targets: list[tuple[str, GpuInfo]]) -> list[GpuInfo]:
     seen: dict[str, GpuInfo] = {}
-    for _, g in resolve_targets(backend, slurm_gpus, gpu_map):
+    for _, g in targets:
         seen.setdefault(g.uuid, g)
     return list(seen.values())
 
@@ -263,7 +268,12 @@ def prolog(
     ran); such jobs no longer hold the GPU uncapped. None: every job file counts.
     """
     job = job_env(env)
-    targets = resolve_targets(backend, job.gpus, gpu_map)
+
+    def unresolved(exc: WattclassError) -> None:  # the job's other GPUs are still capped
+        log.error("job %s: a GPU of SLURM_JOB_GPUS=%s is not capped: %s", job.job_id, job.gpus, exc)
+
+    targets = resolve_targets(backend, job.gpus, gpu_map, unresolved)
+    gpus = _physical(targets)
     if not targets:
         log.info("job %s: no GPUs", job.job_id)
         return []
@@ -273,7 +283,7 @@ def prolog(
             write_job_file(jobs_dir, held, JobAssignment(job.display_id, job.user, job.uid,
                                                          account=job.account))
         if hpc_job_dir is not None:
-            _write_hpc_job_files(hpc_job_dir, resolve_gpus(backend, job.gpus, gpu_map), job)
+            _write_hpc_job_files(hpc_job_dir, gpus, job)
     comment = _decision(job.job_id, admin_comment(job.job_id))
     if comment is not None and not dry_run:  # the label, for the exporter's wattclass_job_label_info
         for held, _ in targets:
@@ -285,7 +295,7 @@ def prolog(
     if _registers(comment, dry_run):  # an untrusted state folder fails the whole job, loudly
         ensure_trusted_dir(state_dir)
     plan = []
-    for g in resolve_gpus(backend, job.gpus, gpu_map):
+    for g in gpus:
         try:
             plan.append(_prolog_gpu(backend, g, job, comment, jobs_dir, state_dir, dry_run, liveness))
         except (WattclassError, OSError) as exc:
@@ -378,11 +388,10 @@ def _restore(backend: GpuBackend, uuid: str, rec_path: Path | None, rec: Mapping
 def _job_gpus(backend: GpuBackend, job: JobEnv, gpu_map: Mapping[str, str] | None) -> dict[str, GpuInfo]:
     if gpu_map is None or not job.gpus:
         return {}
-    try:
-        return {g.uuid: g for g in resolve_gpus(backend, job.gpus, gpu_map)}
-    except WattclassError as exc:
-        log.error("job %s: epilog: cannot map the job's GPUs: %s", job.job_id, exc)
-        return {}
+    def unresolved(exc: WattclassError) -> None:  # the others still count as the job's
+        log.error("job %s: epilog: cannot map a GPU of the job: %s", job.job_id, exc)
+
+    return {g.uuid: g for g in resolve_gpus(backend, job.gpus, gpu_map, unresolved)}
 
 
 def _held_gpus(backend: GpuBackend, jobs_dir: Path, display_id: str) -> dict[str, list[str]]:

@@ -458,3 +458,24 @@ def test_the_hook_log_is_opened_as_root_trusts_a_path(tmp_path: Path, bad: str,
     assert "ERROR hook log" in capsys.readouterr().err  # the wrappers send it to syslog
     if bad == "folder others can write":
         assert not (logs / "plugin.log").exists()
+
+
+@pytest.mark.parametrize("bad", ["not in the map", "gone from the backend"])
+def test_a_gpu_that_cannot_be_resolved_does_not_leave_the_others_uncapped(tmp_path: Path, bad: str) -> None:
+    """Resolving SLURM_JOB_GPUS stopped at the first GPU it could not map: a GPU fallen off the
+    bus (NVML no longer lists it, Slurm still hands it out) or missing from the map left every
+    GPU of the job uncapped."""
+    be = FileStateBackend.create(tmp_path / "g.json", 3)
+    gmap = {str(i): be.gpus()[i].uuid for i in range(3)}
+    if bad == "not in the map":
+        del gmap["1"]
+    else:
+        gmap["1"] = "GPU-00000000-dead-4000-8000-000000000000"
+    env = {"SLURM_JOB_ID": "9", "SLURM_JOB_GPUS": "0,1,2"}
+    plan = prolog(env, be, lambda _j: MEM, gmap, tmp_path / "jobs", tmp_path / "caps")
+    assert [p["gpu_index"] for p in plan] == [0, 2]
+    assert [be.power_limit_w(i) for i in range(3)] == [420.0, 700.0, 420.0]
+    # the state folder is untrusted at the Epilog: the GPUs it can map still go to their default
+    os.chown(tmp_path / "caps", 65534, 65534)
+    epilog(env, be, tmp_path / "jobs", tmp_path / "caps", gmap)
+    assert [be.power_limit_w(i) for i in range(3)] == [700.0, 700.0, 700.0]
