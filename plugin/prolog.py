@@ -516,29 +516,46 @@ def _remove_job_files(spool: Path, job: JobEnv) -> None:
 
 def reconcile(backend: GpuBackend, jobs_dir: Path = DEFAULT_SPOOL,
               state_dir: Path = DEFAULT_STATE) -> list[dict[str, Any]]:
-    """On GPUs that no job holds: restore a recorded limit, else the default. Run at boot."""
-    done = []
+    """On GPUs that no job holds: restore a recorded limit, else the default. Run at boot.
+
+    Each GPU on its own, as in the Epilog: one GPU whose limit cannot be set must not leave the
+    others at a crashed job's cap; the failures are raised together at the end (exit 1)."""
+    done: list[dict[str, Any]] = []
+    errors: list[str] = []
     for g in backend.gpus():
-        if jobs_on_gpu(jobs_dir, g.uuid) or any(jobs_on_gpu(jobs_dir, m.uuid)
-                                                 for m in backend.mig_instances(g.gpu_index)):
-            continue
-        rec_path = _record_path(state_dir, g.uuid)
         try:
-            rec = read_record(rec_path)
-        except (DataError, ConfigError) as exc:
-            log.error("reconcile: %s; GPU %s goes to its default limit", exc, g.uuid)
-            rec = {}
-        if rec is not None:
-            watts = _restore(backend, g.uuid, rec_path, rec or None, "reconcile")
-            done.append({"uuid": g.uuid, "action": "restored", "watts": watts})
+            entry = _reconcile_gpu(backend, g, jobs_dir, state_dir)
+        except (WattclassError, OSError) as exc:
+            errors.append(f"GPU {g.uuid}: {exc}")
+            log.error("reconcile: GPU %s: %s", g.uuid, exc)
             continue
-        current = backend.power_limit_w(g.gpu_index)
-        default = g.power_limit_default_w
-        if default is not None and current is not None and abs(current - default) > 0.5:
-            backend.set_power_limit_w(g.gpu_index, default)
-            log.info("reconcile: GPU %s had %s W with no job; set default %s W", g.uuid, current, default)
-            done.append({"uuid": g.uuid, "action": "default", "watts": default})
+        if entry is not None:
+            done.append(entry)
+    if errors:
+        raise GpuError("reconcile: " + "; ".join(errors))
     return done
+
+
+def _reconcile_gpu(backend: GpuBackend, g: GpuInfo, jobs_dir: Path, state_dir: Path) -> dict[str, Any] | None:
+    if jobs_on_gpu(jobs_dir, g.uuid) or any(jobs_on_gpu(jobs_dir, m.uuid)
+                                             for m in backend.mig_instances(g.gpu_index)):
+        return None
+    rec_path = _record_path(state_dir, g.uuid)
+    try:
+        rec = read_record(rec_path)
+    except (DataError, ConfigError) as exc:
+        log.error("reconcile: %s; GPU %s goes to its default limit", exc, g.uuid)
+        rec = {}
+    if rec is not None:
+        watts = _restore(backend, g.uuid, rec_path, rec or None, "reconcile")
+        return {"uuid": g.uuid, "action": "restored", "watts": watts}
+    current = backend.power_limit_w(g.gpu_index)
+    default = g.power_limit_default_w
+    if default is not None and current is not None and abs(current - default) > 0.5:
+        backend.set_power_limit_w(g.gpu_index, default)
+        log.info("reconcile: GPU %s had %s W with no job; set default %s W", g.uuid, current, default)
+        return {"uuid": g.uuid, "action": "default", "watts": default}
+    return None
 
 
 # -- entry point -------------------------------------------------------------------------------

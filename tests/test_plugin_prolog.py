@@ -144,6 +144,18 @@ def test_reconcile_restores_record_or_default(tmp_path: Path) -> None:
     assert [be.power_limit_w(i) for i in range(2)] == [700.0, 700.0]
 
 
+def test_reconcile_goes_on_past_a_gpu_it_cannot_set(tmp_path: Path) -> None:
+    """At boot, one GPU whose limit cannot be set stopped reconcile: the GPUs after it stayed at
+    the crashed jobs' caps."""
+    FileStateBackend.create(tmp_path / "g.json", 3)
+    for i in range(3):
+        FileStateBackend(tmp_path / "g.json").set_power_limit_w(i, 420.0)  # caps of a crashed node
+    be = _LostGpu0(tmp_path / "g.json")
+    with pytest.raises(GpuError, match="GPU_IS_LOST"):  # still reported: the unit exits 1
+        reconcile(be, tmp_path / "j", tmp_path / "c")
+    assert [be.power_limit_w(i) for i in (1, 2)] == [700.0, 700.0]
+
+
 def test_hook_entry_point_exits_zero_on_errors(tmp_path: Path) -> None:
     env = dict(os.environ, SLURM_JOB_ID="11", SLURM_JOB_GPUS="0")
     for args in (["--backend", f"filestate:{tmp_path / 'missing.json'}"],
