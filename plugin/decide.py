@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
 from wattclass.admincomment import COMMENT_PREFIX, canary_arm, canary_key, format_comment
-from wattclass.policy import ASCII_LOWER
+from wattclass.labeltable import slurm_account
 
 
 class Decision(NamedTuple):
@@ -139,7 +139,7 @@ def decide(
     policy: Mapping[str, Any] = table["policy"]
     exempt = policy.get("exempt") or {}
     if account is not None:  # as job_submit.lua: Slurm lower-cases it after job_submit (C tolower)
-        account = account.translate(ASCII_LOWER)
+        account = slurm_account(account)
     if user is not None and (exempt.get("users") or {}).get(user):
         return Decision("none", "exempt_user")
     if account is not None and (exempt.get("accounts") or {}).get(account):

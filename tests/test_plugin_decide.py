@@ -241,8 +241,16 @@ def test_the_account_key_cannot_be_dodged_by_its_case(tmp_path: Path) -> None:
     table = read_label_table(table_path)
     assert [decide(table, "dave", "x", c["account"], "main").reason for c in cases] == [
         "enforce", "enforce", "enforce", "exempt_account"]
-    # the policy names accounts as the sysadmin typed them; Slurm's are lower-case
+    # the policy names accounts as the sysadmin typed them, a --jobs-file as the site wrote them;
+    # Slurm's are lower-case, and so are the table's keys and exemptions
     assert parse_policy({"exempt": {"accounts": ["Benchmark"]}}).exempt_accounts == {"benchmark"}
+    mixed = tmp_path / "mixed.tsv"
+    write_label_table(mixed, [TableEntry("account", None, None, "Chem", "memory", 0.9, 3, "rule")],
+                      {**parse_policy({"caps": {"memory": "60%"}}).table_dict(set()),
+                       "exempt": {"accounts": {"BIO": True}}})
+    rows = _run_lua(render_job_submit(mixed),
+                    [{**cases[0], "account": "chem"}, {**cases[0], "account": "bio"}], tmp_path)
+    assert [r[1:3] for r in rows] == [("shadow", "shadow"), ("none", "exempt_account")], rows
 
 
 def test_exempt_only_when_every_partition_is_and_low_keys_fall_through(tmp_path: Path) -> None:

@@ -24,14 +24,11 @@ from wattclass.admincomment import canary_threshold
 from wattclass.caps import Cap, cap_watts, parse_cap
 from wattclass.errors import ConfigError
 from wattclass.fsutil import read_trusted_bytes
-from wattclass.labeltable import LABELS, MODES
+from wattclass.labeltable import LABELS, MODES, slurm_account
 
 _TOP_KEYS = {"mode", "min_confidence", "min_confidence_by_label", "caps", "placement", "exempt", "canary"}
 _EXEMPT_KEYS = ("accounts", "partitions", "users")
 _FEATURE_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
-#: Slurm's ``xstrtolower`` of account names (C ``tolower``: ASCII letters only, as Lua's
-#: ``string.lower``); job_submit.lua and ``plugin.decide`` compare accounts lower-cased.
-ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
 
 @dataclass(frozen=True)
@@ -193,7 +190,7 @@ def parse_policy(doc: Mapping[str, Any], source: str = "<policy>") -> Policy:
         caps=caps,
         features=features,
         # Slurm keeps accounts lower-case (and job_submit.lua looks them up so): "Physics" is physics
-        exempt_accounts=frozenset(a.translate(ASCII_LOWER) for a in lists["accounts"]),
+        exempt_accounts=frozenset(slurm_account(a) for a in lists["accounts"]),
         exempt_partitions=lists["partitions"],
         exempt_users=lists["users"],
         canary_fraction=canary,
