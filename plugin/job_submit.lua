@@ -216,15 +216,17 @@ local function parse_line(t, f)
     t.policy.mode = f[2]
     t.has_policy = true
   elseif kind == "min_confidence" and n == 2 then
-    t.policy.min_confidence = decimal(f[2])
-    if t.policy.min_confidence == nil then return "bad min_confidence" end
+    local v = decimal(f[2])
+    if v == nil or not (v >= 0 and v <= 1) then return "bad min_confidence" end  -- nan, 80 (%)
+    t.policy.min_confidence = v
   elseif kind == "min_confidence_label" and n == 3 and LABELS[f[2]] then
     local v = decimal(f[3])
     if v == nil or not (v >= 0 and v <= 1) then return "bad min_confidence_label" end
     t.policy.min_confidence_by_label[f[2]] = v
   elseif kind == "canary_threshold" and n == 2 then
-    t.policy.canary_threshold = tonumber(f[2])
-    if t.policy.canary_threshold == nil then return "bad canary_threshold" end
+    local v = decimal(f[2])
+    if v == nil or not (v >= 0 and v <= 10000) or v ~= math.floor(v) then return "bad canary_threshold" end
+    t.policy.canary_threshold = v
   elseif kind == "decision" and n == 4 then
     local cap, feats = f[3], {}
     if cap == "-" then cap = nil end

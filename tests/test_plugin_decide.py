@@ -674,6 +674,28 @@ def test_bad_or_unknown_threshold_line_refuses_the_table(tmp_path: Path, line: s
         read_label_table(path)
 
 
+@pytest.mark.parametrize(("line", "why"), [
+    ("min_confidence\t80", "bad min_confidence"),  # a percentage: no key would ever reach it
+    ("min_confidence\tnan", "bad min_confidence"),  # Lua's tonumber takes nan: every job uncapped
+    ("min_confidence\t-1", "bad min_confidence"),  # every low key acted on
+    ("canary_threshold\tnan", "bad canary_threshold"),
+    ("canary_threshold\t-5", "bad canary_threshold"),
+    ("canary_threshold\t0x10", "bad canary_threshold"),
+])
+def test_an_out_of_range_policy_number_refuses_the_table(tmp_path: Path, line: str, why: str) -> None:
+    """The global threshold and the canary size were taken whatever their value (a hand edit, a
+    corrupt table), while a per-label threshold outside [0, 1] refused the table: now both
+    readers refuse them alike, naming the line, instead of silently deciding nothing."""
+    path = _table(tmp_path, "enforce")
+    old = "\nmin_confidence\t0.8\n"
+    new = f"\n{line}\n" if line.startswith("min_") else f"{old}{line}\n"  # replaces / adds a line
+    path.write_text(path.read_text().replace(old, new, 1))
+    out = _load_in_lua(render_job_submit(path), tmp_path)
+    assert out[0].startswith("nil label table line ") and why in out[0], out
+    with pytest.raises(DataError, match="line"):
+        read_label_table(path)
+
+
 # -- whole-node jobs get every GPU of their nodes without asking for one -----------------------------
 WHOLE_NODE_DRIVER = SLURM_SILENT + r"""
 dofile(SCRIPT)

@@ -382,7 +382,10 @@ def parse_label_table(text: str, source: str = "<label table>") -> dict[str, Any
             elif kind == "mode" and len(f) == 2:
                 policy["mode"], has_policy = f[1], True
             elif kind == "min_confidence" and len(f) == 2:
-                policy["min_confidence"], has_policy = float(f[1]), True
+                value = float(f[1])
+                if not 0.0 <= value <= 1.0:  # nan too: job_submit.lua refuses the table alike
+                    raise DataError(f"{where}: min_confidence {f[1]!r} outside [0, 1]")
+                policy["min_confidence"], has_policy = value, True
             elif kind == "min_confidence_label" and len(f) == 3 and f[1] in LABELS:
                 value = float(f[2])
                 if not 0.0 <= value <= 1.0:
@@ -390,6 +393,8 @@ def parse_label_table(text: str, source: str = "<label table>") -> dict[str, Any
                 policy["min_confidence_by_label"][f[1]] = value
             elif kind == "canary_threshold" and len(f) == 2:
                 policy["canary_threshold"] = int(f[1])
+                if not 0 <= policy["canary_threshold"] <= 10000:
+                    raise DataError(f"{where}: canary_threshold {f[1]!r} outside [0, 10000] buckets")
             elif kind == "decision" and len(f) == 4:
                 policy["decisions"][f[1]] = {"cap": None if f[2] == "-" else f[2],
                                              "features": [] if f[3] == "-" else f[3].split(",")}
