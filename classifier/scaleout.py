@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wattclass.errors import ConfigError
+from wattclass.fsutil import read_trusted_bytes
 
 if TYPE_CHECKING:
     from distributed import Client, LocalCluster
@@ -101,13 +102,21 @@ def _section(cls: type[Any], data: dict[str, Any], where: str) -> Any:
 
 
 def load_config(path: Path) -> ClusterConfig:
-    """Read a cluster TOML file; every error names the file and the key."""
+    """Read a cluster TOML file; every error names the file and the key.
+
+    Read as the policy is (``read_trusted_bytes``): its ``python`` and ``job_script_prologue``
+    become the sbatch scripts the nightly submits, as root under the shipped unit, so a file or
+    folder another user can write (or a symlink) would hand them root's jobs."""
     path = Path(path)
     try:
-        raw = tomllib.loads(path.read_text())
+        raw = tomllib.loads(read_trusted_bytes(path, max_bytes=1024 * 1024).decode("utf-8"))
     except FileNotFoundError as exc:
         raise ConfigError(f"{path}: cluster config not found") from exc
-    except tomllib.TOMLDecodeError as exc:
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read cluster config: {exc.strerror}") from exc
+    except ConfigError as exc:  # untrusted: name the config as well as the file or folder refused
+        raise ConfigError(f"{path}: cluster config not used: {exc}") from exc
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
     unknown = set(raw) - {"kind", "address", "local", "slurm"}
     if unknown:

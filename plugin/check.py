@@ -69,13 +69,14 @@ def _check_interpreter(python: str) -> str:
     return f"{python} imports wattclass from {proc.stdout.strip()}"
 
 
-def _check_dir(path: Path) -> str:
+def _check_dir(path: Path, creates: bool = False) -> str:
+    """``creates``: a folder the hooks create files in (state, spool), where sticky is not enough."""
     from wattclass.fsutil import refuse_untrusted_dir
 
     if not path.exists():
         refuse_untrusted_dir(path.parent)
         return f"{path} does not exist yet (the Prolog creates it); {path.parent} is safe"
-    refuse_untrusted_dir(path)
+    refuse_untrusted_dir(path, creates=creates)
     return f"{path} owned by root, mode {stat.filemode(os.lstat(path).st_mode)}"
 
 
@@ -167,8 +168,8 @@ def run_checks(args: argparse.Namespace) -> list[Check]:
         checks.append(_run("prolog wrapper", lambda: _check_wrapper(prolog_sh, python)))
     checks.append(_run("epilog wrapper", lambda: _check_wrapper(epilog_sh, _wrapper_config(epilog_sh)[0])))
     checks.append(_run("hook interpreter", lambda: _check_interpreter(python or "(none)")))
-    checks.append(_run("cap state folder", lambda: _check_dir(args.state_dir or hook.state_dir)))
-    checks.append(_run("job map spool", lambda: _check_dir(args.jobs_dir or hook.jobs_dir)))
+    checks.append(_run("cap state folder", lambda: _check_dir(args.state_dir or hook.state_dir, True)))
+    checks.append(_run("job map spool", lambda: _check_dir(args.jobs_dir or hook.jobs_dir, True)))
     checks.append(_run("policy", lambda: _check_policy(args.policy)))
     checks.append(_run("label table", lambda: _check_table(args.table)))
     checks.append(_run("GPU backend", lambda: _check_backend(args.backend or hook.backend)))

@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
 from wattclass.admincomment import COMMENT_PREFIX, canary_arm, canary_key, format_comment
+from wattclass.labeltable import slurm_account
 
 
 class Decision(NamedTuple):
@@ -124,16 +125,21 @@ def decide(
     account: str | None = None,
     partition: str | None = None,
     user_features: str | None = None,
-    gpu_request: bool = True,
+    gpu_request: bool | str = True,
     submit_s: int | None = None,
 ) -> Decision:
-    """The decision job_submit.lua makes for a job with these (resolved) fields; see module docstring."""
+    """The decision job_submit.lua makes for a job with these (resolved) fields; see module docstring.
+
+    ``gpu_request="whole_node"``: the job asks for no GPU but gets all of its nodes' (``--exclusive``,
+    ``-S``, an OverSubscribe=EXCLUSIVE partition): it is decided, without placement features."""
     if not isinstance(table, Mapping) or not isinstance(table.get("policy"), Mapping):
         return Decision("none", "no_table")
     if not gpu_request:
         return Decision("none", "no_gpu_request")
     policy: Mapping[str, Any] = table["policy"]
     exempt = policy.get("exempt") or {}
+    if account is not None:  # as job_submit.lua: Slurm lower-cases it after job_submit (C tolower)
+        account = slurm_account(account)
     if user is not None and (exempt.get("users") or {}).get(user):
         return Decision("none", "exempt_user")
     if account is not None and (exempt.get("accounts") or {}).get(account):
@@ -160,7 +166,7 @@ def decide(
         arm = canary_arm(int(policy.get("canary_threshold") or 0), mode, canary_key(user, now))
     comment = format_comment(label, conf, cap, src, mode, arm)
     features = None
-    if mode == "enforce" and not user_features:
+    if mode == "enforce" and not user_features and gpu_request is True:
         avail = policy.get("features_available") or {}
         feats = [f for f in (dec.get("features") or []) if avail.get(f)]
         features = "&".join(feats) if feats else None

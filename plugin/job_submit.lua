@@ -3,7 +3,8 @@
 At submission a job has no history yet, so the nightly run writes a label table (a line-based
 DATA file, format in wattclass/labeltable.py) with the policy's decision per label. This script
 looks the job up (user + job name, user, account; a key below its label's min_confidence falls
-through to the next) and, for a GPU job that is labelled and not exempt, writes the decision into admin_comment
+through to the next) and, for a GPU job (one that asks for a GPU, or a whole-node job, which Slurm
+gives every GPU of its nodes) that is labelled and not exempt, writes the decision into admin_comment
 (which users cannot set) for the Prolog, and in enforce mode adds placement features when the user
 gave no constraint.
 
@@ -215,15 +216,17 @@ local function parse_line(t, f)
     t.policy.mode = f[2]
     t.has_policy = true
   elseif kind == "min_confidence" and n == 2 then
-    t.policy.min_confidence = decimal(f[2])
-    if t.policy.min_confidence == nil then return "bad min_confidence" end
+    local v = decimal(f[2])
+    if v == nil or not (v >= 0 and v <= 1) then return "bad min_confidence" end  -- nan, 80 (%)
+    t.policy.min_confidence = v
   elseif kind == "min_confidence_label" and n == 3 and LABELS[f[2]] then
     local v = decimal(f[3])
     if v == nil or not (v >= 0 and v <= 1) then return "bad min_confidence_label" end
     t.policy.min_confidence_by_label[f[2]] = v
   elseif kind == "canary_threshold" and n == 2 then
-    t.policy.canary_threshold = tonumber(f[2])
-    if t.policy.canary_threshold == nil then return "bad canary_threshold" end
+    local v = decimal(f[2])
+    if v == nil or not (v >= 0 and v <= 10000) or v ~= math.floor(v) then return "bad canary_threshold" end
+    t.policy.canary_threshold = v
   elseif kind == "decision" and n == 4 then
     local cap, feats = f[3], {}
     if cap == "-" then cap = nil end
@@ -465,6 +468,10 @@ end
 -- The decision for resolved job fields; returns status, reason, admin_comment, features, label, conf.
 local function decide(t, user, name, account, partition, user_features, gpu_request, now)
   if not gpu_request then return "none", "no_gpu_request" end
+  -- Slurm lower-cases the account only after job_submit (validate_job_create_req) and matches
+  -- associations ignoring case: `-A PHYSICS` runs in account physics, the name every key and
+  -- exemption uses, so it is looked up as such (else the account key was dodged by case).
+  if account ~= nil then account = string.lower(account) end
   local policy = t.policy
   local exempt = policy.exempt or {}
   if user ~= nil and field(exempt.users, user) then return "none", "exempt_user" end
@@ -488,7 +495,11 @@ local function decide(t, user, name, account, partition, user_features, gpu_requ
   end
   local arm = dec.cap ~= nil and canary_arm(policy, mode, user, now) or nil
   if arm then comment = comment .. ";arm=" .. arm end
-  return mode, mode, comment, placement(policy, dec, mode, user_features), label, conf
+  -- a whole-node job that asks for no GPU (gpu_request "whole_node") gets the cap, not placement
+  -- features: it may be a CPU job, which features of GPU nodes would strand
+  local feats = nil
+  if gpu_request == true then feats = placement(policy, dec, mode, user_features) end
+  return mode, mode, comment, feats, label, conf
 end
 
 -- -- Slurm's job fields -> the decision's inputs -----------------------------------------------
@@ -504,6 +515,34 @@ end
 local function nonempty(v)
   if v == nil or v == "" then return nil end
   return v
+end
+
+local NO_VAL16 = 65534
+
+-- True when the job may run in a partition with OverSubscribe=EXCLUSIVE (max_share 0): any of
+-- its comma list, or the default partition when it names none.
+local function exclusive_partition(parts, part_list)
+  if type(part_list) ~= "table" then return false end
+  if parts == nil then
+    parts = default_partition(part_list)
+    if parts == nil then return false end
+  end
+  for _, name in ipairs(split_commas(parts)) do
+    local part = name ~= "" and part_list[name] or nil
+    if part ~= nil and tonumber(part.max_share) == 0 then return true end
+  end
+  return false
+end
+
+-- A whole-node job gets every GPU of its nodes even when it asks for none (Slurm's
+-- _handle_exclusive_gres, 22.05 to 25.11): `--exclusive` (shared 0), a core specialisation
+-- (`-S`, exclusive too) or an OverSubscribe=EXCLUSIVE partition. Without this `sbatch --exclusive`
+-- ran on all of a node's GPUs with no decision, uncapped.
+local function whole_node(job_desc, part_list, partition)
+  if tonumber(job_desc.shared) == 0 then return true end
+  local cs = tonumber(job_desc.core_spec)
+  if cs ~= nil and cs ~= NO_VAL16 then return true end
+  return exclusive_partition(partition, part_list)
 end
 
 local function gpu_specs(job_desc, job_rec)
@@ -533,13 +572,18 @@ end
 -- the user's constraint only when the table may add placement features.
 local function resolve_submit(t, job_desc, part_list, name)
   local j = { user = job_desc.user_name, name = name, gpu = desc_requests_gpu(job_desc) }
-  if not j.gpu then return j end
+  if not j.gpu then
+    local part = nonempty(job_desc.partition)
+    if not whole_node(job_desc, part_list, part) then return j end
+    j.gpu = "whole_node"
+    j.partition = part  -- read already
+  end
   if t.uses_features then j.features = job_desc.features end
   if t.uses_account then
     j.account = nonempty(job_desc.account) or nonempty(job_desc.default_account)
   end
   if t.uses_partition then
-    j.partition = nonempty(job_desc.partition) or default_partition(part_list)
+    j.partition = j.partition or nonempty(job_desc.partition) or default_partition(part_list)
   end
   return j
 end
@@ -573,6 +617,7 @@ end
 -- -- slurm_job_modify --------------------------------------------------------------------------
 local function changes_decision_inputs(job_desc)
   if nonempty(job_desc.partition) or nonempty(job_desc.account) then return true end
+  if tonumber(job_desc.shared) == 0 then return true end  -- an operator makes it whole-node
   for _, k in ipairs(GPU_FIELDS) do
     if nonempty(job_desc[k]) then return true end
   end
@@ -623,10 +668,17 @@ local function modify(job_desc, job_rec, part_list, modify_uid)
     account = nonempty(job_desc.account) or nonempty(job_rec.account),
     partition = nonempty(job_desc.partition) or nonempty(job_rec.partition),
     features = nonempty(job_desc.features) or job_rec.features,
-    gpu = requests_gpu(gpu_specs(job_desc, job_rec)),
   }
-  local status, reason, comment = decide_job(t, j)
+  local specs = gpu_specs(job_desc, job_rec)
   local old_token, rest = split_token(job_rec.admin_comment)
+  j.gpu = requests_gpu(specs)
+  -- whole-node now (an operator's Shared=, an exclusive partition), or decided at submission
+  -- without any GPU field, which only a whole-node job is (job_rec does not say it is exclusive)
+  if not j.gpu and (whole_node(job_desc, part_list, j.partition)
+                    or (#specs == 0 and effect(old_token) ~= "none")) then
+    j.gpu = "whole_node"
+  end
+  local status, reason, comment = decide_job(t, j)
   if effect(comment) == effect(old_token) then return slurm.SUCCESS end
   local who = "wattclass: modify job " .. clip(job_rec.job_id) .. " by uid " .. clip(modify_uid)
   if tonumber(modify_uid) == 0 then

@@ -46,7 +46,13 @@ from typing import Any, NamedTuple
 from wattclass.admincomment import COMMENT_PREFIX, Comment, parse_admin_comment
 from wattclass.caps import cap_watts
 from wattclass.errors import ConfigError, DataError, GpuError, WattclassError
-from wattclass.fsutil import atomic_write_text, ensure_trusted_dir, read_trusted_text, refuse_untrusted_dir
+from wattclass.fsutil import (
+    atomic_write_text,
+    ensure_trusted_dir,
+    open_trusted_append,
+    read_trusted_text,
+    refuse_untrusted_dir,
+)
 from wattclass.gpu.base import GpuBackend, GpuInfo
 from wattclass.jobmap import (
     DEFAULT_SPOOL,
@@ -79,6 +85,9 @@ log = logging.getLogger("wattclass.plugin.prolog")
 DEFAULT_STATE = Path("/run/wattclass/caps")
 DEFAULT_LOG = Path("/var/log/wattclass/plugin.log")
 _UUID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+#: The token job_submit.lua's slurm_job_modify writes when root's change leaves a job no decision
+#: (Slurm ignores an empty admin_comment): no cap, and nothing wrong.
+_NO_DECISION = re.compile(r"(?:^|\s)" + re.escape(COMMENT_PREFIX) + r"decision=none;reason=[a-z_]+(?:\s|$)")
 
 
 # -- GPU mapping -------------------------------------------------------------------------------
@@ -108,10 +117,15 @@ def discover_gpu_map(backend: GpuBackend) -> dict[str, str]:
     return out
 
 
-def resolve_gpus(backend: GpuBackend, slurm_gpus: str, gpu_map: Mapping[str, str]) -> list[GpuInfo]:
+def resolve_gpus(backend: GpuBackend, slurm_gpus: str, gpu_map: Mapping[str, str],
+                 on_error: Callable[[WattclassError], None] | None = None) -> list[GpuInfo]:
     """The physical backend GPUs behind SLURM_JOB_GPUS, once each, in Slurm's order."""
+    return _physical(resolve_targets(backend, slurm_gpus, gpu_map, on_error))
+
+
+def _physical(targets: list[tuple[str, GpuInfo]]) -> list[GpuInfo]:
     seen: dict[str, GpuInfo] = {}
-    for _, g in resolve_targets(backend, slurm_gpus, gpu_map):
+    for _, g in targets:
         seen.setdefault(g.uuid, g)
     return list(seen.values())
 
@@ -210,6 +224,17 @@ def _drop_jobs_gone(jobs_dir: Path, held: list[str], job_id: str, liveness: Live
     drop_ended(jobs_dir, "GPU " + ",".join(held), others, liveness)
 
 
+def _write_hpc_job_files(hpc_job_dir: Path, gpus: list[GpuInfo], job: JobEnv) -> None:
+    """dcgm-exporter's job mapping, best effort: it only labels metrics, so a folder it cannot
+    use (refused as untrusted: say owned by the exporter's user) is logged and the cap still set."""
+    for g in gpus:
+        try:
+            write_hpc_job_file(hpc_job_dir, g.gpu_index, job.display_id)
+        except (WattclassError, OSError) as exc:
+            log.error("job %s: dcgm-exporter job mapping for GPU %s not written: %s", job.job_id,
+                      g.gpu_index, exc)
+
+
 def _decision(job_id: str, text: str | None) -> Comment | None:
     """The job's wattclass decision from its admin_comment (None: no cap).
 
@@ -218,7 +243,10 @@ def _decision(job_id: str, text: str | None) -> Comment | None:
     the sysadmin looks (hook review)."""
     comment = parse_admin_comment(text)
     if comment is None and text and COMMENT_PREFIX in text:
-        log.error("job %s: malformed wattclass token in admin_comment, not capped: %s", job_id, text)
+        if _NO_DECISION.search(text):  # job_submit.lua re-decided it (root's scontrol update): none
+            log.info("job %s: no decision (admin_comment: %s)", job_id, text)
+        else:
+            log.error("job %s: malformed wattclass token in admin_comment, not capped: %s", job_id, text)
     return comment
 
 
@@ -240,7 +268,12 @@ def prolog(
     ran); such jobs no longer hold the GPU uncapped. None: every job file counts.
     """
     job = job_env(env)
-    targets = resolve_targets(backend, job.gpus, gpu_map)
+
+    def unresolved(exc: WattclassError) -> None:  # the job's other GPUs are still capped
+        log.error("job %s: a GPU of SLURM_JOB_GPUS=%s is not capped: %s", job.job_id, job.gpus, exc)
+
+    targets = resolve_targets(backend, job.gpus, gpu_map, unresolved)
+    gpus = _physical(targets)
     if not targets:
         log.info("job %s: no GPUs", job.job_id)
         return []
@@ -250,8 +283,7 @@ def prolog(
             write_job_file(jobs_dir, held, JobAssignment(job.display_id, job.user, job.uid,
                                                          account=job.account))
         if hpc_job_dir is not None:
-            for g in resolve_gpus(backend, job.gpus, gpu_map):
-                write_hpc_job_file(hpc_job_dir, g.gpu_index, job.display_id)
+            _write_hpc_job_files(hpc_job_dir, gpus, job)
     comment = _decision(job.job_id, admin_comment(job.job_id))
     if comment is not None and not dry_run:  # the label, for the exporter's wattclass_job_label_info
         for held, _ in targets:
@@ -260,46 +292,67 @@ def prolog(
     liveness = Liveness(job_ended if job_ended is not None else never_ended)
     if not dry_run:
         _drop_jobs_gone(jobs_dir, [held for held, _ in targets], job.display_id, liveness)
+    if _registers(comment, dry_run):  # an untrusted state folder fails the whole job, loudly
+        ensure_trusted_dir(state_dir)
     plan = []
-    for g in resolve_gpus(backend, job.gpus, gpu_map):
-        current = backend.power_limit_w(g.gpu_index)
-        entry: dict[str, Any] = {
-            "job_id": job.job_id, "gpu_index": g.gpu_index, "uuid": g.uuid, "pci_bus_id": g.pci_bus_id,
-            "current_w": current, "default_w": g.power_limit_default_w, "min_w": g.power_limit_min_w,
-            "max_w": g.power_limit_max_w, "label": comment.label if comment else None,
-            "cap": comment.cap.text() if comment and comment.cap else None, "target_w": None,
-            "action": "none", "effective_w": current,
-        }
-        plan.append(entry)
-        target: float | None = None
-        if comment is not None and comment.cap is not None:
-            default = g.power_limit_default_w if g.power_limit_default_w is not None else current
-            if default is None:
-                log.error("job %s: GPU %s reports no default limit; not capped", job.job_id, g.uuid)
-            else:
-                target = cap_watts(comment.cap, default, g.power_limit_min_w, g.power_limit_max_w)
-                entry["target_w"] = target
-                entry["arm"] = comment.arm
-                if dry_run or not comment.capped_for_real():
-                    idle_arm = "control" if comment.arm == "control" else "shadow"
-                    entry["action"] = "dry-run" if dry_run else idle_arm
-                    log.info("job %s: %s: GPU %s label=%s cap=%s would set %.1f W (now %s W)", job.job_id,
-                             entry["action"], g.uuid, comment.label, entry["cap"], target, current)
-                    if dry_run or comment.mode != "enforce":
-                        continue
-                    target = None  # enforce mode, control arm: holds the GPU uncapped among neighbours
-        if dry_run or (comment is not None and comment.mode != "enforce" and not comment.capped_for_real()):
-            continue
-        # the record names the job as the job map does (display id: "123_4" for an array task),
-        # so a neighbour found through the map and the job's own Epilog name the same entry
-        entry.update(register(backend, g, job.display_id, target, jobs_dir,
-                              _record_path(state_dir, g.uuid), read_record, liveness))
-        if target is not None:
-            entry["action"] = "capped"
-            log.info("job %s: capped GPU %s (%s) label=%s cap=%s: %s W -> %.1f W (jobs on it: %s)",
-                     job.job_id, g.uuid, g.pci_bus_id, comment.label if comment else None, entry["cap"],
-                     current, entry["effective_w"], ",".join(entry["jobs"]))
+    for g in gpus:
+        try:
+            plan.append(_prolog_gpu(backend, g, job, comment, jobs_dir, state_dir, dry_run, liveness))
+        except (WattclassError, OSError) as exc:
+            # One GPU that cannot be capped (lost from the bus, an NVML error, an unusable record)
+            # must not leave the job's other GPUs uncapped: the rest are still capped.
+            log.error("job %s: GPU %s: not capped: %s", job.job_id, g.uuid, exc)
+            plan.append({"job_id": job.job_id, "gpu_index": g.gpu_index, "uuid": g.uuid,
+                         "action": "error", "error": str(exc)})
     return plan
+
+
+def _registers(comment: Comment | None, dry_run: bool) -> bool:
+    """Whether the job takes its place in its GPUs' cap records: capped for real, or holding a
+    GPU at its decision's limit among neighbours (no decision, enforce mode's control arm)."""
+    return not dry_run and (comment is None or comment.mode == "enforce" or comment.capped_for_real())
+
+
+def _prolog_gpu(backend: GpuBackend, g: GpuInfo, job: JobEnv, comment: Comment | None, jobs_dir: Path,
+                state_dir: Path, dry_run: bool, liveness: Liveness) -> dict[str, Any]:
+    """The Prolog on one physical GPU of the job: its plan entry, the cap set where one applies."""
+    current = backend.power_limit_w(g.gpu_index)
+    entry: dict[str, Any] = {
+        "job_id": job.job_id, "gpu_index": g.gpu_index, "uuid": g.uuid, "pci_bus_id": g.pci_bus_id,
+        "current_w": current, "default_w": g.power_limit_default_w, "min_w": g.power_limit_min_w,
+        "max_w": g.power_limit_max_w, "label": comment.label if comment else None,
+        "cap": comment.cap.text() if comment and comment.cap else None, "target_w": None,
+        "action": "none", "effective_w": current,
+    }
+    target: float | None = None
+    if comment is not None and comment.cap is not None:
+        default = g.power_limit_default_w if g.power_limit_default_w is not None else current
+        if default is None:
+            log.error("job %s: GPU %s reports no default limit; not capped", job.job_id, g.uuid)
+        else:
+            target = cap_watts(comment.cap, default, g.power_limit_min_w, g.power_limit_max_w)
+            entry["target_w"] = target
+            entry["arm"] = comment.arm
+            if dry_run or not comment.capped_for_real():
+                idle_arm = "control" if comment.arm == "control" else "shadow"
+                entry["action"] = "dry-run" if dry_run else idle_arm
+                log.info("job %s: %s: GPU %s label=%s cap=%s would set %.1f W (now %s W)", job.job_id,
+                         entry["action"], g.uuid, comment.label, entry["cap"], target, current)
+                if dry_run or comment.mode != "enforce":
+                    return entry
+                target = None  # enforce mode, control arm: holds the GPU uncapped among neighbours
+    if not _registers(comment, dry_run):
+        return entry
+    # the record names the job as the job map does (display id: "123_4" for an array task),
+    # so a neighbour found through the map and the job's own Epilog name the same entry
+    entry.update(register(backend, g, job.display_id, target, jobs_dir,
+                          _record_path(state_dir, g.uuid), read_record, liveness))
+    if target is not None:
+        entry["action"] = "capped"
+        log.info("job %s: capped GPU %s (%s) label=%s cap=%s: %s W -> %.1f W (jobs on it: %s)",
+                 job.job_id, g.uuid, g.pci_bus_id, comment.label if comment else None, entry["cap"],
+                 current, entry["effective_w"], ",".join(entry["jobs"]))
+    return entry
 
 
 def _set_clamped(backend: GpuBackend, g: GpuInfo, watts: float) -> float:
@@ -335,11 +388,10 @@ def _restore(backend: GpuBackend, uuid: str, rec_path: Path | None, rec: Mapping
 def _job_gpus(backend: GpuBackend, job: JobEnv, gpu_map: Mapping[str, str] | None) -> dict[str, GpuInfo]:
     if gpu_map is None or not job.gpus:
         return {}
-    try:
-        return {g.uuid: g for g in resolve_gpus(backend, job.gpus, gpu_map)}
-    except WattclassError as exc:
-        log.error("job %s: epilog: cannot map the job's GPUs: %s", job.job_id, exc)
-        return {}
+    def unresolved(exc: WattclassError) -> None:  # the others still count as the job's
+        log.error("job %s: epilog: cannot map a GPU of the job: %s", job.job_id, exc)
+
+    return {g.uuid: g for g in resolve_gpus(backend, job.gpus, gpu_map, unresolved)}
 
 
 def _held_gpus(backend: GpuBackend, jobs_dir: Path, display_id: str) -> dict[str, list[str]]:
@@ -396,7 +448,7 @@ def epilog(env: Mapping[str, str], backend: GpuBackend, jobs_dir: Path = DEFAULT
     held = _held_gpus(backend, Path(jobs_dir), job.display_id)
     trusted = True
     try:
-        refuse_untrusted_dir(Path(state_dir))
+        refuse_untrusted_dir(Path(state_dir), creates=True)
         found = set(Path(state_dir).glob("*.json"))
         records = sorted(found | {_record_path(state_dir, u) for u in held})
     except FileNotFoundError:  # no capped job yet; one may start now: lock the job's GPUs
@@ -464,29 +516,46 @@ def _remove_job_files(spool: Path, job: JobEnv) -> None:
 
 def reconcile(backend: GpuBackend, jobs_dir: Path = DEFAULT_SPOOL,
               state_dir: Path = DEFAULT_STATE) -> list[dict[str, Any]]:
-    """On GPUs that no job holds: restore a recorded limit, else the default. Run at boot."""
-    done = []
+    """On GPUs that no job holds: restore a recorded limit, else the default. Run at boot.
+
+    Each GPU on its own, as in the Epilog: one GPU whose limit cannot be set must not leave the
+    others at a crashed job's cap; the failures are raised together at the end (exit 1)."""
+    done: list[dict[str, Any]] = []
+    errors: list[str] = []
     for g in backend.gpus():
-        if jobs_on_gpu(jobs_dir, g.uuid) or any(jobs_on_gpu(jobs_dir, m.uuid)
-                                                 for m in backend.mig_instances(g.gpu_index)):
-            continue
-        rec_path = _record_path(state_dir, g.uuid)
         try:
-            rec = read_record(rec_path)
-        except (DataError, ConfigError) as exc:
-            log.error("reconcile: %s; GPU %s goes to its default limit", exc, g.uuid)
-            rec = {}
-        if rec is not None:
-            watts = _restore(backend, g.uuid, rec_path, rec or None, "reconcile")
-            done.append({"uuid": g.uuid, "action": "restored", "watts": watts})
+            entry = _reconcile_gpu(backend, g, jobs_dir, state_dir)
+        except (WattclassError, OSError) as exc:
+            errors.append(f"GPU {g.uuid}: {exc}")
+            log.error("reconcile: GPU %s: %s", g.uuid, exc)
             continue
-        current = backend.power_limit_w(g.gpu_index)
-        default = g.power_limit_default_w
-        if default is not None and current is not None and abs(current - default) > 0.5:
-            backend.set_power_limit_w(g.gpu_index, default)
-            log.info("reconcile: GPU %s had %s W with no job; set default %s W", g.uuid, current, default)
-            done.append({"uuid": g.uuid, "action": "default", "watts": default})
+        if entry is not None:
+            done.append(entry)
+    if errors:
+        raise GpuError("reconcile: " + "; ".join(errors))
     return done
+
+
+def _reconcile_gpu(backend: GpuBackend, g: GpuInfo, jobs_dir: Path, state_dir: Path) -> dict[str, Any] | None:
+    if jobs_on_gpu(jobs_dir, g.uuid) or any(jobs_on_gpu(jobs_dir, m.uuid)
+                                             for m in backend.mig_instances(g.gpu_index)):
+        return None
+    rec_path = _record_path(state_dir, g.uuid)
+    try:
+        rec = read_record(rec_path)
+    except (DataError, ConfigError) as exc:
+        log.error("reconcile: %s; GPU %s goes to its default limit", exc, g.uuid)
+        rec = {}
+    if rec is not None:
+        watts = _restore(backend, g.uuid, rec_path, rec or None, "reconcile")
+        return {"uuid": g.uuid, "action": "restored", "watts": watts}
+    current = backend.power_limit_w(g.gpu_index)
+    default = g.power_limit_default_w
+    if default is not None and current is not None and abs(current - default) > 0.5:
+        backend.set_power_limit_w(g.gpu_index, default)
+        log.info("reconcile: GPU %s had %s W with no job; set default %s W", g.uuid, current, default)
+        return {"uuid": g.uuid, "action": "default", "watts": default}
+    return None
 
 
 # -- entry point -------------------------------------------------------------------------------
@@ -517,12 +586,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def setup_log(path: Path | None, stderr: bool = True) -> None:
     """Log to ``path`` (appended; slurmd discards hook output) and optionally stderr."""
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)] if stderr else []
-    if path is not None:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            handlers.append(logging.FileHandler(path))
-        except OSError as exc:
-            print(f"wattclass: cannot open log {path}: {exc}", file=sys.stderr)
+    if path is not None and os.fspath(path) == os.devnull:
+        pass  # no log file (dry runs)
+    elif path is not None:
+        try:  # as root trusts a path: no symlink, FIFO or folder others can write
+            handlers.append(logging.StreamHandler(open_trusted_append(path)))
+        except (ConfigError, OSError) as exc:
+            # " ERROR ": the wrappers send such stderr lines to syslog
+            print(f"wattclass ERROR hook log {path} not used: {exc}", file=sys.stderr)
     root = logging.getLogger("wattclass")
     root.setLevel(logging.INFO)
     for h in handlers:

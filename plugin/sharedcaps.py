@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from wattclass.errors import ConfigError, DataError, GpuError
+from wattclass.errors import ConfigError, DataError, GpuError, WattclassError
 from wattclass.fsutil import atomic_write_text, ensure_trusted_dir
 from wattclass.gpu.base import GpuBackend, GpuInfo
 from wattclass.jobmap import jobs_on_gpu, remove_job_files
@@ -148,18 +148,26 @@ def usable_w(value: object) -> bool:
     return math.isfinite(value) and value > 0
 
 
-def resolve_targets(backend: GpuBackend, slurm_gpus: str, gpu_map: Mapping[str, str]
-                    ) -> list[tuple[str, GpuInfo]]:
+def resolve_targets(backend: GpuBackend, slurm_gpus: str, gpu_map: Mapping[str, str],
+                    on_error: Callable[[WattclassError], None] | None = None) -> list[tuple[str, GpuInfo]]:
     """(held UUID, physical GPU) behind SLURM_JOB_GPUS ("0,2"), matched by UUID or PCI bus id.
 
     A MIG instance (its ``MIG-`` UUID in the map: Slurm hands instances out as GPUs) is held by
     its own UUID (the telemetry daemon looks its job up by it) and capped on its parent GPU.
+    ``on_error``: a GPU that cannot be resolved (not in the map, gone from the backend: fallen
+    off the bus) is reported there and skipped, so the job's other GPUs are still handled;
+    without it the first such GPU raises.
     """
     out = []
     for idx in (s.strip() for s in slurm_gpus.split(",") if s.strip()):
-        if idx not in gpu_map:
-            raise ConfigError(f"Slurm GPU {idx} is not in the GPU map")
-        out.append(held_and_physical(backend, gpu_map[idx]))
+        try:
+            if idx not in gpu_map:
+                raise ConfigError(f"Slurm GPU {idx} is not in the GPU map")
+            out.append(held_and_physical(backend, gpu_map[idx]))
+        except WattclassError as exc:
+            if on_error is None:
+                raise
+            on_error(exc)
     return out
 
 

@@ -228,6 +228,31 @@ def test_gpu_request_parsing_agrees_in_lua_and_python(tmp_path: Path) -> None:
 
 
 # -- items 5, 6, 8 on the Python side, spelled out ---------------------------------------------------
+def test_the_account_key_cannot_be_dodged_by_its_case(tmp_path: Path) -> None:
+    """Slurm matches ``-A`` to associations ignoring case and lower-cases the account only after
+    job_submit (validate_job_create_req): ``sbatch -A PHYSICS`` runs in account physics but was
+    looked up as "PHYSICS", missed the physics key and ran uncapped."""
+    table_path = _table(tmp_path, "enforce")
+    cases = [{"user": "dave", "name": "x", "account": a, "partition": "main", "gpus": "gres/gpu:1"}
+             for a in ("physics", "PHYSICS", "Physics", "BENCHMARK")]
+    rows = _run_lua(render_job_submit(table_path), cases, tmp_path)
+    assert [r[1:3] for r in rows] == [("enforce", "enforce")] * 3 + [("none", "exempt_account")]
+    assert len({r[3] for r in rows[:3]}) == 1  # the same admin_comment: physics's mixed cap
+    table = read_label_table(table_path)
+    assert [decide(table, "dave", "x", c["account"], "main").reason for c in cases] == [
+        "enforce", "enforce", "enforce", "exempt_account"]
+    # the policy names accounts as the sysadmin typed them, a --jobs-file as the site wrote them;
+    # Slurm's are lower-case, and so are the table's keys and exemptions
+    assert parse_policy({"exempt": {"accounts": ["Benchmark"]}}).exempt_accounts == {"benchmark"}
+    mixed = tmp_path / "mixed.tsv"
+    write_label_table(mixed, [TableEntry("account", None, None, "Chem", "memory", 0.9, 3, "rule")],
+                      {**parse_policy({"caps": {"memory": "60%"}}).table_dict(set()),
+                       "exempt": {"accounts": {"BIO": True}}})
+    rows = _run_lua(render_job_submit(mixed),
+                    [{**cases[0], "account": "chem"}, {**cases[0], "account": "bio"}], tmp_path)
+    assert [r[1:3] for r in rows] == [("shadow", "shadow"), ("none", "exempt_account")], rows
+
+
 def test_exempt_only_when_every_partition_is_and_low_keys_fall_through(tmp_path: Path) -> None:
     table = read_label_table(_table(tmp_path, "enforce"))
     assert decide(table, "bob", "x", None, "debug").reason == "exempt_partition"
@@ -273,7 +298,8 @@ def _reads(table: Path, cases: list[dict[str, Any]], tmp: Path) -> list[tuple[st
 def test_submission_reads_only_the_job_fields_the_table_can_use(tmp_path: Path) -> None:
     """Each job_desc field is a C call inside slurmctld's submission RPC (about 5 us each, with a
     default account an accounting lookup besides); the hook cost sbatch 3% of its throughput.
-    A job without a GPU request reads the GPU fields and nothing of the decision; a table with no
+    A job without a GPU request reads the GPU fields and whether it gets its nodes' GPUs anyway
+    (``WHOLE_NODE_FIELDS``), and nothing of the decision; a table with no
     account key and no account or partition exemption never reads account, default_account,
     partition or the partition list. A table that can use them still does (the parity test above
     covers those decisions)."""
@@ -286,9 +312,11 @@ def test_submission_reads_only_the_job_fields_the_table_can_use(tmp_path: Path) 
              {"user": "alice", "name": "other", "gpus": "gres/gpu:2", "default_account": "physics"}]
     rows = _reads(plain, cases, tmp_path)
     assert rows[0][0].startswith("wattclass:label=memory;"), rows[0]
-    for _comment, _, reads in rows:
+    for _comment, _, reads in (rows[0], rows[2]):
         assert not reads & {"account", "default_account", "partition", "part.flag_default"}, reads
-    assert rows[1][0] == "nil" and not reads_beyond_gpu(rows[1][2]), rows[1]
+    # a job without a GPU request reads only what says whether it gets its nodes' GPUs anyway
+    # (a whole-node job: --exclusive, -S, an OverSubscribe=EXCLUSIVE partition)
+    assert rows[1][0] == "nil" and reads_beyond_gpu(rows[1][2]) <= WHOLE_NODE_FIELDS, rows[1]
     assert rows[2][0] == "nil", rows[2]
 
     with_acct = tmp_path / "acct.tsv"
@@ -304,6 +332,10 @@ def test_submission_reads_only_the_job_fields_the_table_can_use(tmp_path: Path) 
                       pol.table_dict(set()))
     rows = _reads(with_acct, [cases[2]], tmp_path)
     assert rows[0][0].startswith("wattclass:label=memory;") and "default_account" in rows[0][2], rows
+
+
+#: What job_submit.lua reads of a job without a GPU request: whether it is a whole-node job.
+WHOLE_NODE_FIELDS = {"shared", "core_spec", "partition", "part.flag_default", "part.max_share"}
 
 
 def reads_beyond_gpu(reads: set[str]) -> set[str]:
@@ -640,3 +672,72 @@ def test_bad_or_unknown_threshold_line_refuses_the_table(tmp_path: Path, line: s
     assert rows[0][1:] == ("none", "no_table", "-", "-")  # the job stays as submitted
     with pytest.raises(DataError, match="line 5"):
         read_label_table(path)
+
+
+@pytest.mark.parametrize(("line", "why"), [
+    ("min_confidence\t80", "bad min_confidence"),  # a percentage: no key would ever reach it
+    ("min_confidence\tnan", "bad min_confidence"),  # Lua's tonumber takes nan: every job uncapped
+    ("min_confidence\t-1", "bad min_confidence"),  # every low key acted on
+    ("canary_threshold\tnan", "bad canary_threshold"),
+    ("canary_threshold\t-5", "bad canary_threshold"),
+    ("canary_threshold\t0x10", "bad canary_threshold"),
+])
+def test_an_out_of_range_policy_number_refuses_the_table(tmp_path: Path, line: str, why: str) -> None:
+    """The global threshold and the canary size were taken whatever their value (a hand edit, a
+    corrupt table), while a per-label threshold outside [0, 1] refused the table: now both
+    readers refuse them alike, naming the line, instead of silently deciding nothing."""
+    path = _table(tmp_path, "enforce")
+    old = "\nmin_confidence\t0.8\n"
+    new = f"\n{line}\n" if line.startswith("min_") else f"{old}{line}\n"  # replaces / adds a line
+    path.write_text(path.read_text().replace(old, new, 1))
+    out = _load_in_lua(render_job_submit(path), tmp_path)
+    assert out[0].startswith("nil label table line ") and why in out[0], out
+    with pytest.raises(DataError, match="line"):
+        read_label_table(path)
+
+
+# -- whole-node jobs get every GPU of their nodes without asking for one -----------------------------
+WHOLE_NODE_DRIVER = SLURM_SILENT + r"""
+dofile(SCRIPT)
+local PARTS = { main = { flag_default = 1, max_share = 1 }, excl = { flag_default = 0, max_share = 0 } }
+for i, c in ipairs(CASES) do
+  local jd = { user_name = "bob", name = "x", shared = c.shared or 65534, core_spec = c.core_spec or 65534,
+               partition = c.partition, tres_per_node = c.gpus }
+  slurm_job_submit(jd, PARTS, 1000)
+  local rc = "-"
+  if c.modify_to then  -- then a user moves the pending job to another partition
+    local rec = { job_id = 7, user_name = "bob", name = "x", partition = c.partition or "main",
+                  admin_comment = jd.admin_comment, tres_per_node = c.gpus }
+    rc = tostring(slurm_job_modify({ partition = c.modify_to }, rec, PARTS, 1000))
+  end
+  print(i .. " " .. tostring(jd.admin_comment) .. " " .. tostring(jd.features) .. " " .. rc)
+end
+"""
+
+
+def test_a_whole_node_job_is_decided_though_it_asks_for_no_gpu(tmp_path: Path) -> None:
+    """Slurm gives an exclusive job every GPU of its nodes even with no GPU request
+    (_handle_exclusive_gres, 22.05 to 25.11): ``sbatch --exclusive job.sh`` was left as "no GPU
+    request" and ran on all of a node's GPUs uncapped. Such a job is now decided (the cap), without
+    placement features (it may be a CPU job)."""
+    pol = parse_policy({"mode": "enforce", "min_confidence": 0.8, "caps": {"memory": "60%"},
+                        "placement": {"memory": {"features": ["hbm"]}}})
+    table = tmp_path / "labels.tsv"
+    write_label_table(table, [TableEntry("user", "bob", None, None, "memory", 0.9, 3, "rule")],
+                      pol.table_dict({"hbm"}))
+    cases = [{"shared": 0},  # --exclusive
+             {},  # a CPU job: unchanged
+             {"shared": 2},  # --exclusive=user: not whole-node
+             {"core_spec": 2},  # -S 2: whole-node
+             {"partition": "excl"},  # OverSubscribe=EXCLUSIVE
+             {"partition": "main,excl"},  # may run there
+             {"gpus": "gres/gpu:1"},  # an explicit request: cap and placement, as before
+             {"shared": 0, "modify_to": "excl"},  # still decided the same: the change is allowed
+             {"gpus": "gres/gpu:1", "modify_to": "excl"}]
+    rows = _run_lua(render_job_submit(table), cases, tmp_path, driver=WHOLE_NODE_DRIVER)
+    capped = [r[1].startswith("wattclass:label=memory;") for r in rows]
+    assert capped == [True, False, False, True, True, True, True, True, True], rows
+    assert [r[2] for r in rows] == ["nil"] * 6 + ["hbm", "nil", "hbm"], rows  # placement: explicit only
+    assert [r[3] for r in rows[-2:]] == ["0", "0"], rows  # slurm.SUCCESS
+    d = decide(read_label_table(table), "bob", "x", None, "main", None, gpu_request="whole_node")
+    assert (d.status, d.features) == ("enforce", None) and d.admin_comment == rows[0][1]

@@ -144,6 +144,18 @@ def test_reconcile_restores_record_or_default(tmp_path: Path) -> None:
     assert [be.power_limit_w(i) for i in range(2)] == [700.0, 700.0]
 
 
+def test_reconcile_goes_on_past_a_gpu_it_cannot_set(tmp_path: Path) -> None:
+    """At boot, one GPU whose limit cannot be set stopped reconcile: the GPUs after it stayed at
+    the crashed jobs' caps."""
+    FileStateBackend.create(tmp_path / "g.json", 3)
+    for i in range(3):
+        FileStateBackend(tmp_path / "g.json").set_power_limit_w(i, 420.0)  # caps of a crashed node
+    be = _LostGpu0(tmp_path / "g.json")
+    with pytest.raises(GpuError, match="GPU_IS_LOST"):  # still reported: the unit exits 1
+        reconcile(be, tmp_path / "j", tmp_path / "c")
+    assert [be.power_limit_w(i) for i in (1, 2)] == [700.0, 700.0]
+
+
 def test_hook_entry_point_exits_zero_on_errors(tmp_path: Path) -> None:
     env = dict(os.environ, SLURM_JOB_ID="11", SLURM_JOB_GPUS="0")
     for args in (["--backend", f"filestate:{tmp_path / 'missing.json'}"],
@@ -229,6 +241,36 @@ def test_one_bad_cap_record_does_not_strand_the_other_gpus(tmp_path: Path, bad: 
     assert not list((tmp_path / "caps").glob("*.json"))
 
 
+class _LostGpu0(FileStateBackend):
+    """GPU 0 has fallen off the bus: NVML refuses to set its limit."""
+
+    def set_power_limit_w(self, index: int, watts: float) -> None:
+        if index == 0:
+            raise GpuError("GPU 0: NVML_ERROR_GPU_IS_LOST")
+        super().set_power_limit_w(index, watts)
+
+
+@pytest.mark.parametrize("bad", ["lost", "untrusted record"])
+def test_one_gpu_that_cannot_be_capped_does_not_leave_the_others_uncapped(tmp_path: Path, bad: str) -> None:
+    """Fail safe for caps: the Prolog used to stop at the first GPU that failed, so an 8-GPU memory
+    job ran with 7 GPUs uncapped because one GPU (or its record) was bad."""
+    FileStateBackend.create(tmp_path / "g.json", 3)
+    be = _LostGpu0(tmp_path / "g.json") if bad == "lost" else FileStateBackend(tmp_path / "g.json")
+    gmap = {str(i): be.gpus()[i].uuid for i in range(3)}
+    if bad == "untrusted record":  # e.g. an admin's chmod: the record of GPU 0 is refused
+        (tmp_path / "caps").mkdir()
+        rec = tmp_path / "caps" / f"{be.gpus()[0].uuid}.json"
+        rec.write_text(json.dumps({"version": 2, "previous_w": 700.0, "jobs": {}, "set_w": 700.0}))
+        rec.chmod(0o666)
+    env = {"SLURM_JOB_ID": "9", "SLURM_JOB_GPUS": "0,1,2"}
+    plan = prolog(env, be, lambda _j: MEM, gmap, tmp_path / "jobs", tmp_path / "caps")
+    assert [p["action"] for p in plan] == ["error", "capped", "capped"]
+    assert [be.power_limit_w(i) for i in (1, 2)] == [420.0, 420.0]
+    with contextlib.suppress(GpuError):  # GPU 0 is still lost
+        epilog(env, be, tmp_path / "jobs", tmp_path / "caps", gmap)
+    assert [be.power_limit_w(i) for i in (1, 2)] == [700.0, 700.0]
+
+
 def test_nobody_owned_state_folder_is_refused_and_the_job_gpus_go_to_default(tmp_path: Path) -> None:
     be, gmap, env = _capped(tmp_path, 2)
     caps = tmp_path / "caps"
@@ -241,6 +283,34 @@ def test_nobody_owned_state_folder_is_refused_and_the_job_gpus_go_to_default(tmp
     # and the Prolog refuses to record caps there (the job runs uncapped, the error is logged)
     with pytest.raises(ConfigError, match="owned by uid 65534"):
         prolog({**env, "SLURM_JOB_ID": "10"}, be, lambda _j: MEM, gmap, tmp_path / "jobs", caps)
+
+
+def test_a_sticky_state_folder_others_can_write_is_refused(tmp_path: Path) -> None:
+    """A sticky, world-writable state folder (``--state-dir /tmp``: mode 1777) passed the trust
+    check, so a user could make the names root uses first: a record they own for each GPU (the
+    Prolog refused it and left that GPU uncapped), or a ``<gpu>.lock`` they hold (every hook on the
+    GPU waits forever). Sticky is fine above the folder, not for the folder root creates files in."""
+    be = FileStateBackend.create(tmp_path / "g.json", 2)
+    gmap = {str(i): be.gpus()[i].uuid for i in range(2)}
+    caps = tmp_path / "caps"
+    caps.mkdir()
+    caps.chmod(0o1777)
+    for g in be.gpus():  # planted by uid 65534 before any job
+        planted = caps / f"{g.uuid}.json"
+        planted.write_text("{}")
+        os.chown(planted, 65534, 65534)
+    env = {"SLURM_JOB_ID": "9", "SLURM_JOB_GPUS": "0,1"}
+    with pytest.raises(ConfigError, match="others can write"):  # refused up front, loudly
+        prolog(env, be, lambda _j: MEM, gmap, tmp_path / "jobs", caps)
+    from wattclass.plugin.check import _check_dir
+
+    with pytest.raises(ConfigError, match="others can write"):  # and `wattclass plugin check` says so
+        _check_dir(caps, creates=True)
+    _check_dir(tmp_path, creates=False)  # a sticky folder above is still fine (/tmp)
+    # the Epilog believes nothing in it: the job's GPUs go to their default limit
+    be.set_power_limit_w(0, 420.0)
+    epilog(env, be, tmp_path / "jobs", caps, gmap)
+    assert [be.power_limit_w(i) for i in range(2)] == [700.0, 700.0]
 
 
 def test_symlinked_cap_record_is_not_trusted(tmp_path: Path) -> None:
@@ -349,3 +419,75 @@ def test_a_malformed_wattclass_token_is_logged_as_an_error(tmp_path: Path,
         prolog({**env, "SLURM_JOB_ID": "44"}, be, lambda _j: "ops note, no token", MAP, tmp_path / "jobs",
                tmp_path / "caps")
     assert not caplog.records  # no wattclass token at all: nothing to report
+    # root's scontrol update re-decided the job to no decision (job_submit.lua's modify writes this
+    # token, as Slurm ignores an empty admin_comment): nothing wrong, no ERROR in syslog every job
+    with caplog.at_level(logging.ERROR, logger="wattclass"):
+        plan = prolog({**env, "SLURM_JOB_ID": "45"}, be,
+                      lambda _j: "ops note wattclass:decision=none;reason=exempt_partition", MAP,
+                      tmp_path / "jobs", tmp_path / "caps")
+    assert [p["action"] for p in plan] == ["none"] and not caplog.records
+
+
+def test_an_unusable_dcgm_exporter_mapping_folder_does_not_cost_the_cap(tmp_path: Path) -> None:
+    """The optional dcgm-exporter mapping was written before the decision was read: a mapping
+    folder the Prolog refuses (owned by the exporter's user, say) left every job uncapped."""
+    be = FileStateBackend.create(tmp_path / "g.json", 2)
+    gmap = {str(i): be.gpus()[i].uuid for i in range(2)}
+    hpc = tmp_path / "hpc"
+    hpc.mkdir()
+    os.chown(hpc, 65534, 65534)
+    env = {"SLURM_JOB_ID": "9", "SLURM_JOB_GPUS": "0,1"}
+    plan = prolog(env, be, lambda _j: MEM, gmap, tmp_path / "jobs", tmp_path / "caps", hpc_job_dir=hpc)
+    assert [p["action"] for p in plan] == ["capped", "capped"]
+    assert [be.power_limit_w(i) for i in range(2)] == [420.0, 420.0]
+    assert not list(hpc.iterdir())  # nothing written into the refused folder
+
+
+@pytest.mark.parametrize("bad", ["symlink", "fifo", "folder others can write"])
+def test_the_hook_log_is_opened_as_root_trusts_a_path(tmp_path: Path, bad: str,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """The hooks appended to ``--log`` as root following symlinks: whoever could write the log's
+    folder could make root append to any file (a link to /etc/passwd) or hang every hook (a FIFO)."""
+    from wattclass.plugin.prolog import setup_log
+
+    logs, victim = tmp_path / "logs", tmp_path / "passwd"
+    logs.mkdir()
+    victim.write_text("root:x:0:0::/root:/bin/sh\n")
+    if bad == "symlink":
+        (logs / "plugin.log").symlink_to(victim)
+    elif bad == "fifo":
+        os.mkfifo(logs / "plugin.log")
+    else:
+        logs.chmod(0o777)
+    root = logging.getLogger("wattclass")
+    try:
+        setup_log(logs / "plugin.log", stderr=False)  # returns: no block on the FIFO
+        logging.getLogger("wattclass.plugin.prolog").error("job %s: planted line", 5)
+    finally:
+        for h in list(root.handlers):
+            root.removeHandler(h)
+    assert victim.read_text() == "root:x:0:0::/root:/bin/sh\n"
+    assert "ERROR hook log" in capsys.readouterr().err  # the wrappers send it to syslog
+    if bad == "folder others can write":
+        assert not (logs / "plugin.log").exists()
+
+
+@pytest.mark.parametrize("bad", ["not in the map", "gone from the backend"])
+def test_a_gpu_that_cannot_be_resolved_does_not_leave_the_others_uncapped(tmp_path: Path, bad: str) -> None:
+    """Resolving SLURM_JOB_GPUS stopped at the first GPU it could not map: a GPU fallen off the
+    bus (NVML no longer lists it, Slurm still hands it out) or missing from the map left every
+    GPU of the job uncapped."""
+    be = FileStateBackend.create(tmp_path / "g.json", 3)
+    gmap = {str(i): be.gpus()[i].uuid for i in range(3)}
+    if bad == "not in the map":
+        del gmap["1"]
+    else:
+        gmap["1"] = "GPU-00000000-dead-4000-8000-000000000000"
+    env = {"SLURM_JOB_ID": "9", "SLURM_JOB_GPUS": "0,1,2"}
+    plan = prolog(env, be, lambda _j: MEM, gmap, tmp_path / "jobs", tmp_path / "caps")
+    assert [p["gpu_index"] for p in plan] == [0, 2]
+    assert [be.power_limit_w(i) for i in range(3)] == [420.0, 700.0, 420.0]
+    # the state folder is untrusted at the Epilog: the GPUs it can map still go to their default
+    os.chown(tmp_path / "caps", 65534, 65534)
+    epilog(env, be, tmp_path / "jobs", tmp_path / "caps", gmap)
+    assert [be.power_limit_w(i) for i in range(3)] == [700.0, 700.0, 700.0]

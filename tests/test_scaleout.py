@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -101,3 +102,28 @@ def test_missing_config_and_conflicting_targets(tmp_path: Path) -> None:
         open_client(scheduler="tcp://x:1", config=tmp_path / "c"),
     ):
         pass
+
+
+@pytest.mark.parametrize("bad", ["other owner", "writable by others", "folder writable by others", "symlink"])
+def test_a_cluster_config_another_user_could_change_is_refused(tmp_path: Path, bad: str) -> None:
+    """The config's ``python`` and ``job_script_prologue`` go into the sbatch scripts the nightly
+    submits (as root under the shipped unit): it was read whoever owned or could write it."""
+    folder = tmp_path / "etc"
+    folder.mkdir()
+    cfg = folder / "dask.toml"
+    cfg.write_text('kind = "slurm"\n[slurm]\njob_script_prologue = ["id > /tmp/owned"]\n')
+    if bad == "other owner":
+        os.chown(cfg, 65534, 65534)
+    elif bad == "writable by others":
+        cfg.chmod(0o666)
+    elif bad == "folder writable by others":
+        folder.chmod(0o777)
+    else:
+        real = tmp_path / "real.toml"
+        cfg.rename(real)
+        cfg.symlink_to(real)
+    if os.geteuid() != 0 and bad == "other owner":
+        pytest.skip("chown needs root")
+    with pytest.raises(ConfigError, match="refusing") as err:
+        load_config(cfg)
+    assert str(cfg) in str(err.value)

@@ -106,16 +106,25 @@ def _refuse_stat(p: Path, st: os.stat_result, is_dir: bool) -> None:
                           f"(mode {stat.filemode(st.st_mode)})")
 
 
-def refuse_untrusted_dir(path: Path) -> None:
+def refuse_untrusted_dir(path: Path, creates: bool = False) -> None:
     """Raise ConfigError unless the folder ``path`` is a real folder (no symlink), owned by root
     and not writable by group or others (a sticky folder such as /tmp is fine), and so is every
     folder above it: whoever can rename a folder on the way can swap the whole subtree (the same
-    rule as job_submit.lua's)."""
+    rule as job_submit.lua's).
+
+    ``creates``: root creates, locks or looks up entries of fixed names in ``path`` itself (cap
+    records and their locks, GPU job folders), so ``path`` must not be writable by others even
+    when sticky. Sticky only stops others from renaming or removing root's entries, not from
+    making a name first: a ``<gpu>.lock`` a user holds would block every hook on that GPU, and a
+    record or GPU folder they own is refused, so that GPU (or the whole job) stays uncapped."""
     p = Path(path)
     st = os.lstat(p)
     _refuse_stat(p, st, True)
     if not stat.S_ISDIR(st.st_mode):
         raise ConfigError(f"{p}: not a folder")
+    if creates and st.st_mode & (stat.S_IWOTH | stat.S_IWGRP):
+        raise ConfigError(f"{p}: refusing a folder that others can write (mode {stat.filemode(st.st_mode)}): "
+                          "root creates files of fixed names in it; use a folder only root can write")
     for above in Path(os.path.abspath(p)).parents:
         _refuse_stat(above, os.lstat(above), True)
 
@@ -160,6 +169,36 @@ def read_trusted_bytes(path: Path, max_bytes: int = 16 * 1024 * 1024) -> bytes:
         os.close(fd)
 
 
+def open_trusted_append(path: Path) -> IO[str]:
+    """Open a log file root appends to (created 0644, its missing folders 0755), as root trusts a
+    path: the folder and those above must be trusted (``refuse_untrusted_dir``), the file is
+    opened without following a symlink or blocking on a FIFO and must be a regular file, owned by
+    root, that others cannot write. ConfigError otherwise.
+
+    Why: a user who could write the log's folder could point the log at any file (root would
+    append to /etc/passwd) or make it a FIFO (the hook would block forever, delaying the job)."""
+    p = Path(path)
+    make_dirs(p.parent)
+    refuse_untrusted_dir(p.parent)
+    try:
+        fd = os.open(p, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                     0o644)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENXIO):  # a symlink; a FIFO without a reader
+            raise ConfigError(f"{p}: refusing a symlink or FIFO as a log file") from exc
+        raise
+    try:
+        st = os.fstat(fd)
+        _refuse_stat(p, st, False)
+        if not stat.S_ISREG(st.st_mode):
+            raise ConfigError(f"{p}: not a regular file")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "a", encoding="utf-8")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def read_trusted_text(path: Path) -> str:
     """``read_trusted_bytes`` decoded as UTF-8 (bad bytes are a ConfigError naming the file)."""
     try:
@@ -170,10 +209,10 @@ def read_trusted_text(path: Path) -> str:
 
 def ensure_trusted_dir(path: Path) -> Path:
     """Create ``path`` (and missing parents, mode 0755 whatever the umask) if missing, then refuse
-    it unless it is a trusted folder."""
+    it unless it is a trusted folder root may create files in (``refuse_untrusted_dir(creates=True)``)."""
     p = Path(path)
     make_dirs(p)
-    refuse_untrusted_dir(p)
+    refuse_untrusted_dir(p, creates=True)
     return p
 
 

@@ -99,7 +99,7 @@ def write_job_file(spool: Path, gpu_uuid: str, job: JobAssignment) -> Path:
     if not path.parent.is_dir():
         path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
         os.chmod(path.parent, 0o755)  # not the umask's choice: readers refuse writable folders
-    refuse_untrusted_dir(path.parent)  # a planted folder or symlink must not receive root's file
+    refuse_untrusted_dir(path.parent, creates=True)  # no planted folder or symlink receives root's file
     doc: dict[str, object] = {"version": FORMAT_VERSION, "job_id": job.job_id, "user": job.user,
                               "uid": job.uid, "written_at": time.time()}
     if job.label is not None:

@@ -82,6 +82,16 @@ _EXEMPT_KINDS = {"partition": "partitions", "account": "accounts", "user": "user
 
 log = logging.getLogger(__name__)
 
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+def slurm_account(name: str) -> str:
+    """An account name as Slurm keeps it: lower-cased (``xstrtolower``, C ``tolower``: ASCII letters
+    only, as Lua's ``string.lower``), after job_submit and matching associations ignoring case.
+    Account keys, exemptions and job_submit.lua's lookups all use this spelling, so ``-A PHYSICS``
+    cannot miss the physics key."""
+    return name.translate(_ASCII_LOWER)
+
 
 class TableEntry(NamedTuple):
     """One key of the table. ``name`` is set only for level user_name, ``account`` only for account."""
@@ -234,7 +244,7 @@ def build_table(
         elif e.level == "user":
             by_user[str(e.user)] = rec
         else:
-            by_account[str(e.account)] = rec
+            by_account[slurm_account(str(e.account))] = rec
     when = (generated_at or dt.datetime.now(dt.UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
     return {
         "version": TABLE_VERSION,
@@ -290,8 +300,8 @@ def _policy_lines(policy: Mapping[str, Any] | None) -> list[str]:
     avail = policy.get("features_available") or {}
     lines += [f"feature\t{encode_field(f)}" for f, on in avail.items() if on]
     for kind, key in _EXEMPT_KINDS.items():
-        lines += [f"exempt\t{kind}\t{encode_field(v)}" for v, on in
-                  ((policy.get("exempt") or {}).get(key) or {}).items() if on]
+        lines += [f"exempt\t{kind}\t{encode_field(slurm_account(v) if kind == 'account' else v)}"
+                  for v, on in ((policy.get("exempt") or {}).get(key) or {}).items() if on]
     return lines
 
 
@@ -301,7 +311,7 @@ def _entry_line(e: TableEntry) -> str:
     elif e.level == "user":
         k1, k2 = str(e.user), "-"
     else:
-        k1, k2 = str(e.account), "-"
+        k1, k2 = slurm_account(str(e.account)), "-"
     conf = repr(round(float(e.confidence), 4))
     return "\t".join(("entry", e.level, encode_field(k1), k2, e.label, conf, str(int(e.n_jobs)),
                       encode_field(e.source)))
@@ -372,7 +382,10 @@ def parse_label_table(text: str, source: str = "<label table>") -> dict[str, Any
             elif kind == "mode" and len(f) == 2:
                 policy["mode"], has_policy = f[1], True
             elif kind == "min_confidence" and len(f) == 2:
-                policy["min_confidence"], has_policy = float(f[1]), True
+                value = float(f[1])
+                if not 0.0 <= value <= 1.0:  # nan too: job_submit.lua refuses the table alike
+                    raise DataError(f"{where}: min_confidence {f[1]!r} outside [0, 1]")
+                policy["min_confidence"], has_policy = value, True
             elif kind == "min_confidence_label" and len(f) == 3 and f[1] in LABELS:
                 value = float(f[2])
                 if not 0.0 <= value <= 1.0:
@@ -380,6 +393,8 @@ def parse_label_table(text: str, source: str = "<label table>") -> dict[str, Any
                 policy["min_confidence_by_label"][f[1]] = value
             elif kind == "canary_threshold" and len(f) == 2:
                 policy["canary_threshold"] = int(f[1])
+                if not 0 <= policy["canary_threshold"] <= 10000:
+                    raise DataError(f"{where}: canary_threshold {f[1]!r} outside [0, 10000] buckets")
             elif kind == "decision" and len(f) == 4:
                 policy["decisions"][f[1]] = {"cap": None if f[2] == "-" else f[2],
                                              "features": [] if f[3] == "-" else f[3].split(",")}

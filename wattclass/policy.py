@@ -24,7 +24,7 @@ from wattclass.admincomment import canary_threshold
 from wattclass.caps import Cap, cap_watts, parse_cap
 from wattclass.errors import ConfigError
 from wattclass.fsutil import read_trusted_bytes
-from wattclass.labeltable import LABELS, MODES
+from wattclass.labeltable import LABELS, MODES, slurm_account
 
 _TOP_KEYS = {"mode", "min_confidence", "min_confidence_by_label", "caps", "placement", "exempt", "canary"}
 _EXEMPT_KEYS = ("accounts", "partitions", "users")
@@ -189,7 +189,8 @@ def parse_policy(doc: Mapping[str, Any], source: str = "<policy>") -> Policy:
         min_confidence_by_label=by_label,
         caps=caps,
         features=features,
-        exempt_accounts=lists["accounts"],
+        # Slurm keeps accounts lower-case (and job_submit.lua looks them up so): "Physics" is physics
+        exempt_accounts=frozenset(slurm_account(a) for a in lists["accounts"]),
         exempt_partitions=lists["partitions"],
         exempt_users=lists["users"],
         canary_fraction=canary,
