@@ -383,6 +383,18 @@ def test_every_way_of_asking_for_a_gpu_is_decided(fresh: WattclassRig, gpus: lis
     wait_restored(fresh)
 
 
+def test_a_whole_node_job_that_asks_for_no_gpu_is_capped_on_every_gpu(fresh: WattclassRig) -> None:
+    """Slurm gives an --exclusive job every GPU of its node though it asks for none
+    (_handle_exclusive_gres): job_submit.lua decides it (no placement features: it may be a CPU
+    job), and the Prolog caps every GPU it got."""
+    job_id, job = run_job(fresh, "-J", "mem-train", "--exclusive")
+    assert job["admin_comment"] == MEM and not job.get("features"), job
+    seen, gpus = fresh.seen(job_id)
+    assert len(gpus) == len(seen) > 1, (gpus, seen)  # every GPU of the node
+    assert set(seen.values()) == {420.0}, seen
+    wait_restored(fresh)
+
+
 @contextlib.contextmanager
 def verbose_ctld(c: SlurmCluster) -> Iterator[None]:
     """slurmctld at the verbose level, where job_submit.lua writes one line per job."""
