@@ -346,11 +346,19 @@ def slurm_cluster(cfg: SlurmConfig) -> Any:
         if value is not None:
             kwargs[key] = value
     kwargs.update(_slurm_security(cfg))
-    cluster = SLURMCluster(**kwargs)
-    if cfg.adapt_maximum_jobs is not None:
-        cluster.adapt(minimum_jobs=cfg.adapt_minimum_jobs or 0, maximum_jobs=cfg.adapt_maximum_jobs)
-    elif cfg.jobs:
-        cluster.scale(jobs=cfg.jobs)
+    try:
+        cluster = SLURMCluster(**kwargs)
+    except OSError as exc:  # e.g. the workers' TLS files cannot be written (a root_squash export)
+        cause = f" ({exc.__cause__})" if exc.__cause__ else ""
+        raise ConfigError(f"cannot start the Dask SLURMCluster: {exc}{cause}") from exc
+    try:
+        if cfg.adapt_maximum_jobs is not None:
+            cluster.adapt(minimum_jobs=cfg.adapt_minimum_jobs or 0, maximum_jobs=cfg.adapt_maximum_jobs)
+        elif cfg.jobs:
+            cluster.scale(jobs=cfg.jobs)
+    except BaseException:
+        _close_cluster(cluster)  # its scheduler, and the workers' TLS files with it
+        raise
     return cluster
 
 

@@ -158,6 +158,20 @@ def test_untrusted_shared_temp_directory_is_refused_naming_it(tmp_path: Path, ho
     assert list(tmp_path.glob("**/.dask-jobqueue*")) == []  # no key was written anywhere
 
 
+def test_unwritable_shared_temp_directory_is_a_config_error(tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A trusted folder root still cannot write (a root_squash NFS export): a ConfigError naming it."""
+    core = pytest.importorskip("dask_jobqueue.core")
+    shared = _shared_dir(tmp_path)
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(core.tempfile, "NamedTemporaryFile", refuse)
+    with pytest.raises(ConfigError, match=f"cannot start the Dask SLURMCluster.*{shared}.*Permission denied"):
+        slurm_cluster(SlurmConfig(jobs=0, shared_temp_directory=str(shared), log_directory=str(tmp_path)))
+
+
 def test_tls_false_is_plain_tcp_and_warns(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     pytest.importorskip("dask_jobqueue")
     cfg = tmp_path / "dask.toml"
