@@ -12,11 +12,23 @@ decision, so it lives in a small TOML file rather than in code:
 ``open_client`` turns either a scheduler address or such a file into a ``distributed.Client``
 and closes whatever it started on exit. See deploy/SCALEOUT.md and
 deploy/dask-slurm.example.toml.
+
+Security (docs/admin.md, "Threat model"): the nightly runs as root, and Dask's protocol carries
+pickles, so whoever can talk to a scheduler or worker of root's can run code as root. Hence:
+``kind = "slurm"`` speaks mutual TLS by default, with a key and certificate made fresh for each
+run (``Security.temporary()``), whose worker copies go to ``shared_temp_directory``, a folder root
+trusts; plain TCP needs an explicit ``tls = false`` and is logged at WARNING. ``kind = "scheduler"``
+may name a ``tls://`` scheduler with the site's certificate files in ``[tls]`` (read as trusted
+files); a plain TCP scheduler off loopback is logged at WARNING. The config file itself is read as
+a trusted file: it names the interpreter and the prologue that Slurm runs on the workers as root.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ipaddress
+import logging
+import os
 import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
@@ -24,12 +36,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wattclass.errors import ConfigError
-from wattclass.fsutil import read_trusted_bytes
+from wattclass.fsutil import read_trusted_bytes, read_trusted_text, refuse_untrusted_dir
 
 if TYPE_CHECKING:
     from distributed import Client, LocalCluster
+    from distributed.security import Security
+
+log = logging.getLogger("wattclass.classifier")
 
 KINDS = ("local", "scheduler", "slurm")
+#: scheduler_options keys that would undo ``tls`` (the scheduler's protocol and credentials).
+_TLS_OWNED_OPTIONS = ("protocol", "security")
 
 
 @dataclass(frozen=True)
@@ -63,6 +80,26 @@ class SlurmConfig:
     local_directory: str | None = None  # worker spill space on the compute node
     log_directory: str | None = None
     scheduler_options: dict[str, Any] = field(default_factory=dict)
+    # Mutual TLS between the scheduler (in this process, as root), the workers and the client,
+    # with a key and certificate made for this run. false: plain TCP, for an isolated network only.
+    tls: bool = True
+    # A folder on a filesystem the compute nodes share, where the workers' copy of this run's key
+    # and certificate is written (0600, removed when open_client closes the cluster). Required with tls.
+    shared_temp_directory: str | None = None
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    """``[tls]``: the site's PEM files for root's client to a standing ``tls://`` scheduler.
+
+    ``ca_file`` is the CA that signed the scheduler's certificate; ``cert`` and ``key`` are the
+    client's own (``key`` may be left out when ``cert`` holds the key too). All are read as files
+    root trusts (owner root, not writable by group or others, no symlink, on a trusted path).
+    """
+
+    ca_file: str | None = None
+    cert: str | None = None
+    key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -71,6 +108,7 @@ class ClusterConfig:
     address: str | None = None
     local: LocalConfig = LocalConfig()
     slurm: SlurmConfig = SlurmConfig()
+    tls: TlsFiles | None = None
 
 
 def _section(cls: type[Any], data: dict[str, Any], where: str) -> Any:
@@ -118,7 +156,7 @@ def load_config(path: Path) -> ClusterConfig:
         raise ConfigError(f"{path}: cluster config not used: {exc}") from exc
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
-    unknown = set(raw) - {"kind", "address", "local", "slurm"}
+    unknown = set(raw) - {"kind", "address", "local", "slurm", "tls"}
     if unknown:
         raise ConfigError(f"{path}: unknown key(s) {', '.join(sorted(unknown))}")
     kind = raw.get("kind")
@@ -126,8 +164,8 @@ def load_config(path: Path) -> ClusterConfig:
         raise ConfigError(f"{path}: kind must be one of {', '.join(KINDS)}, got {kind!r}")
     address = raw.get("address")
     if kind == "scheduler" and not isinstance(address, str):
-        raise ConfigError(f"{path}: kind = 'scheduler' needs address = 'tcp://host:port'")
-    for name in ("local", "slurm"):
+        raise ConfigError(f"{path}: kind = 'scheduler' needs address = 'tls://host:port' (or 'tcp://host:port')")
+    for name in ("local", "slurm", "tls"):
         if name in raw and not isinstance(raw[name], dict):
             raise ConfigError(f"{path}: [{name}] must be a table")
     cfg = ClusterConfig(
@@ -135,11 +173,135 @@ def load_config(path: Path) -> ClusterConfig:
         address=address,
         local=_section(LocalConfig, raw.get("local", {}), f"{path}: local"),
         slurm=_section(SlurmConfig, raw.get("slurm", {}), f"{path}: slurm"),
+        tls=_section(TlsFiles, raw["tls"], f"{path}: tls") if "tls" in raw else None,
     )
     s = cfg.slurm
     if s.processes < 1 or s.cores < s.processes:
         raise ConfigError(f"{path}: slurm.cores ({s.cores}) must be >= slurm.processes ({s.processes}) >= 1")
+    if kind == "scheduler":
+        _check_scheduler_tls(cfg, path)
+    elif cfg.tls is not None:
+        raise ConfigError(f"{path}: [tls] is for kind = 'scheduler' (kind = 'slurm' makes its own "
+                          "certificate for each run)")
+    if kind == "slurm":
+        _check_slurm_tls(s, f"{path}: slurm")
     return cfg
+
+
+def _check_scheduler_tls(cfg: ClusterConfig, path: Path) -> None:
+    """A ``tls://`` address needs ``[tls]`` files, and ``[tls]`` files need a ``tls://`` address."""
+    scheme = _scheme(str(cfg.address), f"{path}: address")
+    if cfg.tls is None:
+        if scheme == "tls":
+            raise ConfigError(f"{path}: address {cfg.address!r} is tls:// but there is no [tls] table "
+                              "(ca_file, cert, key)")
+        return
+    if scheme != "tls":
+        raise ConfigError(f"{path}: [tls] is given but address {cfg.address!r} is not tls://host:port")
+    for key in ("ca_file", "cert"):
+        if not getattr(cfg.tls, key):
+            raise ConfigError(f"{path}: tls.{key} is required (a PEM file)")
+
+
+def _check_slurm_tls(s: SlurmConfig, where: str) -> None:
+    """``where``: the config file and table, for the error. The folder itself is checked when used."""
+    for key in _TLS_OWNED_OPTIONS:
+        if key in s.scheduler_options:
+            raise ConfigError(f"{where}.scheduler_options.{key}: not allowed; the scheduler's protocol and "
+                              "credentials follow slurm.tls")
+    if not s.tls:
+        return
+    d = s.shared_temp_directory
+    if not d:
+        raise ConfigError(f"{where}.shared_temp_directory is required with TLS (the default): a root-owned "
+                          "folder, mode 0700, on a filesystem the compute nodes share (or tls = false, "
+                          "only on an isolated, trusted network)")
+    if not os.path.isabs(d) or "$" in d:
+        # dask-jobqueue expands '~' and '$VARS' here but writes the name unexpanded into the job
+        # script: the folder checked and the folder the workers read must be the same.
+        raise ConfigError(f"{where}.shared_temp_directory: {d!r} must be an absolute path without '~' or '$'")
+
+
+def _scheme(address: str, where: str) -> str:
+    from distributed.comm.addressing import parse_address
+
+    try:
+        return str(parse_address(address)[0])
+    except ValueError as exc:
+        raise ConfigError(f"{where}: {address!r} is not a Dask address: {exc}") from exc
+
+
+def _warn_if_plain_off_loopback(address: str) -> None:
+    """WARNING for a scheduler this process trusts without TLS, unless it is on this machine.
+
+    Why: the scheduler sends pickles, which the client (root, for the nightly) unpickles, and
+    nothing authenticates a plain TCP peer: whoever runs or impersonates that scheduler runs code
+    as this process's user.
+    """
+    from distributed.comm.addressing import parse_address, parse_host_port
+
+    scheme, location = parse_address(address)
+    if scheme in ("tls", "inproc"):
+        return
+    try:
+        host = str(parse_host_port(location, 8786)[0])
+    except ValueError as exc:
+        raise ConfigError(f"{address!r} is not a Dask scheduler address: {exc}") from exc
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name other than localhost: not resolved, so not known to be local
+        loopback = False
+    if not loopback:
+        log.warning("connecting to the Dask scheduler at %s over plain %s: nothing authenticates it, and "
+                    "this process (uid %d) runs what it sends (pickles); use a tls:// scheduler with a "
+                    "[tls] table in --dask-config (deploy/SCALEOUT.md)", address, scheme, os.geteuid())
+
+
+def tls_security(files: TlsFiles) -> Security:
+    """A client Security from the site's PEM files, read as trusted files, requiring TLS.
+
+    The contents, not the paths, go into the Security object: what was checked is what is used
+    (nothing can swap a file between the check and the handshake).
+    """
+    from distributed.security import Security
+
+    def pem(key: str) -> str | None:
+        name = getattr(files, key)
+        if not name:
+            return None
+        try:
+            text = read_trusted_text(Path(name))
+        except FileNotFoundError as exc:
+            raise ConfigError(f"tls.{key} {name}: not found") from exc
+        if "-----BEGIN" not in text:
+            raise ConfigError(f"tls.{key} {name}: not a PEM file")
+        return text
+
+    ca, cert, key = pem("ca_file"), pem("cert"), pem("key")
+    if not ca or not cert:
+        raise ConfigError("[tls] needs ca_file and cert")
+    return Security(tls_ca_file=ca, tls_client_cert=cert, tls_client_key=key, require_encryption=True)
+
+
+def _trusted_shared_temp_directory(cfg: SlurmConfig) -> str:
+    """``cfg.shared_temp_directory``, refused unless it is a folder root trusts.
+
+    The workers (root, on the compute nodes) read this run's key and certificate from it, and the
+    scheduler accepts whoever holds them: a folder another user can write, or a symlink, would let
+    that user read or replace them. Not created when missing: a missing folder on a shared
+    filesystem usually means the filesystem is not mounted, and one made on local disk here
+    would be invisible to the workers.
+    """
+    _check_slurm_tls(cfg, "slurm")
+    d = str(cfg.shared_temp_directory)
+    try:
+        refuse_untrusted_dir(Path(d), creates=True)
+    except FileNotFoundError as exc:
+        raise ConfigError(f"slurm.shared_temp_directory {d}: missing (create it root-owned, mode 0700, on a "
+                          "filesystem the compute nodes share)") from exc
+    except ConfigError as exc:
+        raise ConfigError(f"slurm.shared_temp_directory {d}: {exc}") from exc
+    return d
 
 
 def local_cluster(cfg: LocalConfig | None = None) -> LocalCluster:
@@ -160,7 +322,9 @@ def slurm_cluster(cfg: SlurmConfig) -> Any:
     """A dask_jobqueue.SLURMCluster, scaled (or adaptive) as configured.
 
     Its workers are ordinary Slurm jobs, submitted with sbatch from this machine, so this
-    machine must be a Slurm submit host that the compute nodes can reach on the network.
+    machine must be a Slurm submit host that the compute nodes can reach on the network. The
+    scheduler therefore listens on a routable address: with ``cfg.tls`` (the default) it speaks
+    tls:// and accepts only peers holding this run's certificate (``_slurm_security``).
     """
     try:
         from dask_jobqueue.slurm import SLURMCluster
@@ -181,12 +345,47 @@ def slurm_cluster(cfg: SlurmConfig) -> Any:
         value = getattr(cfg, key)
         if value is not None:
             kwargs[key] = value
-    cluster = SLURMCluster(**kwargs)
-    if cfg.adapt_maximum_jobs is not None:
-        cluster.adapt(minimum_jobs=cfg.adapt_minimum_jobs or 0, maximum_jobs=cfg.adapt_maximum_jobs)
-    elif cfg.jobs:
-        cluster.scale(jobs=cfg.jobs)
+    kwargs.update(_slurm_security(cfg))
+    try:
+        cluster = SLURMCluster(**kwargs)
+    except OSError as exc:  # e.g. the workers' TLS files cannot be written (a root_squash export)
+        cause = f" ({exc.__cause__})" if exc.__cause__ else ""
+        raise ConfigError(f"cannot start the Dask SLURMCluster: {exc}{cause}") from exc
+    try:
+        if cfg.adapt_maximum_jobs is not None:
+            cluster.adapt(minimum_jobs=cfg.adapt_minimum_jobs or 0, maximum_jobs=cfg.adapt_maximum_jobs)
+        elif cfg.jobs:
+            cluster.scale(jobs=cfg.jobs)
+    except BaseException:
+        _close_cluster(cluster)  # its scheduler, and the workers' TLS files with it
+        raise
     return cluster
+
+
+def _slurm_security(cfg: SlurmConfig) -> dict[str, Any]:
+    """SLURMCluster keywords for ``cfg.tls``: a fresh Security and the folder for the workers' copy.
+
+    dask-jobqueue then runs the scheduler on tls://, writes the workers' key and certificate into
+    ``shared_temp_directory`` (NamedTemporaryFile: mode 0600; ``_close_cluster`` removes them)
+    and gives the workers ``--protocol tls:// --tls-ca-file --tls-cert --tls-key``; both
+    ends require the other's certificate (distributed's ``ssl.CERT_REQUIRED``).
+    """
+    if not cfg.tls:
+        _check_slurm_tls(cfg, "slurm")
+        log.warning("kind = 'slurm' with tls = false: the Dask scheduler in this process listens on a "
+                    "routable address without authentication, so anyone who can reach it can run code "
+                    "as uid %d here and on the workers; only for an isolated, trusted network",
+                    os.geteuid())
+        return {}
+    shared = _trusted_shared_temp_directory(cfg)
+    from distributed.security import Security
+
+    try:
+        security = Security.temporary()
+    except ImportError as exc:
+        raise ConfigError("kind = 'slurm' with TLS needs the 'cryptography' package: pip install "
+                          "'wattclass[dask]'") from exc
+    return {"security": security, "shared_temp_directory": shared}
 
 
 @contextlib.contextmanager
@@ -198,19 +397,30 @@ def open_client(
     """Yield a Client for a scheduler address, a cluster config file, or (neither) a LocalCluster.
 
     Whatever cluster this function started is closed on exit; an external scheduler is left
-    running. Giving both ``scheduler`` and ``config`` is a usage error.
+    running. Giving both ``scheduler`` and ``config`` is a usage error. A ``tls://`` scheduler
+    needs the certificate files of a config's ``[tls]`` table; a plain one off loopback is
+    logged at WARNING (``_warn_if_plain_off_loopback``).
     """
     from distributed import Client
 
     if scheduler and config:
         raise ConfigError("give either --scheduler or --dask-config, not both")
     cluster: Any = None
+    security: Security | None = None
     if scheduler:
+        if _scheme(scheduler, "--scheduler") == "tls":
+            raise ConfigError(f"--scheduler {scheduler}: a tls:// scheduler needs certificate files; give "
+                              "them in a kind = 'scheduler' config's [tls] table (--dask-config)")
+        _warn_if_plain_off_loopback(scheduler)
         target: Any = scheduler
     elif config is not None:
         cfg = load_config(config)
         if cfg.kind == "scheduler":
             target = cfg.address
+            if cfg.tls is not None:
+                security = tls_security(cfg.tls)
+            else:
+                _warn_if_plain_off_loopback(str(target))
         elif cfg.kind == "slurm":
             cluster = target = slurm_cluster(cfg.slurm)
         else:
@@ -219,7 +429,7 @@ def open_client(
         cluster = target = local_cluster(local)
     try:
         try:
-            client = Client(target)
+            client = Client(target, security=security)
         except OSError as exc:
             raise ConfigError(f"cannot reach the Dask scheduler at {target}: {exc}") from exc
         try:
@@ -228,4 +438,21 @@ def open_client(
             client.close()
     finally:
         if cluster is not None:
-            cluster.close()
+            _close_cluster(cluster)
+
+
+def _close_cluster(cluster: Any) -> None:
+    """Close ``cluster``, then remove the workers' copy of its TLS key and certificate at once.
+
+    dask-jobqueue (0.9) keeps those files open as NamedTemporaryFile attributes ``_job_<key>``
+    and so removes them only when the cluster object is garbage-collected; closing them here
+    keeps key material off the shared filesystem as soon as the cluster is gone.
+    """
+    try:
+        cluster.close()
+    finally:
+        for name in ("_job_key", "_job_cert", "_job_ca_file"):
+            handle = getattr(cluster, name, None)
+            if handle is not None:
+                with contextlib.suppress(OSError):
+                    handle.close()

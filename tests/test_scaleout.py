@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import stat
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from wattclass.classifier.scaleout import LocalConfig, load_config, local_cluster, open_client, slurm_cluster
+from wattclass.classifier.scaleout import (
+    LocalConfig,
+    SlurmConfig,
+    load_config,
+    local_cluster,
+    open_client,
+    slurm_cluster,
+)
 from wattclass.errors import ConfigError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -51,13 +61,23 @@ def test_config_file_kind_local(tmp_path: Path) -> None:
         assert client.submit(_square_sum, 4).result() == 14
 
 
+def _shared_dir(tmp_path: Path) -> Path:
+    """A folder fit for slurm.shared_temp_directory: ours (root in CI), mode 0700."""
+    d = tmp_path / "dask-tls"
+    d.mkdir(mode=0o700)
+    d.chmod(0o700)
+    return d
+
+
 def test_example_config_builds_the_slurm_job_script(tmp_path: Path) -> None:
     pytest.importorskip("dask_jobqueue")
     cfg = load_config(REPO / "deploy" / "dask-slurm.example.toml")
     assert cfg.kind == "slurm"
     s = cfg.slurm
+    assert s.tls and s.shared_temp_directory  # the example keeps TLS on
     # Build the cluster without submitting anything: jobs=0, no adapt.
-    cluster = slurm_cluster(replace(s, jobs=0, log_directory=str(tmp_path)))
+    cluster = slurm_cluster(replace(s, jobs=0, log_directory=str(tmp_path),
+                                    shared_temp_directory=str(_shared_dir(tmp_path))))
     try:
         script = cluster.job_script()
     finally:
@@ -69,6 +89,181 @@ def test_example_config_builds_the_slurm_job_script(tmp_path: Path) -> None:
     assert "source /opt/wattclass/venv/bin/activate" in script
     assert "/opt/wattclass/venv/bin/python -m distributed.cli.dask_worker" in script
     assert "--nworkers 4" in script and "--nthreads 2" in script
+    assert "--protocol tls://" in script and "--tls-key" in script
+
+
+def _tls_options(script: str) -> dict[str, str]:
+    words = script.split()
+    return {w: words[i + 1] for i, w in enumerate(words) if w.startswith("--tls-")}
+
+
+def test_slurm_cluster_speaks_mutual_tls_and_its_workers_get_this_runs_certificate(tmp_path: Path) -> None:
+    pytest.importorskip("dask_jobqueue")
+    from distributed import Client
+    from distributed.security import Security
+
+    shared = _shared_dir(tmp_path)
+    cfg = tmp_path / "dask.toml"
+    cfg.write_text(f'kind = "slurm"\n[slurm]\njobs = 0\nshared_temp_directory = "{shared}"\n'
+                   f'log_directory = "{tmp_path}"\n')
+    with open_client(config=cfg) as client:  # jobs = 0: nothing is submitted
+        cluster = client.cluster
+        assert cluster.scheduler_address.startswith("tls://")
+        assert client.scheduler.address.startswith("tls://")  # root's own client speaks TLS too
+        script = cluster.job_script()
+        assert "--protocol tls://" in script
+        tls = _tls_options(script)
+        assert set(tls) == {"--tls-ca-file", "--tls-cert", "--tls-key"}, tls
+        for path in tls.values():  # the workers' copy: in the shared folder, only root can read it
+            assert Path(path).parent == shared
+            assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+        # Mutual: a client with another certificate (anyone on the network) is refused.
+        with pytest.raises((OSError, TimeoutError)):
+            Client(cluster.scheduler_address, security=Security.temporary(), timeout="3s")
+    assert list(shared.iterdir()) == []  # the key and certificate are gone with the cluster
+
+
+def _untrusted(tmp_path: Path, how: str) -> Path:
+    good = _shared_dir(tmp_path)
+    if how == "group-writable":
+        good.chmod(0o770)
+    elif how == "world-writable, sticky":
+        good.chmod(0o1777)
+    elif how == "other owner":
+        if os.geteuid() != 0:
+            pytest.skip("chown needs root")
+        os.chown(good, 65534, -1)
+    elif how == "symlink":
+        link = tmp_path / "link"
+        link.symlink_to(good)
+        return link
+    elif how == "under a writable folder":
+        tmp_path.chmod(0o777)
+    elif how == "missing":
+        return tmp_path / "missing"
+    return good
+
+
+@pytest.mark.parametrize("how", ["group-writable", "world-writable, sticky", "other owner", "symlink",
+                                 "under a writable folder", "missing"])
+def test_untrusted_shared_temp_directory_is_refused_naming_it(tmp_path: Path, how: str) -> None:
+    pytest.importorskip("dask_jobqueue")
+    d = _untrusted(tmp_path, how)
+    try:
+        with pytest.raises(ConfigError) as err:
+            slurm_cluster(SlurmConfig(jobs=0, shared_temp_directory=str(d), log_directory=str(tmp_path)))
+    finally:
+        tmp_path.chmod(0o700)
+    assert f"slurm.shared_temp_directory {d}" in str(err.value)
+    assert list(tmp_path.glob("**/.dask-jobqueue*")) == []  # no key was written anywhere
+
+
+def test_unwritable_shared_temp_directory_is_a_config_error(tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A trusted folder root still cannot write (a root_squash NFS export): a ConfigError naming it."""
+    core = pytest.importorskip("dask_jobqueue.core")
+    shared = _shared_dir(tmp_path)
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(core.tempfile, "NamedTemporaryFile", refuse)
+    with pytest.raises(ConfigError, match=f"cannot start the Dask SLURMCluster.*{shared}.*Permission denied"):
+        slurm_cluster(SlurmConfig(jobs=0, shared_temp_directory=str(shared), log_directory=str(tmp_path)))
+
+
+def test_tls_false_is_plain_tcp_and_warns(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    pytest.importorskip("dask_jobqueue")
+    cfg = tmp_path / "dask.toml"
+    cfg.write_text('kind = "slurm"\n[slurm]\ntls = false\n')
+    s = load_config(cfg).slurm
+    assert s.tls is False and s.shared_temp_directory is None
+    with caplog.at_level(logging.WARNING, logger="wattclass.classifier"):
+        cluster = slurm_cluster(replace(s, jobs=0, log_directory=str(tmp_path)))
+    try:
+        assert cluster.scheduler_address.startswith("tcp://")
+        assert "--tls-" not in cluster.job_script()
+    finally:
+        cluster.close()
+    assert any("tls = false" in r.getMessage() and "without authentication" in r.getMessage()
+               for r in caplog.records if r.levelno == logging.WARNING), caplog.text
+
+
+def _site_pems(tmp_path: Path) -> tuple[Any, dict[str, Path]]:
+    """A Security (one self-signed certificate for every role) and its PEMs written as site files."""
+    from distributed.security import Security
+
+    sec = Security.temporary()
+    files = {"ca_file": tmp_path / "ca.pem", "cert": tmp_path / "client.pem", "key": tmp_path / "client.key"}
+    pems = {"ca_file": sec.tls_ca_file, "cert": sec.tls_client_cert, "key": sec.tls_client_key}
+    for key, value in pems.items():
+        files[key].write_text(value)
+        files[key].chmod(0o600)
+    return sec, files
+
+
+def _scheduler_config(tmp_path: Path, address: str, files: dict[str, Path]) -> Path:
+    cfg = tmp_path / "dask.toml"
+    cfg.write_text(f'kind = "scheduler"\naddress = "{address}"\n[tls]\n'
+                   + "".join(f'{k} = "{v}"\n' for k, v in files.items()))
+    return cfg
+
+
+def test_scheduler_kind_connects_over_tls_with_the_sites_files(tmp_path: Path) -> None:
+    from distributed import LocalCluster
+
+    sec, files = _site_pems(tmp_path)
+    cluster = LocalCluster(n_workers=1, processes=False, protocol="tls://", security=sec,
+                           dashboard_address=None, memory_limit="0")
+    try:
+        cfg = _scheduler_config(tmp_path, cluster.scheduler_address, files)
+        with open_client(config=cfg) as client:
+            assert client.security.require_encryption
+            assert client.security.tls_client_cert == files["cert"].read_text()
+            assert client.submit(_square_sum, 10).result() == 285
+    finally:
+        cluster.close()
+
+
+def test_scheduler_tls_files_are_read_as_trusted_files(tmp_path: Path) -> None:
+    pytest.importorskip("cryptography")
+    _, files = _site_pems(tmp_path)
+    files["key"].chmod(0o666)
+    cfg = _scheduler_config(tmp_path, "tls://127.0.0.1:1", files)
+    with pytest.raises(ConfigError, match=str(files["key"])), open_client(config=cfg):
+        pass
+
+
+class _FakeClient:
+    """Stands in for distributed.Client: connects nowhere."""
+
+    def __init__(self, target: Any, security: Any = None) -> None:
+        self.target, self.security = target, security
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize(("address", "warns"), [
+    ("tcp://10.1.2.3:8786", True), ("sched.example:8786", True), ("tcp://127.0.0.1:8786", False),
+    ("tcp://localhost:8786", False), ("tcp://[::1]:8786", False),
+])
+def test_plain_scheduler_off_loopback_warns(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+                                            address: str, warns: bool) -> None:
+    import distributed
+
+    monkeypatch.setattr(distributed, "Client", _FakeClient)
+    with caplog.at_level(logging.WARNING, logger="wattclass.classifier"), open_client(scheduler=address):
+        pass
+    warned = [r.getMessage() for r in caplog.records if "pickles" in r.getMessage()]
+    assert bool(warned) == warns, caplog.text
+    if warns:
+        assert address in warned[0] and "tls://" in warned[0]
+
+
+def test_scheduler_tls_needs_files(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="needs certificate files"), open_client(scheduler="tls://h:8786"):
+        pass
 
 
 @pytest.mark.parametrize(
@@ -80,6 +275,17 @@ def test_example_config_builds_the_slurm_job_script(tmp_path: Path) -> None:
         ('kind = "slurm"\n[slurm]\ncores = "eight"\n', "slurm.cores"),
         ('kind = "slurm"\n[slurm]\ncores = 2\nprocesses = 4\n', "slurm.cores (2)"),
         ('kind = "slurm"\n[slurm]\njob_extra_directives = "--qos=x"\n', "job_extra_directives"),
+        ('kind = "slurm"\n', "slurm.shared_temp_directory is required with TLS"),
+        ('kind = "slurm"\n[slurm]\nshared_temp_directory = "rel"\n', "must be an absolute path"),
+        ('kind = "slurm"\n[slurm]\nshared_temp_directory = "$HOME/x"\n', "must be an absolute path"),
+        ('kind = "slurm"\n[slurm]\ntls = "no"\n', "slurm.tls: expected true or false"),
+        ('kind = "slurm"\n[slurm]\ntls = false\nscheduler_options = {protocol = "tcp://"}\n',
+         "slurm.scheduler_options.protocol: not allowed"),
+        ('kind = "slurm"\n[slurm]\ntls = false\n[tls]\nca_file = "/x"\n', "[tls] is for kind = 'scheduler'"),
+        ('kind = "scheduler"\naddress = "tls://h:1"\n', "no [tls] table"),
+        ('kind = "scheduler"\naddress = "tcp://h:1"\n[tls]\nca_file = "/a"\ncert = "/b"\n', "is not tls://"),
+        ('kind = "scheduler"\naddress = "tls://h:1"\n[tls]\nca_file = "/a"\n', "tls.cert is required"),
+        ('kind = "scheduler"\naddress = "tls://h:1"\n[tls]\nkey_file = "/a"\n', "unknown key 'key_file'"),
         ('kind = "local"\n[local]\nprocesses = 1\n', "local.processes"),
         ('kind = "local"\nworkers = 3\n', "unknown key(s) workers"),
         ("kind = \n", "not valid TOML"),

@@ -51,14 +51,24 @@ def test_slurm_cluster_workers_are_slurm_jobs(
 ) -> None:
     monkeypatch.setenv("SLURM_CONF", str(slurm.conf))
     monkeypatch.setenv("PATH", slurm.env["PATH"])  # dask-jobqueue runs sbatch: the version under test
+    # The workers' copy of the run's TLS key and certificate: a folder root trusts (root-owned,
+    # 0700). One node: the test's tmp folder is "shared" with the compute node.
+    shared = tmp_path / "dask-tls"
+    shared.mkdir(mode=0o700)
+    shared.chmod(0o700)
     cfg = tmp_path / "dask.toml"
     cfg.write_text(
         'kind = "slurm"\n[slurm]\nqueue = "main"\ncores = 2\nprocesses = 2\nmemory = "1GiB"\n'
         f'walltime = "00:10:00"\njobs = 1\npython = "{sys.executable}"\n'
         f'log_directory = "{tmp_path}"\nlocal_directory = "{tmp_path}"\n'
+        f'shared_temp_directory = "{shared}"\n'
     )
     with open_client(config=cfg) as client:
+        assert client.scheduler.address.startswith("tls://")
         client.wait_for_workers(2, timeout=90)
+        # The workers came in over mutual TLS, with the key and certificate this run made.
+        workers = client.scheduler_info()["workers"]
+        assert workers and all(addr.startswith("tls://") for addr in workers), list(workers)
         jobs = _squeue(slurm.env)
         assert len(jobs) == 1 and "RUNNING" in jobs[0], jobs
         job_id = jobs[0].split()[0]
@@ -72,3 +82,4 @@ def test_slurm_cluster_workers_are_slurm_jobs(
     while _squeue(slurm.env) and time.monotonic() < deadline:  # closing the client cancels the job
         time.sleep(0.5)
     assert _squeue(slurm.env) == []
+    assert list(shared.iterdir()) == []  # the workers' key and certificate went with the cluster
