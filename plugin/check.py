@@ -175,6 +175,10 @@ def run_checks(args: argparse.Namespace) -> list[Check]:
     checks.append(_run("GPU backend", lambda: _check_backend(args.backend or hook.backend)))
     if args.job_submit is not None:
         checks.append(_run("job_submit.lua", lambda: _check_job_submit(args.job_submit, args.table)))
+    if args.slurm_conf is not None:
+        from wattclass.plugin.slurmconf import check_slurm_conf
+
+        checks.append(_run("slurm.conf", lambda: check_slurm_conf(args.slurm_conf)))
     return checks
 
 
@@ -190,6 +194,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--job-submit", type=Path, default=None,
                    help="on the controller: also check this job_submit.lua (e.g. /etc/slurm/job_submit.lua) "
                         "is this wattclass's and reads --table")
+    p.add_argument("--slurm-conf", type=Path, default=None,
+                   help="also check that this slurm.conf (and the cgroup.conf beside it) has what the caps "
+                        "need: job_submit/lua, Prolog, Epilog, proctrack/cgroup, ConstrainDevices=yes, "
+                        "AllowSpecResourcesUsage off (e.g. /etc/slurm/slurm.conf)")
     p.add_argument("--json", action="store_true")
 
 

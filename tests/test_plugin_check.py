@@ -119,3 +119,66 @@ def test_the_controllers_job_submit_lua_is_checked_when_named(
         assert "install-lua" in got["job_submit.lua"]["detail"]
     if state == "other_table":
         assert "x.tsv" in got["job_submit.lua"]["detail"]
+
+
+GOOD_SLURM_CONF = """# the cluster's own lines
+ClusterName=c1
+JobSubmitPlugins=lua
+prolog=/etc/slurm/wattclass/prolog.sh   Epilog=/etc/slurm/wattclass/epilog.sh
+PrologFlags=Alloc
+ProctrackType=proctrack/cgroup
+Include nodes.conf
+"""
+
+
+def _slurm_conf(tmp_path: Path, extra: str = "", cgroup: str | None = "ConstrainDevices=yes\n") -> Path:
+    (tmp_path / "nodes.conf").write_text("NodeName=gpu[01-02] Gres=gpu:4\n")
+    conf = tmp_path / "slurm.conf"
+    conf.write_text(GOOD_SLURM_CONF + extra)
+    if cgroup is not None:
+        (tmp_path / "cgroup.conf").write_text(cgroup)
+    return conf
+
+
+def test_slurm_conf_with_what_the_caps_need_passes(tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "node").mkdir()
+    argv = _install(tmp_path / "node")
+    conf = _slurm_conf(tmp_path)
+    capsys.readouterr()
+    assert main([*argv, "--slurm-conf", str(conf)]) == 0
+    assert _result(capsys)["slurm.conf"] is True
+
+
+@pytest.mark.parametrize(("extra", "cgroup", "named"), [
+    ("JobSubmitPlugins=require_timelimit\n", "ConstrainDevices=yes\n", "JobSubmitPlugins"),  # the last wins
+    ("Epilog=\n", "ConstrainDevices=yes\n", "Epilog is not set"),
+    ("ProctrackType=proctrack/linuxproc\n", "ConstrainDevices=yes\n", "proctrack/linuxproc"),
+    ("AllowSpecResourcesUsage=YES\n", "ConstrainDevices=yes\n", "AllowSpecResourcesUsage=yes"),
+    ("", "ConstrainDevices=no\n", "ConstrainDevices is no"),
+    ("", "# ConstrainDevices=yes\nConstrainCores=yes\n", "ConstrainDevices is no"),
+    ("", None, "ConstrainDevices is no cgroup.conf"),
+])
+def test_slurm_conf_lacking_a_cap_precondition_fails_naming_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: str, cgroup: str | None,
+        named: str) -> None:
+    (tmp_path / "node").mkdir()
+    argv = _install(tmp_path / "node")
+    conf = _slurm_conf(tmp_path, extra, cgroup)
+    capsys.readouterr()
+    assert main([*argv, "--slurm-conf", str(conf)]) == 1
+    out = json.loads(capsys.readouterr().out)
+    line = next(c for c in out["checks"] if c["name"] == "slurm.conf")
+    assert not line["ok"] and named in line["detail"] and str(conf) in line["detail"], line
+
+
+def test_slurm_conf_includes_are_followed_and_a_loop_is_refused(tmp_path: Path) -> None:
+    from wattclass.errors import WattclassError
+    from wattclass.plugin.slurmconf import cap_preconditions, read_conf
+
+    conf = _slurm_conf(tmp_path)
+    (tmp_path / "nodes.conf").write_text("ProctrackType=proctrack/pgid\n")  # an Include overrides
+    assert any("proctrack/pgid" in m for m in cap_preconditions(conf))
+    (tmp_path / "nodes.conf").write_text("Include slurm.conf\n")
+    with pytest.raises(WattclassError, match="Include nested"):
+        read_conf(conf)

@@ -1,0 +1,87 @@
+"""What the caps need from slurm.conf and cgroup.conf, checked by ``wattclass plugin check``.
+
+Why: the hooks cap the GPUs Slurm gives a job; the promise that a user cannot escape the cap
+(docs/admin.md, threat model) also rests on Slurm confining the job. A node whose slurm.conf
+lacks one of these runs every job normally, so the gap is silent until someone looks:
+
+* ``JobSubmitPlugins`` includes ``lua`` (the decision is made at submission), and ``Prolog`` and
+  ``Epilog`` are set (they cap and restore);
+* ``ProctrackType=proctrack/cgroup``: no process of a job outlives it (and its Epilog) on a
+  GPU that is then no longer capped;
+* cgroup.conf ``ConstrainDevices=yes``: a job sees only its own, capped GPUs;
+* ``AllowSpecResourcesUsage`` is not ``yes``: a core specialisation (``-S``) then makes a job
+  whole-node, with every GPU of its nodes, and Slurm does not show it to job_submit.lua.
+
+The files are read as Slurm reads them, as far as these keys go: ``#`` starts a comment, keys
+are case-insensitive, a line may hold several ``Key=Value`` pairs, the last value wins, and
+``Include`` lines are followed (relative to the file's folder, with shell-style globs).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from pathlib import Path
+
+from wattclass.errors import WattclassError
+
+#: Include depth at which a loop of Include lines is given up on.
+_MAX_INCLUDE_DEPTH = 8
+
+
+def read_conf(path: Path, _depth: int = 0) -> dict[str, str]:
+    """The ``Key=Value`` settings of a Slurm-style config file, keys lower-cased, Includes followed."""
+    if _depth > _MAX_INCLUDE_DEPTH:
+        raise WattclassError(f"{path}: Include nested more than {_MAX_INCLUDE_DEPTH} deep (a loop?)")
+    out: dict[str, str] = {}
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        head, _, rest = line.partition(" ")
+        if head.lower() == "include" and "=" not in head:
+            pattern = os.path.join(path.parent, rest.strip())  # an absolute name stays as it is
+            for name in sorted(glob.glob(pattern)):
+                out.update(read_conf(Path(name), _depth + 1))
+            continue
+        for pair in line.split():
+            key, eq, value = pair.partition("=")
+            if eq:
+                out[key.lower()] = value
+    return out
+
+
+def cap_preconditions(slurm_conf: Path) -> list[str]:
+    """What ``slurm_conf`` (and the cgroup.conf beside it) lacks for the caps to hold; [] = none."""
+    conf = read_conf(slurm_conf)
+    missing: list[str] = []
+    plugins = [p.strip().lower() for p in conf.get("jobsubmitplugins", "").split(",")]
+    if "lua" not in plugins and "job_submit/lua" not in plugins:
+        missing.append("JobSubmitPlugins does not include lua (no job is decided)")
+    for key, name in (("prolog", "Prolog"), ("epilog", "Epilog")):
+        if not conf.get(key):
+            missing.append(f"{name} is not set (no GPU is {'capped' if key == 'prolog' else 'restored'})")
+    if conf.get("proctracktype", "").lower() != "proctrack/cgroup":
+        missing.append(f"ProctrackType is {conf.get('proctracktype') or 'not set'}, not proctrack/cgroup "
+                       "(a job's processes may outlive its Epilog)")
+    if conf.get("allowspecresourcesusage", "no").lower() in ("yes", "1", "true"):
+        missing.append("AllowSpecResourcesUsage=yes: a -S job gets every GPU of its nodes, unseen by "
+                       "job_submit.lua (uncapped)")
+    cgroup = slurm_conf.parent / "cgroup.conf"
+    try:
+        devices = read_conf(cgroup).get("constraindevices", "no").lower()
+    except FileNotFoundError:
+        devices = "no cgroup.conf"
+    if devices not in ("yes", "1", "true"):
+        missing.append(f"{cgroup}: ConstrainDevices is {devices}, not yes (a job can use the node's "
+                       "other, uncapped GPUs)")
+    return missing
+
+
+def check_slurm_conf(slurm_conf: Path) -> str:
+    """One ``plugin check`` line: raises naming every precondition ``slurm_conf`` lacks."""
+    missing = cap_preconditions(slurm_conf)
+    if missing:
+        raise WattclassError(f"{slurm_conf}: " + "; ".join(missing))
+    return (f"{slurm_conf}: job_submit/lua, Prolog and Epilog set; proctrack/cgroup; ConstrainDevices=yes; "
+            "AllowSpecResourcesUsage off")
