@@ -142,6 +142,27 @@ def refuse_if_others_can_write(path: Path) -> None:
     _refuse_stat(p, os.lstat(p), False)
 
 
+def _open_checked(p: Path, flags: int, refused: tuple[int, ...], what: str) -> int:
+    """``p`` opened without following a symlink or blocking (``flags`` added), then checked on the
+    open descriptor (fstat: a swap between check and open cannot slip through): a regular file
+    root trusts. An open failing with an errno in ``refused`` is a ConfigError "refusing ``what``"."""
+    try:
+        fd = os.open(p, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        if exc.errno in refused:
+            raise ConfigError(f"{p}: refusing {what}") from exc
+        raise
+    try:
+        st = os.fstat(fd)
+        _refuse_stat(p, st, False)
+        if not stat.S_ISREG(st.st_mode):
+            raise ConfigError(f"{p}: not a regular file")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 def read_trusted_bytes(path: Path, max_bytes: int = 16 * 1024 * 1024) -> bytes:
     """Read a file root trusts: opened with O_NOFOLLOW, checked on the open descriptor (fstat, so a
     swap between check and open cannot slip through), its folders up to / checked with lstat.
@@ -150,17 +171,9 @@ def read_trusted_bytes(path: Path, max_bytes: int = 16 * 1024 * 1024) -> bytes:
     """
     p = Path(path)
     refuse_untrusted_dir(p.parent)
-    try:
-        fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise ConfigError(f"{p}: refusing a symlink where root trusts a path") from exc
-        raise
+    fd = _open_checked(p, os.O_RDONLY, (errno.ELOOP,), "a symlink where root trusts a path")
     try:
         st = os.fstat(fd)
-        _refuse_stat(p, st, False)
-        if not stat.S_ISREG(st.st_mode):
-            raise ConfigError(f"{p}: not a regular file")
         if st.st_size > max_bytes:
             raise ConfigError(f"{p}: {st.st_size} bytes, more than the {max_bytes} allowed")
         with os.fdopen(fd, "rb", closefd=False) as fh:
@@ -180,18 +193,10 @@ def open_trusted_append(path: Path) -> IO[str]:
     p = Path(path)
     make_dirs(p.parent)
     refuse_untrusted_dir(p.parent)
+    # ELOOP: a symlink; ENXIO: a FIFO without a reader
+    fd = _open_checked(p, os.O_WRONLY | os.O_APPEND | os.O_CREAT, (errno.ELOOP, errno.ENXIO),
+                       "a symlink or FIFO as a log file")
     try:
-        fd = os.open(p, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
-                     0o644)
-    except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.ENXIO):  # a symlink; a FIFO without a reader
-            raise ConfigError(f"{p}: refusing a symlink or FIFO as a log file") from exc
-        raise
-    try:
-        st = os.fstat(fd)
-        _refuse_stat(p, st, False)
-        if not stat.S_ISREG(st.st_mode):
-            raise ConfigError(f"{p}: not a regular file")
         os.set_blocking(fd, True)
         return os.fdopen(fd, "a", encoding="utf-8")
     except BaseException:
