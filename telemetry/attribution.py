@@ -24,7 +24,7 @@ from pathlib import Path
 
 from wattclass.errors import GpuError
 from wattclass.gpu.base import GpuBackend, GpuInfo, GpuProcess
-from wattclass.jobmap import JobAssignment, JobMapReader
+from wattclass.jobmap import JobAssignment, JobMapReader, is_job_id
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +79,9 @@ def job_from_environ(env: dict[str, str]) -> Job | None:
     else:
         job_id = env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID") or ""
     if not job_id:
+        return None
+    if not is_job_id(job_id):  # the process's owner wrote it: a job id or nothing
+        log.warning("a process claims job %s: not a Slurm job id, ignored", _short(job_id))
         return None
     return job_id, env.get("SLURM_JOB_USER") or None
 

@@ -111,6 +111,18 @@ def test_environ_parsing_and_array_jobs() -> None:
     assert job_from_environ({}) is None
 
 
+@pytest.mark.parametrize("job_id", ["12 34", "5\n6", "../5", "*", "5_", "x" * 10_000, "9" * 65])
+def test_a_process_claiming_what_is_no_job_id_is_ignored(job_id: str,
+                                                         caplog: pytest.LogCaptureFixture) -> None:
+    """The environment is the process owner's to write: a job id that Slurm cannot have written
+    (spaces, a newline, a path, a glob, 10,000 characters) is no job, logged clipped."""
+    env = parse_environ(f"SLURM_JOB_ID={job_id}\0SLURM_JOB_USER=ann\0".encode())
+    with caplog.at_level("WARNING", logger="wattclass"):
+        assert job_from_environ(env) is None
+    assert "not a Slurm job id" in caplog.text and len(caplog.text) < 400
+    assert job_from_environ(parse_environ(b"SLURM_JOB_ID=123+1\0SLURM_JOB_USER=ann\0")) == ("123+1", "ann")
+
+
 class ProcBackend(GpuBackend):
     """Hardware boundary: a GPU whose process list is given."""
 

@@ -60,6 +60,11 @@ class JobAssignment(NamedTuple):
 _JOB_ID_RE = re.compile(r"^[0-9]+(_[0-9]+)?(\+[0-9]+)?$")
 
 
+def is_job_id(text: str) -> bool:
+    """Whether ``text`` is a Slurm job id as telemetry records it (``123``, ``123_4``, ``123+1``)."""
+    return len(text) <= 64 and _JOB_ID_RE.match(text) is not None
+
+
 def _gpu_dir(spool: Path, gpu_uuid: str) -> Path:
     if not _UUID_RE.match(gpu_uuid):
         raise ConfigError(f"invalid GPU UUID for a job folder: {gpu_uuid!r}")
