@@ -244,7 +244,16 @@ class Scanner:
             # a file that lacks a column the first has fails the fast read and sends the night
             # down the checked path (first_schema_reads_all: why a file with more is looked for).
             self._absent = frozenset(TELEMETRY_V1.names) - set(plan.first or ())
-            return self._execute(sql_for(files)), files, refused
+            table = self._execute(sql_for(files))
+            blobs = [f.name for f in table.schema
+                     if pa.types.is_binary(f.type) or pa.types.is_large_binary(f.type)]
+            if blobs:
+                # A file's string column stored as bytes (Parquet BYTE_ARRAY without the UTF8
+                # annotation) makes DuckDB read that column of every file as BLOB: job ids came out
+                # as bytes (b'123', or a traceback where they are not UTF-8). The checked path
+                # skips that file by name (_bad_types) and reads the others.
+                raise _Differ(f"{', '.join(blobs)} read as bytes")
+            return table, files, refused
         except _Differ as exc:
             log.info("telemetry files differ (%s): checking each file", exc)
         except (duckdb.IOException, duckdb.InvalidInputException, duckdb.BinderException,
