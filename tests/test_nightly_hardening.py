@@ -352,3 +352,29 @@ def test_a_boundary_row_of_off_grid_samples_passes_the_row_rules(scrape_s: float
     t = pa.table({"ts_start": ms("ts_start"), "ts_end": ms("ts_end"), **{
         c: [r[c] for r in rows] for c in ("gpu_uuid", "energy_j", "power_avg_w", "power_max_w")}})
     assert not np.logical_or.reduce(list(impossible_rows(t).values())).any()
+
+
+# -- output paths the command cannot write: refused before any work, naming the option -----------
+@pytest.mark.parametrize("where", ["folder", "under a file"])
+def test_an_unwritable_output_path_is_refused_before_the_work(
+    root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], where: str
+) -> None:
+    # The output was written last, through atomic_writer: a --table-out that is a folder failed
+    # its rename after the night's labels were stored, with a traceback (IsADirectoryError).
+    (tmp_path / "a-file").write_text("x")
+    out = tmp_path / "out-dir" if where == "folder" else tmp_path / "a-file" / "out"
+    if where == "folder":
+        out.mkdir()
+    argvs = {"nightly": ["nightly", "--data-root", str(root), "--date", DATE, "--no-retrain",
+                         "--table-out", str(out)],
+             "report": ["report", "--data-root", str(root), "--date", DATE, "--out", str(out)],
+             "classify": ["classify", "--telemetry", str(root), "--out", str(out)]}
+    for name, argv in argvs.items():
+        assert main(argv) == 2, name
+        err = capsys.readouterr().err
+        opt = "--table-out" if name == "nightly" else "--out"
+        assert f"wattclass: error: {opt} {out}" in err, (name, err)
+    assert not (root / "classifier" / "labels").exists()  # the night did nothing
+    (tmp_path / "root-file").write_text("x")
+    assert main(["nightly", "--data-root", str(tmp_path / "root-file"), "--date", DATE]) == 2
+    assert "--data-root" in capsys.readouterr().err
