@@ -117,6 +117,28 @@ def test_energy_beyond_the_power_limit_over_its_window_is_rejected(
     assert s["windows"] == clean["windows"] + 1 and s["jobs"] == clean["jobs"] + 1
 
 
+def test_a_window_whose_end_is_a_year_late_is_rejected_not_counted_as_gpu_hours(
+    root: Path, tmp_path: Path, h200_telemetry: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Only ``ts_start`` was held to its day: one row whose ``ts_end`` a clock step put a year
+    later added 8,760 GPU-hours to its job and the night (no Slurm record to check it against)."""
+    rc, clean = nightly(root, tmp_path, capsys)
+    assert rc == 0
+    t = pq.read_table(h200_telemetry).to_pandas()
+    first = t["job_id"] == t["job_id"].iloc[0]
+    t.loc[t.index[0], "ts_end"] = t["ts_start"].iloc[0] + pd.Timedelta(days=365)
+    t.loc[t.index[1], "ts_end"] = t["ts_start"].iloc[1] + pd.Timedelta(hours=1)  # an hour: kept
+    assert first.iloc[1]
+    pq.write_table(pa.Table.from_pandas(t, schema=pq.read_schema(h200_telemetry), preserve_index=False),
+                   part(root) / "part-0.parquet")
+    rc, s = nightly(root, tmp_path, capsys)
+    assert rc == 0
+    assert s["rejected_rows"] == {"count": 1, "window longer than 3600 s": 1}
+    assert s["windows"] == clean["windows"] - 1 and s["jobs"] == clean["jobs"]
+    gpu_h = sum(v["gpu_hours"] for v in s["by_label"].values())
+    assert gpu_h < sum(v["gpu_hours"] for v in clean["by_label"].values()) + 1.01
+
+
 def test_rows_with_null_times_or_gpu_are_rejected_not_fatal(
     root: Path, tmp_path: Path, h200_telemetry: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -303,6 +325,7 @@ def test_the_numpy_row_rules_reject_exactly_what_the_scans_sql_rejects(h200_tele
     df.loc[11, "energy_j"] = 31000.0  # more than a window period at MAX_GPU_POWER_W: rejected
     df.loc[12, "ts_start"] = df.loc[12, "ts_end"] - pd.Timedelta(milliseconds=76)  # a boundary row holding
     df.loc[12, "energy_j"] = 348.4  # its poll's whole second (fresh6's replay): kept
+    df.loc[13, "ts_end"] = df.loc[13, "ts_start"] + pd.Timedelta(seconds=3600, milliseconds=1)  # too long
     f = tmp_path / "edges.parquet"
     t = pa.Table.from_pandas(df, schema=pq.read_schema(h200_telemetry), preserve_index=False)
     for col in ("energy_j", "power_avg_w"):  # from_pandas reads NaN as null: a NaN stays a NaN here
@@ -315,7 +338,7 @@ def test_the_numpy_row_rules_reject_exactly_what_the_scans_sql_rejects(h200_tele
     codes = duckdb.connect().execute(
         f"SELECT {_reject_sql(frozenset())} AS c FROM read_parquet('{f}')").fetchnumpy()["c"]
     assert numpy_bad.tolist() == (codes > 0).tolist()
-    assert np.flatnonzero(numpy_bad).tolist() == [0, 1, 2, 5, 6, 8, 9, 10, 11]
+    assert np.flatnonzero(numpy_bad).tolist() == [0, 1, 2, 5, 6, 8, 9, 10, 11, 13]
 
 
 @pytest.mark.parametrize(("scrape_s", "power_w"), [(1.0, 700.0), (5.0, 1400.0)])
