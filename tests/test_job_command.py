@@ -129,3 +129,26 @@ def test_job_on_telemetry_without_the_integer_pipe_column(root: Path,
     d = _json(capsys, "5003", "--data-root", str(root), "--date", DAY)
     assert d["label"] is None and "compute pipe" in d["inputs"]
     assert d["energy_kwh"] > 0 and d["n_gpus"] == 1
+
+
+def test_a_copied_file_and_impossible_rows_count_as_the_nightly_counts_them(
+        root: Path, h200_telemetry: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # The job's energy and GPU-hours were the sum of every row read: a telemetry file copied under
+    # another name doubled them, and one infinite energy made them inf (the nightly counts each
+    # window once and leaves impossible rows out).
+    want = _json(capsys, "5003", "--data-root", str(root), "--date", DAY)
+    part = root / "telemetry" / f"date={DAY}" / "host=gpu-h200-03"
+    shutil.copy(part / "gpu-h200-03-1.parquet", part / "gpu-h200-03-1-copy.parquet")
+    w = pd.read_parquet(h200_telemetry)
+    bad = w[w["job_id"] == "5003"].head(2).copy()
+    bad["ts_start"] += pd.Timedelta(seconds=1)  # not copies of kept windows: only the rules drop them
+    bad["ts_end"] += pd.Timedelta(seconds=1)
+    bad.loc[bad.index[0], "energy_j"] = float("inf")
+    bad.loc[bad.index[1], "ts_end"] = bad["ts_start"].iloc[1] + pd.Timedelta(days=365)
+    bad.to_parquet(part / "gpu-h200-03-2.parquet", index=False)
+    got = _json(capsys, "5003", "--data-root", str(root), "--date", DAY)
+    assert got["energy_kwh"] == pytest.approx(want["energy_kwh"], rel=1e-12)
+    assert got["gpu_hours"] == pytest.approx(want["gpu_hours"], rel=1e-12)
+    n = len(w[w["job_id"] == "5003"])
+    assert got["windows_left_out"] == {"energy_j negative, NaN or infinite": 1,
+                                       "window longer than 3600 s": 1, "duplicate windows": n}

@@ -12,6 +12,7 @@ files are hourly) with a filter on the job id. Figures: docs/benchmarks.md.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -23,10 +24,12 @@ import pandas as pd
 from wattclass.classifier import rules
 from wattclass.errors import DataError
 
+log = logging.getLogger(__name__)
+
 #: Telemetry columns the summary reads (and nothing else): the GPM rule's columns from the rule itself.
 READ_COLUMNS: tuple[str, ...] = (
     "host", "gpu_uuid", "gpu_model", "user", "ts_start", "ts_end", "energy_j", "power_limit_w", "power_max_w",
-    *rules.RULE_COLUMNS,
+    "power_avg_w", *rules.RULE_COLUMNS,
 )
 
 
@@ -71,6 +74,8 @@ class JobSummary:
     reason: str = ""
     hint: str = ""
     files_read: int = 0
+    #: the job's windows left out as the nightly leaves them out, per reason (``_counted``)
+    windows_left_out: dict[str, int] = field(default_factory=dict)
 
 
 # -- finding the job ---------------------------------------------------------------------------
@@ -206,6 +211,35 @@ def discover_hosts(root: Path, start: pd.Timestamp, job_id: str) -> list[str] | 
 # -- summarising -------------------------------------------------------------------------------
 
 
+def _counted(w: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, int]]:
+    """The job's windows the nightly counts, and those it leaves out per reason: the row rules of
+    ``classifier.validity`` (a backwards or over-long window, an energy negative, NaN or infinite,
+    an impossible power) and its de-duplication (one row per GPU, job and window start).
+
+    Why: the job's energy and GPU-hours were the sum of every row read, so a telemetry file
+    copied under another name (or a Prometheus import over the daemon's own span) doubled them,
+    and one infinite energy made them inf, where the nightly (and the label) counted each window
+    once."""
+    import pyarrow as pa
+
+    from wattclass.classifier.validity import InputReport, RowRules
+
+    if w.empty:
+        return w, {}
+    report = InputReport()
+    cols = [c for c in ("gpu_uuid", "ts_start", "ts_end", "energy_j", "power_avg_w", "power_max_w") if c in w]
+    t = pa.Table.from_pandas(w[cols], preserve_index=False)
+    t = t.append_column("job_id", pa.array(["job"] * len(w), pa.string()))  # one job: its id is the key's
+    keep = RowRules(report).keep_mask(t)
+    left = dict(report.rejected_rows)
+    if report.duplicate_windows:
+        left["duplicate windows"] = report.duplicate_windows
+    if left:
+        log.warning("job: %d telemetry window(s) left out, as the nightly leaves them out: %s",
+                    sum(left.values()), "; ".join(f"{k}: {v}" for k, v in left.items()))
+    return w.loc[keep].reset_index(drop=True), left
+
+
 def _rule_label(w: pd.DataFrame) -> tuple[str | None, float | None, str]:
     codes = rules.window_labels(w["sm_util_pct"].astype(float), w["dram_bw_util_pct"].astype(float),
                                 [w[c].astype(float) for c in rules.COMPUTE_UNITS])
@@ -288,6 +322,7 @@ def summarise(root: Path, job_id: str, date: str | None = None) -> JobSummary:
         files = telemetry_files(root, start, end, hosts, [date] if date else None)
         w = read_job_windows(files, job_id)
     s.files_read = len(files)
+    w, s.windows_left_out = _counted(w)
     if w.empty and lab is None and rec is None:
         where = f"on {date}" if date else "in the label store, the job records or the telemetry"
         raise DataError(f"job {job_id}: not found {where} under {root}")
