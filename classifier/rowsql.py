@@ -17,6 +17,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from wattclass.classifier import rules
 from wattclass.classifier.validity import (
@@ -231,6 +232,32 @@ def _reject_sql(absent: frozenset[str], day: str | None = None) -> str:
     ok = " AND ".join([key, "epoch_ms(ts_end) > epoch_ms(ts_start)", f"NOT ({too_long})", f"{e} >= 0",
                        f"{e} / {span} <= {MAX_GPU_POWER_W!r}", *powers, *([] if day is None else [in_day])])
     return f"CASE WHEN {ok} THEN 0 ELSE {full} END"
+
+
+#: ``dedup_code_sql``'s code for a copy of a window kept from another file (not a reject reason).
+DUPLICATE = -1
+
+
+def files_meet(by_file: Any) -> bool:
+    """Whether two files of one host have window-start ranges that meet (``by_file``, a DataFrame
+    of one row per host and file: host, start, last_start, its first and last window start):
+    only then may they hold the same windows (a file copied under another name, an import over
+    the daemon's span), and the exact de-duplication (``dedup_code_sql``, a window over every
+    row) is needed; a day's successive files of a host do not meet. ``wattclass report`` and
+    ``simulate`` take the ranges from their main scan (a grouping set), as the nightly's pass
+    does (``scan._meeting_hosts``)."""
+    f = by_file.sort_values(["host", "start"], kind="stable")
+    prev_last = f.groupby("host", dropna=False)["last_start"].transform(lambda s: s.cummax().shift())
+    return bool((f["start"] <= prev_last).any())
+
+
+def dedup_code_sql(bad: str, file: str) -> str:
+    """A row's code ``bad`` (``_reject_sql``'s), with every copy of a valid window but one marked
+    DUPLICATE: per (gpu_uuid, job_id, ts_start), the copy of the first file by name (``file``),
+    then the first in that file (``file_row_number``), is kept, as the nightly keeps it
+    (``scan._dedup_sql``); a rejected row never shadows a valid one."""
+    w = f"PARTITION BY gpu_uuid, job_id, ts_start, ({bad}) = 0 ORDER BY {file}, file_row_number"
+    return f"CASE WHEN ({bad}) <> 0 THEN ({bad}) WHEN row_number() OVER ({w}) = 1 THEN 0 ELSE {DUPLICATE} END"
 
 
 #: The codes of ``job_check_sql`` (after ``_reject_sql``'s 1..5).
