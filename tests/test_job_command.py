@@ -152,3 +152,12 @@ def test_a_copied_file_and_impossible_rows_count_as_the_nightly_counts_them(
     n = len(w[w["job_id"] == "5003"])
     assert got["windows_left_out"] == {"energy_j negative, NaN or infinite": 1,
                                        "window longer than 3600 s": 1, "duplicate windows": n}
+
+
+def test_an_unreadable_file_of_the_day_is_skipped_not_a_traceback(
+        root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    want = _json(capsys, "5003", "--data-root", str(root), "--date", DAY)
+    part = root / "telemetry" / f"date={DAY}" / "host=gpu-h200-03"
+    (part / "gpu-h200-03-2.parquet").write_bytes(b"PAR1 cut short")
+    got = _json(capsys, "5003", "--data-root", str(root), "--date", DAY)
+    assert got["energy_kwh"] == want["energy_kwh"] and got["label"] == want["label"]

@@ -64,6 +64,9 @@ def _quality_notes(agg: ReportData) -> dict[str, str]:
         why = "; ".join(f"{k}: {v:,}" for k, v in agg.rejected_rows.items())
         notes["impossible windows left out"] = (f"{sum(agg.rejected_rows.values()):,} ({why}), as the "
                                                 "nightly run rejects them (classifier.validity)")
+    if agg.skipped_files:
+        first, why = next(iter(agg.skipped_files.items()))
+        notes["unreadable files skipped"] = f"{len(agg.skipped_files):,} (e.g. {first}: {why})"
     if agg.duplicate_windows:
         notes["duplicate windows counted once"] = (f"{agg.duplicate_windows:,} (the same GPU, job and "
                                                    "window start in two files), as the nightly counts them")

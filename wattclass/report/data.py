@@ -62,6 +62,8 @@ class ReportData:
     #: copies of a window from another file (a file copied, an import over the daemon's span),
     #: counted once as the nightly counts them (``_Source``)
     duplicate_windows: int = 0
+    #: telemetry files Parquet could not read, skipped: path -> why (``load``)
+    skipped_files: dict[str, str] = field(default_factory=dict)
 
 
 class _Source:
@@ -143,10 +145,53 @@ def load(
     import duckdb
 
     from wattclass.fsutil import require_trusted_files
-    from wattclass.schema import first_schema_reads_all
 
     if files is not None and windows is None:
         files = require_trusted_files(files)  # a FIFO would block the scan; see wattclass.fsutil
+    try:
+        return _load_from(files, windows, labels, caps, slowdown, max_gpus)
+    except duckdb.Error as exc:  # IOException, InvalidInputException, and a bare Error for some footers
+        first = str(exc).splitlines()[0][:500]
+        if windows is not None or files is None:
+            raise DataError(f"report: cannot read the telemetry: {first}") from exc
+        # A file Parquet cannot read (empty, cut short, not Parquet) failed the whole page with a
+        # traceback: skip it by name, as the nightly does (validity: one host's problem), and
+        # say so on the page. Only here are the footers read one by one.
+        good, bad = readable_files(files)
+        if not bad:
+            raise DataError(f"report: cannot read the telemetry: {first}") from exc
+        for f, why in bad:
+            log.warning("report: skipping telemetry file %s (unreadable): %s", f, why)
+        if not good:
+            raise DataError(f"report: no readable telemetry file ({bad[0][0]}: {bad[0][1]})") from exc
+        data = _load_from(good, None, labels, caps, slowdown, max_gpus)
+        data.skipped_files = {str(f): why for f, why in bad}
+        return data
+
+
+def readable_files(files: Sequence[Path]) -> tuple[list[Path], list[tuple[Path, str]]]:
+    """``files`` whose Parquet footer reads, and the others with why."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    good: list[Path] = []
+    bad: list[tuple[Path, str]] = []
+    for f in files:
+        try:
+            pq.read_schema(f)
+            good.append(f)
+        except (OSError, pa.ArrowException) as exc:
+            bad.append((f, str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__))
+    return good, bad
+
+
+def _load_from(files: Sequence[Path] | None, windows: pd.DataFrame | None, labels: pd.DataFrame | None,
+               caps: Mapping[str, str] | None, slowdown: float, max_gpus: int) -> ReportData:
+    """``load`` over files known to be trusted; a file DuckDB cannot read raises DuckDB's error."""
+    import duckdb
+
+    from wattclass.schema import first_schema_reads_all
+
     # by column name where the files differ: a GPU without GPM writes no GPM columns, and read
     # with such a first file's schema, the other files' GPM columns would be dropped
     src = _Source(files, windows, by_name=files is not None and windows is None
@@ -166,8 +211,6 @@ def load(
             src.close()
             src = _Source(files, windows, by_name=by_name, dedup=True)
             return _load(src, labels, caps, slowdown, max_gpus)
-    except duckdb.IOException as exc:
-        raise DataError(f"report: cannot read the telemetry: {str(exc).splitlines()[0][:500]}") from exc
     finally:
         src.close()
 

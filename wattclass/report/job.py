@@ -183,6 +183,18 @@ def read_job_windows(files: Sequence[Path], job_id: str) -> pd.DataFrame:
         # a column no file has (telemetry older than a GPM column, e.g. int_util_pct): the arrow
         # read fills it with nulls from the v1 schema, so the rule sees the pipe as not measured
         return _read_with_arrow(files, job_id)
+    except duckdb.Error as exc:
+        # a file Parquet cannot read (empty, cut short, not Parquet) was a traceback: skip it by
+        # name, as the nightly does, and read the others
+        from wattclass.report.data import readable_files
+
+        good, bad = readable_files(files)
+        if not bad:
+            raise DataError(f"job {job_id[:64]!r}: cannot read its telemetry: "
+                            f"{str(exc).splitlines()[0][:300]}") from exc
+        for f, why in bad:
+            log.warning("job: skipping telemetry file %s (unreadable): %s", f, why)
+        return read_job_windows(good, job_id)
     finally:
         con.close()
     return df
@@ -203,6 +215,8 @@ def discover_hosts(root: Path, start: pd.Timestamp, job_id: str) -> list[str] | 
         con.execute("SET threads TO 2")
         rows = con.execute("SELECT DISTINCT host FROM read_parquet(?) WHERE job_id = ?",
                            [[str(f) for f in files], job_id]).fetchall()
+    except duckdb.Error:  # a file it cannot read: every host is read, and that file skipped by name
+        return None
     finally:
         con.close()
     return sorted(str(r[0]) for r in rows) or None
