@@ -161,3 +161,28 @@ def test_an_unreadable_file_of_the_day_is_skipped_not_a_traceback(
     (part / "gpu-h200-03-2.parquet").write_bytes(b"PAR1 cut short")
     got = _json(capsys, "5003", "--data-root", str(root), "--date", DAY)
     assert got["energy_kwh"] == want["energy_kwh"] and got["label"] == want["label"]
+
+
+@pytest.mark.parametrize("column", ["ts_start", "energy_j"])
+def test_a_file_whose_column_holds_text_does_not_break_the_sums(
+        root: Path, h200_telemetry: Path, capsys: pytest.CaptureFixture[str], column: str) -> None:
+    # DuckDB then reads that column of every file as text: energy 'x' made the sum a traceback
+    # (could not convert string to float), times as text broke the row rules
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    want = _json(capsys, "5003", "--data-root", str(root), "--date", DAY)
+    t = pq.read_table(h200_telemetry)
+    t = t.filter(pc.equal(t["job_id"], "5003"))
+    if column == "energy_j":
+        t = t.set_column(t.column_names.index("energy_j"), "energy_j", pa.array(["x"] * t.num_rows))
+        t = t.set_column(t.column_names.index("gpu_uuid"), "gpu_uuid", pa.array(["GPU-other"] * t.num_rows))
+    else:
+        for c in ("ts_start", "ts_end"):
+            t = t.set_column(t.column_names.index(c), c, pc.cast(t[c], pa.string()))
+    pq.write_table(t, root / "telemetry" / f"date={DAY}" / "host=gpu-h200-03" / "gpu-h200-03-2.parquet")
+    got = _json(capsys, "5003", "--data-root", str(root), "--date", DAY)
+    assert got["energy_kwh"] == pytest.approx(want["energy_kwh"], rel=1e-12)
+    left = {"energy_j": "energy_j negative, NaN or infinite", "ts_start": "duplicate windows"}[column]
+    assert got["windows_left_out"] == {left: t.num_rows}

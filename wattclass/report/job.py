@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from wattclass.classifier import rules
@@ -241,8 +242,18 @@ def _counted(w: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, int]]:
     if w.empty:
         return w, {}
     report = InputReport()
-    cols = [c for c in ("gpu_uuid", "ts_start", "ts_end", "energy_j", "power_avg_w", "power_max_w") if c in w]
+    w = w.copy()  # a file of strings makes DuckDB's union read the column as text: read it as its type
+    for c in ("ts_start", "ts_end"):
+        if not pd.api.types.is_datetime64_any_dtype(w[c]):
+            w[c] = pd.to_datetime(w[c], utc=True, errors="coerce", format="ISO8601")
+    null_energy = w["energy_j"].isna().to_numpy()
+    for c in ("energy_j", "power_avg_w", "power_max_w"):
+        if c in w and not pd.api.types.is_numeric_dtype(w[c]):
+            w[c] = pd.to_numeric(w[c], errors="coerce")  # not a number: NaN, rejected as such
+    cols = [c for c in ("gpu_uuid", "ts_start", "ts_end", "power_avg_w", "power_max_w") if c in w]
     t = pa.Table.from_pandas(w[cols], preserve_index=False)
+    t = t.append_column("energy_j", pa.array(w["energy_j"].to_numpy(np.float64, na_value=np.nan),
+                                             mask=null_energy))
     t = t.append_column("job_id", pa.array(["job"] * len(w), pa.string()))  # one job: its id is the key's
     keep = RowRules(report).keep_mask(t)
     left = dict(report.rejected_rows)
