@@ -147,3 +147,29 @@ def test_job_ids_stored_as_bytes_skip_the_file_not_the_night(clean: Path, tmp_pa
     got = res.labels.sort_values("job_id").reset_index(drop=True)
     cols = ["job_id", "label", "n_windows"]
     pd.testing.assert_frame_equal(got[cols], want[cols])
+
+
+def test_telemetry_inspect_reads_a_data_roots_telemetry_and_names_a_bad_file(clean: Path,
+                                                                              tmp_path: Path) -> None:
+    # `telemetry inspect DATA_ROOT` read every *.parquet under it, the nightly's label store too,
+    # as one dataset with the first file's types: a traceback (large_string to null), as was a
+    # torn file or a job id that is not UTF-8
+    from wattclass.errors import DataError
+    from wattclass.telemetry.cli import summarize
+
+    root, host = _copy(clean, tmp_path)
+    want = summarize(root / "telemetry")
+    labels = root / "classifier" / "labels" / f"date={DATE}"
+    labels.mkdir(parents=True)
+    pq.write_table(pa.table({"job_id": ["1"], "user": pa.nulls(1), "label": ["memory"]}),
+                   labels / "labels.parquet")
+    assert summarize(root) == want
+    f = sorted(host.glob("*.parquet"))[0]
+    t = pq.read_table(f)
+    t = t.set_column(t.column_names.index("job_id"), "job_id", pa.array([b"\xff"] * t.num_rows, pa.binary()))
+    pq.write_table(t, host / "zz-bytes.parquet")
+    with pytest.raises(DataError, match=r"zz-bytes\.parquet: column job_id has type binary"):
+        summarize(root)
+    (host / "zz-bytes.parquet").write_bytes(b"PAR1 torn")
+    with pytest.raises(DataError, match=r"zz-bytes\.parquet: not a readable Parquet file"):
+        summarize(root)
