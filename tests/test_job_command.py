@@ -186,3 +186,25 @@ def test_a_file_whose_column_holds_text_does_not_break_the_sums(
     assert got["energy_kwh"] == pytest.approx(want["energy_kwh"], rel=1e-12)
     left = {"energy_j": "energy_j negative, NaN or infinite", "ts_start": "duplicate windows"}[column]
     assert got["windows_left_out"] == {left: t.num_rows}
+
+
+def test_a_torn_label_store_day_or_job_records_of_integer_ids_do_not_break_the_command(
+        root: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture) -> None:
+    # each was a traceback: a torn labels.parquet of another day (ArrowInvalid), job records whose
+    # ids are integers as a site's export writes them and JobsFileClient reads them
+    # (ArrowNotImplementedError: no 'equal' for int64 and string), a torn jobs.parquet
+    want = _json(capsys, "5003", "--data-root", str(root), "--date", DAY)
+    day = root / "classifier" / "labels" / "date=2026-11-28"
+    day.mkdir(parents=True)
+    (day / "labels.parquet").write_bytes(b"PAR1 torn")
+    jobs = root / "jobs" / f"date={DAY}"
+    jobs.mkdir(parents=True)
+    pd.DataFrame({"job_id": [5003, 5004], "user": ["chen", "dana"], "account": ["phys", "bio"]}).to_parquet(
+        jobs / "jobs.parquet")
+    got = _json(capsys, "5003", "--data-root", str(root), "--date", DAY)
+    assert got["account"] == "phys" and got["energy_kwh"] == want["energy_kwh"]
+    assert "skipping unreadable label store file" in caplog.text
+    (jobs / "jobs.parquet").write_bytes(b"PAR1 torn")
+    got = _json(capsys, "5003", "--data-root", str(root), "--date", DAY)
+    assert got["account"] is None and got["energy_kwh"] == want["energy_kwh"]
+    assert "skipping unreadable job records" in caplog.text

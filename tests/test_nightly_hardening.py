@@ -401,3 +401,20 @@ def test_an_unwritable_output_path_is_refused_before_the_work(
     (tmp_path / "root-file").write_text("x")
     assert main(["nightly", "--data-root", str(tmp_path / "root-file"), "--date", DATE]) == 2
     assert "--data-root" in capsys.readouterr().err
+
+
+def test_an_unreadable_label_store_day_is_named_not_dropped_silently(
+    root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The label table is built from 30 days of stored labels; a day whose file is torn was
+    skipped without a word, and its jobs' keys left the table."""
+    from wattclass.classifier.store import ClassifierStore
+
+    rc, _ = nightly(root, tmp_path, capsys)
+    assert rc == 0
+    torn = root / "classifier" / "labels" / "date=2026-11-28" / "labels.parquet"
+    torn.parent.mkdir(parents=True)
+    torn.write_bytes(b"PAR1 torn")
+    history = ClassifierStore(root).label_history()
+    assert len(history) > 0
+    assert f"label store: skipping unreadable {torn}" in caplog.text

@@ -94,7 +94,16 @@ def _label_row(root: Path, job_id: str) -> dict[str, Any] | None:
 
     # Days written by other versions (or the canary's generated history) differ in columns: the
     # union of every day's schema, not the first file's, or a later day's confidence is lost.
-    schema = pa.unify_schemas([pq.read_schema(f) for f in files], promote_options="permissive")
+    schemas = []
+    for f in list(files):
+        try:
+            schemas.append(pq.read_schema(f))
+        except (OSError, pa.ArrowException) as exc:  # a torn day was a traceback: skip it by name
+            log.warning("job: skipping unreadable label store file %s: %s", f, str(exc).splitlines()[0][:200])
+            files.remove(f)
+    if not files:
+        return None
+    schema = pa.unify_schemas(schemas, promote_options="permissive")
     t = ds.dataset([str(f) for f in files], schema=schema, format="parquet").to_table(
         filter=ds.field("job_id") == job_id)
     if t.num_rows == 0:
@@ -104,13 +113,31 @@ def _label_row(root: Path, job_id: str) -> dict[str, Any] | None:
 
 def _job_record(root: Path, job_id: str) -> dict[str, Any] | None:
     """The job's Slurm record from ``<root>/jobs/date=*/jobs.parquet`` (fleet / JobsFileClient)."""
+    import pyarrow as pa
     import pyarrow.dataset as ds
 
     files = sorted((root / "jobs").glob("date=*/jobs.parquet"))
     if not files:
         return None
-    t = ds.dataset([str(f) for f in files], format="parquet").to_table(filter=ds.field("job_id") == job_id)
-    return dict(t.to_pandas().iloc[-1]) if t.num_rows else None
+    try:
+        t = ds.dataset([str(f) for f in files], format="parquet").to_table(
+            filter=ds.field("job_id") == job_id)
+        return dict(t.to_pandas().iloc[-1]) if t.num_rows else None
+    except (OSError, pa.ArrowException):
+        pass
+    # A day's file that is torn, or whose job ids are integers (JobsFileClient reads those too),
+    # failed the whole command with a traceback: read the days one by one, ids as text.
+    found: dict[str, Any] | None = None
+    for f in files:
+        try:
+            df = pd.read_parquet(f)
+        except (OSError, ValueError, pa.ArrowException) as exc:
+            log.warning("job: skipping unreadable job records %s: %s", f, str(exc).splitlines()[0][:200])
+            continue
+        if "job_id" in df.columns:
+            hit = df[df["job_id"].astype(str) == job_id]
+            found = dict(hit.iloc[-1]) if len(hit) else found
+    return found
 
 
 def _ts(v: Any) -> pd.Timestamp | None:
