@@ -319,8 +319,10 @@ def cmd_model_train(args: argparse.Namespace) -> int:
         training_set,
     )
     from wattclass.errors import DataError
+    from wattclass.fsutil import check_output_dir
     from wattclass.output import emit
 
+    check_output_dir(args.out, "--out")  # before the training, not after it
     kind = args.kind or DEFAULT_KIND
     if kind not in MODEL_KINDS:
         raise DataError(f"--kind {kind}: unknown model kind (known: {', '.join(MODEL_KINDS)})")

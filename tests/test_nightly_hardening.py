@@ -418,3 +418,18 @@ def test_an_unreadable_label_store_day_is_named_not_dropped_silently(
     history = ClassifierStore(root).label_history()
     assert len(history) > 0
     assert f"label store: skipping unreadable {torn}" in caplog.text
+
+
+def test_model_train_fleet_and_calibrate_refuse_an_unwritable_out_first(
+    root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # model train failed after training (FileExistsError), fleet generate at its first write
+    # (NotADirectoryError), calibrate would after minutes of measuring: tracebacks
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    (tmp_path / "a-dir").mkdir()
+    for argv in (["model", "train", "--telemetry", str(root), "--out", str(blocker)],
+                 ["fleet", "generate", "--gpus", "4", "--date", "2026-03-02", "--out", str(blocker / "root")],
+                 ["calibrate", "--gpu", "0", "--dry-run", "--out", str(tmp_path / "a-dir")]):
+        assert main(argv) == 2, argv
+        assert "wattclass: error: --out " in capsys.readouterr().err, argv

@@ -195,6 +195,18 @@ def check_output_file(path: Path, what: str) -> Path:
     return p
 
 
+def check_output_dir(path: Path, what: str) -> Path:
+    """``check_output_file`` for a folder the command will write into: refused before any work if
+    it, or a folder above it, exists as something else than a folder."""
+    p = Path(path)
+    anc = p
+    while not anc.exists() and anc != anc.parent:
+        anc = anc.parent
+    if not anc.is_dir():
+        raise ConfigError(f"{what} {p}: {anc} is not a folder")
+    return p
+
+
 def ensure_writable_dir(path: Path, what: str) -> Path:
     """Create ``path`` if needed and prove it is writable now, with an error naming ``what``."""
     path = Path(path)
