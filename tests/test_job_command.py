@@ -208,3 +208,19 @@ def test_a_torn_label_store_day_or_job_records_of_integer_ids_do_not_break_the_c
     got = _json(capsys, "5003", "--data-root", str(root), "--date", DAY)
     assert got["account"] is None and got["energy_kwh"] == want["energy_kwh"]
     assert "skipping unreadable job records" in caplog.text
+
+
+def test_label_store_days_whose_columns_do_not_merge_are_read_one_by_one(
+        root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # an older day with the confidence as text: pyarrow could not merge the days' schemas
+    # (ArrowTypeError: large_string vs double), a traceback
+    def day(date: str, label: str, conf: object) -> None:
+        d = root / "classifier" / "labels" / f"date={date}"
+        d.mkdir(parents=True)
+        pd.DataFrame({"job_id": ["5003"], "label": [label], "confidence": [conf],
+                      "source": ["model:v2"]}).to_parquet(d / "labels.parquet")
+
+    day("2026-11-28", "idle", "0.5")
+    day(DAY, "mixed", 0.71)
+    d = _json(capsys, "5003", "--data-root", str(root), "--date", DAY)
+    assert (d["label"], d["confidence"]) == ("mixed", 0.71)

@@ -103,9 +103,23 @@ def _label_row(root: Path, job_id: str) -> dict[str, Any] | None:
             files.remove(f)
     if not files:
         return None
-    schema = pa.unify_schemas(schemas, promote_options="permissive")
-    t = ds.dataset([str(f) for f in files], schema=schema, format="parquet").to_table(
-        filter=ds.field("job_id") == job_id)
+    try:
+        schema = pa.unify_schemas(schemas, promote_options="permissive")
+        t = ds.dataset([str(f) for f in files], schema=schema, format="parquet").to_table(
+            filter=ds.field("job_id") == job_id)
+    except (OSError, pa.ArrowException):
+        # days whose columns do not merge (a confidence written as text, job ids as integers)
+        # were a traceback: the days one by one, newest match last
+        found: dict[str, Any] | None = None
+        for f in files:
+            try:
+                df = pd.read_parquet(f)
+            except (OSError, ValueError, pa.ArrowException) as exc:
+                log.warning("job: skipping unreadable label store file %s: %s", f, str(exc)[:200])
+                continue
+            hit = df[df["job_id"].astype(str) == job_id] if "job_id" in df.columns else df.iloc[:0]
+            found = dict(hit.iloc[-1]) if len(hit) else found
+        return found
     if t.num_rows == 0:
         return None
     return dict(t.to_pandas().iloc[-1])
