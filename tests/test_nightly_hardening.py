@@ -433,3 +433,20 @@ def test_model_train_fleet_and_calibrate_refuse_an_unwritable_out_first(
                  ["calibrate", "--gpu", "0", "--dry-run", "--out", str(tmp_path / "a-dir")]):
         assert main(argv) == 2, argv
         assert "wattclass: error: --out " in capsys.readouterr().err, argv
+
+
+def test_a_file_holding_each_window_twice_counts_each_once(
+    root: Path, tmp_path: Path, h200_telemetry: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Only files whose window ranges meet were de-duplicated: one file holding every window
+    twice (a segment converted into it twice, an import of overlapping chunks) doubled the
+    night's energy, windows and GPU-hours, and its summary said 0 duplicates (admin.md promises
+    the first copy in a file kept)."""
+    rc, clean = nightly(root, tmp_path, capsys)
+    assert rc == 0
+    t = pq.read_table(h200_telemetry)
+    pq.write_table(pa.concat_tables([t, t]), part(root) / "part-0.parquet")
+    rc, s = nightly(root, tmp_path, capsys)
+    assert rc == 0
+    assert s["duplicate_windows"] == t.num_rows and s["conflicting_duplicates"] == 0
+    assert s["windows"] == clean["windows"] and s["by_label"] == clean["by_label"]
