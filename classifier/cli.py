@@ -149,6 +149,9 @@ def cmd_classify(args: argparse.Namespace) -> int:
         # with --model is checked before the scan, as the user asked for that one.
         model = (_load(args.model, required=args.source == "model") if args.model or args.source == "model"
                  else lambda: _load(None, required=False))
+    from wattclass.fsutil import check_output_file
+
+    check_output_file(args.out, "--out")
     files = telemetry_files(args.telemetry, date=args.date)
     if not files:
         from wattclass.errors import DataError
@@ -232,7 +235,12 @@ def cmd_nightly(args: argparse.Namespace) -> int:
         from wattclass.policy import load_policy
 
         policy = load_policy(args.policy).table_dict()
-    table_out = args.table_out or args.data_root / "classifier" / "label_table.tsv"
+    from wattclass.fsutil import check_output_file
+
+    if args.data_root.exists() and not args.data_root.is_dir():
+        raise ConfigError(f"--data-root {args.data_root}: not a folder")
+    table_out = check_output_file(args.table_out or args.data_root / "classifier" / "label_table.tsv",
+                                  "--table-out")
     opts = NightlyOptions(data_root=args.data_root, date=date, table_out=table_out, policy=policy,
                           retrain=not args.no_retrain, base_training=tuple(bundled_training_sources()),
                           workers=max(0, args.workers), engine=args.engine, scheduler=args.scheduler,
@@ -311,8 +319,10 @@ def cmd_model_train(args: argparse.Namespace) -> int:
         training_set,
     )
     from wattclass.errors import DataError
+    from wattclass.fsutil import check_output_dir
     from wattclass.output import emit
 
+    check_output_dir(args.out, "--out")  # before the training, not after it
     kind = args.kind or DEFAULT_KIND
     if kind not in MODEL_KINDS:
         raise DataError(f"--kind {kind}: unknown model kind (known: {', '.join(MODEL_KINDS)})")

@@ -30,6 +30,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -946,11 +947,13 @@ def load_model(directory: Path) -> WindowModel:
     d = Path(directory)
     meta_path = d / META_FILE
     try:
-        meta = json.loads(meta_path.read_text())
+        meta = json.loads(meta_path.read_bytes().decode("utf-8"))
     except FileNotFoundError as exc:
         raise DataError(f"{meta_path}: model metadata not found") from exc
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError) as exc:  # ValueError: json's, and bytes that are not UTF-8
         raise DataError(f"{meta_path}: unreadable model metadata: {exc}") from exc
+    if not isinstance(meta, dict):
+        raise DataError(f"{meta_path}: model metadata is not a JSON object")
     fmt = meta.get("format_version")
     if not isinstance(fmt, int):
         raise DataError(f"{meta_path}: model metadata has no integer format_version")
@@ -996,10 +999,13 @@ def load_model(directory: Path) -> WindowModel:
         from wattclass.classifier.margin import KNOWN_INPUTS
 
         for part in (meta["margin"], meta["margin"].get("fallback") or {"inputs": [], "coef": []}):
-            inputs = part.get("inputs") or []
-            if [i for i in inputs if i not in KNOWN_INPUTS] or len(inputs) != len(part.get("coef") or []):
+            inputs = part.get("inputs") if isinstance(part, dict) else None
+            coef = part.get("coef") if isinstance(part, dict) else None
+            if (not isinstance(inputs, list) or not isinstance(coef, list)
+                    or [i for i in inputs if i not in KNOWN_INPUTS] or len(inputs) != len(coef)):
                 raise DataError(f"{meta_path}: margin map inputs {inputs} are not ones this wattclass "
                                 f"computes ({', '.join(KNOWN_INPUTS)}) or do not match its coefficients")
+    _check_model_text(d / MODEL_FILE)
     lgbload.core()  # without scikit-learn (lgbload); the import below then finds it loaded
     import lightgbm as lgb
 
@@ -1008,6 +1014,30 @@ def load_model(directory: Path) -> WindowModel:
     except (lgb.basic.LightGBMError, OSError) as exc:
         raise DataError(f"{d / MODEL_FILE}: cannot load LightGBM model: {exc}") from exc
     return WindowModel(booster, meta)
+
+
+def _check_model_text(path: Path) -> None:
+    """Refuse a LightGBM model text that is cut short, or whose trees do not fill the bytes its
+    header's ``tree_sizes`` says they take (DataError naming the file).
+
+    Why: LightGBM's loader does not fail on such a file, it kills the process: a model.txt cut
+    anywhere before its trees end aborted (SIGABRT) or crashed (SIGSEGV) ``classify --model``
+    and any nightly whose registry held it, with no error naming the file (measured with the
+    shipped model cut at 1 kB, 5 kB, half and 10 bytes before the end of its trees)."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError as exc:
+        raise DataError(f"{path}: LightGBM model not found") from exc
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read LightGBM model: {exc.strerror or exc}") from exc
+    end = raw.find(b"\nend of trees\n") + 1
+    if end <= 0:
+        raise DataError(f"{path}: not a complete LightGBM model (no 'end of trees': cut short?)")
+    sizes = re.search(rb"^tree_sizes=([0-9 ]*)$", raw[:end], re.MULTILINE)
+    first = raw.find(b"\nTree=0\n") + 1
+    if sizes is not None and (first <= 0 or first + sum(int(n) for n in sizes.group(1).split()) != end):
+        raise DataError(f"{path}: LightGBM model damaged: its trees do not take the bytes its "
+                        "tree_sizes header says")
 
 
 def default_model_dir() -> Path:

@@ -17,18 +17,21 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from wattclass.classifier import rules
 from wattclass.classifier.validity import (
     ENERGY_SPAN_FLOOR_S,
     JOB_TIME_SLACK_S,
     MAX_GPU_POWER_W,
+    MAX_WINDOW_S,
     PARTITION_SLACK_S,
     REJECT_DAY,
     REJECT_ENERGY,
     REJECT_JOB_HOST,
     REJECT_JOB_TIME,
     REJECT_JOB_USER,
+    REJECT_LONG,
     REJECT_NULL,
     REJECT_POWER,
     REJECT_TIME,
@@ -185,6 +188,11 @@ def _in_day_sql(day: str) -> str:
     return f"(epoch_ms(ts_start) - ({day}) BETWEEN {-slack} AND {_DAY_MS + slack - 1})"
 
 
+#: ``_reject_sql``'s code for a window longer than MAX_WINDOW_S (tested after code 2; numbered
+#: after the job codes, which scan.py takes as the range JOB_HOST..JOB_USER).
+LONG = 9
+
+
 def _reject_sql(absent: frozenset[str], day: str | None = None) -> str:
     """``validity.impossible_rows`` as a SQL code: 0 valid, else 1 + the first broken rule.
 
@@ -194,7 +202,8 @@ def _reject_sql(absent: frozenset[str], day: str | None = None) -> str:
 
     ``absent``: columns the data lacks, read as NULL; ``gpu_uuid`` among them (a report over a
     DataFrame of windows without it) is not tested rather than failing every row. ``day``: the
-    row's partition day (``partition_day_sql``; NULL or None: not tested), code 5 outside it."""
+    row's partition day (``partition_day_sql``; NULL or None: not tested), code 5 outside it.
+    A window longer than MAX_WINDOW_S gets code LONG (tested right after code 2)."""
     def f(c: str) -> str:
         return "CAST(NULL AS DOUBLE)" if c in absent else f"CAST({_q(c)} AS DOUBLE)"
 
@@ -205,12 +214,14 @@ def _reject_sql(absent: frozenset[str], day: str | None = None) -> str:
     def over(x: str) -> str:  # NaN and NULL count as 0 (np.nan_to_num), +inf as too much
         return f"coalesce(CASE WHEN isnan({x}) THEN 0 ELSE {x} END, 0) > {MAX_GPU_POWER_W!r}"
 
+    too_long = f"epoch_ms(ts_end) - epoch_ms(ts_start) > {MAX_WINDOW_S * 1000}"
     span = f"greatest({dur}, {ENERGY_SPAN_FLOOR_S!r})"  # a row's energy may reach past its end
     mean_w = f"CASE WHEN {bad_e} THEN NULL ELSE {e} / {span} END"
     uuid_null = "FALSE" if "gpu_uuid" in absent else "gpu_uuid IS NULL"
     in_day = "TRUE" if day is None else f"coalesce({_in_day_sql(day)}, TRUE)"
     full = (f"CASE WHEN ts_start IS NULL OR ts_end IS NULL OR {uuid_null} THEN 1 "
-            f"WHEN epoch_ms(ts_end) <= epoch_ms(ts_start) THEN 2 WHEN {bad_e} THEN 3 "
+            f"WHEN epoch_ms(ts_end) <= epoch_ms(ts_start) THEN 2 WHEN {too_long} THEN {LONG} "
+            f"WHEN {bad_e} THEN 3 "
             f"WHEN {over(f('power_avg_w'))} OR {over(f('power_max_w'))} OR {over(mean_w)} THEN 4 "
             f"WHEN NOT {in_day} THEN 5 ELSE 0 END")
     # Valid for sure: no NULL key, a forward window, a finite energy >= 0 whose mean power and both
@@ -218,9 +229,35 @@ def _reject_sql(absent: frozenset[str], day: str | None = None) -> str:
     # within its partition's day.
     powers = [f"{f(c)} <= {MAX_GPU_POWER_W!r}" for c in ("power_avg_w", "power_max_w") if c not in absent]
     key = "TRUE" if "gpu_uuid" in absent else "gpu_uuid IS NOT NULL"
-    ok = " AND ".join([key, "epoch_ms(ts_end) > epoch_ms(ts_start)", f"{e} >= 0",
+    ok = " AND ".join([key, "epoch_ms(ts_end) > epoch_ms(ts_start)", f"NOT ({too_long})", f"{e} >= 0",
                        f"{e} / {span} <= {MAX_GPU_POWER_W!r}", *powers, *([] if day is None else [in_day])])
     return f"CASE WHEN {ok} THEN 0 ELSE {full} END"
+
+
+#: ``dedup_code_sql``'s code for a copy of a window kept from another file (not a reject reason).
+DUPLICATE = -1
+
+
+def files_meet(by_file: Any) -> bool:
+    """Whether two files of one host have window-start ranges that meet (``by_file``, a DataFrame
+    of one row per host and file: host, start, last_start, its first and last window start):
+    only then may they hold the same windows (a file copied under another name, an import over
+    the daemon's span), and the exact de-duplication (``dedup_code_sql``, a window over every
+    row) is needed; a day's successive files of a host do not meet. ``wattclass report`` and
+    ``simulate`` take the ranges from their main scan (a grouping set), as the nightly's pass
+    does (``scan._meeting_hosts``)."""
+    f = by_file.sort_values(["host", "start"], kind="stable")
+    prev_last = f.groupby("host", dropna=False)["last_start"].transform(lambda s: s.cummax().shift())
+    return bool((f["start"] <= prev_last).any())
+
+
+def dedup_code_sql(bad: str, file: str) -> str:
+    """A row's code ``bad`` (``_reject_sql``'s), with every copy of a valid window but one marked
+    DUPLICATE: per (gpu_uuid, job_id, ts_start), the copy of the first file by name (``file``),
+    then the first in that file (``file_row_number``), is kept, as the nightly keeps it
+    (``scan._dedup_sql``); a rejected row never shadows a valid one."""
+    w = f"PARTITION BY gpu_uuid, job_id, ts_start, ({bad}) = 0 ORDER BY {file}, file_row_number"
+    return f"CASE WHEN ({bad}) <> 0 THEN ({bad}) WHEN row_number() OVER ({w}) = 1 THEN 0 ELSE {DUPLICATE} END"
 
 
 #: The codes of ``job_check_sql`` (after ``_reject_sql``'s 1..5).
@@ -268,11 +305,11 @@ def job_group_check_sql(record: str, group: str) -> tuple[str, str]:
     return code, recheck
 
 
-#: ``_reject_sql``'s codes 1..5 and ``job_check_sql``'s 6..8 as ``validity`` names them (the nightly
+#: ``_reject_sql``'s codes 1..5 and 9 and ``job_check_sql``'s 6..8 as ``validity`` names them (the nightly
 #: summary's ``rejected_rows`` keys), so ``wattclass report`` and ``simulate`` count left-out rows
 #: the same way.
 REJECT_REASONS: tuple[str, ...] = (REJECT_NULL, REJECT_TIME, REJECT_ENERGY, REJECT_POWER, REJECT_DAY,
-                                   REJECT_JOB_HOST, REJECT_JOB_TIME, REJECT_JOB_USER)
+                                   REJECT_JOB_HOST, REJECT_JOB_TIME, REJECT_JOB_USER, REJECT_LONG)
 
 
 def reject_counts(by_code: dict[int, int]) -> dict[str, int]:

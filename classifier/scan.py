@@ -138,6 +138,26 @@ def _overlapping_files(con: Any, per_file: pa.Table) -> bool:
                             "AND a.lo <= b.hi AND b.lo <= a.hi)").fetchall()[0][0])
 
 
+def _repeats_in_a_file(valid: pa.Table) -> bool:
+    """Whether a file may hold a window twice: a job's windows on one host in one file (``valid``:
+    the pass's valid groups) that last longer in all than their span times the GPUs they could be
+    on (``gpu_index`` from the smallest to the largest), which windows of one job on one GPU, never
+    overlapping in time, cannot. Why: only files whose ranges meet were de-duplicated, so a file
+    holding each window twice (a segment converted into it twice, an import of overlapping
+    chunks) doubled its jobs' energy, windows and GPU-hours, and the summary said 0 duplicates.
+    GPUs missing between the smallest and largest index loosen the bound; MIG instances sharing
+    an index tighten it (then the exact pass runs, for nothing but its cost)."""
+    t = valid.group_by(["job_id", "host", "file_index"], use_threads=False).aggregate(
+        [("dur_ms", "sum"), ("ts_start_ms", "min"), ("ts_end_ms", "max"), ("gpu_lo", "min"),
+         ("gpu_hi", "max")])
+    if t.num_rows == 0:
+        return False
+    span = pc.subtract(t.column("ts_end_ms_max"), t.column("ts_start_ms_min"))
+    gpus = pc.add(pc.subtract(pc.cast(t.column("gpu_hi_max"), pa.int64()),
+                              pc.cast(t.column("gpu_lo_min"), pa.int64())), 1)
+    return bool(pc.any(pc.greater(t.column("dur_ms_sum"), pc.multiply(span, gpus))).as_py())
+
+
 def _meeting_hosts(con: Any, per_file: pa.Table) -> list[str]:
     """Hosts with two files whose window-start ranges meet (``per_file``: host, filename, t0, t1)."""
     with _registered(con, "wattclass_spans", per_file) as name:
@@ -244,7 +264,16 @@ class Scanner:
             # a file that lacks a column the first has fails the fast read and sends the night
             # down the checked path (first_schema_reads_all: why a file with more is looked for).
             self._absent = frozenset(TELEMETRY_V1.names) - set(plan.first or ())
-            return self._execute(sql_for(files)), files, refused
+            table = self._execute(sql_for(files))
+            blobs = [f.name for f in table.schema
+                     if pa.types.is_binary(f.type) or pa.types.is_large_binary(f.type)]
+            if blobs:
+                # A file's string column stored as bytes (Parquet BYTE_ARRAY without the UTF8
+                # annotation) makes DuckDB read that column of every file as BLOB: job ids came out
+                # as bytes (b'123', or a traceback where they are not UTF-8). The checked path
+                # skips that file by name (_bad_types) and reads the others.
+                raise _Differ(f"{', '.join(blobs)} read as bytes")
+            return table, files, refused
         except _Differ as exc:
             log.info("telemetry files differ (%s): checking each file", exc)
         except (duckdb.IOException, duckdb.InvalidInputException, duckdb.BinderException,
@@ -285,7 +314,8 @@ class Scanner:
         file's time range falls out. Files whose window-start ranges meet on a host may hold the
         same windows twice: only then are their GPU ranges read, and if two of them share one, the
         scan is run again with an exact de-duplication (``_dedup_sql``), as a normal night has no
-        such files.
+        such files; so is it where one file's windows of a job outlast what its GPUs can hold
+        (``_repeats_in_a_file``).
 
         ``jobs``: the day's Slurm job records (``job_records_table``); a window of a job among them
         is checked against its record (``rowsql.job_check_sql``) and rejected where the record
@@ -390,7 +420,10 @@ class Scanner:
         """Whether two of ``files`` may hold the same windows (``valid``: the pass's valid groups).
 
         Window-start ranges first (the pass has them); only the files of a host where two ranges
-        meet are read again for their GPU ranges (``_overlapping_files``)."""
+        meet are read again for their GPU ranges (``_overlapping_files``). One file may hold a
+        window twice too (``_repeats_in_a_file``)."""
+        if _repeats_in_a_file(valid):
+            return True
         spans = valid.group_by(["host", "file_index"], use_threads=False).aggregate(
             [("ts_start_ms", "min"), ("file_t1", "max")]).rename_columns(["host", "filename", "t0", "t1"])
         hosts = _meeting_hosts(self.con, spans)
@@ -455,7 +488,8 @@ class Scanner:
         aggs = ['min("user") AS "user"', "count(*) AS n_windows",
                 "CAST(sum(ms) AS BIGINT) AS dur_ms", "sum(e) AS energy_j",
                 "epoch_ms(min(ts_start)) AS ts_start_ms", "epoch_ms(max(ts_end)) AS ts_end_ms",
-                "epoch_ms(max(ts_start)) AS file_t1", n_shared]
+                "epoch_ms(max(ts_start)) AS file_t1", n_shared,
+                "min(gpu_index) AS gpu_lo", "max(gpu_index) AS gpu_hi"]  # for _repeats_in_a_file
         if per_job > 0 and not dedup:
             # the draw of the former separate pass: GPM windows of a job, whatever their reject code
             aggs.append(f"arg_min(s, h, {int(per_job)}) FILTER (WHERE h IS NOT NULL AND job_id IS NOT NULL "
@@ -505,7 +539,7 @@ class Scanner:
                "epoch_ms(ts_end) - epoch_ms(ts_start) AS ms",
                # NaN energy is rejected (bad = 3): a valid row's energy is a number or NULL
                "coalesce(CAST(energy_j AS DOUBLE), 0.0) AS e", f"CAST({code} AS TINYINT) AS code",
-               "file_index", f"CAST({reject} AS TINYINT) AS bad"]
+               "file_index", f"CAST({reject} AS TINYINT) AS bad", "gpu_index"]
         if dedup:
             values = ", ".join(_q(c) for c in DUPLICATE_VALUE_COLUMNS if c not in absent)
             sel += ["gpu_uuid", "filename", "file_row_number", f"hash({values}) AS vh"]

@@ -58,7 +58,9 @@ class ClassifierStore:
                 continue
             try:
                 frames.append(pd.read_parquet(p))
-            except (OSError, pa.ArrowException):
+            except (OSError, pa.ArrowException) as exc:
+                # its jobs leave the label table's history: say so, naming the day's file
+                log.warning("label store: skipping unreadable %s: %s", p, str(exc).splitlines()[0][:200])
                 continue
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
@@ -77,7 +79,8 @@ class ClassifierStore:
         for p in sorted((self.root / "training").glob("date=*/windows.parquet")):
             try:
                 t = pq.read_table(p)
-            except (OSError, pa.ArrowException):
+            except (OSError, pa.ArrowException) as exc:
+                log.warning("training samples: skipping unreadable %s: %s", p, str(exc).splitlines()[0][:200])
                 continue
             # A feature added after the sample was written is unknown there: NaN (LightGBM's missing).
             nan = np.full(t.num_rows, np.nan)

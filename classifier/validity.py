@@ -9,7 +9,8 @@ what counts, and their counts go into the night's summary so that nothing is dro
   the night counts. A bad file is one host's problem, not a reason to label nobody.
 - **Impossible rows** (``impossible_rows``): a null ``ts_start``, ``ts_end`` or ``gpu_uuid`` (a
   window nowhere in time or on no GPU; it would crash the features), ``ts_end <= ts_start`` (a
-  backwards or empty window would shrink GPU-hours), ``energy_j`` negative, NaN or infinite (null
+  backwards or empty window would shrink GPU-hours), a window longer than ``MAX_WINDOW_S`` (one
+  would inflate them), ``energy_j`` negative, NaN or infinite (null
   is allowed: the counter may be unsupported), or a power beyond ``MAX_GPU_POWER_W``
   (``power_avg_w``, ``power_max_w``, or ``energy_j`` over the window's duration, at least
   ``ENERGY_SPAN_FLOOR_S``: a row's energy covers the poll intervals that start in it, so it may
@@ -71,6 +72,14 @@ REJECT_NULL = "ts_start, ts_end or gpu_uuid null"
 REJECT_TIME = "ts_end <= ts_start"
 REJECT_ENERGY = "energy_j negative, NaN or infinite"
 REJECT_POWER = f"power above {MAX_GPU_POWER_W:g} W"
+
+#: The longest window a row may span. No writer makes a window longer than its period (the
+#: daemon's 10 s by default, a Prometheus import's ``--period`` of a few minutes at most), and a
+#: job change splits it. Why: only ``ts_start`` was held to its day, so one row whose ``ts_end``
+#: a clock step or a damaged file put a year later added 8,760 GPU-hours to its job (and ended it
+#: then), with its energy spread to near zero watts, and nothing in the summary said so.
+MAX_WINDOW_S = 3600
+REJECT_LONG = f"window longer than {MAX_WINDOW_S} s"
 
 #: How far a window's ``ts_start`` may lie outside the UTC day of the ``date=D`` partition its file
 #: sits in. The daemon and the Prometheus importer file a window under its own ``ts_start``'s UTC
@@ -165,14 +174,16 @@ def impossible_rows(table: pa.Table) -> dict[str, np.ndarray]:
                     if "energy_j" in table.column_names else np.zeros(table.num_rows, dtype=bool))
     null_key = _null(table, "ts_start") | _null(table, "ts_end") | _null(table, "gpu_uuid")
     bad_time = (end <= start) & ~null_key
+    too_long = (end - start > MAX_WINDOW_S * 1000) & ~null_key
     with np.errstate(invalid="ignore"):
         bad_energy = valid_energy & ~(np.isfinite(energy) & (energy >= 0))
-        dur_s = np.where(bad_time | null_key, np.nan, (end - start) / 1000.0)
+        dur_s = np.where(bad_time | too_long | null_key, np.nan, (end - start) / 1000.0)
         mean_w = np.where(valid_energy & ~bad_energy, energy / np.maximum(dur_s, ENERGY_SPAN_FLOOR_S), np.nan)
         too_much = np.zeros(table.num_rows, dtype=bool)
         for p in (_f64(table, "power_avg_w"), _f64(table, "power_max_w"), mean_w):
             too_much |= np.nan_to_num(p, nan=0.0, posinf=np.inf) > MAX_GPU_POWER_W
-    return {REJECT_NULL: null_key, REJECT_TIME: bad_time, REJECT_ENERGY: bad_energy, REJECT_POWER: too_much}
+    return {REJECT_NULL: null_key, REJECT_TIME: bad_time, REJECT_LONG: too_long, REJECT_ENERGY: bad_energy,
+            REJECT_POWER: too_much}
 
 
 class Deduplicator:

@@ -180,19 +180,31 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 def summarize(path: Path) -> dict[str, Any]:
     """Rows, GPUs, jobs and energy of a telemetry file or folder."""
-    import pyarrow.dataset as ds
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
     from wattclass.errors import DataError
     from wattclass.schema import conform
 
     if not path.exists():
         raise DataError(f"{path}: no such file or folder")
+    if path.is_dir() and (path / "telemetry").is_dir():
+        # a data root: its telemetry, not the nightly's label store and samples beside it
+        path = path / "telemetry"
     files = [path] if path.is_file() else sorted(
         p for p in path.rglob("*.parquet") if not p.name.startswith(".")
     )
     if not files:
         raise DataError(f"{path}: no Parquet files")
-    table = conform(ds.dataset([str(f) for f in files], format="parquet").to_table(), path)
+    # File by file, so that an unreadable file or a column of another type names its file (one
+    # dataset over all of them was a traceback: the first file's types were forced on the rest).
+    tables = []
+    for f in files:
+        try:
+            tables.append(conform(pq.read_table(f), f))
+        except (OSError, pa.ArrowException) as exc:
+            raise DataError(f"{f}: not a readable Parquet file: {str(exc).splitlines()[0][:300]}") from exc
+    table = pa.concat_tables(tables)
     df = table.to_pandas()
     jobs = (
         df[df.job_id.notna()].groupby("job_id").agg(

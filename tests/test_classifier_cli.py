@@ -5,6 +5,8 @@ from __future__ import annotations
 import datetime as dt
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -86,6 +88,50 @@ def test_newer_model_refused_by_classify(h200_telemetry: Path, tmp_path: Path,
                "--model", str(d), "--source", "model"])
     assert rc == 3
     assert "newer" in capsys.readouterr().err or "Upgrade wattclass" in capsys.readouterr().err
+
+
+def _model_copy(tmp_path: Path, name: str) -> Path:
+    d = tmp_path / name
+    shutil.copytree(default_model_dir(), d, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
+    return d
+
+
+@pytest.mark.parametrize("cut", ["1 kB", "half", "10 bytes before its trees end", "CRLF"])
+def test_a_damaged_model_txt_is_a_named_error_not_a_dead_process(h200_telemetry: Path, tmp_path: Path,
+                                                                cut: str) -> None:
+    # LightGBM's loader killed the process (SIGABRT, SIGSEGV) on a model.txt cut short: run in a
+    # child so that, before the fix, the test fails instead of taking pytest down
+    d = _model_copy(tmp_path, "model")
+    raw = (d / "model.txt").read_bytes()
+    end = raw.find(b"end of trees")
+    raw = {"1 kB": raw[:1000], "half": raw[:len(raw) // 2], "10 bytes before its trees end": raw[:end - 10],
+           "CRLF": raw.replace(b"\n", b"\r\n")}[cut]
+    (d / "model.txt").write_bytes(raw)
+    p = subprocess.run([sys.executable, "-m", "wattclass.cli", "classify", "--telemetry", str(h200_telemetry),
+                        "--out", str(tmp_path / "l.parquet"), "--model", str(d), "--source", "model"],
+                       capture_output=True, text=True, errors="replace", timeout=120)
+    assert p.returncode == 3, p.stderr[-500:]
+    assert f"{d / 'model.txt'}: " in p.stderr and "Traceback" not in p.stderr
+
+
+@pytest.mark.parametrize("meta", [b"[1, 2]", b'{"format_version": "\xff"}', "margin inputs",
+                                  "margin fallback"])
+def test_model_json_of_another_shape_is_a_named_error(h200_telemetry: Path, tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str],
+                                                     meta: bytes | str) -> None:
+    d = _model_copy(tmp_path, "model")
+    if isinstance(meta, str):
+        doc = json.loads((d / "model.json").read_text())
+        if meta == "margin inputs":
+            doc["margin"]["inputs"] = 5
+        else:
+            doc["margin"]["fallback"] = "none"
+        meta = json.dumps(doc).encode()
+    (d / "model.json").write_bytes(meta)
+    rc = main(["classify", "--telemetry", str(h200_telemetry), "--out", str(tmp_path / "l.parquet"),
+               "--model", str(d), "--source", "model"])
+    assert rc == 3
+    assert f"wattclass: error: {d / 'model.json'}: " in capsys.readouterr().err
 
 
 def _lua(path: Path, expr: str) -> str:

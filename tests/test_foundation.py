@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import shutil
 import stat
 from pathlib import Path
@@ -94,6 +95,23 @@ def test_label_table_rejects_unknown_label(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="unknown label"):
         write_label_table(tmp_path / "x.tsv", [TableEntry("user", "a", None, None, "fast", 1.0, 1, "rule")])
     assert not (tmp_path / "x.tsv").exists()
+
+
+@pytest.mark.parametrize(("field", "value", "why"), [(5, "bogus", "unknown label 'bogus'"),
+                                                     (6, "nan", "confidence nan outside"),
+                                                     (6, "1e400", "confidence inf outside")])
+def test_reading_a_label_table_names_the_file_and_line_of_a_bad_entry(tmp_path: Path, field: int,
+                                                                       value: str, why: str) -> None:
+    # the entry was checked only when the whole table was built, with "label table: ..." and no
+    # file or line (policy explain --table: which of 40,000 lines?)
+    from wattclass.labeltable import read_label_table
+
+    fields = ["entry", "user", "ann", "-", "memory", "0.9", "3", "rule"]
+    fields[field - 1] = value
+    path = tmp_path / "labels.tsv"
+    path.write_text("wattclass-labels\t2\n# a comment\n" + "\t".join(fields) + "\n")
+    with pytest.raises(DataError, match=rf"^{re.escape(str(path))}: line 3: {re.escape(why)}"):
+        read_label_table(path)
 
 
 def test_schema_is_pyarrow_schema() -> None:

@@ -123,3 +123,53 @@ def test_a_linked_telemetry_folder_is_followed_and_its_target_checked(clean: Pat
     os.chmod(store, 0o777)  # whoever can write there can swap the whole tree
     good, refused = split_trusted_files(files)
     assert not good and len(refused) == len(files) and "others can write" in refused[0][1]
+
+
+@pytest.mark.parametrize("job_ids", [["\xff\xfe"], ["ok"]], ids=["not-utf8", "utf8"])
+def test_job_ids_stored_as_bytes_skip_the_file_not_the_night(clean: Path, tmp_path: Path,
+                                                            job_ids: list[str]) -> None:
+    # A writer that stores strings as Parquet BYTE_ARRAY without the UTF8 annotation (binary):
+    # DuckDB then read every file's job_id as BLOB, and the jobs came out as bytes (or, with
+    # bytes that are not UTF-8, the retraining sample raised UnicodeDecodeError: a traceback).
+    want, _ = _labels(clean)
+    root, host = _copy(clean, tmp_path)
+    f = sorted(host.glob("*.parquet"))[0]
+    t = pq.read_table(f).filter(pa.compute.is_valid(pq.read_table(f)["job_id"]))
+    t = t.set_column(t.column_names.index("job_id"), "job_id",
+                     pa.array([job_ids[0].encode("latin-1") + b"1"] * t.num_rows, pa.binary()))
+    t = t.set_column(t.column_names.index("gpu_uuid"), "gpu_uuid", pa.array(["GPU-bytes"] * t.num_rows))
+    pq.write_table(t, host / "zz-bytes.parquet")
+    res = label_files_local(telemetry_files([root], date=DATE.isoformat()), None, "rule", workers=1,
+                            sample_per_job=4)
+    skipped = res.report.summary()["skipped_files"]
+    assert skipped["by_reason"] == {"bad column type": 1}
+    assert "job_id is binary" in skipped["files"][str(host / "zz-bytes.parquet")]
+    got = res.labels.sort_values("job_id").reset_index(drop=True)
+    cols = ["job_id", "label", "n_windows"]
+    pd.testing.assert_frame_equal(got[cols], want[cols])
+
+
+def test_telemetry_inspect_reads_a_data_roots_telemetry_and_names_a_bad_file(clean: Path,
+                                                                              tmp_path: Path) -> None:
+    # `telemetry inspect DATA_ROOT` read every *.parquet under it, the nightly's label store too,
+    # as one dataset with the first file's types: a traceback (large_string to null), as was a
+    # torn file or a job id that is not UTF-8
+    from wattclass.errors import DataError
+    from wattclass.telemetry.cli import summarize
+
+    root, host = _copy(clean, tmp_path)
+    want = summarize(root / "telemetry")
+    labels = root / "classifier" / "labels" / f"date={DATE}"
+    labels.mkdir(parents=True)
+    pq.write_table(pa.table({"job_id": ["1"], "user": pa.nulls(1), "label": ["memory"]}),
+                   labels / "labels.parquet")
+    assert summarize(root) == want
+    f = sorted(host.glob("*.parquet"))[0]
+    t = pq.read_table(f)
+    t = t.set_column(t.column_names.index("job_id"), "job_id", pa.array([b"\xff"] * t.num_rows, pa.binary()))
+    pq.write_table(t, host / "zz-bytes.parquet")
+    with pytest.raises(DataError, match=r"zz-bytes\.parquet: column job_id has type binary"):
+        summarize(root)
+    (host / "zz-bytes.parquet").write_bytes(b"PAR1 torn")
+    with pytest.raises(DataError, match=r"zz-bytes\.parquet: not a readable Parquet file"):
+        summarize(root)

@@ -129,3 +129,98 @@ def test_job_on_telemetry_without_the_integer_pipe_column(root: Path,
     d = _json(capsys, "5003", "--data-root", str(root), "--date", DAY)
     assert d["label"] is None and "compute pipe" in d["inputs"]
     assert d["energy_kwh"] > 0 and d["n_gpus"] == 1
+
+
+def test_a_copied_file_and_impossible_rows_count_as_the_nightly_counts_them(
+        root: Path, h200_telemetry: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # The job's energy and GPU-hours were the sum of every row read: a telemetry file copied under
+    # another name doubled them, and one infinite energy made them inf (the nightly counts each
+    # window once and leaves impossible rows out).
+    want = _json(capsys, "5003", "--data-root", str(root), "--date", DAY)
+    part = root / "telemetry" / f"date={DAY}" / "host=gpu-h200-03"
+    shutil.copy(part / "gpu-h200-03-1.parquet", part / "gpu-h200-03-1-copy.parquet")
+    w = pd.read_parquet(h200_telemetry)
+    bad = w[w["job_id"] == "5003"].head(2).copy()
+    bad["ts_start"] += pd.Timedelta(seconds=1)  # not copies of kept windows: only the rules drop them
+    bad["ts_end"] += pd.Timedelta(seconds=1)
+    bad.loc[bad.index[0], "energy_j"] = float("inf")
+    bad.loc[bad.index[1], "ts_end"] = bad["ts_start"].iloc[1] + pd.Timedelta(days=365)
+    bad.to_parquet(part / "gpu-h200-03-2.parquet", index=False)
+    got = _json(capsys, "5003", "--data-root", str(root), "--date", DAY)
+    assert got["energy_kwh"] == pytest.approx(want["energy_kwh"], rel=1e-12)
+    assert got["gpu_hours"] == pytest.approx(want["gpu_hours"], rel=1e-12)
+    n = len(w[w["job_id"] == "5003"])
+    assert got["windows_left_out"] == {"energy_j negative, NaN or infinite": 1,
+                                       "window longer than 3600 s": 1, "duplicate windows": n}
+
+
+def test_an_unreadable_file_of_the_day_is_skipped_not_a_traceback(
+        root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    want = _json(capsys, "5003", "--data-root", str(root), "--date", DAY)
+    part = root / "telemetry" / f"date={DAY}" / "host=gpu-h200-03"
+    (part / "gpu-h200-03-2.parquet").write_bytes(b"PAR1 cut short")
+    got = _json(capsys, "5003", "--data-root", str(root), "--date", DAY)
+    assert got["energy_kwh"] == want["energy_kwh"] and got["label"] == want["label"]
+
+
+@pytest.mark.parametrize("column", ["ts_start", "energy_j"])
+def test_a_file_whose_column_holds_text_does_not_break_the_sums(
+        root: Path, h200_telemetry: Path, capsys: pytest.CaptureFixture[str], column: str) -> None:
+    # DuckDB then reads that column of every file as text: energy 'x' made the sum a traceback
+    # (could not convert string to float), times as text broke the row rules
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    want = _json(capsys, "5003", "--data-root", str(root), "--date", DAY)
+    t = pq.read_table(h200_telemetry)
+    t = t.filter(pc.equal(t["job_id"], "5003"))
+    if column == "energy_j":
+        t = t.set_column(t.column_names.index("energy_j"), "energy_j", pa.array(["x"] * t.num_rows))
+        t = t.set_column(t.column_names.index("gpu_uuid"), "gpu_uuid", pa.array(["GPU-other"] * t.num_rows))
+    else:
+        for c in ("ts_start", "ts_end"):
+            t = t.set_column(t.column_names.index(c), c, pc.cast(t[c], pa.string()))
+    pq.write_table(t, root / "telemetry" / f"date={DAY}" / "host=gpu-h200-03" / "gpu-h200-03-2.parquet")
+    got = _json(capsys, "5003", "--data-root", str(root), "--date", DAY)
+    assert got["energy_kwh"] == pytest.approx(want["energy_kwh"], rel=1e-12)
+    left = {"energy_j": "energy_j negative, NaN or infinite", "ts_start": "duplicate windows"}[column]
+    assert got["windows_left_out"] == {left: t.num_rows}
+
+
+def test_a_torn_label_store_day_or_job_records_of_integer_ids_do_not_break_the_command(
+        root: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture) -> None:
+    # each was a traceback: a torn labels.parquet of another day (ArrowInvalid), job records whose
+    # ids are integers as a site's export writes them and JobsFileClient reads them
+    # (ArrowNotImplementedError: no 'equal' for int64 and string), a torn jobs.parquet
+    want = _json(capsys, "5003", "--data-root", str(root), "--date", DAY)
+    day = root / "classifier" / "labels" / "date=2026-11-28"
+    day.mkdir(parents=True)
+    (day / "labels.parquet").write_bytes(b"PAR1 torn")
+    jobs = root / "jobs" / f"date={DAY}"
+    jobs.mkdir(parents=True)
+    pd.DataFrame({"job_id": [5003, 5004], "user": ["chen", "dana"], "account": ["phys", "bio"]}).to_parquet(
+        jobs / "jobs.parquet")
+    got = _json(capsys, "5003", "--data-root", str(root), "--date", DAY)
+    assert got["account"] == "phys" and got["energy_kwh"] == want["energy_kwh"]
+    assert "skipping unreadable label store file" in caplog.text
+    (jobs / "jobs.parquet").write_bytes(b"PAR1 torn")
+    got = _json(capsys, "5003", "--data-root", str(root), "--date", DAY)
+    assert got["account"] is None and got["energy_kwh"] == want["energy_kwh"]
+    assert "skipping unreadable job records" in caplog.text
+
+
+def test_label_store_days_whose_columns_do_not_merge_are_read_one_by_one(
+        root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # an older day with the confidence as text: pyarrow could not merge the days' schemas
+    # (ArrowTypeError: large_string vs double), a traceback
+    def day(date: str, label: str, conf: object) -> None:
+        d = root / "classifier" / "labels" / f"date={date}"
+        d.mkdir(parents=True)
+        pd.DataFrame({"job_id": ["5003"], "label": [label], "confidence": [conf],
+                      "source": ["model:v2"]}).to_parquet(d / "labels.parquet")
+
+    day("2026-11-28", "idle", "0.5")
+    day(DAY, "mixed", 0.71)
+    d = _json(capsys, "5003", "--data-root", str(root), "--date", DAY)
+    assert (d["label"], d["confidence"]) == ("mixed", 0.71)

@@ -117,6 +117,28 @@ def test_energy_beyond_the_power_limit_over_its_window_is_rejected(
     assert s["windows"] == clean["windows"] + 1 and s["jobs"] == clean["jobs"] + 1
 
 
+def test_a_window_whose_end_is_a_year_late_is_rejected_not_counted_as_gpu_hours(
+    root: Path, tmp_path: Path, h200_telemetry: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Only ``ts_start`` was held to its day: one row whose ``ts_end`` a clock step put a year
+    later added 8,760 GPU-hours to its job and the night (no Slurm record to check it against)."""
+    rc, clean = nightly(root, tmp_path, capsys)
+    assert rc == 0
+    t = pq.read_table(h200_telemetry).to_pandas()
+    first = t["job_id"] == t["job_id"].iloc[0]
+    t.loc[t.index[0], "ts_end"] = t["ts_start"].iloc[0] + pd.Timedelta(days=365)
+    t.loc[t.index[1], "ts_end"] = t["ts_start"].iloc[1] + pd.Timedelta(hours=1)  # an hour: kept
+    assert first.iloc[1]
+    pq.write_table(pa.Table.from_pandas(t, schema=pq.read_schema(h200_telemetry), preserve_index=False),
+                   part(root) / "part-0.parquet")
+    rc, s = nightly(root, tmp_path, capsys)
+    assert rc == 0
+    assert s["rejected_rows"] == {"count": 1, "window longer than 3600 s": 1}
+    assert s["windows"] == clean["windows"] - 1 and s["jobs"] == clean["jobs"]
+    gpu_h = sum(v["gpu_hours"] for v in s["by_label"].values())
+    assert gpu_h < sum(v["gpu_hours"] for v in clean["by_label"].values()) + 1.01
+
+
 def test_rows_with_null_times_or_gpu_are_rejected_not_fatal(
     root: Path, tmp_path: Path, h200_telemetry: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -303,6 +325,7 @@ def test_the_numpy_row_rules_reject_exactly_what_the_scans_sql_rejects(h200_tele
     df.loc[11, "energy_j"] = 31000.0  # more than a window period at MAX_GPU_POWER_W: rejected
     df.loc[12, "ts_start"] = df.loc[12, "ts_end"] - pd.Timedelta(milliseconds=76)  # a boundary row holding
     df.loc[12, "energy_j"] = 348.4  # its poll's whole second (fresh6's replay): kept
+    df.loc[13, "ts_end"] = df.loc[13, "ts_start"] + pd.Timedelta(seconds=3600, milliseconds=1)  # too long
     f = tmp_path / "edges.parquet"
     t = pa.Table.from_pandas(df, schema=pq.read_schema(h200_telemetry), preserve_index=False)
     for col in ("energy_j", "power_avg_w"):  # from_pandas reads NaN as null: a NaN stays a NaN here
@@ -315,7 +338,7 @@ def test_the_numpy_row_rules_reject_exactly_what_the_scans_sql_rejects(h200_tele
     codes = duckdb.connect().execute(
         f"SELECT {_reject_sql(frozenset())} AS c FROM read_parquet('{f}')").fetchnumpy()["c"]
     assert numpy_bad.tolist() == (codes > 0).tolist()
-    assert np.flatnonzero(numpy_bad).tolist() == [0, 1, 2, 5, 6, 8, 9, 10, 11]
+    assert np.flatnonzero(numpy_bad).tolist() == [0, 1, 2, 5, 6, 8, 9, 10, 11, 13]
 
 
 @pytest.mark.parametrize(("scrape_s", "power_w"), [(1.0, 700.0), (5.0, 1400.0)])
@@ -352,3 +375,78 @@ def test_a_boundary_row_of_off_grid_samples_passes_the_row_rules(scrape_s: float
     t = pa.table({"ts_start": ms("ts_start"), "ts_end": ms("ts_end"), **{
         c: [r[c] for r in rows] for c in ("gpu_uuid", "energy_j", "power_avg_w", "power_max_w")}})
     assert not np.logical_or.reduce(list(impossible_rows(t).values())).any()
+
+
+# -- output paths the command cannot write: refused before any work, naming the option -----------
+@pytest.mark.parametrize("where", ["folder", "under a file"])
+def test_an_unwritable_output_path_is_refused_before_the_work(
+    root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], where: str
+) -> None:
+    # The output was written last, through atomic_writer: a --table-out that is a folder failed
+    # its rename after the night's labels were stored, with a traceback (IsADirectoryError).
+    (tmp_path / "a-file").write_text("x")
+    out = tmp_path / "out-dir" if where == "folder" else tmp_path / "a-file" / "out"
+    if where == "folder":
+        out.mkdir()
+    argvs = {"nightly": ["nightly", "--data-root", str(root), "--date", DATE, "--no-retrain",
+                         "--table-out", str(out)],
+             "report": ["report", "--data-root", str(root), "--date", DATE, "--out", str(out)],
+             "classify": ["classify", "--telemetry", str(root), "--out", str(out)]}
+    for name, argv in argvs.items():
+        assert main(argv) == 2, name
+        err = capsys.readouterr().err
+        opt = "--table-out" if name == "nightly" else "--out"
+        assert f"wattclass: error: {opt} {out}" in err, (name, err)
+    assert not (root / "classifier" / "labels").exists()  # the night did nothing
+    (tmp_path / "root-file").write_text("x")
+    assert main(["nightly", "--data-root", str(tmp_path / "root-file"), "--date", DATE]) == 2
+    assert "--data-root" in capsys.readouterr().err
+
+
+def test_an_unreadable_label_store_day_is_named_not_dropped_silently(
+    root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The label table is built from 30 days of stored labels; a day whose file is torn was
+    skipped without a word, and its jobs' keys left the table."""
+    from wattclass.classifier.store import ClassifierStore
+
+    rc, _ = nightly(root, tmp_path, capsys)
+    assert rc == 0
+    torn = root / "classifier" / "labels" / "date=2026-11-28" / "labels.parquet"
+    torn.parent.mkdir(parents=True)
+    torn.write_bytes(b"PAR1 torn")
+    history = ClassifierStore(root).label_history()
+    assert len(history) > 0
+    assert f"label store: skipping unreadable {torn}" in caplog.text
+
+
+def test_model_train_fleet_and_calibrate_refuse_an_unwritable_out_first(
+    root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # model train failed after training (FileExistsError), fleet generate at its first write
+    # (NotADirectoryError), calibrate would after minutes of measuring: tracebacks
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    (tmp_path / "a-dir").mkdir()
+    for argv in (["model", "train", "--telemetry", str(root), "--out", str(blocker)],
+                 ["fleet", "generate", "--gpus", "4", "--date", "2026-03-02", "--out", str(blocker / "root")],
+                 ["calibrate", "--gpu", "0", "--dry-run", "--out", str(tmp_path / "a-dir")]):
+        assert main(argv) == 2, argv
+        assert "wattclass: error: --out " in capsys.readouterr().err, argv
+
+
+def test_a_file_holding_each_window_twice_counts_each_once(
+    root: Path, tmp_path: Path, h200_telemetry: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Only files whose window ranges meet were de-duplicated: one file holding every window
+    twice (a segment converted into it twice, an import of overlapping chunks) doubled the
+    night's energy, windows and GPU-hours, and its summary said 0 duplicates (admin.md promises
+    the first copy in a file kept)."""
+    rc, clean = nightly(root, tmp_path, capsys)
+    assert rc == 0
+    t = pq.read_table(h200_telemetry)
+    pq.write_table(pa.concat_tables([t, t]), part(root) / "part-0.parquet")
+    rc, s = nightly(root, tmp_path, capsys)
+    assert rc == 0
+    assert s["duplicate_windows"] == t.num_rows and s["conflicting_duplicates"] == 0
+    assert s["windows"] == clean["windows"] and s["by_label"] == clean["by_label"]

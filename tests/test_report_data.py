@@ -8,6 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from wattclass.errors import DataError
 from wattclass.report import data as report_data
 from wattclass.report import estimates as est
 from wattclass.report.build import load_inputs, telemetry_day_files
@@ -198,3 +199,53 @@ def test_a_boundary_row_holding_a_polls_second_saves_nothing_under_a_higher_cap(
     agg = report_data.load(windows=w, labels=labels, caps=caps)
     assert agg.savings.saved_kwh * 3.6e6 == pytest.approx(float(saved.sum()))
     assert est.estimate_savings(ww, caps).saved_kwh * 3.6e6 == pytest.approx(float(saved.sum()))
+
+
+def test_a_window_in_two_files_is_counted_once(tmp_path: Path, h200_telemetry: Path) -> None:
+    """A day's file copied under another name: the report summed both copies (twice the energy,
+    the savings and the windows, and the rule's confidences as if each window were seen twice),
+    where the nightly counts each window once; the page says how many copies it left out."""
+    import shutil
+
+    from wattclass.cli import main
+
+    folder = tmp_path / "telemetry" / "date=2026-11-29" / "host=n1"
+    folder.mkdir(parents=True)
+    shutil.copy(h200_telemetry, folder / "00.parquet")
+    clean = report_data.load(files=[folder / "00.parquet"])
+    shutil.copy(h200_telemetry, folder / "01-copy.parquet")
+    agg = report_data.load(files=sorted(folder.glob("*.parquet")))
+    pd.testing.assert_frame_equal(agg.by_label, clean.by_label, rtol=1e-9)
+    pd.testing.assert_frame_equal(agg.jobs, clean.jobs, rtol=1e-9)
+    assert agg.n_windows == clean.n_windows and agg.duplicate_windows == clean.n_windows
+    assert agg.savings.saved_kwh == pytest.approx(clean.savings.saved_kwh)
+    assert len(agg.timeline) == len(clean.timeline)
+    out = tmp_path / "r.html"
+    assert main(["report", "--data-root", str(tmp_path), "--days", "1", "--out", str(out)]) == 0
+    assert "duplicate windows counted once" in out.read_text()
+
+
+@pytest.mark.parametrize("junk", [b"", b"not parquet\n", b"PAR1" + bytes(100) + b"PAR1"],
+                         ids=["empty", "text", "bad footer"])
+def test_an_unreadable_file_is_skipped_and_named_not_a_traceback(tmp_path: Path, h200_telemetry: Path,
+                                                                 junk: bytes) -> None:
+    """One file of the day that Parquet cannot read failed the whole report with DuckDB's
+    traceback; the nightly skips such a file by name and labels the rest."""
+    import shutil
+
+    from wattclass.cli import main
+
+    folder = tmp_path / "telemetry" / "date=2026-11-29" / "host=n1"
+    folder.mkdir(parents=True)
+    shutil.copy(h200_telemetry, folder / "00.parquet")
+    clean = report_data.load(files=[folder / "00.parquet"])
+    (folder / "01.parquet").write_bytes(junk)
+    agg = report_data.load(files=sorted(folder.glob("*.parquet")))
+    pd.testing.assert_frame_equal(agg.by_label, clean.by_label, rtol=1e-9)
+    assert list(agg.skipped_files) == [str(folder / "01.parquet")]
+    out = tmp_path / "r.html"
+    assert main(["report", "--data-root", str(tmp_path), "--days", "1", "--out", str(out)]) == 0
+    assert "unreadable files skipped" in out.read_text()
+    (folder / "00.parquet").unlink()
+    with pytest.raises(DataError, match=r"no readable telemetry file .*01\.parquet"):
+        report_data.load(files=sorted(folder.glob("*.parquet")))

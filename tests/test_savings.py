@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -295,3 +296,19 @@ def test_simulate_leaves_out_the_rows_the_nightly_rejects(tmp_path: Path,
     assert doc["totals"]["rejected_rows"]["ts_end <= ts_start"] == 1
     assert main(["simulate", "--data-root", str(tmp_path), "--policy", str(pol)]) == 0
     assert "3 impossible telemetry row(s) left out" in capsys.readouterr().out
+
+
+def test_simulate_counts_a_window_in_two_files_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A day's file copied under another name (or a Prometheus import over the daemon's span):
+    simulate summed both copies, so every kWh and kWh saved doubled, where the nightly counts each
+    window once."""
+    _telemetry(tmp_path)
+    pol = parse_policy({"caps": {"memory": "60%"}})
+    clean = simulate(tmp_path, pol)
+    day = tmp_path / "telemetry" / "date=2026-11-20"
+    shutil.copy(day / "host=n1" / "00.parquet", day / "host=n1" / "01-copy.parquet")
+    res = simulate(tmp_path, pol)
+    for k in ("energy_kwh", "gpu_hours", "kwh_saved", "gpu_hours_added"):
+        assert res.totals[k] == pytest.approx(clean.totals[k]), k
+    assert res.jobs.set_index("job_id").loc["j1", "n_windows"] == 360
+    assert "720 duplicate telemetry window(s)" in caplog.text  # job windows only

@@ -387,3 +387,36 @@ def test_a_clock_stepped_back_does_not_stall_polling(
             stop.set()
             th.join(timeout=60)
     assert any("clock stepped back" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize(("part_file", "content", "why"), [
+    ("part1_samples_1hz.parquet", b"PAR1xx", r"part1_samples_1hz\.parquet: not a readable Parquet file"),
+    ("part1_runs.csv", b"", r"part1_runs\.csv: not a readable runs CSV"),
+    ("part1_runs.csv", b"job,start,end\nx,abc,1\n", r"part1_runs\.csv row 0: start 'abc' is not a time"),
+    ("part1_runs.csv", b"job,start,end\nx,,1\n", r"part1_runs\.csv row 0: start 'nan' is not a time"),
+    ("part1_samples_1hz.parquet", "no rows", r"no samples \(every samples file is empty\)"),
+    ("part1_samples_1hz.parquet", "ts as text", r"column 'ts' is not seconds"),
+])
+def test_a_damaged_recording_is_a_named_error(h200_raw: Path, tmp_path: Path, part_file: str,
+                                              content: bytes | str, why: str) -> None:
+    # `telemetry run --backend replay:DIR`: each was a traceback (ArrowInvalid, EmptyDataError,
+    # ValueError, "min() arg is an empty sequence"), or a blank start read as NaN, silently
+    import shutil
+
+    import pyarrow as pa
+
+    d = tmp_path / "rec"
+    d.mkdir()
+    for f in h200_raw.glob("part1_*"):
+        shutil.copy(f, d / f.name)
+    if isinstance(content, bytes):
+        (d / part_file).write_bytes(content)
+    else:
+        t = pq.read_table(d / part_file)
+        if content == "no rows":
+            t = t.slice(0, 0)
+        else:
+            t = t.set_column(t.column_names.index("ts"), "ts", pa.array(["x"] * t.num_rows))
+        pq.write_table(t, d / part_file)
+    with pytest.raises(DataError, match=why):
+        ReplayBackend(d, realtime=False)

@@ -221,6 +221,36 @@ def ensure_trusted_dir(path: Path) -> Path:
     return p
 
 
+def check_output_file(path: Path, what: str) -> Path:
+    """Refuse, before any work, a file path the command could not write at its end: an existing
+    folder, or a parent that is a file. ConfigError naming ``what`` (the option) and the path.
+
+    Why: ``atomic_writer`` fails only at its rename or its temporary file, after the command's
+    work (a night's scan, labels stored, a model promoted, then no label table), with a
+    traceback (IsADirectoryError, NotADirectoryError) instead of one line naming the option."""
+    p = Path(path)
+    if p.is_dir():
+        raise ConfigError(f"{what} {p}: is a folder; give a file path")
+    anc = p.parent
+    while not anc.exists() and anc != anc.parent:
+        anc = anc.parent
+    if not anc.is_dir():
+        raise ConfigError(f"{what} {p}: {anc} is not a folder")
+    return p
+
+
+def check_output_dir(path: Path, what: str) -> Path:
+    """``check_output_file`` for a folder the command will write into: refused before any work if
+    it, or a folder above it, exists as something else than a folder."""
+    p = Path(path)
+    anc = p
+    while not anc.exists() and anc != anc.parent:
+        anc = anc.parent
+    if not anc.is_dir():
+        raise ConfigError(f"{what} {p}: {anc} is not a folder")
+    return p
+
+
 def ensure_writable_dir(path: Path, what: str) -> Path:
     """Create ``path`` if needed and prove it is writable now, with an error naming ``what``."""
     path = Path(path)

@@ -405,10 +405,15 @@ def parse_label_table(text: str, source: str = "<label table>") -> dict[str, Any
             elif kind == "entry" and len(f) == 8 and f[1] in _LEVELS:
                 k1, k2 = decode_field(f[2], where), decode_field(f[3], where)
                 lvl = f[1]
-                entries.append(TableEntry(
+                entry = TableEntry(
                     lvl, k1 if lvl != "account" else None,  # type: ignore[arg-type]
                     k2 if lvl == "user_name" else None, k1 if lvl == "account" else None,
-                    f[4], float(f[5]), int(f[6]), decode_field(f[7], where)))
+                    f[4], float(f[5]), int(f[6]), decode_field(f[7], where))
+                try:  # here, so that a bad label or confidence names the file and line
+                    _check_entry(entry)
+                except ConfigError as exc:
+                    raise DataError(f"{where}: {str(exc).removeprefix('label table: ')}") from exc
+                entries.append(entry)
             else:
                 raise DataError(f"{where}: unknown or malformed record {f[0]!r} ({len(f)} fields)")
         except ValueError as exc:

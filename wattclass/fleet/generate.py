@@ -432,8 +432,10 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
+    from wattclass.fsutil import check_output_dir
     from wattclass.output import emit
 
+    check_output_dir(args.out, "--out")
     spec = FleetSpec(
         gpus=args.gpus, date=args.date, gpus_per_host=args.gpus_per_host, seed=args.seed, hours=args.hours
     )

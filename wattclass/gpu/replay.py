@@ -98,6 +98,14 @@ def _num(v: Any) -> float | None:
     return None if math.isnan(f) else f
 
 
+def _seconds(v: Any, path: Path, row: int, col: str) -> float:
+    """A runs.csv time (seconds, as the probe writes them); DataError naming file, row and column."""
+    f = _num(v)
+    if f is None or not math.isfinite(f):
+        raise DataError(f"{path} row {row}: {col} {str(v)[:40]!r} is not a time in seconds")
+    return f
+
+
 class ReplayBackend(GpuBackend):
     """Recorded GPUs from a probe-format folder."""
 
@@ -114,6 +122,7 @@ class ReplayBackend(GpuBackend):
         start_at: float | None = None,
     ) -> None:
         import pandas as pd
+        import pyarrow as pa
 
         self.folder = Path(folder)
         if not self.folder.is_dir():
@@ -139,7 +148,10 @@ class ReplayBackend(GpuBackend):
             samples_path = self.folder / f"{part}_samples_1hz.parquet"
             if not samples_path.exists():
                 raise DataError(f"{samples_path}: missing (part {part} has caps but no samples)")
-            s = pd.read_parquet(samples_path)
+            try:
+                s = pd.read_parquet(samples_path)
+            except (OSError, ValueError, pa.ArrowException) as exc:
+                raise DataError(f"{samples_path}: not a readable Parquet file: {str(exc)[:300]}") from exc
             for col in ("ts", "energy_mj"):
                 if col not in s.columns:
                     raise DataError(f"{samples_path}: missing column '{col}'")
@@ -151,7 +163,10 @@ class ReplayBackend(GpuBackend):
                 frames.setdefault(uuid, []).append(sub)
             runs_path = self.folder / f"{part}_runs.csv"
             if runs_path.exists():
-                r = pd.read_csv(runs_path, dtype={"job_id": str, "user": str, "uuid": str})
+                try:
+                    r = pd.read_csv(runs_path, dtype={"job_id": str, "user": str, "uuid": str})
+                except (OSError, ValueError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+                    raise DataError(f"{runs_path}: not a readable runs CSV: {str(exc)[:300]}") from exc
                 for col in ("start", "end"):
                     if col not in r.columns:
                         raise DataError(f"{runs_path}: missing column '{col}'")
@@ -166,10 +181,18 @@ class ReplayBackend(GpuBackend):
                     for u in targets:
                         if u not in gpus:
                             raise DataError(f"{runs_path} row {i}: uuid {u} has no samples")
-                        gpus[u].jobs.append(_Job(job_id, user, float(rd["start"]), float(rd["end"])))
+                        gpus[u].jobs.append(_Job(job_id, user, _seconds(rd["start"], runs_path, i, "start"),
+                                                 _seconds(rd["end"], runs_path, i, "end")))
         for uuid, g in gpus.items():
             df = pd.concat(frames[uuid]).sort_values("ts", kind="stable").reset_index(drop=True)
-            g.ts = [float(x) for x in df["ts"]]
+            try:
+                g.ts = [float(x) for x in df["ts"]]
+            except (TypeError, ValueError) as exc:
+                raise DataError(f"replay folder {self.folder}: GPU {uuid}: column 'ts' is not seconds: "
+                                f"{str(exc)[:120]}") from exc
+            if any(not math.isfinite(x) for x in g.ts):
+                raise DataError(f"replay folder {self.folder}: GPU {uuid}: column 'ts' holds a NaN or "
+                                "an infinity")
             for col in (*_SAMPLE_COLUMNS, *GPM_COLUMNS, "power_limit_mw", "power_mw"):
                 if col in df.columns:
                     g.cols[col] = [_num(x) for x in df[col]]
@@ -180,6 +203,8 @@ class ReplayBackend(GpuBackend):
         if len(set(idx)) != len(idx):
             raise DataError(f"replay folder {self.folder}: two GPUs share a gpu_index ({idx})")
         self._by_index = {g.info.gpu_index: g for g in self._gpus}
+        if not any(g.ts for g in self._gpus):
+            raise DataError(f"replay folder {self.folder}: no samples (every samples file is empty)")
         self.t_first = min(g.ts[0] for g in self._gpus if g.ts)
         self.t_last = max(g.ts[-1] for g in self._gpus if g.ts)
         self._vnow = self.t_first if start_at is None else start_at

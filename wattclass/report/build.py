@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -38,6 +38,9 @@ from wattclass.report.load import (
 )
 from wattclass.report.sections import decision_keys
 
+if TYPE_CHECKING:  # the data module (DuckDB) is imported where the report is built
+    from wattclass.report.data import ReportData
+
 __all__ = [
     "LABEL_COLUMNS",
     "ReportInputs",
@@ -51,6 +54,23 @@ __all__ = [
     "telemetry_day_files",
     "write_report",
 ]
+
+
+def _quality_notes(agg: ReportData) -> dict[str, str]:
+    """The data-quality notes: the page's numbers leave these rows out, or count them once, as the
+    nightly does."""
+    notes: dict[str, str] = {}
+    if agg.rejected_rows:
+        why = "; ".join(f"{k}: {v:,}" for k, v in agg.rejected_rows.items())
+        notes["impossible windows left out"] = (f"{sum(agg.rejected_rows.values()):,} ({why}), as the "
+                                                "nightly run rejects them (classifier.validity)")
+    if agg.skipped_files:
+        first, why = next(iter(agg.skipped_files.items()))
+        notes["unreadable files skipped"] = f"{len(agg.skipped_files):,} (e.g. {first}: {why})"
+    if agg.duplicate_windows:
+        notes["duplicate windows counted once"] = (f"{agg.duplicate_windows:,} (the same GPU, job and "
+                                                   "window start in two files), as the nightly counts them")
+    return notes
 
 
 def render_report(
@@ -99,12 +119,7 @@ def render_report(
     else:
         agg = report_data.load(files=[Path(f) for f in telemetry], labels=labels, caps=used_caps,
                                max_gpus=max_gpus)
-    prov = dict(provenance or {})
-    if agg.rejected_rows:
-        # the data-quality note: the page's numbers leave these rows out, as the nightly does
-        why = "; ".join(f"{k}: {v:,}" for k, v in agg.rejected_rows.items())
-        prov["impossible windows left out"] = (f"{sum(agg.rejected_rows.values()):,} ({why}), as the "
-                                               "nightly run rejects them (classifier.validity)")
+    prov = {**(provenance or {}), **_quality_notes(agg)}
     if agg.labels_computed:
         prov["labels"] = (
             "computed here with the GPM rule of wattclass.classifier.rules (no label store found)"

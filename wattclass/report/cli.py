@@ -58,8 +58,10 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
+    from wattclass.fsutil import check_output_file
     from wattclass.report.build import load_inputs, load_whatif_effects, write_report
 
+    check_output_file(args.out, "--out")
     inputs = load_inputs(
         args.data_root, args.date, args.labels, args.label_column, args.metrics, args.decisions, args.days
     )

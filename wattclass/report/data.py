@@ -59,6 +59,11 @@ class ReportData:
     fleet_bin_s: float  # the width of one fleet bin (s)
     #: rows left out as the nightly leaves them out, per ``classifier.validity`` reason (none: {})
     rejected_rows: dict[str, int] = field(default_factory=dict)
+    #: copies of a window from another file (a file copied, an import over the daemon's span),
+    #: counted once as the nightly counts them (``_Source``)
+    duplicate_windows: int = 0
+    #: telemetry files Parquet could not read, skipped: path -> why (``load``)
+    skipped_files: dict[str, str] = field(default_factory=dict)
 
 
 class _Source:
@@ -68,12 +73,14 @@ class _Source:
     ``w`` leaves out the rows the nightly rejects (``classifier.validity``'s rules as the scan's
     SQL, ``rowsql._reject_sql``: a null key, a backwards window, a negative, NaN or infinite
     energy, an impossible power, a window outside its file's date= day): one infinite energy
-    would otherwise make the page's totals inf. ``reject`` is that per-row code (0 = valid); the
-    main aggregate reads ``w_all`` and groups by it, so the left-out rows are counted in the same
-    scan."""
+    would otherwise make the page's totals inf. ``reject`` is that per-row code (0 = valid);
+    ``code`` is it with the copies of a window left out as DUPLICATE where two files may hold the
+    same windows (``dedup``, ``rowsql.dedup_code_sql``; ``_load`` finds such files), as the
+    nightly counts each window once; ``w_all`` carries it as ``_code``, and the main aggregate
+    groups by it, so the left-out rows are counted in the same scan."""
 
     def __init__(self, files: Sequence[Path] | None = None, windows: pd.DataFrame | None = None,
-                 threads: int = 0, by_name: bool = False) -> None:
+                 threads: int = 0, by_name: bool = False, dedup: bool = False) -> None:
         import duckdb
 
         self.con = duckdb.connect(config={"threads": threads or len(os.sched_getaffinity(0))})
@@ -84,7 +91,6 @@ class _Source:
             w["job_id"] = w["job_id"].astype(object).where(w["job_id"].notna(), None)
             w.loc[w["job_id"].notna(), "job_id"] = w.loc[w["job_id"].notna(), "job_id"].astype(str)
             self.con.register("w_df", w)
-            self.con.execute("CREATE VIEW w_all AS SELECT * FROM w_df")
         else:
             if not files:
                 raise DataError("report: no telemetry files to read")
@@ -92,16 +98,24 @@ class _Source:
             # By position with the first file's schema unless files differ (``by_name``): matching
             # columns by name means reading every file's footer first (6.6 s for 3,000 files).
             # file_index, filename: the row's file, whose date= partition the row must lie in (rowsql)
-            self.con.execute(f"CREATE VIEW w_all AS SELECT *, file_index, filename FROM read_parquet({lst}, "
-                             f"hive_partitioning = false, union_by_name = {str(by_name).lower()})")
+            self.con.execute(f"CREATE VIEW w_read AS SELECT *, file_index, filename FROM read_parquet({lst}, "
+                             f"hive_partitioning = false, union_by_name = {str(by_name).lower()}"
+                             f"{', file_row_number = true' if dedup else ''})")
         self.by_name = by_name
-        self.columns = {r[0] for r in self.con.execute("DESCRIBE w_all").fetchall()}
         from wattclass.classifier import rowsql
         from wattclass.schema import TELEMETRY_V1
 
+        read = "w_df" if windows is not None else "w_read"
+        self.columns = {r[0] for r in self.con.execute(f"DESCRIBE {read}").fetchall()}
         day = rowsql.partition_day_sql(self.files) if self.files else None
         self.reject = rowsql._reject_sql(frozenset(TELEMETRY_V1.names) - self.columns, day)
-        self.con.execute(f"CREATE VIEW w AS SELECT * FROM w_all WHERE ({self.reject}) = 0")
+        # Two files that may hold the same windows (a copied file, an import over the daemon's
+        # span; ``_load`` finds them): each window counted once, as the nightly counts it (their
+        # energy was counted twice). ``code``: the row's reject code, or DUPLICATE for a copy.
+        self.dedup = dedup and bool(self.files)
+        self.code = rowsql.dedup_code_sql(self.reject, "filename") if self.dedup else self.reject
+        self.con.execute(f"CREATE VIEW w_all AS SELECT *, {self.code} AS _code FROM {read}")
+        self.con.execute("CREATE VIEW w AS SELECT * FROM w_all WHERE _code = 0")
 
     def col(self, name: str, sql_type: str = "DOUBLE") -> str:
         """``name`` (optionally ``alias.name``) cast to ``sql_type``; NULL where no file has it."""
@@ -131,26 +145,78 @@ def load(
     import duckdb
 
     from wattclass.fsutil import require_trusted_files
-    from wattclass.schema import first_schema_reads_all
 
     if files is not None and windows is None:
         files = require_trusted_files(files)  # a FIFO would block the scan; see wattclass.fsutil
+    try:
+        return _load_from(files, windows, labels, caps, slowdown, max_gpus)
+    except duckdb.Error as exc:  # IOException, InvalidInputException, and a bare Error for some footers
+        first = str(exc).splitlines()[0][:500]
+        if windows is not None or files is None:
+            raise DataError(f"report: cannot read the telemetry: {first}") from exc
+        # A file Parquet cannot read (empty, cut short, not Parquet) failed the whole page with a
+        # traceback: skip it by name, as the nightly does (validity: one host's problem), and
+        # say so on the page. Only here are the footers read one by one.
+        good, bad = readable_files(files)
+        if not bad:
+            raise DataError(f"report: cannot read the telemetry: {first}") from exc
+        for f, why in bad:
+            log.warning("report: skipping telemetry file %s (unreadable): %s", f, why)
+        if not good:
+            raise DataError(f"report: no readable telemetry file ({bad[0][0]}: {bad[0][1]})") from exc
+        data = _load_from(good, None, labels, caps, slowdown, max_gpus)
+        data.skipped_files = {str(f): why for f, why in bad}
+        return data
+
+
+def readable_files(files: Sequence[Path]) -> tuple[list[Path], list[tuple[Path, str]]]:
+    """``files`` whose Parquet footer reads, and the others with why."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    good: list[Path] = []
+    bad: list[tuple[Path, str]] = []
+    for f in files:
+        try:
+            pq.read_schema(f)
+            good.append(f)
+        except (OSError, pa.ArrowException) as exc:
+            bad.append((f, str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__))
+    return good, bad
+
+
+def _load_from(files: Sequence[Path] | None, windows: pd.DataFrame | None, labels: pd.DataFrame | None,
+               caps: Mapping[str, str] | None, slowdown: float, max_gpus: int) -> ReportData:
+    """``load`` over files known to be trusted; a file DuckDB cannot read raises DuckDB's error."""
+    import duckdb
+
+    from wattclass.schema import first_schema_reads_all
+
     # by column name where the files differ: a GPU without GPM writes no GPM columns, and read
     # with such a first file's schema, the other files' GPM columns would be dropped
     src = _Source(files, windows, by_name=files is not None and windows is None
                   and not first_schema_reads_all(list(files)).exact)
     try:
-        return _load(src, labels, caps, slowdown, max_gpus)
-    except (duckdb.InvalidInputException, duckdb.BinderException, duckdb.ConversionException):
-        if windows is not None:
-            raise
-        src.close()
-        src = _Source(files, windows, by_name=True)  # files differ (e.g. GPUs without GPM columns)
-        return _load(src, labels, caps, slowdown, max_gpus)
-    except duckdb.IOException as exc:
-        raise DataError(f"report: cannot read the telemetry: {str(exc).splitlines()[0][:500]}") from exc
+        try:
+            try:
+                return _load(src, labels, caps, slowdown, max_gpus)
+            except (duckdb.InvalidInputException, duckdb.BinderException, duckdb.ConversionException):
+                if windows is not None:
+                    raise
+                src.close()
+                src = _Source(files, windows, by_name=True)  # files differ (e.g. GPUs without GPM columns)
+                return _load(src, labels, caps, slowdown, max_gpus)
+        except _FilesMeet:  # two files may hold the same windows: again, each window counted once
+            by_name = src.by_name
+            src.close()
+            src = _Source(files, windows, by_name=by_name, dedup=True)
+            return _load(src, labels, caps, slowdown, max_gpus)
     finally:
         src.close()
+
+
+class _FilesMeet(Exception):
+    """``_load``'s scan found two files of one host whose window-start ranges meet."""
 
 
 def _rule_code(src: _Source) -> str:
@@ -200,8 +266,12 @@ def _load(src: _Source, labels: pd.DataFrame | None, caps: Mapping[str, str] | N
         new_j = _capped_energy_sql(src.col("power_avg_w"), power, cw, secs, energy)
         cap_aggs += [f"sum({new_j}) AS new_j_{lab}", f"sum(greatest({energy} - {new_j}, 0)) AS saved_j_{lab}"]
     uuid = src.col("gpu_uuid", "VARCHAR")
+    # over files, the same scan gives each file's window-start range per host (rowsql.files_meet)
+    by_file = bool(src.files) and not src.dedup
+    per_file = ", (host, file_index)" if by_file else ""
     g = src.df(
-        f"SELECT GROUPING(job_id) AS by_gpu, _bad, CAST(job_id AS VARCHAR) AS job_id, host, "
+        f"SELECT GROUPING(job_id) AS by_gpu, {'GROUPING(file_index)' if by_file else '1'} AS _not_file, "
+        f"_bad, CAST(job_id AS VARCHAR) AS job_id, host, max(ts_start) AS _last_start, "
         f"{uuid} AS gpu_uuid, "
         f"first({src.col('user', 'VARCHAR')}) AS user, count(*) AS n_windows, sum({energy}) AS energy_j, "
         f"sum({secs}) AS secs, min(ts_start) AS t0, max(ts_end) AS t1, "
@@ -212,8 +282,12 @@ def _load(src: _Source, labels: pd.DataFrame | None, caps: Mapping[str, str] | N
         f"sum(({tflops}) * {secs}) FILTER (WHERE {gpm}) AS tflop, "
         f"sum({energy}) FILTER (WHERE {gpm}) AS gpm_energy_j"
         + "".join(", " + c for c in cap_aggs)
-        + f" FROM (SELECT *, {src.reject} AS _bad FROM w_all) "
-        f"GROUP BY GROUPING SETS ((job_id, _bad), (host, {uuid}, _bad))")
+        + " FROM (SELECT *, _code AS _bad FROM w_all) "
+        f"GROUP BY GROUPING SETS ((job_id, _bad), (host, {uuid}, _bad){per_file})")
+    files = g.loc[g["_not_file"] == 0, ["host", "t0", "_last_start"]]
+    if by_file and rowsql.files_meet(files.set_axis(["host", "start", "last_start"], axis=1)):
+        raise _FilesMeet
+    g = g.loc[g["_not_file"] == 1].drop(columns=["_not_file", "_last_start"])
     # rows the nightly rejects: counted (each once, in its job's set), then out of every number
     bad = g["_bad"].to_numpy(np.int64)
     left_out = g.loc[(bad > 0) & (g["by_gpu"] == 0).to_numpy()].groupby("_bad")["n_windows"].sum()
@@ -222,6 +296,10 @@ def _load(src: _Source, labels: pd.DataFrame | None, caps: Mapping[str, str] | N
     if rejected:
         log.warning("report: %d impossible telemetry row(s) left out, as the nightly leaves them out: %s",
                     sum(rejected.values()), "; ".join(f"{k}: {v}" for k, v in rejected.items()))
+    dups = int(g.loc[(bad < 0) & (g["by_gpu"] == 0).to_numpy(), "n_windows"].sum())
+    if dups:
+        log.warning("report: %d duplicate telemetry window(s) (the same GPU, job and window start in "
+                    "two files) counted once, as the nightly counts them", dups)
     g = g.loc[bad == 0].drop(columns="_bad")
     per_gpu = g[g["by_gpu"] == 1]
     if per_gpu.empty or int(per_gpu["n_windows"].sum()) == 0:
@@ -263,6 +341,7 @@ def _load(src: _Source, labels: pd.DataFrame | None, caps: Mapping[str, str] | N
         n_hosts=len(gpus), n_gpus=len(per_gpu), n_gpus_timeline_of=n_all,
         n_windows=n_windows, labels_computed=computed, fleet=fleet, fleet_bin_s=bin_s,
         rejected_rows=rejected,
+        duplicate_windows=dups,
     )
 
 
@@ -347,9 +426,11 @@ def _timeline(src: _Source, jobs: pd.DataFrame, max_gpus: int, t0: pd.Timestamp,
         hosts = sorted({f.parent.name.removeprefix("host=") for f in src.files})
         first_files = [f for f in src.files if f.parent.name.removeprefix("host=") in set(hosts[:max_gpus])]
         lst = "[" + ", ".join(_lit(str(f)) for f in first_files) + "]"
-        src.con.execute(f"CREATE OR REPLACE VIEW w_first AS SELECT * FROM read_parquet({lst}, "
-                        f"hive_partitioning = false, union_by_name = {str(src.by_name).lower()}) "
-                        f"WHERE ({src.reject}) = 0")
+        src.con.execute(f"CREATE OR REPLACE VIEW w_first AS SELECT * EXCLUDE (_code) FROM (SELECT *, "
+                        f"{src.code} AS _code FROM read_parquet({lst}, hive_partitioning = false, "
+                        f"union_by_name = {str(src.by_name).lower()}"
+                        f"{', file_row_number = true' if src.dedup else ''})) "
+                        "WHERE _code = 0")
         view = "w_first"
     gi = src.col(f"{view}.gpu_index", "INTEGER")
     gpus = src.df(f"SELECT DISTINCT host, {gi} AS gpu_index FROM {view} ORDER BY 1, 2")

@@ -12,21 +12,25 @@ files are hourly) with a filter on the job id. Figures: docs/benchmarks.md.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from wattclass.classifier import rules
 from wattclass.errors import DataError
 
+log = logging.getLogger(__name__)
+
 #: Telemetry columns the summary reads (and nothing else): the GPM rule's columns from the rule itself.
 READ_COLUMNS: tuple[str, ...] = (
     "host", "gpu_uuid", "gpu_model", "user", "ts_start", "ts_end", "energy_j", "power_limit_w", "power_max_w",
-    *rules.RULE_COLUMNS,
+    "power_avg_w", *rules.RULE_COLUMNS,
 )
 
 
@@ -71,6 +75,8 @@ class JobSummary:
     reason: str = ""
     hint: str = ""
     files_read: int = 0
+    #: the job's windows left out as the nightly leaves them out, per reason (``_counted``)
+    windows_left_out: dict[str, int] = field(default_factory=dict)
 
 
 # -- finding the job ---------------------------------------------------------------------------
@@ -88,9 +94,32 @@ def _label_row(root: Path, job_id: str) -> dict[str, Any] | None:
 
     # Days written by other versions (or the canary's generated history) differ in columns: the
     # union of every day's schema, not the first file's, or a later day's confidence is lost.
-    schema = pa.unify_schemas([pq.read_schema(f) for f in files], promote_options="permissive")
-    t = ds.dataset([str(f) for f in files], schema=schema, format="parquet").to_table(
-        filter=ds.field("job_id") == job_id)
+    schemas = []
+    for f in list(files):
+        try:
+            schemas.append(pq.read_schema(f))
+        except (OSError, pa.ArrowException) as exc:  # a torn day was a traceback: skip it by name
+            log.warning("job: skipping unreadable label store file %s: %s", f, str(exc).splitlines()[0][:200])
+            files.remove(f)
+    if not files:
+        return None
+    try:
+        schema = pa.unify_schemas(schemas, promote_options="permissive")
+        t = ds.dataset([str(f) for f in files], schema=schema, format="parquet").to_table(
+            filter=ds.field("job_id") == job_id)
+    except (OSError, pa.ArrowException):
+        # days whose columns do not merge (a confidence written as text, job ids as integers)
+        # were a traceback: the days one by one, newest match last
+        found: dict[str, Any] | None = None
+        for f in files:
+            try:
+                df = pd.read_parquet(f)
+            except (OSError, ValueError, pa.ArrowException) as exc:
+                log.warning("job: skipping unreadable label store file %s: %s", f, str(exc)[:200])
+                continue
+            hit = df[df["job_id"].astype(str) == job_id] if "job_id" in df.columns else df.iloc[:0]
+            found = dict(hit.iloc[-1]) if len(hit) else found
+        return found
     if t.num_rows == 0:
         return None
     return dict(t.to_pandas().iloc[-1])
@@ -98,13 +127,31 @@ def _label_row(root: Path, job_id: str) -> dict[str, Any] | None:
 
 def _job_record(root: Path, job_id: str) -> dict[str, Any] | None:
     """The job's Slurm record from ``<root>/jobs/date=*/jobs.parquet`` (fleet / JobsFileClient)."""
+    import pyarrow as pa
     import pyarrow.dataset as ds
 
     files = sorted((root / "jobs").glob("date=*/jobs.parquet"))
     if not files:
         return None
-    t = ds.dataset([str(f) for f in files], format="parquet").to_table(filter=ds.field("job_id") == job_id)
-    return dict(t.to_pandas().iloc[-1]) if t.num_rows else None
+    try:
+        t = ds.dataset([str(f) for f in files], format="parquet").to_table(
+            filter=ds.field("job_id") == job_id)
+        return dict(t.to_pandas().iloc[-1]) if t.num_rows else None
+    except (OSError, pa.ArrowException):
+        pass
+    # A day's file that is torn, or whose job ids are integers (JobsFileClient reads those too),
+    # failed the whole command with a traceback: read the days one by one, ids as text.
+    found: dict[str, Any] | None = None
+    for f in files:
+        try:
+            df = pd.read_parquet(f)
+        except (OSError, ValueError, pa.ArrowException) as exc:
+            log.warning("job: skipping unreadable job records %s: %s", f, str(exc).splitlines()[0][:200])
+            continue
+        if "job_id" in df.columns:
+            hit = df[df["job_id"].astype(str) == job_id]
+            found = dict(hit.iloc[-1]) if len(hit) else found
+    return found
 
 
 def _ts(v: Any) -> pd.Timestamp | None:
@@ -178,6 +225,18 @@ def read_job_windows(files: Sequence[Path], job_id: str) -> pd.DataFrame:
         # a column no file has (telemetry older than a GPM column, e.g. int_util_pct): the arrow
         # read fills it with nulls from the v1 schema, so the rule sees the pipe as not measured
         return _read_with_arrow(files, job_id)
+    except duckdb.Error as exc:
+        # a file Parquet cannot read (empty, cut short, not Parquet) was a traceback: skip it by
+        # name, as the nightly does, and read the others
+        from wattclass.report.data import readable_files
+
+        good, bad = readable_files(files)
+        if not bad:
+            raise DataError(f"job {job_id[:64]!r}: cannot read its telemetry: "
+                            f"{str(exc).splitlines()[0][:300]}") from exc
+        for f, why in bad:
+            log.warning("job: skipping telemetry file %s (unreadable): %s", f, why)
+        return read_job_windows(good, job_id)
     finally:
         con.close()
     return df
@@ -198,12 +257,53 @@ def discover_hosts(root: Path, start: pd.Timestamp, job_id: str) -> list[str] | 
         con.execute("SET threads TO 2")
         rows = con.execute("SELECT DISTINCT host FROM read_parquet(?) WHERE job_id = ?",
                            [[str(f) for f in files], job_id]).fetchall()
+    except duckdb.Error:  # a file it cannot read: every host is read, and that file skipped by name
+        return None
     finally:
         con.close()
     return sorted(str(r[0]) for r in rows) or None
 
 
 # -- summarising -------------------------------------------------------------------------------
+
+
+def _counted(w: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, int]]:
+    """The job's windows the nightly counts, and those it leaves out per reason: the row rules of
+    ``classifier.validity`` (a backwards or over-long window, an energy negative, NaN or infinite,
+    an impossible power) and its de-duplication (one row per GPU, job and window start).
+
+    Why: the job's energy and GPU-hours were the sum of every row read, so a telemetry file
+    copied under another name (or a Prometheus import over the daemon's own span) doubled them,
+    and one infinite energy made them inf, where the nightly (and the label) counted each window
+    once."""
+    import pyarrow as pa
+
+    from wattclass.classifier.validity import InputReport, RowRules
+
+    if w.empty:
+        return w, {}
+    report = InputReport()
+    w = w.copy()  # a file of strings makes DuckDB's union read the column as text: read it as its type
+    for c in ("ts_start", "ts_end"):
+        if not pd.api.types.is_datetime64_any_dtype(w[c]):
+            w[c] = pd.to_datetime(w[c], utc=True, errors="coerce", format="ISO8601")
+    null_energy = w["energy_j"].isna().to_numpy()
+    for c in ("energy_j", "power_avg_w", "power_max_w"):
+        if c in w and not pd.api.types.is_numeric_dtype(w[c]):
+            w[c] = pd.to_numeric(w[c], errors="coerce")  # not a number: NaN, rejected as such
+    cols = [c for c in ("gpu_uuid", "ts_start", "ts_end", "power_avg_w", "power_max_w") if c in w]
+    t = pa.Table.from_pandas(w[cols], preserve_index=False)
+    t = t.append_column("energy_j", pa.array(w["energy_j"].to_numpy(np.float64, na_value=np.nan),
+                                             mask=null_energy))
+    t = t.append_column("job_id", pa.array(["job"] * len(w), pa.string()))  # one job: its id is the key's
+    keep = RowRules(report).keep_mask(t)
+    left = dict(report.rejected_rows)
+    if report.duplicate_windows:
+        left["duplicate windows"] = report.duplicate_windows
+    if left:
+        log.warning("job: %d telemetry window(s) left out, as the nightly leaves them out: %s",
+                    sum(left.values()), "; ".join(f"{k}: {v}" for k, v in left.items()))
+    return w.loc[keep].reset_index(drop=True), left
 
 
 def _rule_label(w: pd.DataFrame) -> tuple[str | None, float | None, str]:
@@ -288,6 +388,7 @@ def summarise(root: Path, job_id: str, date: str | None = None) -> JobSummary:
         files = telemetry_files(root, start, end, hosts, [date] if date else None)
         w = read_job_windows(files, job_id)
     s.files_read = len(files)
+    w, s.windows_left_out = _counted(w)
     if w.empty and lab is None and rec is None:
         where = f"on {date}" if date else "in the label store, the job records or the telemetry"
         raise DataError(f"job {job_id}: not found {where} under {root}")

@@ -111,6 +111,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
+    from wattclass.fsutil import check_output_file
     from wattclass.gpu import open_backend
     from wattclass.savings.calibrate import (
         CalibrateOptions,
@@ -122,6 +123,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         write_response,
     )
 
+    check_output_file(args.out, "--out")  # before minutes of measuring, not after them
     caps = parse_caps(args.caps)
     if args.backend == "nvml" and not args.dry_run and os.geteuid() != 0:
         raise ConfigError("calibrate sets power limits: run it as root (or use --dry-run)")

@@ -78,14 +78,17 @@ def _day_globs(data_root: Path, date_from: str | None, date_to: str | None) -> l
             and (not date_to or d.name.removeprefix("date=") <= date_to)]
 
 
-def _sql(globs: list[str], present: set[str], union: bool) -> str:
+def _sql(globs: list[str], present: set[str], union: bool, dedup: bool = False) -> str:
     """The per-job aggregate; a column absent from every file reads as NULL. ``union``: files may
     differ in columns (read every file's schema: slower on tens of thousands of files).
 
     The inner query computes each window's busiest compute pipe and rule code once (DuckDB does not
     share the repeated ``greatest`` between aggregates: this halves the CPU time). Grouped by job and
     reject code (``rowsql._reject_sql``; 0 = valid): the caller keeps code 0 and counts the others,
-    in the same scan (a job's rejected rows are a second, rare group)."""
+    in the same scan (a job's rejected rows are a second, rare group). The same scan gives each
+    file's first and last window start per host (rows with ``by_file`` = 1: ``rowsql.files_meet``);
+    ``dedup``: two files may hold the same windows, whose copies then get ``rowsql.DUPLICATE``
+    (left out and counted, as the nightly counts each window once)."""
     def col(c: str) -> str:
         return f'"{c}"' if c in present else "NULL"
 
@@ -95,8 +98,12 @@ def _sql(globs: list[str], present: set[str], union: bool) -> str:
     # read by day globs: each row's day from its file's name (one date= folder per glob)
     reject = rowsql._reject_sql(frozenset(TELEMETRY_V1.names) - present, rowsql.FILENAME_DAY_SQL)
     files = ", ".join("'" + g.replace("'", "''") + "'" for g in globs)
+    if dedup:
+        reject = rowsql.dedup_code_sql(reject, "filename")
+    opts = (", union_by_name = true" if union else "") + (", file_row_number = true" if dedup else "")
     return f"""
-SELECT job_id, bad, max("user") AS "user", max(gpu_model) AS gpu_model,
+SELECT GROUPING(job_id) AS by_file, job_id, bad, host, fname, max(ts_start) AS last_start,
+  max("user") AS "user", max(gpu_model) AS gpu_model,
   sum(energy_j) AS energy_j, sum(ms) / 3.6e6 AS gpu_hours,
   avg(pmax) AS need_w, avg(pavg) AS avg_w, max(plim) AS limit_w,
   avg(CASE WHEN code >= 0 THEN c END) / 100.0 AS compute_act,
@@ -107,15 +114,16 @@ SELECT job_id, bad, max("user") AS "user", max(gpu_model) AS gpu_model,
   count(CASE WHEN code = {rules.PIPE_GAP} THEN 1 END) AS n_gap, count(*) AS n_windows,
   min(ts_start) AS "start", max(ts_end) AS "end"
 FROM (
-  SELECT job_id, {col("user")} AS "user", {col("gpu_model")} AS gpu_model, energy_j,
+  SELECT job_id, host, fname, {col("user")} AS "user", {col("gpu_model")} AS gpu_model, energy_j,
     epoch_ms(ts_end) - epoch_ms(ts_start) AS ms, ts_start, ts_end, {col("power_max_w")} AS pmax,
     {col("power_avg_w")} AS pavg, {col("power_limit_w")} AS plim, c, dram,
     {code} AS code, bad
-  FROM (SELECT *, {reject} AS bad, {x.comp} AS c, {x.dram} AS dram, {x.sm} AS sm, ({x.gap}) AS gap
-        FROM read_parquet([{files}]{", union_by_name = true" if union else ""})
+  FROM (SELECT *, file_index AS fname, {reject} AS bad, {x.comp} AS c, {x.dram} AS dram, {x.sm} AS sm,
+          ({x.gap}) AS gap
+        FROM read_parquet([{files}]{opts})
         WHERE job_id IS NOT NULL)
 )
-GROUP BY job_id, bad
+GROUP BY GROUPING SETS ((job_id, bad), (host, fname))
 """
 
 
@@ -143,10 +151,17 @@ def scan_jobs(data_root: Path, date_from: str | None = None, date_to: str | None
         if threads:
             con.execute(f"SET threads = {int(threads)}")
         globs = _day_globs(data_root, date_from, date_to)
+        union = not plan.exact
         try:  # the fleet's files normally share one schema: the fast path
-            df = con.execute(_sql(globs, present, union=not plan.exact)).df()
+            df = con.execute(_sql(globs, present, union=union)).df()
         except duckdb.Error:  # some file lacks a column: read every schema
-            df = con.execute(_sql(globs, present, union=True)).df()
+            union = True
+            df = con.execute(_sql(globs, present, union=union)).df()
+        if rowsql.files_meet(df.loc[df["by_file"] == 1]):
+            # two files that may hold the same windows: each window counted once, as the nightly
+            # counts it (both copies' energy was summed)
+            df = con.execute(_sql(globs, present, union=union, dedup=True)).df()
+        df = df.loc[df["by_file"] == 0].drop(columns=["by_file", "host", "fname", "last_start"])
     except duckdb.Error as exc:
         raise DataError(f"{data_root}: cannot scan telemetry: {exc}") from exc
     finally:
@@ -160,6 +175,10 @@ def scan_jobs(data_root: Path, date_from: str | None = None, date_to: str | None
                     sum(counts.values()), "; ".join(f"{k}: {v}" for k, v in counts.items()))
     if rejected is not None:
         rejected.update(counts)
+    dups = int(df.loc[bad < 0, "n_windows"].sum())
+    if dups:
+        log.warning("simulate: %d duplicate telemetry window(s) (the same GPU, job and window start in two "
+                    "files) counted once, as the nightly counts them", dups)
     df = pd.DataFrame(df.loc[bad == 0].drop(columns="bad").reset_index(drop=True))
     df["job_id"] = df["job_id"].astype(str)
     for c in ("n_idle", "n_comp", "n_mem", "n_gap", "n_windows"):
