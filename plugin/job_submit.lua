@@ -617,7 +617,6 @@ end
 -- -- slurm_job_modify --------------------------------------------------------------------------
 local function changes_decision_inputs(job_desc)
   if nonempty(job_desc.partition) or nonempty(job_desc.account) then return true end
-  if tonumber(job_desc.shared) == 0 then return true end  -- an operator makes it whole-node
   for _, k in ipairs(GPU_FIELDS) do
     if nonempty(job_desc[k]) then return true end
   end
@@ -672,9 +671,11 @@ local function modify(job_desc, job_rec, part_list, modify_uid)
   local specs = gpu_specs(job_desc, job_rec)
   local old_token, rest = split_token(job_rec.admin_comment)
   j.gpu = requests_gpu(specs)
-  -- whole-node now (an operator's Shared=, an exclusive partition), or decided at submission
-  -- without any GPU field, which only a whole-node job is (job_rec does not say it is exclusive)
-  if not j.gpu and (whole_node(job_desc, part_list, j.partition)
+  -- whole-node now (moved to an exclusive partition), or decided at submission without any GPU
+  -- field, which only a whole-node job is (job_rec does not say it is exclusive). An operator's
+  -- OverSubscribe=no is neither: Slurm's update sets share_res, not whole_node (_update_job), so
+  -- it gives the job no GPU and is no decision input.
+  if not j.gpu and (exclusive_partition(j.partition, part_list)
                     or (#specs == 0 and effect(old_token) ~= "none")) then
     j.gpu = "whole_node"
   end

@@ -705,10 +705,12 @@ for i, c in ipairs(CASES) do
                partition = c.partition, tres_per_node = c.gpus }
   slurm_job_submit(jd, PARTS, 1000)
   local rc = "-"
-  if c.modify_to then  -- then a user moves the pending job to another partition
+  if c.modify_to or c.modify_shared then  -- then uid 1000 changes the pending job
     local rec = { job_id = 7, user_name = "bob", name = "x", partition = c.partition or "main",
                   admin_comment = jd.admin_comment, tres_per_node = c.gpus }
-    rc = tostring(slurm_job_modify({ partition = c.modify_to }, rec, PARTS, 1000))
+    local upd = { partition = c.modify_to, shared = c.modify_shared or 65534 }
+    rc = tostring(slurm_job_modify(upd, rec, PARTS, 1000))
+    jd.admin_comment = upd.admin_comment or rec.admin_comment
   end
   print(i .. " " .. tostring(jd.admin_comment) .. " " .. tostring(jd.features) .. " " .. rc)
 end
@@ -733,11 +735,16 @@ def test_a_whole_node_job_is_decided_though_it_asks_for_no_gpu(tmp_path: Path) -
              {"partition": "main,excl"},  # may run there
              {"gpus": "gres/gpu:1"},  # an explicit request: cap and placement, as before
              {"shared": 0, "modify_to": "excl"},  # still decided the same: the change is allowed
-             {"gpus": "gres/gpu:1", "modify_to": "excl"}]
+             {"gpus": "gres/gpu:1", "modify_to": "excl"},
+             # an operator's OverSubscribe=no on a pending CPU job: Slurm's update sets share_res,
+             # not whole_node, so the job gets no GPU; it was re-decided as whole-node and the
+             # operator's change refused (slurm.ERROR)
+             {"modify_shared": 0}]
     rows = _run_lua(render_job_submit(table), cases, tmp_path, driver=WHOLE_NODE_DRIVER)
     capped = [r[1].startswith("wattclass:label=memory;") for r in rows]
-    assert capped == [True, False, False, True, True, True, True, True, True], rows
-    assert [r[2] for r in rows] == ["nil"] * 6 + ["hbm", "nil", "hbm"], rows  # placement: explicit only
-    assert [r[3] for r in rows[-2:]] == ["0", "0"], rows  # slurm.SUCCESS
+    assert capped == [True, False, False, True, True, True, True, True, True, False], rows
+    # placement features: for an explicit GPU request only
+    assert [r[2] for r in rows] == ["nil"] * 6 + ["hbm", "nil", "hbm", "nil"], rows
+    assert [r[3] for r in rows[-3:]] == ["0", "0", "0"], rows  # slurm.SUCCESS
     d = decide(read_label_table(table), "bob", "x", None, "main", None, gpu_request="whole_node")
     assert (d.status, d.features) == ("enforce", None) and d.admin_comment == rows[0][1]
