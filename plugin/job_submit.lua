@@ -517,8 +517,6 @@ local function nonempty(v)
   return v
 end
 
-local NO_VAL16 = 65534
-
 -- True when the job may run in a partition with OverSubscribe=EXCLUSIVE (max_share 0): any of
 -- its comma list, or the default partition when it names none.
 local function exclusive_partition(parts, part_list)
@@ -535,13 +533,12 @@ local function exclusive_partition(parts, part_list)
 end
 
 -- A whole-node job gets every GPU of its nodes even when it asks for none (Slurm's
--- _handle_exclusive_gres, 22.05 to 25.11): `--exclusive` (shared 0), a core specialisation
--- (`-S`, exclusive too) or an OverSubscribe=EXCLUSIVE partition. Without this `sbatch --exclusive`
--- ran on all of a node's GPUs with no decision, uncapped.
+-- _handle_exclusive_gres, 22.05 to 25.11): `--exclusive` (shared 0) or an OverSubscribe=EXCLUSIVE
+-- partition. Without this `sbatch --exclusive` ran on all of a node's GPUs with no decision,
+-- uncapped. Not seen here: `-S` (whole-node only with AllowSpecResourcesUsage=yes), as Slurm gives
+-- job_submit.lua no core_spec field (22.05, 25.11), and `--reboot` (admins only).
 local function whole_node(job_desc, part_list, partition)
   if tonumber(job_desc.shared) == 0 then return true end
-  local cs = tonumber(job_desc.core_spec)
-  if cs ~= nil and cs ~= NO_VAL16 then return true end
   return exclusive_partition(partition, part_list)
 end
 
