@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
+import ssl
 import stat
 from dataclasses import replace
 from pathlib import Path
@@ -97,6 +99,16 @@ def _tls_options(script: str) -> dict[str, str]:
     return {w: words[i + 1] for i, w in enumerate(words) if w.startswith("--tls-")}
 
 
+def _talk_without_a_certificate(address: str, ca_pem: str) -> None:
+    """A TLS peer that trusts ``ca_pem`` but shows no certificate of its own."""
+    host, port = address.removeprefix("tls://").rsplit(":", 1)
+    ctx = ssl.create_default_context(cadata=ca_pem)
+    ctx.check_hostname = False
+    with socket.create_connection((host, int(port)), timeout=5) as raw, ctx.wrap_socket(raw) as conn:
+        conn.sendall(b"\0" * 8)
+        conn.recv(1)  # TLS 1.3: the server's refusal arrives here, after the handshake
+
+
 def test_slurm_cluster_speaks_mutual_tls_and_its_workers_get_this_runs_certificate(tmp_path: Path) -> None:
     pytest.importorskip("dask_jobqueue")
     from distributed import Client
@@ -117,9 +129,16 @@ def test_slurm_cluster_speaks_mutual_tls_and_its_workers_get_this_runs_certifica
         for path in tls.values():  # the workers' copy: in the shared folder, only root can read it
             assert Path(path).parent == shared
             assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
-        # Mutual: a client with another certificate (anyone on the network) is refused.
+        # Mutual: the scheduler refuses a peer without this run's certificate. The stranger trusts
+        # the run's CA, so only the scheduler's own check can stop it (a client that distrusts the
+        # scheduler's certificate fails on its side and says nothing of the scheduler's).
+        other = Security.temporary()
+        stranger = Security(tls_ca_file=cluster.security.tls_ca_file, tls_client_cert=other.tls_client_cert,
+                            tls_client_key=other.tls_client_key, require_encryption=True)
         with pytest.raises((OSError, TimeoutError)):
-            Client(cluster.scheduler_address, security=Security.temporary(), timeout="3s")
+            Client(cluster.scheduler_address, security=stranger, timeout="3s")
+        with pytest.raises(ssl.SSLError, match=r"(?i)certificate.required|handshake.failure"):
+            _talk_without_a_certificate(cluster.scheduler_address, cluster.security.tls_ca_file)
     assert list(shared.iterdir()) == []  # the key and certificate are gone with the cluster
 
 
