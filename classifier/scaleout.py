@@ -261,8 +261,12 @@ def tls_security(files: TlsFiles) -> Security:
     """A client Security from the site's PEM files, read as trusted files, requiring TLS.
 
     The contents, not the paths, go into the Security object: what was checked is what is used
-    (nothing can swap a file between the check and the handshake).
+    (nothing can swap a file between the check and the handshake). They are loaded here too, so a
+    key that does not match the certificate is an error naming the files, not a failure to
+    "reach the scheduler" at the first connection.
     """
+    import ssl
+
     from distributed.security import Security
 
     def pem(key: str) -> str | None:
@@ -273,6 +277,10 @@ def tls_security(files: TlsFiles) -> Security:
             text = read_trusted_text(Path(name))
         except FileNotFoundError as exc:
             raise ConfigError(f"tls.{key} {name}: not found") from exc
+        except OSError as exc:
+            raise ConfigError(f"tls.{key} {name}: cannot read: {exc.strerror}") from exc
+        except ConfigError as exc:
+            raise ConfigError(f"tls.{key} {name}: not used: {exc}") from exc
         if "-----BEGIN" not in text:
             raise ConfigError(f"tls.{key} {name}: not a PEM file")
         return text
@@ -280,7 +288,14 @@ def tls_security(files: TlsFiles) -> Security:
     ca, cert, key = pem("ca_file"), pem("cert"), pem("key")
     if not ca or not cert:
         raise ConfigError("[tls] needs ca_file and cert")
-    return Security(tls_ca_file=ca, tls_client_cert=cert, tls_client_key=key, require_encryption=True)
+    security = Security(tls_ca_file=ca, tls_client_cert=cert, tls_client_key=key, require_encryption=True)
+    try:
+        security.get_connection_args("client")  # builds the TLS context from the contents
+    except (ssl.SSLError, ValueError) as exc:
+        key_file = files.key or "(in cert)"
+        raise ConfigError(f"[tls] ca_file {files.ca_file}, cert {files.cert}, key {key_file}: "
+                          f"not a usable CA, certificate and key: {exc}") from exc
+    return security
 
 
 def _trusted_shared_temp_directory(cfg: SlurmConfig) -> str:

@@ -253,6 +253,25 @@ def test_scheduler_tls_files_are_read_as_trusted_files(tmp_path: Path) -> None:
         pass
 
 
+@pytest.mark.parametrize("bad", ["key of another certificate", "no key"])
+def test_unusable_scheduler_tls_files_are_a_config_error_naming_them(tmp_path: Path, bad: str) -> None:
+    """A key that does not fit the certificate (or none, with a certificate that holds none) was
+    reported as "cannot reach the Dask scheduler at tls://...: [SSL] PEM lib", naming neither file."""
+    pytest.importorskip("cryptography")
+    from distributed.security import Security
+
+    _, files = _site_pems(tmp_path)
+    if bad == "no key":
+        del files["key"]
+    else:
+        files["key"].write_text(Security.temporary().tls_client_key)
+    cfg = _scheduler_config(tmp_path, "tls://127.0.0.1:1", files)
+    with pytest.raises(ConfigError) as err, open_client(config=cfg):
+        pass
+    assert str(files["cert"]) in str(err.value) and "not a usable CA, certificate and key" in str(err.value)
+    assert "cannot reach" not in str(err.value)
+
+
 class _FakeClient:
     """Stands in for distributed.Client: connects nowhere."""
 
