@@ -224,8 +224,9 @@ local function parse_line(t, f)
     if v == nil or not (v >= 0 and v <= 1) then return "bad min_confidence_label" end
     t.policy.min_confidence_by_label[f[2]] = v
   elseif kind == "canary_threshold" and n == 2 then
-    local v = decimal(f[2])
-    if v == nil or not (v >= 0 and v <= 10000) or v ~= math.floor(v) then return "bad canary_threshold" end
+    -- digits only, as the Python reader: tonumber also takes "1e3" and "100.0"
+    local v = string.find(f[2], "^%d+$") and tonumber(f[2]) or nil
+    if v == nil or v > 10000 then return "bad canary_threshold" end
     t.policy.canary_threshold = v
   elseif kind == "decision" and n == 4 then
     local cap, feats = f[3], {}

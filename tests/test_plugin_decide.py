@@ -682,6 +682,9 @@ def test_bad_or_unknown_threshold_line_refuses_the_table(tmp_path: Path, line: s
     ("canary_threshold\tnan", "bad canary_threshold"),
     ("canary_threshold\t-5", "bad canary_threshold"),
     ("canary_threshold\t0x10", "bad canary_threshold"),
+    ("canary_threshold\t1e3", "bad canary_threshold"),  # Lua's tonumber took these; Python's int() not
+    ("canary_threshold\t100.0", "bad canary_threshold"),
+    ("canary_threshold\t+5", "bad canary_threshold"),  # both took it: the writer writes digits only
 ])
 def test_an_out_of_range_policy_number_refuses_the_table(tmp_path: Path, line: str, why: str) -> None:
     """The global threshold and the canary size were taken whatever their value (a hand edit, a
