@@ -47,6 +47,12 @@ log = logging.getLogger("wattclass.classifier")
 KINDS = ("local", "scheduler", "slurm")
 #: scheduler_options keys that would undo ``tls`` (the scheduler's protocol and credentials).
 _TLS_OWNED_OPTIONS = ("protocol", "security")
+#: Where Dask's HTTP servers listen unless the config names a dashboard address. Every scheduler
+#: and worker starts one even with no dashboard (metrics, the /info pages with worker logs and
+#: call stacks, /json, /proxy), plain HTTP with no authentication, TLS or not; left to Dask it
+#: binds every interface (a threads-only LocalCluster, the SLURMCluster's scheduler on :8787 and
+#: each worker): root's, on the network.
+HTTP_LOOPBACK = "127.0.0.1:0"
 
 
 @dataclass(frozen=True)
@@ -57,7 +63,7 @@ class LocalConfig:
     threads_per_worker: int = 1
     processes: bool = True
     memory_limit: str = "auto"
-    dashboard_address: str | None = None  # None: no dashboard (nothing listening by surprise)
+    dashboard_address: str | None = None  # None: no dashboard; Dask's HTTP server on loopback
 
 
 @dataclass(frozen=True)
@@ -330,6 +336,9 @@ def local_cluster(cfg: LocalConfig | None = None) -> LocalCluster:
         processes=cfg.processes,
         memory_limit=cfg.memory_limit,
         dashboard_address=cfg.dashboard_address,
+        # the HTTP servers are started whatever the dashboard says: on loopback (HTTP_LOOPBACK)
+        scheduler_kwargs={"dashboard_address": cfg.dashboard_address or HTTP_LOOPBACK},
+        worker_dashboard_address=HTTP_LOOPBACK,
     )
 
 
@@ -354,7 +363,8 @@ def slurm_cluster(cfg: SlurmConfig) -> Any:
         "walltime": cfg.walltime,
         "job_extra_directives": list(cfg.job_extra_directives),
         "job_script_prologue": list(cfg.job_script_prologue),
-        "scheduler_options": {"dashboard_address": None, **cfg.scheduler_options},
+        "scheduler_options": _scheduler_options(cfg),
+        "worker_extra_args": _worker_extra_args(),
     }
     for key in ("queue", "account", "python", "interface", "local_directory", "log_directory"):
         value = getattr(cfg, key)
@@ -375,6 +385,23 @@ def slurm_cluster(cfg: SlurmConfig) -> Any:
         _close_cluster(cluster)  # its scheduler, and the workers' TLS files with it
         raise
     return cluster
+
+
+def _scheduler_options(cfg: SlurmConfig) -> dict[str, Any]:
+    """The SLURMCluster scheduler's options: the config's, its HTTP server on loopback and no
+    dashboard unless the config names a ``dashboard_address`` (``HTTP_LOOPBACK``)."""
+    given = cfg.scheduler_options
+    return {"dashboard_address": HTTP_LOOPBACK, "dashboard": "dashboard_address" in given, **given}
+
+
+def _worker_extra_args() -> list[str]:
+    """``dask worker`` options for the SLURMCluster's workers: their HTTP server on loopback and no
+    dashboard (``HTTP_LOOPBACK``), before root's Dask config ``jobqueue.slurm.worker-extra-args``,
+    which may say otherwise (the last of a repeated option wins)."""
+    import dask
+
+    configured = dask.config.get("jobqueue.slurm.worker-extra-args", default=None) or []
+    return ["--dashboard-address", HTTP_LOOPBACK, "--no-dashboard", *configured]
 
 
 def _slurm_security(cfg: SlurmConfig) -> dict[str, Any]:

@@ -35,9 +35,19 @@ def _square_sum(n: int) -> int:
     return sum(i * i for i in range(n))
 
 
+def _http_hosts(server: Any) -> set[str]:
+    """The addresses a Dask scheduler's or worker's HTTP server listens on."""
+    return {sock.getsockname()[0] for sock in server.http_server._sockets.values()}
+
+
 def test_local_cluster_runs_tasks_on_both_workers() -> None:
     with open_client(local=THREADS) as client:
         assert len(client.scheduler_info()["workers"]) == 2
+        # Dask starts an HTTP server (metrics, /info pages, /proxy) in the scheduler and each worker
+        # even without a dashboard; with thread workers it listened on every interface
+        cluster = client.cluster
+        assert _http_hosts(cluster.scheduler) == {"127.0.0.1"}
+        assert all(_http_hosts(w) == {"127.0.0.1"} for w in cluster.workers.values())
         futures = client.map(_square_sum, range(50))
         assert client.gather(futures) == [_square_sum(n) for n in range(50)]
         who = client.who_has(futures)
@@ -105,8 +115,9 @@ def _talk_without_a_certificate(address: str, ca_pem: str) -> None:
     ctx = ssl.create_default_context(cadata=ca_pem)
     ctx.check_hostname = False
     with socket.create_connection((host, int(port)), timeout=5) as raw, ctx.wrap_socket(raw) as conn:
-        conn.sendall(b"\0" * 8)
-        conn.recv(1)  # TLS 1.3: the server's refusal arrives here, after the handshake
+        # TLS 1.3: the server's refusal (its alert, or an EOF when its close comes first) arrives
+        # after the client's handshake; a server that took the peer raises no TLS error here
+        conn.recv(1)
 
 
 def test_slurm_cluster_speaks_mutual_tls_and_its_workers_get_this_runs_certificate(tmp_path: Path) -> None:
@@ -124,6 +135,10 @@ def test_slurm_cluster_speaks_mutual_tls_and_its_workers_get_this_runs_certifica
         assert client.scheduler.address.startswith("tls://")  # root's own client speaks TLS too
         script = cluster.job_script()
         assert "--protocol tls://" in script
+        # the HTTP servers TLS does not cover (plain, no authentication) stay on loopback: the
+        # scheduler's listened on every interface at :8787 though no dashboard was asked for
+        assert _http_hosts(cluster.scheduler) == {"127.0.0.1"}
+        assert "--dashboard-address 127.0.0.1:0 --no-dashboard" in script
         tls = _tls_options(script)
         assert set(tls) == {"--tls-ca-file", "--tls-cert", "--tls-key"}, tls
         for path in tls.values():  # the workers' copy: in the shared folder, only root can read it
@@ -137,7 +152,7 @@ def test_slurm_cluster_speaks_mutual_tls_and_its_workers_get_this_runs_certifica
                             tls_client_key=other.tls_client_key, require_encryption=True)
         with pytest.raises((OSError, TimeoutError)):
             Client(cluster.scheduler_address, security=stranger, timeout="3s")
-        with pytest.raises(ssl.SSLError, match=r"(?i)certificate.required|handshake.failure"):
+        with pytest.raises(ssl.SSLError):  # "certificate required", or EOF when the close came first
             _talk_without_a_certificate(cluster.scheduler_address, cluster.security.tls_ca_file)
     assert list(shared.iterdir()) == []  # the key and certificate are gone with the cluster
 
