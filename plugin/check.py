@@ -74,8 +74,14 @@ def _check_dir(path: Path, creates: bool = False) -> str:
     from wattclass.fsutil import refuse_untrusted_dir
 
     if not path.exists():
-        refuse_untrusted_dir(path.parent)
-        return f"{path} does not exist yet (the Prolog creates it); {path.parent} is safe"
+        # the hooks create the missing folders by their fixed names in the nearest one that exists,
+        # so nobody else may write that one either, sticky or not (a user who made the name first
+        # would own the folder, which the hooks then refuse: every job on the node uncapped)
+        base = path.parent
+        while not base.exists() and base != base.parent:
+            base = base.parent
+        refuse_untrusted_dir(base, creates=creates)
+        return f"{path} does not exist yet (the Prolog creates it); {base} is safe"
     refuse_untrusted_dir(path, creates=creates)
     return f"{path} owned by root, mode {stat.filemode(os.lstat(path).st_mode)}"
 
