@@ -1,3 +1,4 @@
+# long: config to Dask client, with the TLS, HTTP and spill-folder safety of root's clusters
 """Get a Dask cluster for the nightly run: one machine, an existing scheduler, or Slurm jobs.
 
 One machine handles a 10,000-GPU day; bigger sites, or sites that want the nightly done in
@@ -83,7 +84,7 @@ class SlurmConfig:
     job_script_prologue: tuple[str, ...] = ()  # e.g. ["source /opt/wattclass/venv/bin/activate"]
     python: str | None = None  # interpreter on the compute nodes
     interface: str | None = None  # network interface the workers bind to (e.g. "ib0")
-    local_directory: str | None = None  # worker spill space on the compute node
+    local_directory: str | None = None  # where each worker job makes its private spill folder (default /tmp)
     log_directory: str | None = None
     scheduler_options: dict[str, Any] = field(default_factory=dict)
     # Mutual TLS between the scheduler (in this process, as root), the workers and the client,
@@ -362,11 +363,12 @@ def slurm_cluster(cfg: SlurmConfig) -> Any:
         "memory": cfg.memory,
         "walltime": cfg.walltime,
         "job_extra_directives": list(cfg.job_extra_directives),
-        "job_script_prologue": list(cfg.job_script_prologue),
+        "job_script_prologue": [*_private_local_directory(cfg.local_directory), *cfg.job_script_prologue],
+        "local_directory": '"$WATTCLASS_DASK_DIR"',  # expanded by the job script
         "scheduler_options": _scheduler_options(cfg),
         "worker_extra_args": _worker_extra_args(),
     }
-    for key in ("queue", "account", "python", "interface", "local_directory", "log_directory"):
+    for key in ("queue", "account", "python", "interface", "log_directory"):
         value = getattr(cfg, key)
         if value is not None:
             kwargs[key] = value
@@ -385,6 +387,26 @@ def slurm_cluster(cfg: SlurmConfig) -> Any:
         _close_cluster(cluster)  # its scheduler, and the workers' TLS files with it
         raise
     return cluster
+
+
+def _private_local_directory(base: str | None) -> list[str]:
+    """Job script lines that make each worker job's local directory a fresh root-only folder
+    (``mktemp -d``) in ``base`` (``slurm.local_directory``, default /tmp), removed when the job
+    script ends, in ``$WATTCLASS_DASK_DIR``.
+
+    Why: Dask's workspace is ``<local_directory>/dask-scratch-space``, a fixed name that Dask uses
+    as it finds it (it only checks that it can write there, and root always can). In /tmp on a
+    compute node that users share, a user who made that folder first owns the folder that holds
+    root's worker folders: they can swap one for their own, with spill files the worker (root)
+    unpickles, or plant its lock files as symlinks. A name mktemp picks cannot be made first, and
+    in a sticky or root-owned ``base`` nobody else can move it.
+    """
+    where = base or "/tmp"
+    if any(c in where for c in '"\\`\n'):
+        raise ConfigError(f"slurm.local_directory {where!r}: no quotes, backslashes, backticks or newlines "
+                          "(it goes into the workers' job script)")
+    return [f'WATTCLASS_DASK_DIR=$(mktemp -d "{where}/wattclass-dask.XXXXXXXX") || exit 1',
+            "trap 'rm -rf -- \"$WATTCLASS_DASK_DIR\"' EXIT"]
 
 
 def _scheduler_options(cfg: SlurmConfig) -> dict[str, Any]:

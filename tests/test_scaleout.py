@@ -7,6 +7,7 @@ import os
 import socket
 import ssl
 import stat
+import subprocess
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -155,6 +156,34 @@ def test_slurm_cluster_speaks_mutual_tls_and_its_workers_get_this_runs_certifica
         with pytest.raises(ssl.SSLError):  # "certificate required", or EOF when the close came first
             _talk_without_a_certificate(cluster.scheduler_address, cluster.security.tls_ca_file)
     assert list(shared.iterdir()) == []  # the key and certificate are gone with the cluster
+
+
+def test_each_worker_job_makes_a_private_local_directory(tmp_path: Path) -> None:
+    """Dask's workspace is ``<local_directory>/dask-scratch-space``, a fixed name it uses as it finds
+    it: with the example config's ``local_directory = "/tmp"`` (or Dask's default, the same) a user
+    who made that folder first on a shared compute node held root's worker folders, spill files
+    the worker unpickles included. Each worker job now makes its own with mktemp, root-only."""
+    pytest.importorskip("dask_jobqueue")
+    base = tmp_path / "tmp"
+    base.mkdir()
+    base.chmod(0o1777)  # a shared /tmp
+    (base / "dask-scratch-space").mkdir()  # made first by a user
+    cluster = slurm_cluster(SlurmConfig(jobs=0, tls=False, local_directory=str(base),
+                                        log_directory=str(tmp_path)))
+    try:
+        script = cluster.job_script()
+    finally:
+        cluster.close()
+    assert '--local-directory "$WATTCLASS_DASK_DIR"' in script
+    prologue = [line for line in script.splitlines() if line.startswith(("WATTCLASS_DASK_DIR=", "trap "))]
+    assert len(prologue) == 2, script
+    proc = subprocess.run(["bash", "-c", "\n".join([*prologue, 'stat -c "%a %n" "$WATTCLASS_DASK_DIR"'])],
+                          capture_output=True, text=True, check=True)
+    mode, made = proc.stdout.split()
+    assert mode == "700" and Path(made).parent == base and Path(made).name.startswith("wattclass-dask.")
+    assert not Path(made).exists()  # removed when the job script ends
+    with pytest.raises(ConfigError, match=r"slurm\.local_directory"):
+        slurm_cluster(SlurmConfig(jobs=0, tls=False, local_directory='/tmp/x"; id; "'))
 
 
 def _untrusted(tmp_path: Path, how: str) -> Path:
