@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wattclass.errors import ConfigError
-from wattclass.fsutil import read_trusted_bytes, read_trusted_text, refuse_untrusted_dir
+from wattclass.fsutil import nearest_existing, read_trusted_bytes, read_trusted_text, refuse_untrusted_dir
 
 if TYPE_CHECKING:
     from distributed import Client, LocalCluster
@@ -373,6 +373,8 @@ def slurm_cluster(cfg: SlurmConfig) -> Any:
         if value is not None:
             kwargs[key] = value
     kwargs.update(_slurm_security(cfg))
+    if cfg.log_directory is not None:
+        _refuse_untrusted_log_directory(cfg.log_directory)
     try:
         cluster = SLURMCluster(**kwargs)
     except OSError as exc:  # e.g. the workers' TLS files cannot be written (a root_squash export)
@@ -387,6 +389,20 @@ def slurm_cluster(cfg: SlurmConfig) -> Any:
         _close_cluster(cluster)  # its scheduler, and the workers' TLS files with it
         raise
     return cluster
+
+
+def _refuse_untrusted_log_directory(d: str) -> None:
+    """ConfigError unless root trusts ``slurm.log_directory`` (when missing: the folder that
+    dask-jobqueue would make it in), as a folder root creates files in.
+
+    Why: slurmstepd opens the workers' output there as root, by names anyone can predict
+    (``dask-worker-<job id>.err``), following symlinks: in a folder another user can write (a
+    shared scratch, /tmp), a link made first would have root write into any file it points at.
+    """
+    try:
+        refuse_untrusted_dir(nearest_existing(Path(d)), creates=True)
+    except ConfigError as exc:
+        raise ConfigError(f"slurm.log_directory {d}: {exc}") from exc
 
 
 def _private_local_directory(base: str | None) -> list[str]:

@@ -186,6 +186,21 @@ def test_each_worker_job_makes_a_private_local_directory(tmp_path: Path) -> None
         slurm_cluster(SlurmConfig(jobs=0, tls=False, local_directory='/tmp/x"; id; "'))
 
 
+@pytest.mark.parametrize("missing", [False, True])
+def test_a_log_directory_others_can_write_is_refused(tmp_path: Path, missing: bool) -> None:
+    """slurmstepd writes the workers' output there as root by predictable names
+    (dask-worker-<job id>.err), following symlinks: a shared, writable folder let a user point
+    one at any file first."""
+    pytest.importorskip("dask_jobqueue")
+    shared = tmp_path / "scratch"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    logs = shared / "dask-logs" if missing else shared
+    with pytest.raises(ConfigError, match=f"slurm.log_directory {logs}: .*others can write"):
+        slurm_cluster(SlurmConfig(jobs=0, tls=False, log_directory=str(logs)))
+    assert not (shared / "dask-logs").exists()
+
+
 def _untrusted(tmp_path: Path, how: str) -> Path:
     good = _shared_dir(tmp_path)
     if how == "group-writable":
