@@ -1,3 +1,4 @@
+# long: config to Dask client, with the TLS, HTTP and spill-folder safety of root's clusters
 """Get a Dask cluster for the nightly run: one machine, an existing scheduler, or Slurm jobs.
 
 One machine handles a 10,000-GPU day; bigger sites, or sites that want the nightly done in
@@ -36,7 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wattclass.errors import ConfigError
-from wattclass.fsutil import read_trusted_bytes, read_trusted_text, refuse_untrusted_dir
+from wattclass.fsutil import nearest_existing, read_trusted_bytes, read_trusted_text, refuse_untrusted_dir
 
 if TYPE_CHECKING:
     from distributed import Client, LocalCluster
@@ -47,6 +48,12 @@ log = logging.getLogger("wattclass.classifier")
 KINDS = ("local", "scheduler", "slurm")
 #: scheduler_options keys that would undo ``tls`` (the scheduler's protocol and credentials).
 _TLS_OWNED_OPTIONS = ("protocol", "security")
+#: Where Dask's HTTP servers listen unless the config names a dashboard address. Every scheduler
+#: and worker starts one even with no dashboard (metrics, the /info pages with worker logs and
+#: call stacks, /json, /proxy), plain HTTP with no authentication, TLS or not; left to Dask it
+#: binds every interface (a threads-only LocalCluster, the SLURMCluster's scheduler on :8787 and
+#: each worker): root's, on the network.
+HTTP_LOOPBACK = "127.0.0.1:0"
 
 
 @dataclass(frozen=True)
@@ -57,7 +64,7 @@ class LocalConfig:
     threads_per_worker: int = 1
     processes: bool = True
     memory_limit: str = "auto"
-    dashboard_address: str | None = None  # None: no dashboard (nothing listening by surprise)
+    dashboard_address: str | None = None  # None: no dashboard; Dask's HTTP server on loopback
 
 
 @dataclass(frozen=True)
@@ -77,7 +84,7 @@ class SlurmConfig:
     job_script_prologue: tuple[str, ...] = ()  # e.g. ["source /opt/wattclass/venv/bin/activate"]
     python: str | None = None  # interpreter on the compute nodes
     interface: str | None = None  # network interface the workers bind to (e.g. "ib0")
-    local_directory: str | None = None  # worker spill space on the compute node
+    local_directory: str | None = None  # where each worker job makes its private spill folder (default /tmp)
     log_directory: str | None = None
     scheduler_options: dict[str, Any] = field(default_factory=dict)
     # Mutual TLS between the scheduler (in this process, as root), the workers and the client,
@@ -261,8 +268,12 @@ def tls_security(files: TlsFiles) -> Security:
     """A client Security from the site's PEM files, read as trusted files, requiring TLS.
 
     The contents, not the paths, go into the Security object: what was checked is what is used
-    (nothing can swap a file between the check and the handshake).
+    (nothing can swap a file between the check and the handshake). They are loaded here too, so a
+    key that does not match the certificate is an error naming the files, not a failure to
+    "reach the scheduler" at the first connection.
     """
+    import ssl
+
     from distributed.security import Security
 
     def pem(key: str) -> str | None:
@@ -273,6 +284,10 @@ def tls_security(files: TlsFiles) -> Security:
             text = read_trusted_text(Path(name))
         except FileNotFoundError as exc:
             raise ConfigError(f"tls.{key} {name}: not found") from exc
+        except OSError as exc:
+            raise ConfigError(f"tls.{key} {name}: cannot read: {exc.strerror}") from exc
+        except ConfigError as exc:
+            raise ConfigError(f"tls.{key} {name}: not used: {exc}") from exc
         if "-----BEGIN" not in text:
             raise ConfigError(f"tls.{key} {name}: not a PEM file")
         return text
@@ -280,7 +295,14 @@ def tls_security(files: TlsFiles) -> Security:
     ca, cert, key = pem("ca_file"), pem("cert"), pem("key")
     if not ca or not cert:
         raise ConfigError("[tls] needs ca_file and cert")
-    return Security(tls_ca_file=ca, tls_client_cert=cert, tls_client_key=key, require_encryption=True)
+    security = Security(tls_ca_file=ca, tls_client_cert=cert, tls_client_key=key, require_encryption=True)
+    try:
+        security.get_connection_args("client")  # builds the TLS context from the contents
+    except (ssl.SSLError, ValueError) as exc:
+        key_file = files.key or "(in cert)"
+        raise ConfigError(f"[tls] ca_file {files.ca_file}, cert {files.cert}, key {key_file}: "
+                          f"not a usable CA, certificate and key: {exc}") from exc
+    return security
 
 
 def _trusted_shared_temp_directory(cfg: SlurmConfig) -> str:
@@ -315,6 +337,9 @@ def local_cluster(cfg: LocalConfig | None = None) -> LocalCluster:
         processes=cfg.processes,
         memory_limit=cfg.memory_limit,
         dashboard_address=cfg.dashboard_address,
+        # the HTTP servers are started whatever the dashboard says: on loopback (HTTP_LOOPBACK)
+        scheduler_kwargs={"dashboard_address": cfg.dashboard_address or HTTP_LOOPBACK},
+        worker_dashboard_address=HTTP_LOOPBACK,
     )
 
 
@@ -338,14 +363,18 @@ def slurm_cluster(cfg: SlurmConfig) -> Any:
         "memory": cfg.memory,
         "walltime": cfg.walltime,
         "job_extra_directives": list(cfg.job_extra_directives),
-        "job_script_prologue": list(cfg.job_script_prologue),
-        "scheduler_options": {"dashboard_address": None, **cfg.scheduler_options},
+        "job_script_prologue": [*_private_local_directory(cfg.local_directory), *cfg.job_script_prologue],
+        "local_directory": '"$WATTCLASS_DASK_DIR"',  # expanded by the job script
+        "scheduler_options": _scheduler_options(cfg),
+        "worker_extra_args": _worker_extra_args(),
     }
-    for key in ("queue", "account", "python", "interface", "local_directory", "log_directory"):
+    for key in ("queue", "account", "python", "interface", "log_directory"):
         value = getattr(cfg, key)
         if value is not None:
             kwargs[key] = value
     kwargs.update(_slurm_security(cfg))
+    if cfg.log_directory is not None:
+        _refuse_untrusted_log_directory(cfg.log_directory)
     try:
         cluster = SLURMCluster(**kwargs)
     except OSError as exc:  # e.g. the workers' TLS files cannot be written (a root_squash export)
@@ -360,6 +389,57 @@ def slurm_cluster(cfg: SlurmConfig) -> Any:
         _close_cluster(cluster)  # its scheduler, and the workers' TLS files with it
         raise
     return cluster
+
+
+def _refuse_untrusted_log_directory(d: str) -> None:
+    """ConfigError unless root trusts ``slurm.log_directory`` (when missing: the folder that
+    dask-jobqueue would make it in), as a folder root creates files in.
+
+    Why: slurmstepd opens the workers' output there as root, by names anyone can predict
+    (``dask-worker-<job id>.err``), following symlinks: in a folder another user can write (a
+    shared scratch, /tmp), a link made first would have root write into any file it points at.
+    """
+    try:
+        refuse_untrusted_dir(nearest_existing(Path(d)), creates=True)
+    except ConfigError as exc:
+        raise ConfigError(f"slurm.log_directory {d}: {exc}") from exc
+
+
+def _private_local_directory(base: str | None) -> list[str]:
+    """Job script lines that make each worker job's local directory a fresh root-only folder
+    (``mktemp -d``) in ``base`` (``slurm.local_directory``, default /tmp), removed when the job
+    script ends, in ``$WATTCLASS_DASK_DIR``.
+
+    Why: Dask's workspace is ``<local_directory>/dask-scratch-space``, a fixed name that Dask uses
+    as it finds it (it only checks that it can write there, and root always can). In /tmp on a
+    compute node that users share, a user who made that folder first owns the folder that holds
+    root's worker folders: they can swap one for their own, with spill files the worker (root)
+    unpickles, or plant its lock files as symlinks. A name mktemp picks cannot be made first, and
+    in a sticky or root-owned ``base`` nobody else can move it.
+    """
+    where = base or "/tmp"
+    if any(c in where for c in '"\\`\n'):
+        raise ConfigError(f"slurm.local_directory {where!r}: no quotes, backslashes, backticks or newlines "
+                          "(it goes into the workers' job script)")
+    return [f'WATTCLASS_DASK_DIR=$(mktemp -d "{where}/wattclass-dask.XXXXXXXX") || exit 1',
+            "trap 'rm -rf -- \"$WATTCLASS_DASK_DIR\"' EXIT"]
+
+
+def _scheduler_options(cfg: SlurmConfig) -> dict[str, Any]:
+    """The SLURMCluster scheduler's options: the config's, its HTTP server on loopback and no
+    dashboard unless the config names a ``dashboard_address`` (``HTTP_LOOPBACK``)."""
+    given = cfg.scheduler_options
+    return {"dashboard_address": HTTP_LOOPBACK, "dashboard": "dashboard_address" in given, **given}
+
+
+def _worker_extra_args() -> list[str]:
+    """``dask worker`` options for the SLURMCluster's workers: their HTTP server on loopback and no
+    dashboard (``HTTP_LOOPBACK``), before root's Dask config ``jobqueue.slurm.worker-extra-args``,
+    which may say otherwise (the last of a repeated option wins)."""
+    import dask
+
+    configured = dask.config.get("jobqueue.slurm.worker-extra-args", default=None) or []
+    return ["--dashboard-address", HTTP_LOOPBACK, "--no-dashboard", *configured]
 
 
 def _slurm_security(cfg: SlurmConfig) -> dict[str, Any]:

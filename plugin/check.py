@@ -71,11 +71,15 @@ def _check_interpreter(python: str) -> str:
 
 def _check_dir(path: Path, creates: bool = False) -> str:
     """``creates``: a folder the hooks create files in (state, spool), where sticky is not enough."""
-    from wattclass.fsutil import refuse_untrusted_dir
+    from wattclass.fsutil import nearest_existing, refuse_untrusted_dir
 
     if not path.exists():
-        refuse_untrusted_dir(path.parent)
-        return f"{path} does not exist yet (the Prolog creates it); {path.parent} is safe"
+        # the hooks create the missing folders by their fixed names in the nearest one that exists,
+        # so nobody else may write that one either, sticky or not (a user who made the name first
+        # would own the folder, which the hooks then refuse: every job on the node uncapped)
+        base = nearest_existing(path)
+        refuse_untrusted_dir(base, creates=creates)
+        return f"{path} does not exist yet (the Prolog creates it); {base} is safe"
     refuse_untrusted_dir(path, creates=creates)
     return f"{path} owned by root, mode {stat.filemode(os.lstat(path).st_mode)}"
 

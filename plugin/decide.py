@@ -131,7 +131,7 @@ def decide(
     """The decision job_submit.lua makes for a job with these (resolved) fields; see module docstring.
 
     ``gpu_request="whole_node"``: the job asks for no GPU but gets all of its nodes' (``--exclusive``,
-    ``-S``, an OverSubscribe=EXCLUSIVE partition): it is decided, without placement features."""
+    an OverSubscribe=EXCLUSIVE partition): it is decided, without placement features."""
     if not isinstance(table, Mapping) or not isinstance(table.get("policy"), Mapping):
         return Decision("none", "no_table")
     if not gpu_request:

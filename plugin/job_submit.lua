@@ -224,8 +224,9 @@ local function parse_line(t, f)
     if v == nil or not (v >= 0 and v <= 1) then return "bad min_confidence_label" end
     t.policy.min_confidence_by_label[f[2]] = v
   elseif kind == "canary_threshold" and n == 2 then
-    local v = decimal(f[2])
-    if v == nil or not (v >= 0 and v <= 10000) or v ~= math.floor(v) then return "bad canary_threshold" end
+    -- digits only, as the Python reader: tonumber also takes "1e3" and "100.0"
+    local v = string.find(f[2], "^%d+$") and tonumber(f[2]) or nil
+    if v == nil or v > 10000 then return "bad canary_threshold" end
     t.policy.canary_threshold = v
   elseif kind == "decision" and n == 4 then
     local cap, feats = f[3], {}
@@ -517,8 +518,6 @@ local function nonempty(v)
   return v
 end
 
-local NO_VAL16 = 65534
-
 -- True when the job may run in a partition with OverSubscribe=EXCLUSIVE (max_share 0): any of
 -- its comma list, or the default partition when it names none.
 local function exclusive_partition(parts, part_list)
@@ -535,13 +534,12 @@ local function exclusive_partition(parts, part_list)
 end
 
 -- A whole-node job gets every GPU of its nodes even when it asks for none (Slurm's
--- _handle_exclusive_gres, 22.05 to 25.11): `--exclusive` (shared 0), a core specialisation
--- (`-S`, exclusive too) or an OverSubscribe=EXCLUSIVE partition. Without this `sbatch --exclusive`
--- ran on all of a node's GPUs with no decision, uncapped.
+-- _handle_exclusive_gres, 22.05 to 25.11): `--exclusive` (shared 0) or an OverSubscribe=EXCLUSIVE
+-- partition. Without this `sbatch --exclusive` ran on all of a node's GPUs with no decision,
+-- uncapped. Not seen here: `-S` (whole-node only with AllowSpecResourcesUsage=yes), as Slurm gives
+-- job_submit.lua no core_spec field (22.05, 25.11), and `--reboot` (admins only).
 local function whole_node(job_desc, part_list, partition)
   if tonumber(job_desc.shared) == 0 then return true end
-  local cs = tonumber(job_desc.core_spec)
-  if cs ~= nil and cs ~= NO_VAL16 then return true end
   return exclusive_partition(partition, part_list)
 end
 
@@ -617,7 +615,6 @@ end
 -- -- slurm_job_modify --------------------------------------------------------------------------
 local function changes_decision_inputs(job_desc)
   if nonempty(job_desc.partition) or nonempty(job_desc.account) then return true end
-  if tonumber(job_desc.shared) == 0 then return true end  -- an operator makes it whole-node
   for _, k in ipairs(GPU_FIELDS) do
     if nonempty(job_desc[k]) then return true end
   end
@@ -672,9 +669,11 @@ local function modify(job_desc, job_rec, part_list, modify_uid)
   local specs = gpu_specs(job_desc, job_rec)
   local old_token, rest = split_token(job_rec.admin_comment)
   j.gpu = requests_gpu(specs)
-  -- whole-node now (an operator's Shared=, an exclusive partition), or decided at submission
-  -- without any GPU field, which only a whole-node job is (job_rec does not say it is exclusive)
-  if not j.gpu and (whole_node(job_desc, part_list, j.partition)
+  -- whole-node now (moved to an exclusive partition), or decided at submission without any GPU
+  -- field, which only a whole-node job is (job_rec does not say it is exclusive). An operator's
+  -- OverSubscribe=no is neither: Slurm's update sets share_res, not whole_node (_update_job), so
+  -- it gives the job no GPU and is no decision input.
+  if not j.gpu and (exclusive_partition(j.partition, part_list)
                     or (#specs == 0 and effect(old_token) ~= "none")) then
     j.gpu = "whole_node"
   end

@@ -10,7 +10,10 @@ lacks one of these runs every job normally, so the gap is silent until someone l
   GPU that is then no longer capped;
 * cgroup.conf ``ConstrainDevices=yes``: a job sees only its own, capped GPUs;
 * ``AllowSpecResourcesUsage`` is not ``yes``: a core specialisation (``-S``) then makes a job
-  whole-node, with every GPU of its nodes, and Slurm does not show it to job_submit.lua.
+  whole-node, with every GPU of its nodes, and Slurm does not show it to job_submit.lua;
+* ``SelectType`` is not ``select/linear``, which allocates whole nodes: every job then gets every
+  GPU of its nodes (``_resolve_shared_status``, ``_handle_exclusive_gres``), and a job that asks
+  for none is not decided. (It is Slurm 22.05's default; 25.11's is ``select/cons_tres``.)
 
 The files are read as Slurm reads them, as far as these keys go: ``#`` starts a comment, keys
 are case-insensitive, a line may hold several ``Key=Value`` pairs, the last value wins, and
@@ -67,6 +70,9 @@ def cap_preconditions(slurm_conf: Path) -> list[str]:
     if conf.get("allowspecresourcesusage", "no").lower() in ("yes", "1", "true"):
         missing.append("AllowSpecResourcesUsage=yes: a -S job gets every GPU of its nodes, unseen by "
                        "job_submit.lua (uncapped)")
+    if conf.get("selecttype", "").lower() == "select/linear":
+        missing.append("SelectType=select/linear: every job gets every GPU of its nodes, and one that "
+                       "asks for no GPU is not decided (uncapped); use select/cons_tres")
     cgroup = slurm_conf.parent / "cgroup.conf"
     try:
         devices = read_conf(cgroup).get("constraindevices", "no").lower()
@@ -84,4 +90,4 @@ def check_slurm_conf(slurm_conf: Path) -> str:
     if missing:
         raise WattclassError(f"{slurm_conf}: " + "; ".join(missing))
     return (f"{slurm_conf}: job_submit/lua, Prolog and Epilog set; proctrack/cgroup; ConstrainDevices=yes; "
-            "AllowSpecResourcesUsage off")
+            "AllowSpecResourcesUsage off; SelectType not select/linear")

@@ -155,6 +155,7 @@ def test_slurm_conf_with_what_the_caps_need_passes(tmp_path: Path,
     ("Epilog=\n", "ConstrainDevices=yes\n", "Epilog is not set"),
     ("ProctrackType=proctrack/linuxproc\n", "ConstrainDevices=yes\n", "proctrack/linuxproc"),
     ("AllowSpecResourcesUsage=YES\n", "ConstrainDevices=yes\n", "AllowSpecResourcesUsage=yes"),
+    ("SelectType=select/linear\n", "ConstrainDevices=yes\n", "SelectType=select/linear"),  # whole nodes
     ("", "ConstrainDevices=no\n", "ConstrainDevices is no"),
     ("", "# ConstrainDevices=yes\nConstrainCores=yes\n", "ConstrainDevices is no"),
     ("", None, "ConstrainDevices is no cgroup.conf"),

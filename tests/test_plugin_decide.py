@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import os
 import random
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -315,7 +316,7 @@ def test_submission_reads_only_the_job_fields_the_table_can_use(tmp_path: Path) 
     for _comment, _, reads in (rows[0], rows[2]):
         assert not reads & {"account", "default_account", "partition", "part.flag_default"}, reads
     # a job without a GPU request reads only what says whether it gets its nodes' GPUs anyway
-    # (a whole-node job: --exclusive, -S, an OverSubscribe=EXCLUSIVE partition)
+    # (a whole-node job: --exclusive, an OverSubscribe=EXCLUSIVE partition)
     assert rows[1][0] == "nil" and reads_beyond_gpu(rows[1][2]) <= WHOLE_NODE_FIELDS, rows[1]
     assert rows[2][0] == "nil", rows[2]
 
@@ -335,7 +336,7 @@ def test_submission_reads_only_the_job_fields_the_table_can_use(tmp_path: Path) 
 
 
 #: What job_submit.lua reads of a job without a GPU request: whether it is a whole-node job.
-WHOLE_NODE_FIELDS = {"shared", "core_spec", "partition", "part.flag_default", "part.max_share"}
+WHOLE_NODE_FIELDS = {"shared", "partition", "part.flag_default", "part.max_share"}
 
 
 def reads_beyond_gpu(reads: set[str]) -> set[str]:
@@ -681,6 +682,9 @@ def test_bad_or_unknown_threshold_line_refuses_the_table(tmp_path: Path, line: s
     ("canary_threshold\tnan", "bad canary_threshold"),
     ("canary_threshold\t-5", "bad canary_threshold"),
     ("canary_threshold\t0x10", "bad canary_threshold"),
+    ("canary_threshold\t1e3", "bad canary_threshold"),  # Lua's tonumber took these; Python's int() not
+    ("canary_threshold\t100.0", "bad canary_threshold"),
+    ("canary_threshold\t+5", "bad canary_threshold"),  # both took it: the writer writes digits only
 ])
 def test_an_out_of_range_policy_number_refuses_the_table(tmp_path: Path, line: str, why: str) -> None:
     """The global threshold and the canary size were taken whatever their value (a hand edit, a
@@ -701,14 +705,16 @@ WHOLE_NODE_DRIVER = SLURM_SILENT + r"""
 dofile(SCRIPT)
 local PARTS = { main = { flag_default = 1, max_share = 1 }, excl = { flag_default = 0, max_share = 0 } }
 for i, c in ipairs(CASES) do
-  local jd = { user_name = "bob", name = "x", shared = c.shared or 65534, core_spec = c.core_spec or 65534,
-               partition = c.partition, tres_per_node = c.gpus }
+  local jd = { user_name = "bob", name = "x", shared = c.shared or 65534, partition = c.partition,
+               tres_per_node = c.gpus }
   slurm_job_submit(jd, PARTS, 1000)
   local rc = "-"
-  if c.modify_to then  -- then a user moves the pending job to another partition
+  if c.modify_to or c.modify_shared then  -- then uid 1000 changes the pending job
     local rec = { job_id = 7, user_name = "bob", name = "x", partition = c.partition or "main",
                   admin_comment = jd.admin_comment, tres_per_node = c.gpus }
-    rc = tostring(slurm_job_modify({ partition = c.modify_to }, rec, PARTS, 1000))
+    local upd = { partition = c.modify_to, shared = c.modify_shared or 65534 }
+    rc = tostring(slurm_job_modify(upd, rec, PARTS, 1000))
+    jd.admin_comment = upd.admin_comment or rec.admin_comment
   end
   print(i .. " " .. tostring(jd.admin_comment) .. " " .. tostring(jd.features) .. " " .. rc)
 end
@@ -728,16 +734,77 @@ def test_a_whole_node_job_is_decided_though_it_asks_for_no_gpu(tmp_path: Path) -
     cases = [{"shared": 0},  # --exclusive
              {},  # a CPU job: unchanged
              {"shared": 2},  # --exclusive=user: not whole-node
-             {"core_spec": 2},  # -S 2: whole-node
              {"partition": "excl"},  # OverSubscribe=EXCLUSIVE
              {"partition": "main,excl"},  # may run there
              {"gpus": "gres/gpu:1"},  # an explicit request: cap and placement, as before
              {"shared": 0, "modify_to": "excl"},  # still decided the same: the change is allowed
-             {"gpus": "gres/gpu:1", "modify_to": "excl"}]
+             {"gpus": "gres/gpu:1", "modify_to": "excl"},
+             # an operator's OverSubscribe=no on a pending CPU job: Slurm's update sets share_res,
+             # not whole_node, so the job gets no GPU; it was re-decided as whole-node and the
+             # operator's change refused (slurm.ERROR)
+             {"modify_shared": 0}]
     rows = _run_lua(render_job_submit(table), cases, tmp_path, driver=WHOLE_NODE_DRIVER)
     capped = [r[1].startswith("wattclass:label=memory;") for r in rows]
-    assert capped == [True, False, False, True, True, True, True, True, True], rows
-    assert [r[2] for r in rows] == ["nil"] * 6 + ["hbm", "nil", "hbm"], rows  # placement: explicit only
-    assert [r[3] for r in rows[-2:]] == ["0", "0"], rows  # slurm.SUCCESS
+    assert capped == [True, False, False, True, True, True, True, True, False], rows
+    # placement features: for an explicit GPU request only
+    assert [r[2] for r in rows] == ["nil"] * 5 + ["hbm", "nil", "hbm", "nil"], rows
+    assert [r[3] for r in rows[-3:]] == ["0", "0", "0"], rows  # slurm.SUCCESS
     d = decide(read_label_table(table), "bob", "x", None, "main", None, gpu_request="whole_node")
     assert (d.status, d.features) == ("enforce", None) and d.admin_comment == rows[0][1]
+
+
+def _names(text: str) -> set[str]:
+    return set(text.split())
+
+
+#: The fields Slurm gives job_submit.lua (slurm-25.11.7: job_desc in job_submit_lua.c
+#: _get_job_req_field, job_rec in src/lua/slurm_lua.c slurm_lua_job_record_field, a partition in
+#: _part_rec_field); any other name reads nil there, whatever a test's plain Lua table holds.
+SLURM_JOB_DESC_FIELDS = _names("""
+account acctg_freq admin_comment alloc_node argc argv array_inx assoc_comment assoc_qos batch_features
+begin_time bitflags boards_per_node burst_buffer clusters comment container contiguous cores_per_socket
+cpu_freq_gov cpu_freq_max cpu_freq_min cpus_per_task cpus_per_tres cron_job default_account default_qos
+delay_boot dependency end_time environment exc_nodes extra features gres group_id het_job_offset immediate
+licenses mail_type mail_user max_cpus max_nodes mcs_label mem_per_tres min_cpus min_mem_per_cpu
+min_mem_per_node min_nodes name network nice ntasks_per_board ntasks_per_core ntasks_per_gpu
+ntasks_per_node ntasks_per_socket ntasks_per_tres num_tasks oversubscribe pack_job_offset partition
+pn_min_cpus pn_min_memory pn_min_tmp_disk prefer priority qos reboot req_context req_nodes req_switch
+requeue reservation script segment_size selinux_context shared site_factor sockets_per_board
+sockets_per_node spank_job_env spank_job_env_size std_err std_in std_out threads_per_core time_limit
+time_min tres_bind tres_freq tres_per_job tres_per_node tres_per_socket tres_per_task user_id user_name
+wait4switch wckey work_dir""")
+SLURM_JOB_REC_FIELDS = _names("""
+account admin_comment alloc_node argv array_job_id array_task_cnt array_task_id batch_features batch_host
+best_switch burst_buffer comment container cpus_per_tres curr_dependency delay_boot derived_ec
+direct_set_prio end_time exit_code extra features gres gres_req gres_used group_id het_job_id
+het_job_id_set het_job_offset job_id job_state licenses max_cpus max_nodes mcs_label mem_per_tres min_cpus
+min_mem_per_cpu min_mem_per_node min_nodes name nice nodes orig_dependency origin_cluster pack_job_id
+pack_job_id_set pack_job_offset partition pn_min_cpus pn_min_memory priority qos reboot req_switch resizing
+restart_cnt resv_name script segment_size selinux_context site_factor spank_job_env spank_job_env_size
+start_time std_err std_in std_out submit_time time_limit time_min total_cpus total_nodes tres_alloc_str
+tres_bind tres_fmt_alloc_str tres_fmt_req_str tres_freq tres_per_job tres_per_node tres_per_socket
+tres_per_task tres_req_str user_id user_name wait4switch wait4switch_start wckey work_dir""")
+SLURM_PART_FIELDS = _names("""
+allow_accounts allow_alloc_nodes allow_groups allow_qos alternate billing_weights_str def_mem_per_cpu
+def_mem_per_node default_time deny_accounts deny_qos flag_default flags max_cpus_per_node
+max_cpus_per_socket max_mem_per_cpu max_mem_per_node max_nodes max_nodes_orig max_oversubscribe max_share
+max_time min_nodes min_nodes_orig name nodes priority_job_factor priority_tier qos state_up total_cpus
+total_nodes""")
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_job_submit_lua_reads_only_fields_slurm_gives_it() -> None:
+    """job_submit.lua read ``job_desc.core_spec`` to catch ``-S`` jobs, but Slurm gives Lua no such
+    field in 22.05 or 25.11 (nil, always): the check never fired, while a unit test's plain table
+    had it. Every field the script reads must be one Slurm exposes (the real-Slurm tests cover what
+    they hold)."""
+    from wattclass.plugin.decide import GPU_FIELDS
+
+    script = (ROOT / "plugin" / "job_submit.lua").read_text()
+    reads = {(m[1], m[2]) for m in re.finditer(r"\b(job_desc|job_rec|part)\.([a-z_]+)\b", script)}
+    assert ("job_desc", "shared") in reads and ("part", "max_share") in reads, reads
+    known = {"job_desc": SLURM_JOB_DESC_FIELDS, "job_rec": SLURM_JOB_REC_FIELDS, "part": SLURM_PART_FIELDS}
+    assert {(o, f) for o, f in reads if f not in known[o]} == set()
+    # job_desc[k] / job_rec[k] for k in GPU_FIELDS
+    assert set(GPU_FIELDS) <= SLURM_JOB_DESC_FIELDS & SLURM_JOB_REC_FIELDS

@@ -307,6 +307,11 @@ def test_a_sticky_state_folder_others_can_write_is_refused(tmp_path: Path) -> No
     with pytest.raises(ConfigError, match="others can write"):  # and `wattclass plugin check` says so
         _check_dir(caps, creates=True)
     _check_dir(tmp_path, creates=False)  # a sticky folder above is still fine (/tmp)
+    # nor may others write the folder the hooks would make a missing state folder in (--state-dir
+    # /tmp/wattclass/caps): a user could make that name first, and the hooks refuse their folder
+    with pytest.raises(ConfigError, match="others can write"):
+        _check_dir(caps / "wattclass" / "caps", creates=True)
+    assert "does not exist yet" in _check_dir(tmp_path / "new" / "caps", creates=True)
     # the Epilog believes nothing in it: the job's GPUs go to their default limit
     be.set_power_limit_w(0, 420.0)
     epilog(env, be, tmp_path / "jobs", caps, gmap)

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
+import ssl
 import stat
+import subprocess
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -33,9 +36,19 @@ def _square_sum(n: int) -> int:
     return sum(i * i for i in range(n))
 
 
+def _http_hosts(server: Any) -> set[str]:
+    """The addresses a Dask scheduler's or worker's HTTP server listens on."""
+    return {sock.getsockname()[0] for sock in server.http_server._sockets.values()}
+
+
 def test_local_cluster_runs_tasks_on_both_workers() -> None:
     with open_client(local=THREADS) as client:
         assert len(client.scheduler_info()["workers"]) == 2
+        # Dask starts an HTTP server (metrics, /info pages, /proxy) in the scheduler and each worker
+        # even without a dashboard; with thread workers it listened on every interface
+        cluster = client.cluster
+        assert _http_hosts(cluster.scheduler) == {"127.0.0.1"}
+        assert all(_http_hosts(w) == {"127.0.0.1"} for w in cluster.workers.values())
         futures = client.map(_square_sum, range(50))
         assert client.gather(futures) == [_square_sum(n) for n in range(50)]
         who = client.who_has(futures)
@@ -97,6 +110,17 @@ def _tls_options(script: str) -> dict[str, str]:
     return {w: words[i + 1] for i, w in enumerate(words) if w.startswith("--tls-")}
 
 
+def _talk_without_a_certificate(address: str, ca_pem: str) -> None:
+    """A TLS peer that trusts ``ca_pem`` but shows no certificate of its own."""
+    host, port = address.removeprefix("tls://").rsplit(":", 1)
+    ctx = ssl.create_default_context(cadata=ca_pem)
+    ctx.check_hostname = False
+    with socket.create_connection((host, int(port)), timeout=5) as raw, ctx.wrap_socket(raw) as conn:
+        # TLS 1.3: the server's refusal (its alert, or an EOF when its close comes first) arrives
+        # after the client's handshake; a server that took the peer raises no TLS error here
+        conn.recv(1)
+
+
 def test_slurm_cluster_speaks_mutual_tls_and_its_workers_get_this_runs_certificate(tmp_path: Path) -> None:
     pytest.importorskip("dask_jobqueue")
     from distributed import Client
@@ -112,15 +136,69 @@ def test_slurm_cluster_speaks_mutual_tls_and_its_workers_get_this_runs_certifica
         assert client.scheduler.address.startswith("tls://")  # root's own client speaks TLS too
         script = cluster.job_script()
         assert "--protocol tls://" in script
+        # the HTTP servers TLS does not cover (plain, no authentication) stay on loopback: the
+        # scheduler's listened on every interface at :8787 though no dashboard was asked for
+        assert _http_hosts(cluster.scheduler) == {"127.0.0.1"}
+        assert "--dashboard-address 127.0.0.1:0 --no-dashboard" in script
         tls = _tls_options(script)
         assert set(tls) == {"--tls-ca-file", "--tls-cert", "--tls-key"}, tls
         for path in tls.values():  # the workers' copy: in the shared folder, only root can read it
             assert Path(path).parent == shared
             assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
-        # Mutual: a client with another certificate (anyone on the network) is refused.
+        # Mutual: the scheduler refuses a peer without this run's certificate. The stranger trusts
+        # the run's CA, so only the scheduler's own check can stop it (a client that distrusts the
+        # scheduler's certificate fails on its side and says nothing of the scheduler's).
+        other = Security.temporary()
+        stranger = Security(tls_ca_file=cluster.security.tls_ca_file, tls_client_cert=other.tls_client_cert,
+                            tls_client_key=other.tls_client_key, require_encryption=True)
         with pytest.raises((OSError, TimeoutError)):
-            Client(cluster.scheduler_address, security=Security.temporary(), timeout="3s")
+            Client(cluster.scheduler_address, security=stranger, timeout="3s")
+        with pytest.raises(ssl.SSLError):  # "certificate required", or EOF when the close came first
+            _talk_without_a_certificate(cluster.scheduler_address, cluster.security.tls_ca_file)
     assert list(shared.iterdir()) == []  # the key and certificate are gone with the cluster
+
+
+def test_each_worker_job_makes_a_private_local_directory(tmp_path: Path) -> None:
+    """Dask's workspace is ``<local_directory>/dask-scratch-space``, a fixed name it uses as it finds
+    it: with the example config's ``local_directory = "/tmp"`` (or Dask's default, the same) a user
+    who made that folder first on a shared compute node held root's worker folders, spill files
+    the worker unpickles included. Each worker job now makes its own with mktemp, root-only."""
+    pytest.importorskip("dask_jobqueue")
+    base = tmp_path / "tmp"
+    base.mkdir()
+    base.chmod(0o1777)  # a shared /tmp
+    (base / "dask-scratch-space").mkdir()  # made first by a user
+    cluster = slurm_cluster(SlurmConfig(jobs=0, tls=False, local_directory=str(base),
+                                        log_directory=str(tmp_path)))
+    try:
+        script = cluster.job_script()
+    finally:
+        cluster.close()
+    assert '--local-directory "$WATTCLASS_DASK_DIR"' in script
+    prologue = [line for line in script.splitlines() if line.startswith(("WATTCLASS_DASK_DIR=", "trap "))]
+    assert len(prologue) == 2, script
+    proc = subprocess.run(["bash", "-c", "\n".join([*prologue, 'stat -c "%a %n" "$WATTCLASS_DASK_DIR"'])],
+                          capture_output=True, text=True, check=True)
+    mode, made = proc.stdout.split()
+    assert mode == "700" and Path(made).parent == base and Path(made).name.startswith("wattclass-dask.")
+    assert not Path(made).exists()  # removed when the job script ends
+    with pytest.raises(ConfigError, match=r"slurm\.local_directory"):
+        slurm_cluster(SlurmConfig(jobs=0, tls=False, local_directory='/tmp/x"; id; "'))
+
+
+@pytest.mark.parametrize("missing", [False, True])
+def test_a_log_directory_others_can_write_is_refused(tmp_path: Path, missing: bool) -> None:
+    """slurmstepd writes the workers' output there as root by predictable names
+    (dask-worker-<job id>.err), following symlinks: a shared, writable folder let a user point
+    one at any file first."""
+    pytest.importorskip("dask_jobqueue")
+    shared = tmp_path / "scratch"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    logs = shared / "dask-logs" if missing else shared
+    with pytest.raises(ConfigError, match=f"slurm.log_directory {logs}: .*others can write"):
+        slurm_cluster(SlurmConfig(jobs=0, tls=False, log_directory=str(logs)))
+    assert not (shared / "dask-logs").exists()
 
 
 def _untrusted(tmp_path: Path, how: str) -> Path:
@@ -232,6 +310,25 @@ def test_scheduler_tls_files_are_read_as_trusted_files(tmp_path: Path) -> None:
     cfg = _scheduler_config(tmp_path, "tls://127.0.0.1:1", files)
     with pytest.raises(ConfigError, match=str(files["key"])), open_client(config=cfg):
         pass
+
+
+@pytest.mark.parametrize("bad", ["key of another certificate", "no key"])
+def test_unusable_scheduler_tls_files_are_a_config_error_naming_them(tmp_path: Path, bad: str) -> None:
+    """A key that does not fit the certificate (or none, with a certificate that holds none) was
+    reported as "cannot reach the Dask scheduler at tls://...: [SSL] PEM lib", naming neither file."""
+    pytest.importorskip("cryptography")
+    from distributed.security import Security
+
+    _, files = _site_pems(tmp_path)
+    if bad == "no key":
+        del files["key"]
+    else:
+        files["key"].write_text(Security.temporary().tls_client_key)
+    cfg = _scheduler_config(tmp_path, "tls://127.0.0.1:1", files)
+    with pytest.raises(ConfigError) as err, open_client(config=cfg):
+        pass
+    assert str(files["cert"]) in str(err.value) and "not a usable CA, certificate and key" in str(err.value)
+    assert "cannot reach" not in str(err.value)
 
 
 class _FakeClient:

@@ -129,6 +129,16 @@ def refuse_untrusted_dir(path: Path, creates: bool = False) -> None:
         _refuse_stat(above, os.lstat(above), True)
 
 
+def nearest_existing(path: Path) -> Path:
+    """``path`` or the nearest folder above it that exists: where the missing folders of ``path``
+    would be made, by their fixed names (so nobody else may write it, ``refuse_untrusted_dir``'s
+    ``creates``)."""
+    p = Path(path)
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    return p
+
+
 def refuse_if_others_can_write(path: Path) -> None:
     """Raise ConfigError unless ``path`` and its folders are trusted: owned by root, not writable by
     group or others, and not symlinks (``lstat``: the check sees the link, not its target).

@@ -392,6 +392,8 @@ def parse_label_table(text: str, source: str = "<label table>") -> dict[str, Any
                     raise DataError(f"{where}: min_confidence_label {f[1]} {f[2]!r} outside [0, 1]")
                 policy["min_confidence_by_label"][f[1]] = value
             elif kind == "canary_threshold" and len(f) == 2:
+                if not re.fullmatch(r"[0-9]+", f[1]):  # int() takes " 5", "+5", "1_0": job_submit.lua not
+                    raise DataError(f"{where}: canary_threshold {f[1]!r} is not a whole number of buckets")
                 policy["canary_threshold"] = int(f[1])
                 if not 0 <= policy["canary_threshold"] <= 10000:
                     raise DataError(f"{where}: canary_threshold {f[1]!r} outside [0, 10000] buckets")
