@@ -241,11 +241,7 @@ def check_output_file(path: Path, what: str) -> Path:
     p = Path(path)
     if p.is_dir():
         raise ConfigError(f"{what} {p}: is a folder; give a file path")
-    anc = p.parent
-    while not anc.exists() and anc != anc.parent:
-        anc = anc.parent
-    if not anc.is_dir():
-        raise ConfigError(f"{what} {p}: {anc} is not a folder")
+    _refuse_non_folder_above(p, p.parent, what)
     return p
 
 
@@ -253,12 +249,16 @@ def check_output_dir(path: Path, what: str) -> Path:
     """``check_output_file`` for a folder the command will write into: refused before any work if
     it, or a folder above it, exists as something else than a folder."""
     p = Path(path)
-    anc = p
-    while not anc.exists() and anc != anc.parent:
-        anc = anc.parent
+    _refuse_non_folder_above(p, p, what)
+    return p
+
+
+def _refuse_non_folder_above(p: Path, start: Path, what: str) -> None:
+    """ConfigError naming ``what`` and ``p`` if the nearest existing of ``start`` and the folders
+    above it is not a folder (a file where a folder of ``p`` must be made)."""
+    anc = nearest_existing(start)
     if not anc.is_dir():
         raise ConfigError(f"{what} {p}: {anc} is not a folder")
-    return p
 
 
 def ensure_writable_dir(path: Path, what: str) -> Path:
