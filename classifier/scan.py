@@ -218,18 +218,19 @@ class Scanner:
         seen: set[str] = set()
         for f in files:
             try:
-                names = pq.read_schema(f).names
+                schema = pq.read_schema(f)
             except (OSError, pa.ArrowException) as exc:
                 bad.append((f, f"{SKIP_UNREADABLE}: {exc}"))
                 log.warning("skipping telemetry file %s (%s): %s", f, SKIP_UNREADABLE, str(exc)[:300])
                 continue
+            names = schema.names
             missing = [c for c in REQUIRED_COLUMNS if c not in names]
             if missing:
                 bad.append((f, f"{SKIP_MISSING_COLUMN}: {', '.join(missing)}"))
                 log.warning("skipping telemetry file %s (%s): %s", f, SKIP_MISSING_COLUMN,
                             ", ".join(missing))
                 continue
-            wrong = _bad_types(pq.read_schema(f))
+            wrong = _bad_types(schema)
             if wrong:
                 bad.append((f, f"{SKIP_BAD_TYPE}: {', '.join(wrong)}"))
                 log.warning("skipping telemetry file %s (%s): %s", f, SKIP_BAD_TYPE, ", ".join(wrong))
