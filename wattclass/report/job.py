@@ -109,17 +109,8 @@ def _label_row(root: Path, job_id: str) -> dict[str, Any] | None:
             filter=ds.field("job_id") == job_id)
     except (OSError, pa.ArrowException):
         # days whose columns do not merge (a confidence written as text, job ids as integers)
-        # were a traceback: the days one by one, newest match last
-        found: dict[str, Any] | None = None
-        for f in files:
-            try:
-                df = pd.read_parquet(f)
-            except (OSError, ValueError, pa.ArrowException) as exc:
-                log.warning("job: skipping unreadable label store file %s: %s", f, str(exc)[:200])
-                continue
-            hit = df[df["job_id"].astype(str) == job_id] if "job_id" in df.columns else df.iloc[:0]
-            found = dict(hit.iloc[-1]) if len(hit) else found
-        return found
+        # were a traceback: the days one by one
+        return _newest_row_day_by_day(files, job_id, "label store file")
     if t.num_rows == 0:
         return None
     return dict(t.to_pandas().iloc[-1])
@@ -140,13 +131,22 @@ def _job_record(root: Path, job_id: str) -> dict[str, Any] | None:
     except (OSError, pa.ArrowException):
         pass
     # A day's file that is torn, or whose job ids are integers (JobsFileClient reads those too),
-    # failed the whole command with a traceback: read the days one by one, ids as text.
+    # failed the whole command with a traceback: read the days one by one.
+    return _newest_row_day_by_day(files, job_id, "job records")
+
+
+def _newest_row_day_by_day(files: Sequence[Path], job_id: str, what: str) -> dict[str, Any] | None:
+    """The last row of ``job_id`` in ``files`` (days, oldest first), each read on its own and ids
+    compared as text; a file that cannot be read is skipped with a WARNING naming it (``what``)."""
+    import pyarrow as pa
+
     found: dict[str, Any] | None = None
     for f in files:
         try:
             df = pd.read_parquet(f)
         except (OSError, ValueError, pa.ArrowException) as exc:
-            log.warning("job: skipping unreadable job records %s: %s", f, str(exc).splitlines()[0][:200])
+            why = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
+            log.warning("job: skipping unreadable %s %s: %s", what, f, why)
             continue
         if "job_id" in df.columns:
             hit = df[df["job_id"].astype(str) == job_id]
