@@ -44,7 +44,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     run.add_argument("--energy-every-windows", type=int, default=None, metavar="N",
                      help="read the energy counter (the one costly NVML call) at every N-th window "
                           "close; windows in between wait up to N-1 windows for it and share its delta "
-                          "by integrated power (default 2; docs/benchmarks.md, \"Energy split at job "
+                          "by integrated power (default 3; docs/benchmarks.md, \"Energy split at job "
                           "changes\")")
     run.add_argument("--once", action="store_true",
                      help="replay: play the whole recording as fast as possible, flush, exit")

@@ -42,7 +42,14 @@ if TYPE_CHECKING:  # prometheus_client is only needed with --metrics-port
 log = logging.getLogger(__name__)
 
 GPU_ERROR_RELOG_S = 300.0
-DEFAULT_ENERGY_EVERY_WINDOWS = 2
+#: Read the energy counter at every 3rd window close (30 s with 10 s windows). Why: the read costs
+#: 3.5-6 ms of CPU on an H200 against about 0.2 ms for every other field of a poll, so at every
+#: 2nd close it was a quarter of the daemon's CPU, and a one-GPU node sat at the 1 ms line (1.02
+#: ms over 22 minutes, issue 15). The job energies split between reads lose nothing measurable
+#: (every 3rd: 0.16 % median, 0.91 % max per recorded job; every 2nd: 0.15 %, 1.01 %;
+#: docs/benchmarks.md, "Energy split at job changes"); the price is latency: a window reaches the
+#: WAL and the exporter up to 20 s after it ends.
+DEFAULT_ENERGY_EVERY_WINDOWS = 3
 
 
 @dataclass

@@ -8,7 +8,7 @@ by the first poll at or after ``(k+1)P`` -- at that very poll, with no waiting.
 Why sparse energy: reading the cumulative energy counter is the one expensive NVML call
 (milliseconds of CPU against microseconds for every other field: docs/benchmarks.md, "Per NVML
 call"), so it is read only at *energy points* (``needs_energy``): the first poll, the poll that
-closes every ``energy_every_windows``-th window (the daemon's default: every second), the poll
+closes every ``energy_every_windows``-th window (the daemon's default: every third), the poll
 after a gap or GPU error, and shutdown; never at a job change (issue 15: with short jobs those
 reads were a third of the daemon's CPU).
 
