@@ -39,7 +39,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from wattclass.classifier import rules
-from wattclass.classifier.scan import JobRecords, Scanner
+from wattclass.classifier.scan import JobRecords, Scanner, sample_files
 from wattclass.classifier.validity import InputReport
 from wattclass.errors import DataError
 
@@ -206,17 +206,19 @@ def label_chunk(
     threads: int = 1,
     jobs: JobRecords = None,
     on_scan: Callable[[], object] | None = None,
+    drawn: frozenset[str] | None = None,
 ) -> ChunkResult:
     """Partials (and sample) of a run of files; also a Dask task. ``batch_files`` is ignored.
 
     ``jobs``: Slurm job records (``jobcheck.job_records_table``) the windows are checked against,
     or a function returning them once the scan's query has run (``Scanner.partials``).
-    ``on_scan``: called as the scan's query starts (``Scanner``)."""
+    ``on_scan``: called as the scan's query starts (``Scanner``). ``drawn``: the files the night's
+    retraining sample is drawn from (``scan.sample_files`` of all its files; None: of ``files``)."""
     files = list(files)
     lazy = _Model(model)
     scanner = Scanner(threads, on_scan)
     try:
-        res = scanner.partials(files, drop_columns, sample_per_job, seed, jobs)
+        res = scanner.partials(files, drop_columns, sample_per_job, seed, jobs, drawn)
         part = res.partials
         sampled = res.sample
         x = None
@@ -378,6 +380,13 @@ def _require_model(model: ModelSource, source: Source) -> _Model:
     return lazy
 
 
+def _night_draw(files: Sequence[Path], sample_per_job: int, seed: int) -> frozenset[str] | None:
+    """The files the night's retraining sample is drawn from (``scan.sample_files``), drawn once
+    for every chunk: each chunk drawing its own share read one file in eight of the night whatever
+    the cap, and another draw than the engine that scans the night at once."""
+    return sample_files(files, seed) if sample_per_job > 0 else None
+
+
 def chunks_of(files: Sequence[Path], chunk_files: int = CHUNK_FILES) -> list[list[Path]]:
     """Split ``files`` (in order) into units of work of at most ``chunk_files`` files."""
     files = list(files)
@@ -416,8 +425,9 @@ def label_files_local(
 
     chunks = chunks_of(files, chunk_files) if chunk_files > 0 else [list(files)]
     given = lazy.get if lazy.given else None  # each chunk loads it through this one, at most once
+    drawn = _night_draw(files, sample_per_job, seed) if len(chunks) > 1 else None
     results = [label_chunk(c, given, source, drop_columns, sample_per_job, sample_prefix, seed, on_file,
-                           batch_files, threads=workers, jobs=jobs, on_scan=start_preload)
+                           batch_files, threads=workers, jobs=jobs, on_scan=start_preload, drawn=drawn)
                for c in chunks if c]
     return _combine(results, lazy, source, sample_per_job)
 
@@ -445,8 +455,9 @@ def label_files_dask(
     resolved = lazy.get()  # the workers cannot call a loader of this process
     model_f: Any = client.scatter(resolved, broadcast=True) if resolved is not None else None
     jobs_f: Any = client.scatter(jobs, broadcast=True) if jobs is not None else None
+    drawn = _night_draw(files, sample_per_job, seed)
     futures = [client.submit(label_chunk, c, model_f, source, tuple(drop_columns), sample_per_job,
-                             sample_prefix, seed, jobs=jobs_f, pure=False) for c in chunks]
+                             sample_prefix, seed, jobs=jobs_f, drawn=drawn, pure=False) for c in chunks]
     results: list[ChunkResult] = []
     done = 0
     for fut, chunk in zip(futures, chunks, strict=True):

@@ -75,10 +75,16 @@ log = logging.getLogger("wattclass.classifier")
 #: Rows per Arrow batch handed to numpy in the model pass.
 MODEL_BATCH_ROWS = 1 << 18
 #: The retraining sample is drawn from one file in SAMPLE_FILE_SHARE (chosen by a seeded hash of
-#: the file name, at least SAMPLE_MIN_FILES): drawing it from every window in the main pass
-#: cost as much as the pass itself. The nightly retrains on at most a few thousand jobs anyway.
+#: the file name, at least SAMPLE_MIN_FILES, at most SAMPLE_MAX_FILES; ``sample_file_count``):
+#: drawing it from every window in the main pass cost as much as the pass itself.
 SAMPLE_FILE_SHARE = 8
 SAMPLE_MIN_FILES = 64
+#: Why a cap: a night retrains on at most MAX_TRAIN_JOBS // 2 (750) of its own jobs
+#: (nightly.MAX_TRAIN_JOBS), and one file in eight of 10,000 GPUs' day (3,750 files) drew about
+#: 8,600 jobs, most of them never trained on, while the draw's reading cost that night's scan
+#: 0.15x of the labels anchor (issue 15). 512 files is what a fleet of about 1,400 GPUs draws
+#: (hourly files of 8 GPUs): about 1,200 jobs on the bench's day, above the 750.
+SAMPLE_MAX_FILES = 512
 #: A sampled window's columns: the model's inputs, and the GPM columns of the roofline margin (the
 #: margin model's target).
 SAMPLE_COLUMNS: tuple[str, ...] = (*INPUT_COLUMNS, "dram_bw_util_pct", *rules.COMPUTE_UNITS)
@@ -189,6 +195,8 @@ class Scanner:
         #: The last ``_sample_first`` (files, (per job, seed), its result): the pass's SQL and the
         #: reading of its file_index need the same order, computed once (3,000 paths hashed).
         self._drawn: tuple[list[Path], tuple[int, int], tuple[list[Path], int]] | None = None
+        #: The night's draw given to ``partials`` (``sample_files``), None: draw over its files.
+        self._night_draw: frozenset[str] | None = None
 
     def close(self) -> None:
         self.con.close()
@@ -307,7 +315,7 @@ class Scanner:
 
     # -- the one pass -------------------------------------------------------------------------
     def partials(self, files: Sequence[Path], drop_columns: Sequence[str] = (), sample_per_job: int = 0,
-                 seed: int = 0, jobs: JobRecords = None) -> ScanResult:
+                 seed: int = 0, jobs: JobRecords = None, drawn: frozenset[str] | None = None) -> ScanResult:
         """Per (job_id, host) over the valid, de-duplicated windows (``validity``'s rules).
 
         The pass groups by (job, host, file, reject code, rule code): every aggregate then runs
@@ -329,7 +337,10 @@ class Scanner:
         pass's query, whose groups are then checked (``_check_groups``), so that reading the
         records (``sacct`` at a large site takes seconds) runs beside the scan, not before it.
 
-        With ``sample_per_job``, the same pass draws the retraining sample (``_pass_sql``)."""
+        With ``sample_per_job``, the same pass draws the retraining sample (``_pass_sql``) from
+        ``drawn``, the files the whole night's sample is drawn from (``sample_files``; a chunk of
+        the night holds some of them), or, without it, from ``sample_files`` of ``files``."""
+        self._night_draw = drawn
         if self._jobs:
             self.con.unregister(JOBS_TABLE)
         self._job_rejects = None
@@ -454,7 +465,9 @@ class Scanner:
         job's record; the others check each group (``job_group_check_sql``) and say which groups
         need the rows checked (``recheck``)."""
         per_job, seed = sample
-        if per_job <= 0 or dedup:
+        # a chunk of the night may hold none of the night's draw (``drawn``): no sample branch
+        n_drawn = self._sample_order(fs, per_job, seed)[1] if per_job > 0 and not dedup else 0
+        if n_drawn == 0:
             absent = self._branch_absent(fs) if exact else self._absent  # a part of the files
             sel = self._row_sql(absent, drop_columns, dedup, fs)
             rows = f"SELECT {', '.join(sel)} FROM {self._source(fs, filename=dedup)}"
@@ -491,10 +504,12 @@ class Scanner:
                 "epoch_ms(min(ts_start)) AS ts_start_ms", "epoch_ms(max(ts_end)) AS ts_end_ms",
                 "epoch_ms(max(ts_start)) AS file_t1", n_shared,
                 "min(gpu_index) AS gpu_lo", "max(gpu_index) AS gpu_hi"]  # for _repeats_in_a_file
-        if per_job > 0 and not dedup:
+        if n_drawn:
             # the draw of the former separate pass: GPM windows of a job, whatever their reject code
             aggs.append(f"arg_min(s, h, {int(per_job)}) FILTER (WHERE h IS NOT NULL AND job_id IS NOT NULL "
                         "AND code >= 0) AS sample")
+        elif per_job > 0 and not dedup:
+            aggs.append("CAST(NULL AS DOUBLE[][]) AS sample")
         by_row = self._jobs and (dedup or exact)
         if by_row:  # windows of a job with a Slurm record, checked against it
             rows = (f"SELECT r.* EXCLUDE (bad), CAST(CASE WHEN r.bad <> 0 OR j.job_id IS NULL THEN r.bad "
@@ -510,11 +525,12 @@ class Scanner:
         return grouped if by_row or not self._jobs else _group_checked(grouped)
 
     def _sample_order(self, files: list[Path], per_job: int, seed: int) -> tuple[list[Path], int]:
-        """``_sample_first(files, per_job, seed)``, reused when the pass drew it for these files."""
+        """``_sample_first(files, per_job, seed, the night's draw)``, reused when the pass drew it
+        for these files."""
         d = self._drawn
         if d is not None and d[0] is files and d[1] == (per_job, seed):
             return d[2]
-        drawn = _sample_first(files, per_job, seed)
+        drawn = _sample_first(files, per_job, seed, self._night_draw)
         self._drawn = (files, (per_job, seed), drawn)
         return drawn
 
@@ -724,25 +740,44 @@ def _per_job(table: pa.Table, order: list[Path], good: list[Path], bad: list[tup
                       dups, conflicting, sorted(str(order[i]) for i in nogpm.to_pylist()), sample)
 
 
-def _sample_first(files: Sequence[Path], per_job: int, seed: int) -> tuple[list[Path], int]:
-    """``files`` with the n the retraining sample is drawn from first (n = 0 without a sample).
+def sample_file_count(n_files: int) -> int:
+    """How many of a night's ``n_files`` the retraining sample is drawn from: one in
+    SAMPLE_FILE_SHARE, at least SAMPLE_MIN_FILES, at most SAMPLE_MAX_FILES (never more than all)."""
+    return min(n_files, max(SAMPLE_MIN_FILES, min(-(-n_files // SAMPLE_FILE_SHARE), SAMPLE_MAX_FILES)))
 
-    One file in SAMPLE_FILE_SHARE (at least SAMPLE_MIN_FILES), chosen by a seeded hash of the
-    path's last three parts (``date=D/host=H/<file>`` in the telemetry layout). Why not the whole
+
+def _draw_keys(files: Sequence[Path], seed: int) -> dict[str, tuple[bytes, str]]:
+    """Each file's place in the draw: a seeded hash of the path's last three parts
+    (``date=D/host=H/<file>`` in the telemetry layout), then the full path. Why not the whole
     path: the same night under another data root (a copy, a restore, a bench's temp folder) would
     then draw other files and retrain another model; the full path only breaks ties."""
     import hashlib
 
+    return {str(f): (hashlib.blake2b(f"{seed}:{_tail(f)}".encode(), digest_size=8).digest(), str(f))
+            for f in files}
+
+
+def sample_files(files: Sequence[Path], seed: int) -> frozenset[str]:
+    """The files (as text) of a night the retraining sample is drawn from: the
+    ``sample_file_count`` of smallest draw key. An engine that scans the night in chunks draws
+    once for the whole night and gives each chunk this set, so that the night reads the same
+    number of files, and the same ones, however it is split."""
+    key = _draw_keys(files, seed)
+    return frozenset(sorted(key, key=key.__getitem__)[:sample_file_count(len(key))])
+
+
+def _sample_first(files: Sequence[Path], per_job: int, seed: int,
+                  drawn: frozenset[str] | None = None) -> tuple[list[Path], int]:
+    """``files`` with the n the retraining sample is drawn from first (n = 0 without a sample):
+    ``drawn`` (``sample_files`` of the whole night), or the draw over ``files`` themselves."""
     files = list(files)
     if per_job <= 0 or not files:
         return files, 0
-    n = min(len(files), max(SAMPLE_MIN_FILES, -(-len(files) // SAMPLE_FILE_SHARE)))
-    tails = {str(f): _tail(f) for f in files}
-    key = {f: (hashlib.blake2b(f"{seed}:{tail}".encode(), digest_size=8).digest(), f)
-           for f, tail in tails.items()}
-    chosen = sorted(files, key=lambda f: key[str(f)])[:n]
-    picked = set(chosen)
-    return chosen + [f for f in files if f not in picked], n
+    key = _draw_keys(files, seed)
+    if drawn is None:
+        drawn = frozenset(sorted(key, key=key.__getitem__)[:sample_file_count(len(key))])
+    chosen = sorted((f for f in files if str(f) in drawn), key=lambda f: key[str(f)])
+    return chosen + [f for f in files if str(f) not in drawn], len(chosen)
 
 
 def _tail(path: Path | str) -> str:

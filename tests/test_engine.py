@@ -79,6 +79,48 @@ def test_sample_keeps_at_most_n_windows_per_job_whatever_the_split(fleet: Path, 
     assert key(other.sample) != key(res.sample)
 
 
+def test_sample_file_count_is_one_in_eight_between_its_floor_and_its_cap() -> None:
+    from wattclass.classifier import scan
+
+    assert scan.SAMPLE_MIN_FILES < scan.SAMPLE_MAX_FILES
+    # all of a small night; the floor; one in eight (1,000 GPUs: 3,000 hourly files); the cap
+    for n, want in ((10, 10), (100, 64), (3_000, 375), (4_096, 512), (30_000, 512), (300_000, 512)):
+        assert scan.sample_file_count(n) == want, n
+
+
+def test_sample_draw_is_capped_and_drawn_once_for_the_night_whatever_the_chunks(
+        fleet: Path, model, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """Issue 15: one file in eight of a 10,000-GPU day drew 11x the jobs a night trains on, so the
+    draw stops at SAMPLE_MAX_FILES; and an engine that scans the night in chunks (the Dask
+    engine, ``chunk_files``) reads the night's draw, not a share of each chunk (one file in eight
+    whatever the cap, and other files than the engine that scans it at once)."""
+    from wattclass.classifier import scan
+
+    files = _files(fleet)
+    key = lambda ts: sorted(zip(ts.group.tolist(), ts.X[:, 0].tolist(), strict=True))  # noqa: E731
+    monkeypatch.setattr(scan, "SAMPLE_MIN_FILES", 1)
+    monkeypatch.setattr(scan, "SAMPLE_FILE_SHARE", 1)
+    uncapped = label_files_local(files, model, "auto", sample_per_job=2, sample_prefix="d")
+    monkeypatch.setattr(scan, "SAMPLE_MAX_FILES", 3)
+    for seed in range(20):  # the draw hashes the paths: a seed whose three files hold GPM job windows
+        kw: dict[str, Any] = {"sample_per_job": 2, "sample_prefix": "d", "seed": seed}
+        whole = label_files_local(files, model, "auto", **kw)
+        if whole.sample.group.size:
+            break
+    drawn = scan.sample_files(files, seed)
+    assert len(drawn) == 3 < len(files)
+    jobs_drawn = {f"d:{j}" for f in drawn
+                  for j in pq.read_table(f, columns=["job_id"]).column(0).to_pylist() if j}
+    assert whole.sample.group.size and set(whole.sample.group.tolist()) <= jobs_drawn
+    assert len(set(whole.sample.group.tolist())) < len(set(uncapped.sample.group.tolist()))  # the cap bit
+    for chunk in (1, 2, 4):
+        split = label_files_local(files, model, "auto", chunk_files=chunk, **kw)
+        assert key(split.sample) == key(whole.sample), chunk
+    with open_client(local=LocalConfig(n_workers=2, processes=False, memory_limit="0")) as client:
+        dask = label_files_dask(client, files, model, "auto", chunk_files=2, **kw)
+    assert key(dask.sample) == key(whole.sample)
+
+
 def test_sample_draws_the_same_files_and_windows_under_any_data_root(
         fleet: Path, model, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
     """The same night copied under another data root (a restore, a bench's temp folder) retrains on
