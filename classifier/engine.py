@@ -334,7 +334,10 @@ def _combine(results: Sequence[ChunkResult], model: _Model, source: Source,
     sample = TrainingSet.concat(samples)
     if len(results) > 1 and len(sample) and sample_per_job > 0:
         h = np.concatenate([r.sample_h for r in results if len(r.sample)])
-        sample = sample.subset(_smallest_per_group(sample.group, h, sample_per_job))
+        idx = np.flatnonzero(_smallest_per_group(sample.group, h, sample_per_job))
+        # in (job, hash) order, as ``_sample`` orders one chunk's: a job's windows from several
+        # chunks would otherwise come in blocks, and the row order changes the retrained model
+        sample = sample.subset(idx[np.lexsort((h[idx], sample.group[idx].astype(str)))])
     report = InputReport()
     for r in results:
         report.merge(r.report)

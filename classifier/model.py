@@ -160,7 +160,8 @@ class TrainingSet:
     def __len__(self) -> int:
         return len(self.y)
 
-    def subset(self, mask: npt.NDArray[np.bool_]) -> TrainingSet:
+    def subset(self, mask: npt.NDArray[np.bool_] | npt.NDArray[np.intp]) -> TrainingSet:
+        """The windows of ``mask``: a boolean mask, or row indices (taken in their order)."""
         dur = None if self.dur is None else self.dur[mask]
         margin = None if self.margin is None else self.margin[mask]
         return TrainingSet(self.X[mask], self.y[mask], self.group[mask], self.sources, dur, margin)

@@ -340,7 +340,11 @@ class Scanner:
         With ``sample_per_job``, the same pass draws the retraining sample (``_pass_sql``) from
         ``drawn``, the files the whole night's sample is drawn from (``sample_files``; a chunk of
         the night holds some of them), or, without it, from ``sample_files`` of ``files``."""
+        # drawn over the files as listed, before any is refused or skipped: a chunked engine draws
+        # over the same list, so a skipped drawn file is lost to both, not replaced in one
         self._night_draw = drawn
+        if drawn is None and sample_per_job > 0:
+            self._night_draw = sample_files(list(files), seed)
         if self._jobs:
             self.con.unregister(JOBS_TABLE)
         self._job_rejects = None
@@ -773,10 +777,11 @@ def _sample_first(files: Sequence[Path], per_job: int, seed: int,
     files = list(files)
     if per_job <= 0 or not files:
         return files, 0
-    key = _draw_keys(files, seed)
     if drawn is None:
-        drawn = frozenset(sorted(key, key=key.__getitem__)[:sample_file_count(len(key))])
-    chosen = sorted((f for f in files if str(f) in drawn), key=lambda f: key[str(f)])
+        drawn = sample_files(files, seed)
+    chosen = [f for f in files if str(f) in drawn]
+    key = _draw_keys(chosen, seed)
+    chosen.sort(key=lambda f: key[str(f)])
     return chosen + [f for f in files if str(f) not in drawn], len(chosen)
 
 
