@@ -67,9 +67,9 @@ class DaemonConfig:
     #: At stop, how long to keep retrying a WAL append that fails (disk full) before giving up.
     stop_retry_s: float = 10.0
     #: Read the energy counter at every N-th window close (telemetry.windows, "sparse energy").
-    #: 2: half the reads of 1 for the same per-job accuracy on the H200 recordings (0.15 %
-    #: median, ~1 % worst job either way: docs/benchmarks.md, "Energy split at job changes");
-    #: windows come out up to one window late.
+    #: 3 (DEFAULT_ENERGY_EVERY_WINDOWS): a third of the reads of 1 for the same per-job accuracy
+    #: on the H200 recordings (0.15-0.16 % median, ~1 % worst job: docs/benchmarks.md, "Energy
+    #: split at job changes"); windows come out up to two windows (20 s) late.
     energy_every_windows: int = DEFAULT_ENERGY_EVERY_WINDOWS
 
     def resolved_wal_dir(self) -> Path:
