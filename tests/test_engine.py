@@ -122,6 +122,23 @@ def test_sample_draw_is_capped_and_drawn_once_for_the_night_whatever_the_chunks(
     assert rows(dask.sample) == rows(whole.sample)
 
 
+def test_a_chunked_engines_sample_comes_in_the_whole_nights_row_order(
+        fleet: Path, model, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """Jobs whose sampled windows lie in several files (hourly files of one host) sampled by a
+    one-file-a-chunk engine: the merged sample is in (job, hash) order like the whole night's,
+    not in blocks per chunk (the row order changes a retrained model: LightGBM's bagging)."""
+    from wattclass.classifier import scan
+
+    monkeypatch.setattr(scan, "SAMPLE_MIN_FILES", 10**6)  # every file drawn
+    files = _files(fleet)
+    kw: dict[str, Any] = {"sample_per_job": 4, "sample_prefix": "d"}
+    whole = label_files_local(files, model, "auto", **kw)
+    split = label_files_local(files, model, "auto", chunk_files=1, **kw)
+    rows = lambda ts: list(zip(ts.group.tolist(), ts.X[:, 0].tolist(), strict=True))  # noqa: E731
+    assert sorted(rows(split.sample)) == sorted(rows(whole.sample)) and rows(whole.sample)
+    assert rows(split.sample) == rows(whole.sample)
+
+
 def test_a_skipped_drawn_file_is_lost_to_the_sample_of_every_engine_alike(
         fleet: Path, model, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
     """The night's draw is made over the files as listed, so a drawn file that turns out unreadable
