@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -163,11 +164,9 @@ def _sample(rows: pa.Table | None, per_job: int, prefix: str) -> tuple[TrainingS
         return TrainingSet.concat([]), np.zeros(0, dtype=np.uint64)
     jobs = np.asarray(rows.column("job_id").to_pylist(), dtype=object)
     h = rows.column("h").to_numpy().astype(np.uint64)
-    keep = _smallest_per_group(jobs, h, per_job)
     # In (job, hash) order: DuckDB returns groups in any order, and the row order of the
     # training set changes the model (LightGBM's bagging), so the same night retrains the same.
-    idx = np.flatnonzero(keep)
-    idx = idx[np.lexsort((h[idx], jobs[idx].astype(str)))]
+    idx = _smallest_per_group(jobs, h, per_job)
     rows, jobs, h = rows.take(pa.array(idx)), jobs[idx], h[idx]
     X = feature_matrix(window_features(rows))
     y = rows.column("code").to_numpy().astype(np.int8)
@@ -180,17 +179,15 @@ def _sample(rows: pa.Table | None, per_job: int, prefix: str) -> tuple[TrainingS
     return TrainingSet(X, y, group, [prefix], dur=dur, margin=margin), h
 
 
-def _smallest_per_group(groups: np.ndarray, h: np.ndarray, n: int) -> np.ndarray:
-    """Mask of the ``n`` smallest ``h`` of each group."""
+def _smallest_per_group(groups: np.ndarray, h: np.ndarray, n: int) -> npt.NDArray[np.intp]:
+    """Indices of the ``n`` smallest ``h`` of each group, in (group as text, ``h``) order."""
     if len(h) == 0:
-        return np.zeros(0, dtype=bool)
+        return np.zeros(0, dtype=np.intp)
     order = np.lexsort((h, groups.astype(str)))
     g = groups[order]
     first = np.r_[True, g[1:] != g[:-1]]
     start = np.maximum.accumulate(np.where(first, np.arange(len(g)), 0))
-    keep = np.zeros(len(h), dtype=bool)
-    keep[order[(np.arange(len(g)) - start) < n]] = True
-    return keep
+    return order[(np.arange(len(g)) - start) < n]
 
 
 def label_chunk(
@@ -334,10 +331,9 @@ def _combine(results: Sequence[ChunkResult], model: _Model, source: Source,
     sample = TrainingSet.concat(samples)
     if len(results) > 1 and len(sample) and sample_per_job > 0:
         h = np.concatenate([r.sample_h for r in results if len(r.sample)])
-        idx = np.flatnonzero(_smallest_per_group(sample.group, h, sample_per_job))
         # in (job, hash) order, as ``_sample`` orders one chunk's: a job's windows from several
         # chunks would otherwise come in blocks, and the row order changes the retrained model
-        sample = sample.subset(idx[np.lexsort((h[idx], sample.group[idx].astype(str)))])
+        sample = sample.subset(_smallest_per_group(sample.group, h, sample_per_job))
     report = InputReport()
     for r in results:
         report.merge(r.report)
@@ -428,7 +424,7 @@ def label_files_local(
 
     chunks = chunks_of(files, chunk_files) if chunk_files > 0 else [list(files)]
     given = lazy.get if lazy.given else None  # each chunk loads it through this one, at most once
-    drawn = _night_draw(files, sample_per_job, seed) if len(chunks) > 1 else None
+    drawn = _night_draw(files, sample_per_job, seed)
     results = [label_chunk(c, given, source, drop_columns, sample_per_job, sample_prefix, seed, on_file,
                            batch_files, threads=workers, jobs=jobs, on_scan=start_preload, drawn=drawn)
                for c in chunks if c]

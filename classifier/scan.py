@@ -470,14 +470,13 @@ class Scanner:
         need the rows checked (``recheck``)."""
         per_job, seed = sample
         # a chunk of the night may hold none of the night's draw (``drawn``): no sample branch
-        n_drawn = self._sample_order(fs, per_job, seed)[1] if per_job > 0 and not dedup else 0
+        order, n_drawn = self._sample_order(fs, per_job, seed) if per_job > 0 and not dedup else (fs, 0)
         if n_drawn == 0:
             absent = self._branch_absent(fs) if exact else self._absent  # a part of the files
             sel = self._row_sql(absent, drop_columns, dedup, fs)
             rows = f"SELECT {', '.join(sel)} FROM {self._source(fs, filename=dedup)}"
         else:
-            order, n = self._sample_order(fs, per_job, seed)
-            drawn, rest = order[:n], order[n:]
+            drawn, rest = order[:n_drawn], order[n_drawn:]
             absent = self._branch_absent(drawn)
             dropped = frozenset(drop_columns) | absent
             # A sampled window travels as one list of doubles (``_sample_rows`` unpacks it): the
@@ -498,7 +497,7 @@ class Scanner:
                     f"CASE WHEN job_id IS NOT NULL AND code >= 0 THEN [{packed}] END AS s "
                     f"FROM (SELECT {', '.join(inner)} FROM {self._source(drawn)})")
             if rest:
-                sel = [c if c != "file_index" else f"file_index + {n} AS file_index"
+                sel = [c if c != "file_index" else f"file_index + {n_drawn} AS file_index"
                        for c in self._row_sql(self._branch_absent(rest), drop_columns, False, rest)]
                 rows += f" UNION ALL BY NAME SELECT {', '.join(sel)} FROM {self._source(rest)}"
         n_shared = ("CAST(0 AS BIGINT) AS n_shared" if "shared_jobs" in self._absent
