@@ -292,7 +292,7 @@ def prolog(
     liveness = Liveness(job_ended if job_ended is not None else never_ended)
     if not dry_run:
         _drop_jobs_gone(jobs_dir, [held for held, _ in targets], job.display_id, liveness)
-    if _registers(comment, dry_run):  # an untrusted state folder fails the whole job, loudly
+    if not dry_run:  # an untrusted state folder fails the whole job, loudly
         ensure_trusted_dir(state_dir)
     plan = []
     for g in gpus:
@@ -305,12 +305,6 @@ def prolog(
             plan.append({"job_id": job.job_id, "gpu_index": g.gpu_index, "uuid": g.uuid,
                          "action": "error", "error": str(exc)})
     return plan
-
-
-def _registers(comment: Comment | None, dry_run: bool) -> bool:
-    """Whether the job takes its place in its GPUs' cap records: capped for real, or holding a
-    GPU at its decision's limit among neighbours (no decision, enforce mode's control arm)."""
-    return not dry_run and (comment is None or comment.mode == "enforce" or comment.capped_for_real())
 
 
 def _prolog_gpu(backend: GpuBackend, g: GpuInfo, job: JobEnv, comment: Comment | None, jobs_dir: Path,
@@ -338,11 +332,14 @@ def _prolog_gpu(backend: GpuBackend, g: GpuInfo, job: JobEnv, comment: Comment |
                 entry["action"] = "dry-run" if dry_run else idle_arm
                 log.info("job %s: %s: GPU %s label=%s cap=%s would set %.1f W (now %s W)", job.job_id,
                          entry["action"], g.uuid, comment.label, entry["cap"], target, current)
-                if dry_run or comment.mode != "enforce":
+                if dry_run:
                     return entry
-                target = None  # enforce mode, control arm: holds the GPU uncapped among neighbours
-    if not _registers(comment, dry_run):
+                target = None  # not capped for real: holds the GPU uncapped among neighbours
+    if dry_run:
         return entry
+    # Every job takes its place in its GPUs' cap records, capped for real or holding a GPU at its
+    # decision's limit among neighbours (no decision, no cap, a control arm, shadow mode): one not
+    # capped for real that stayed out of an existing record ran under its neighbour's cap.
     # the record names the job as the job map does (display id: "123_4" for an array task),
     # so a neighbour found through the map and the job's own Epilog name the same entry
     entry.update(register(backend, g, job.display_id, target, jobs_dir,

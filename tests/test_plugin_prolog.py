@@ -127,9 +127,10 @@ def test_shadow_and_dry_run_change_nothing(tmp_path: Path) -> None:
     shadow = MEM.replace("enforce", "shadow")
     plan = prolog(env, be, lambda _j: shadow, gmap, tmp_path / "j", tmp_path / "c")
     assert [p["action"] for p in plan] == ["shadow", "shadow"]
-    plan = prolog(env, be, lambda _j: MEM, gmap, tmp_path / "j2", tmp_path / "c", dry_run=True)
+    assert not any((tmp_path / "c").glob("*.json"))  # joins records only: none to join here
+    plan = prolog(env, be, lambda _j: MEM, gmap, tmp_path / "j2", tmp_path / "c2", dry_run=True)
     assert [(p["action"], p["target_w"]) for p in plan] == [("dry-run", 420.0)] * 2
-    assert not (tmp_path / "j2").exists() and not (tmp_path / "c").exists()
+    assert not (tmp_path / "j2").exists() and not (tmp_path / "c2").exists()
     assert [be.power_limit_w(i) for i in range(2)] == [700.0, 700.0]
 
 

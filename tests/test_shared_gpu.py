@@ -413,3 +413,25 @@ def test_a_process_claiming_a_neighbours_job_is_not_counted_for_it(tmp_path: Pat
     (proc / "environ").write_bytes(b"SLURM_JOB_ID=8\0SLURM_JOB_USER=" + name + b"\0")
     att.forget_pids(0, set())
     assert att.job_of_process(0, GpuProcess(11)) == ("8", name.decode())
+
+
+@pytest.mark.parametrize("later", [
+    "wattclass:label=memory;conf=0.93;cap=60%;src=rule;mode=shadow;arm=control",  # canary control arm
+    "wattclass:label=memory;conf=0.93;cap=60%;src=rule;mode=shadow",  # shadow mode, no canary
+    "wattclass:label=compute;conf=0.93;src=rule;mode=shadow"])  # shadow mode, no cap
+def test_an_uncapped_shadow_job_joining_a_capped_canary_job_is_not_capped(tmp_path: Path, later: str) -> None:
+    """docs/shared-gpus.md: a job without a cap (no decision, shadow mode, ...) holds the GPU at
+    its previous limit. A shadow-mode canary job capped for real (arm=capped) makes the record;
+    a shadow-mode job that is not capped for real and starts next on the same GPU ran under the
+    canary's cap (found in review: it never joined the record), and in the canary comparison
+    its arm=control windows were capped."""
+    be = FileStateBackend.create(tmp_path / "g.json", 1)
+    start, end = _hooks(tmp_path, be, {"0": be.gpus()[0].uuid})
+    start("81", "0", MEM60.replace("mode=enforce", "mode=shadow;arm=capped"))
+    assert be.power_limit_w(0) == 420.0
+    start("82", "0", later)
+    assert be.power_limit_w(0) == 700.0  # 82 is not capped for real: never under a cap
+    end("82")
+    assert be.power_limit_w(0) == 420.0
+    end("81")
+    assert be.power_limit_w(0) == 700.0
