@@ -109,9 +109,16 @@ def discover_gpu_map(backend: GpuBackend) -> dict[str, str]:
     """Slurm index -> GPU UUID from each GPU's minor number (NVML): index i is /dev/nvidia<i>.
 
     This holds for gres.conf ``File=/dev/nvidia[0-N]`` (Slurm numbers GPUs in File order and the
-    device minor is the N of /dev/nvidiaN); other layouts need an explicit ``--gpu-map``.
+    device minor is the N of /dev/nvidiaN); other layouts need an explicit ``--gpu-map``. With
+    MIG instances on the node it does not hold (Slurm numbers the instances it hands out): the
+    minor numbers would cap other jobs' GPUs and leave the job's own uncapped, so that is refused.
     """
-    out = {str(g.minor_number): g.uuid for g in backend.gpus() if g.minor_number is not None}
+    gpus = backend.gpus()
+    mig = [g.uuid for g in gpus if backend.mig_instances(g.gpu_index)]
+    if mig:
+        raise ConfigError(f"GPU {mig[0]} has MIG instances: Slurm's GPU indices are not device minor "
+                          "numbers; pass --gpu-map naming each Slurm GPU's MIG- UUID")
+    out = {str(g.minor_number): g.uuid for g in gpus if g.minor_number is not None}
     if not out:
         raise ConfigError("the GPU backend reports no device minor numbers; pass --gpu-map")
     return out

@@ -435,3 +435,35 @@ def test_an_uncapped_shadow_job_joining_a_capped_canary_job_is_not_capped(tmp_pa
     assert be.power_limit_w(0) == 420.0
     end("81")
     assert be.power_limit_w(0) == 700.0
+
+
+def test_without_a_gpu_map_mig_indices_are_not_taken_for_device_minors(tmp_path: Path) -> None:
+    """With MIG, Slurm numbers the instances it hands out (SLURM_JOB_GPUS=1: the second instance,
+    on GPU 0), not /dev/nvidia<N>: the default GPU map (minor numbers) capped GPU 1, another job's
+    whole GPU, and left the job's own GPU uncapped (found in review). docs/slurm.md says MIG needs
+    an explicit --gpu-map; without one the hooks now refuse to guess."""
+    import argparse
+
+    from wattclass.errors import ConfigError
+    from wattclass.plugin.prolog import discover_gpu_map, run_hook
+
+    be = FileStateBackend.create(tmp_path / "g.json", 2, mig={0: [3, 2, 2]})
+    args = argparse.Namespace(backend=f"filestate:{tmp_path / 'g.json'}", gpu_map=None,
+                              jobs_dir=tmp_path / "jobs", state_dir=tmp_path / "caps",
+                              hpc_job_mapping_dir=None, slurm_timeout=1.0, slurm_bin=None, dry_run=True,
+                              admin_comment=MEM60)
+    env = {"SLURM_JOB_ID": "91", "SLURM_JOB_GPUS": "1", "SLURM_JOB_USER": "u"}
+    assert run_hook("prolog", args, env) == 0  # fail-open: logged, the job runs
+    args.dry_run = False
+    args.admin_comment = None
+    import wattclass.slurm.commands as commands
+
+    orig = commands.CommandSlurmClient.admin_comment
+    commands.CommandSlurmClient.admin_comment = lambda _self, _j: MEM60  # type: ignore[method-assign]
+    try:
+        assert run_hook("prolog", args, env) == 0
+    finally:
+        commands.CommandSlurmClient.admin_comment = orig  # type: ignore[method-assign]
+    assert [be.power_limit_w(i) for i in range(2)] == [700.0, 700.0]  # GPU 1 is not the job's
+    with pytest.raises(ConfigError, match="MIG"):
+        discover_gpu_map(be)
