@@ -541,10 +541,25 @@ def reconcile(backend: GpuBackend, jobs_dir: Path = DEFAULT_SPOOL,
 
 
 def _reconcile_gpu(backend: GpuBackend, g: GpuInfo, jobs_dir: Path, state_dir: Path) -> dict[str, Any] | None:
+    """One GPU, under its lock when the state folder is trusted: run on a node with jobs (a manual
+    ``systemctl start wattclass-reconcile``), a Prolog capping the GPU between the job-map check
+    and the record's read had its fresh record restored and removed (the job ran uncapped).
+    At boot the folder is missing (and /run read-only to the unit): nothing to lock against."""
+    rec_path = _record_path(state_dir, g.uuid)
+    try:
+        refuse_untrusted_dir(Path(state_dir), creates=True)
+        lock: contextlib.AbstractContextManager[None] = gpu_lock(rec_path)
+    except (FileNotFoundError, ConfigError):  # none, or no lock to trust: read_record decides
+        lock = contextlib.nullcontext()
+    with lock:
+        return _reconcile_unlocked(backend, g, jobs_dir, rec_path)
+
+
+def _reconcile_unlocked(backend: GpuBackend, g: GpuInfo, jobs_dir: Path,
+                        rec_path: Path) -> dict[str, Any] | None:
     if jobs_on_gpu(jobs_dir, g.uuid) or any(jobs_on_gpu(jobs_dir, m.uuid)
                                              for m in backend.mig_instances(g.gpu_index)):
         return None
-    rec_path = _record_path(state_dir, g.uuid)
     try:
         rec = read_record(rec_path)
     except (DataError, ConfigError) as exc:

@@ -497,3 +497,37 @@ def test_a_gpu_that_cannot_be_resolved_does_not_leave_the_others_uncapped(tmp_pa
     os.chown(tmp_path / "caps", 65534, 65534)
     epilog(env, be, tmp_path / "jobs", tmp_path / "caps", gmap)
     assert [be.power_limit_w(i) for i in range(3)] == [700.0, 700.0, 700.0]
+
+
+def test_reconcile_on_a_live_node_never_undoes_a_prolog_that_runs_meanwhile(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`systemctl start wattclass-reconcile` on a node that runs jobs (docs/admin.md, install and
+    rollback): reconcile read "no job on this GPU", a Prolog then capped it, and reconcile restored
+    the GPU from that fresh record and removed it: the job ran uncapped, with no record for its
+    Epilog (found in review). Reconcile now holds the GPU's lock, as the hooks do."""
+    import threading
+
+    import wattclass.plugin.prolog as hooks
+
+    be = FileStateBackend.create(tmp_path / "g.json", 1)
+    uuid = be.gpus()[0].uuid
+    (tmp_path / "c").mkdir(mode=0o755)
+    real = hooks.jobs_on_gpu
+    started: list[threading.Thread] = []
+
+    def check_then_a_prolog_starts(spool: Path, gpu: str):  # type: ignore[no-untyped-def]
+        found = real(spool, gpu)
+        if not started and threading.current_thread() is threading.main_thread():
+            t = threading.Thread(target=prolog, args=({"SLURM_JOB_ID": "8", "SLURM_JOB_GPUS": "0"}, be,
+                                                      lambda _j: MEM, {"0": uuid}, tmp_path / "j",
+                                                      tmp_path / "c"))
+            started.append(t)
+            t.start()
+            t.join(timeout=1.0)  # the Prolog runs to its end unless reconcile holds the GPU
+        return found
+
+    monkeypatch.setattr(hooks, "jobs_on_gpu", check_then_a_prolog_starts)
+    reconcile(be, tmp_path / "j", tmp_path / "c")
+    started[0].join(timeout=10)
+    assert be.power_limit_w(0) == 420.0
+    assert (tmp_path / "c" / f"{uuid}.json").exists()  # for the job's Epilog
