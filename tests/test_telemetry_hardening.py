@@ -300,6 +300,10 @@ BAD_JOB_FILES: dict[str, bytes] = {
     "job-id-object": b'{"job_id": {"a": 1}, "user": "alice"}',
     "user-number": b'{"job_id": "42", "user": 7}',
     "huge": b'{"job_id": "' + b"%" * 100_000 + b'"}',
+    # review (rev-daemon): the job id pattern ended in ``$``, which also matches before a final
+    # newline, and had no length bound here, so both were read as job ids and written into rows
+    "job-id-newline": b'{"job_id": "42\\n", "user": "alice"}',
+    "job-id-huge-digits": b'{"job_id": "' + b"4" * 100_000 + b'", "user": "alice"}',
 }
 
 

@@ -56,8 +56,9 @@ class JobAssignment(NamedTuple):
 
 
 #: A Slurm job id as telemetry records it (``123``, array task ``123_4``, het component ``123+1``);
-#: also the name of a job's file, so nothing else may reach a path.
-_JOB_ID_RE = re.compile(r"^[0-9]+(_[0-9]+)?(\+[0-9]+)?$")
+#: also the name of a job's file, so nothing else may reach a path. ``\Z``, not ``$``: ``$`` also
+#: matches before a final newline, so ``"123\n"`` passed as a job id (review finding).
+_JOB_ID_RE = re.compile(r"^[0-9]+(_[0-9]+)?(\+[0-9]+)?\Z")
 
 
 def is_job_id(text: str) -> bool:
@@ -196,7 +197,7 @@ def parse_job_file(path: Path, raw: bytes) -> JobAssignment:
     job_id, user, uid = doc.get("job_id"), doc.get("user"), doc.get("uid")
     if isinstance(job_id, int) and not isinstance(job_id, bool):
         job_id = str(job_id)
-    if not isinstance(job_id, str) or not _JOB_ID_RE.match(job_id):
+    if not isinstance(job_id, str) or not is_job_id(job_id):
         raise DataError(f"{path}: job_id must be a Slurm job id like 123 or 123_4, got "
                         f"{_excerpt(json.dumps(job_id))}")
     if user is not None and (not isinstance(user, str) or not user or len(user) > 256):
