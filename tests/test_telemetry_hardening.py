@@ -304,6 +304,9 @@ BAD_JOB_FILES: dict[str, bytes] = {
     # newline, and had no length bound here, so both were read as job ids and written into rows
     "job-id-newline": b'{"job_id": "42\\n", "user": "alice"}',
     "job-id-huge-digits": b'{"job_id": "' + b"4" * 100_000 + b'", "user": "alice"}',
+    # valid UTF-8 JSON whose escape decodes to a lone surrogate: no UTF-8 text can hold it
+    "user-lone-surrogate": b'{"job_id": "42", "user": "\\udc80"}',
+    "account-lone-surrogate": b'{"job_id": "42", "user": "alice", "account": "a\\ud800"}',
 }
 
 
@@ -338,6 +341,27 @@ def test_daemon_keeps_polling_past_bad_job_files(tmp_path: Path, h200_raw: Path,
     assert "ignoring job file" in caplog.text and "notint" in caplog.text
     assert caplog.text.count("ignoring job file") == len(list(spool.iterdir()))  # once, not per poll
     assert keys(parquet_rows(tmp_path / "d")) == keys(parquet_rows(tmp_path / "ref"))
+
+
+def test_a_user_no_utf8_can_hold_does_not_poison_the_wal(tmp_path: Path, h200_raw: Path) -> None:
+    """Review finding (rev-daemon): a job file's ``"user": "\\udc80"`` (a JSON escape, so the file
+    is valid UTF-8) was taken as the user; the rows reached the WAL, but their segment could not
+    be converted (pyarrow's JSON reader refuses the lone surrogate: ArrowInvalid, not an OSError),
+    so the roll raised out of the daemon, and every restart raised again on the same leftover
+    segment before polling (a crash loop). Now the file is refused like any bad job file."""
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    os.chmod(spool, 0o755)
+    ref = Daemon(ReplayBackend(h200_raw, realtime=False),
+                 DaemonConfig(data_root=tmp_path / "ref", host="n1", once=True))
+    assert ref.run() == 0
+    for g in ReplayBackend(h200_raw, realtime=False).gpus():
+        (spool / f"{g.uuid}.json").write_bytes(BAD_JOB_FILES["user-lone-surrogate"])
+        os.chmod(spool / f"{g.uuid}.json", 0o644)
+    cfg = DaemonConfig(data_root=tmp_path / "d", host="n1", once=True, job_spool=spool)
+    assert Daemon(ReplayBackend(h200_raw, realtime=False), cfg).run() == 0
+    assert keys(parquet_rows(tmp_path / "d")) == keys(parquet_rows(tmp_path / "ref"))
+    assert wal.list_segments(cfg.resolved_wal_dir()) == []
 
 
 def test_epilog_cleans_up_its_job_files_past_a_bad_one(tmp_path: Path, h200_raw: Path) -> None:
