@@ -15,7 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pandas as pd
@@ -157,6 +157,37 @@ def test_short_write_never_leaves_a_torn_record_before_later_ones(
     seg = w.close()
     assert seg is not None
     assert wal.read_segment(seg) == [_row(i) for i in range(4)]
+
+
+def test_a_whole_record_whose_fsync_and_cut_back_fail_is_not_written_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review finding (rev-daemon): the record was written whole, then fsync failed (EIO) and so
+    did the cut-back (ftruncate). The segment was retired with that whole, CRC-valid record as
+    its tail, and its rows were also kept pending and written again into the next segment, so
+    both segments' Parquet files held them: the windows twice, their energy counted twice. The
+    retired segment's last record is now where those rows are (the daemon converts it)."""
+    real_fsync, real_ftruncate = os.fsync, os.ftruncate
+    fail = {"on": False}
+
+    def eio(real: Callable[..., None]) -> Callable[..., None]:
+        def call(*args: int) -> None:
+            if fail["on"]:
+                raise OSError(errno.EIO, "Input/output error")
+            return real(*args)
+        return call
+
+    monkeypatch.setattr(os, "fsync", eio(real_fsync))
+    monkeypatch.setattr(os, "ftruncate", eio(real_ftruncate))
+    w = wal.WalWriter(tmp_path)
+    assert w.append([_row(0)])
+    fail["on"] = True
+    w.append([_row(1)])
+    fail["on"] = False
+    assert w.append([_row(2)])
+    segs = [*w.take_retired(), w.close()]
+    rows = [r for seg in segs if seg is not None for r in wal.read_segment(seg)]
+    assert sorted(rows, key=lambda r: r["ts_start"]) == [_row(0), _row(1), _row(2)]
 
 
 def test_rows_held_through_a_long_outage_stay_readable(
