@@ -9,7 +9,9 @@ short count, or fail with ENOSPC after writing part of it. ``WalWriter.append`` 
 whole or not at all: it loops over short writes, and on any failure cuts the file back to its
 last whole record (``ftruncate``, which needs no free space) and keeps the rows in memory to
 retry with the next append; if even the cut fails, the segment is closed and the next append
-starts a new one, so a torn record can only ever be a segment's *last* bytes.
+starts a new one, so a torn record can only ever be a segment's *last* bytes. (If that record was
+written whole and only its fsync failed, it is a valid record of the closed segment: its rows are
+not retried, which would write them twice.)
 
 One bad value never costs a row: a value JSON cannot hold (NaN, infinity, an object) is written as
 null, with an ERROR naming the column, GPU and window, and counted (``nonfinite_values``, the
@@ -201,6 +203,7 @@ class WalWriter:
         except (TypeError, ValueError):  # a NaN or an object in a row: null it, keep the row
             self.nonfinite_values += scrub(batch)
             frame = encode_records(batch)
+        whole = False  # every byte of the frame written (only fsync may have failed)
         try:
             if self._fd is None:
                 self._open()
@@ -211,6 +214,7 @@ class WalWriter:
                 if n <= 0:
                     raise OSError(errno.ENOSPC, "short write: no bytes written")
                 view = view[n:]
+            whole = True
             os.fsync(self._fd)
         except OSError as exc:
             self.write_errors += 1
@@ -221,7 +225,12 @@ class WalWriter:
                 log.error("WAL append to %s failed (%s): %d row(s) held in memory, retrying every "
                           "poll (%d failed append(s) in a row)", self.path or self.dir,
                           exc.strerror or exc, len(batch), self._failing)
-            self._cut_back()
+            if not self._cut_back() and whole:
+                # The retired segment ends in this whole, valid record: its rows are there and
+                # are converted with it; kept pending too, they were written twice (review finding).
+                log.error("WAL %s: its last record (%d row(s)) is kept as written; not retried",
+                          self.path or self._retired[-1], len(batch))
+                self.pending = []
             return False
         if self._failing:
             log.warning("WAL append to %s works again after %d failed append(s): %d held row(s) "
@@ -232,17 +241,20 @@ class WalWriter:
         self.pending = []
         return True
 
-    def _cut_back(self) -> None:
+    def _cut_back(self) -> bool:
         """Remove a partly written record; if that fails, retire the segment so that nothing is
-        ever appended after the torn bytes (they stay its tail, which readers cut off)."""
+        ever appended after the torn bytes (they stay its tail, which readers cut off). False
+        when the segment was retired."""
         if self._fd is None:
-            return
+            return True
         try:
             os.ftruncate(self._fd, self._size)
         except OSError as exc:
             log.error("WAL %s: cannot cut back a partial record (%s): closing the segment, the "
                       "next append starts a new one", self.path, exc.strerror or exc)
             self._retired.append(self.roll_keep())
+            return False
+        return True
 
     def roll_keep(self) -> Path:
         """Close the current segment even if it holds no whole record (its tail is torn)."""

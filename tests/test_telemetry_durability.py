@@ -249,6 +249,37 @@ def test_disk_full_keeps_wal_and_retries(
     assert not wal.list_segments(d.wal_dir)
 
 
+def test_an_eio_on_the_folder_fsync_after_a_roll_does_not_stall_later_rolls(
+    tmp_path: Path, h200_raw: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review finding (rev-daemon): ``convert`` writes the Parquet file, unlinks the segment, then
+    fsyncs the WAL folder. An EIO from that fsync made the conversion count as failed, so the
+    segment, already gone, stayed first in the daemon's queue: every retry failed on it
+    (FileNotFoundError) and, the queue being converted in order, no later segment reached
+    Parquet until the daemon restarted; the stop exited 1 with every rolled segment still in the
+    WAL. The rows are in Parquet once the unlink is done: the fsync error is logged, not raised
+    (a segment the crash brings back is converted again to the same file names: no duplicates)."""
+    from wattclass.telemetry import sink as sink_mod
+
+    real = sink_mod.fsync_dir
+    calls = {"n": 0}
+
+    def eio_once(path: Path) -> None:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise OSError(errno.EIO, "Input/output error")
+        real(path)
+
+    monkeypatch.setattr(sink_mod, "fsync_dir", eio_once)
+    root = tmp_path / "d"
+    d = Daemon(ReplayBackend(h200_raw, realtime=False),
+               DaemonConfig(data_root=root, host="n1", roll_s=60, once=True))
+    assert d.run() == 0
+    assert calls["n"] > 2  # several rolls after the failing one
+    assert not wal.list_segments(d.wal_dir)
+    assert len(read_all(root)) == d.stats.rows
+
+
 def test_wal_append_failure_is_retried_without_a_torn_record(tmp_path: Path) -> None:
     w = wal.WalWriter(tmp_path)
     assert w.append([{"a": 1}])

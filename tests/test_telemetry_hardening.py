@@ -15,7 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pandas as pd
@@ -159,6 +159,37 @@ def test_short_write_never_leaves_a_torn_record_before_later_ones(
     assert wal.read_segment(seg) == [_row(i) for i in range(4)]
 
 
+def test_a_whole_record_whose_fsync_and_cut_back_fail_is_not_written_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review finding (rev-daemon): the record was written whole, then fsync failed (EIO) and so
+    did the cut-back (ftruncate). The segment was retired with that whole, CRC-valid record as
+    its tail, and its rows were also kept pending and written again into the next segment, so
+    both segments' Parquet files held them: the windows twice, their energy counted twice. The
+    retired segment's last record is now where those rows are (the daemon converts it)."""
+    real_fsync, real_ftruncate = os.fsync, os.ftruncate
+    fail = {"on": False}
+
+    def eio(real: Callable[..., None]) -> Callable[..., None]:
+        def call(*args: int) -> None:
+            if fail["on"]:
+                raise OSError(errno.EIO, "Input/output error")
+            return real(*args)
+        return call
+
+    monkeypatch.setattr(os, "fsync", eio(real_fsync))
+    monkeypatch.setattr(os, "ftruncate", eio(real_ftruncate))
+    w = wal.WalWriter(tmp_path)
+    assert w.append([_row(0)])
+    fail["on"] = True
+    w.append([_row(1)])
+    fail["on"] = False
+    assert w.append([_row(2)])
+    segs = [*w.take_retired(), w.close()]
+    rows = [r for seg in segs if seg is not None for r in wal.read_segment(seg)]
+    assert sorted(rows, key=lambda r: r["ts_start"]) == [_row(0), _row(1), _row(2)]
+
+
 def test_rows_held_through_a_long_outage_stay_readable(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -300,6 +331,13 @@ BAD_JOB_FILES: dict[str, bytes] = {
     "job-id-object": b'{"job_id": {"a": 1}, "user": "alice"}',
     "user-number": b'{"job_id": "42", "user": 7}',
     "huge": b'{"job_id": "' + b"%" * 100_000 + b'"}',
+    # review (rev-daemon): the job id pattern ended in ``$``, which also matches before a final
+    # newline, and had no length bound here, so both were read as job ids and written into rows
+    "job-id-newline": b'{"job_id": "42\\n", "user": "alice"}',
+    "job-id-huge-digits": b'{"job_id": "' + b"4" * 100_000 + b'", "user": "alice"}',
+    # valid UTF-8 JSON whose escape decodes to a lone surrogate: no UTF-8 text can hold it
+    "user-lone-surrogate": b'{"job_id": "42", "user": "\\udc80"}',
+    "account-lone-surrogate": b'{"job_id": "42", "user": "alice", "account": "a\\ud800"}',
 }
 
 
@@ -334,6 +372,27 @@ def test_daemon_keeps_polling_past_bad_job_files(tmp_path: Path, h200_raw: Path,
     assert "ignoring job file" in caplog.text and "notint" in caplog.text
     assert caplog.text.count("ignoring job file") == len(list(spool.iterdir()))  # once, not per poll
     assert keys(parquet_rows(tmp_path / "d")) == keys(parquet_rows(tmp_path / "ref"))
+
+
+def test_a_user_no_utf8_can_hold_does_not_poison_the_wal(tmp_path: Path, h200_raw: Path) -> None:
+    """Review finding (rev-daemon): a job file's ``"user": "\\udc80"`` (a JSON escape, so the file
+    is valid UTF-8) was taken as the user; the rows reached the WAL, but their segment could not
+    be converted (pyarrow's JSON reader refuses the lone surrogate: ArrowInvalid, not an OSError),
+    so the roll raised out of the daemon, and every restart raised again on the same leftover
+    segment before polling (a crash loop). Now the file is refused like any bad job file."""
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    os.chmod(spool, 0o755)
+    ref = Daemon(ReplayBackend(h200_raw, realtime=False),
+                 DaemonConfig(data_root=tmp_path / "ref", host="n1", once=True))
+    assert ref.run() == 0
+    for g in ReplayBackend(h200_raw, realtime=False).gpus():
+        (spool / f"{g.uuid}.json").write_bytes(BAD_JOB_FILES["user-lone-surrogate"])
+        os.chmod(spool / f"{g.uuid}.json", 0o644)
+    cfg = DaemonConfig(data_root=tmp_path / "d", host="n1", once=True, job_spool=spool)
+    assert Daemon(ReplayBackend(h200_raw, realtime=False), cfg).run() == 0
+    assert keys(parquet_rows(tmp_path / "d")) == keys(parquet_rows(tmp_path / "ref"))
+    assert wal.list_segments(cfg.resolved_wal_dir()) == []
 
 
 def test_epilog_cleans_up_its_job_files_past_a_bad_one(tmp_path: Path, h200_raw: Path) -> None:

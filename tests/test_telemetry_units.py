@@ -111,7 +111,8 @@ def test_environ_parsing_and_array_jobs() -> None:
     assert job_from_environ({}) is None
 
 
-@pytest.mark.parametrize("job_id", ["12 34", "5\n6", "../5", "*", "5_", "x" * 10_000, "9" * 65])
+@pytest.mark.parametrize("job_id", ["12 34", "5\n6", "5\n", "5_4\n", "5+1\n", "../5", "*", "5_", "x" * 10_000,
+                                    "9" * 65])
 def test_a_process_claiming_what_is_no_job_id_is_ignored(job_id: str,
                                                          caplog: pytest.LogCaptureFixture) -> None:
     """The environment is the process owner's to write: a job id that Slurm cannot have written

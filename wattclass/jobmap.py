@@ -56,8 +56,9 @@ class JobAssignment(NamedTuple):
 
 
 #: A Slurm job id as telemetry records it (``123``, array task ``123_4``, het component ``123+1``);
-#: also the name of a job's file, so nothing else may reach a path.
-_JOB_ID_RE = re.compile(r"^[0-9]+(_[0-9]+)?(\+[0-9]+)?$")
+#: also the name of a job's file, so nothing else may reach a path. ``\Z``, not ``$``: ``$`` also
+#: matches before a final newline, so ``"123\n"`` passed as a job id (review finding).
+_JOB_ID_RE = re.compile(r"^[0-9]+(_[0-9]+)?(\+[0-9]+)?\Z")
 
 
 def is_job_id(text: str) -> bool:
@@ -178,6 +179,17 @@ def _excerpt(raw: str) -> str:
     return repr(text)
 
 
+def _utf8(text: str) -> bool:
+    """Whether ``text`` is UTF-8 text. A JSON escape such as ``"\\udc80"`` decodes to a lone
+    surrogate, which no UTF-8 file holds: in a row it made the WAL segment unconvertible to
+    Parquet (ArrowInvalid at every roll and every restart: review finding)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def parse_job_file(path: Path, raw: bytes) -> JobAssignment:
     """Validate a job file's bytes; any defect is a DataError naming the file and the field.
 
@@ -196,10 +208,10 @@ def parse_job_file(path: Path, raw: bytes) -> JobAssignment:
     job_id, user, uid = doc.get("job_id"), doc.get("user"), doc.get("uid")
     if isinstance(job_id, int) and not isinstance(job_id, bool):
         job_id = str(job_id)
-    if not isinstance(job_id, str) or not _JOB_ID_RE.match(job_id):
+    if not isinstance(job_id, str) or not is_job_id(job_id):
         raise DataError(f"{path}: job_id must be a Slurm job id like 123 or 123_4, got "
                         f"{_excerpt(json.dumps(job_id))}")
-    if user is not None and (not isinstance(user, str) or not user or len(user) > 256):
+    if user is not None and (not isinstance(user, str) or not user or len(user) > 256 or not _utf8(user)):
         raise DataError(f"{path}: user must be a user name or null, got {_excerpt(json.dumps(user))}")
     if uid is not None and (isinstance(uid, bool) or not isinstance(uid, int) or uid < 0):
         raise DataError(f"{path}: uid must be a non-negative integer or null, got "
@@ -207,7 +219,7 @@ def parse_job_file(path: Path, raw: bytes) -> JobAssignment:
     extra: dict[str, str | None] = {}
     for key in ("label", "label_source", "account"):  # optional (exporter labels), short strings
         v = doc.get(key)
-        if v is not None and (not isinstance(v, str) or not v or len(v) > 256):
+        if v is not None and (not isinstance(v, str) or not v or len(v) > 256 or not _utf8(v)):
             raise DataError(f"{path}: {key} must be a short string or absent, got {_excerpt(json.dumps(v))}")
         extra[key] = v
     return JobAssignment(job_id, user, uid, extra["label"], extra["label_source"], extra["account"])
