@@ -52,7 +52,8 @@ def two_nights(h200_telemetry: Path, tmp_path: Path, capsys: pytest.CaptureFixtu
         assert main(["nightly", "--data-root", str(root), "--date", d, "--no-retrain", "--jobs-file", str(jf),
                      "--table-out", str(tmp_path / "table.lua"), "--json"]) == 0
         assert json.loads(capsys.readouterr().out)["status"] == "ok"
-    store = [pd.read_parquet(p) for p in sorted((root / "classifier" / "labels").glob("date=*/labels.parquet"))]
+    days = sorted((root / "classifier" / "labels").glob("date=*/labels.parquet"))
+    store = [pd.read_parquet(p) for p in days]
     assert sum(int((s["job_id"] == JOB).sum()) for s in store) == 2  # one row per night
     return root
 
