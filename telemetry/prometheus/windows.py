@@ -21,6 +21,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import logging
+import math
 import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -87,7 +88,7 @@ class _Prof:
             s, n, sums, counts = 0.0, 0, [0.0], [0]
             for t in times:
                 v = vals.get(t)
-                if v is not None and v == v:  # not NaN
+                if v is not None and math.isfinite(v):  # not NaN, nor an infinity that spoils the sums
                     s += v * scale
                     n += 1
                 sums.append(s)
@@ -111,7 +112,7 @@ def _energy(tl: GpuTimeline, times: list[float]) -> list[int | None]:
     offset, prev = 0.0, None
     for t in times:
         v = vals.get(t)
-        if v is None:
+        if v is None or not math.isfinite(v):  # NaN or inf: a scrape without a reading, not a crash
             out.append(None)
             continue
         if prev is not None and v < prev:

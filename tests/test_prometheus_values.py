@@ -1,0 +1,51 @@
+"""dcgm-exporter values a real Prometheus can hold but the recordings never had: NaN and infinite
+samples (a scrape of a field DCGM could not read, a federated or recording-rule series). The
+import must treat them as missing, not fail with a traceback (``round(nan)``) or write them.
+
+Found by review: a NaN energy sample made ``wattclass telemetry import`` fail with ValueError
+("cannot convert float NaN to integer"), an infinite one with OverflowError; an infinite PROF
+sample took the GPM of every later window of its GPU in the import (NaN means, read as missing)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from wattclass.telemetry.prometheus import mapping
+from wattclass.telemetry.prometheus.client import Series
+from wattclass.telemetry.prometheus.windows import gpu_rows, merge
+
+LABELS = {"UUID": "GPU-1", "Hostname": "node1", "gpu": "0", "hpc_job": "42"}
+N, T0 = 60, 1_800_000_000.0  # one scrape a second
+
+
+def _rows(energy: list[float], sm: list[float]) -> list[dict]:  # type: ignore[type-arg]
+    t = [T0 + i for i in range(N)]
+    series = [Series({**LABELS, "__name__": mapping.ENERGY}, t, energy),
+              Series({**LABELS, "__name__": "DCGM_FI_DEV_POWER_USAGE"}, t, [300.0] * N),
+              Series({**LABELS, "__name__": "DCGM_FI_PROF_SM_ACTIVE"}, t, sm)]
+    (tl,) = merge([series], mapping.DEFAULT_JOB_LABEL, None).values()
+    return gpu_rows(tl, T0, 10.0)
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf])
+def test_a_nan_or_infinite_energy_sample_is_a_missing_sample(bad: float) -> None:
+    energy = [1e9 + 300_000.0 * i for i in range(N)]  # 300 W in mJ
+    clean = _rows(energy, [0.5] * N)
+    energy[25] = bad
+    got = _rows(energy, [0.5] * N)
+    assert [r["job_id"] for r in got] == [r["job_id"] for r in clean]
+    total = sum(r["energy_j"] or 0.0 for r in got)
+    assert math.isfinite(total)
+    assert total == pytest.approx(sum(r["energy_j"] or 0.0 for r in clean), rel=1e-9)
+
+
+def test_an_infinite_prof_sample_is_left_out_of_the_windows_mean() -> None:
+    energy = [1e9 + 300_000.0 * i for i in range(N)]
+    sm = [0.5] * N
+    sm[25] = math.inf
+    got = _rows(energy, sm)
+    # the window holding it averages its other scrapes; the later windows keep their GPM (a running
+    # sum through inf made every later window's mean NaN, read as no GPM: their jobs left the rule)
+    assert [r["sm_util_pct"] for r in got] == pytest.approx([50.0] * len(got))
