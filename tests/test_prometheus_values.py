@@ -9,6 +9,7 @@ sample took the GPM of every later window of its GPU in the import (NaN means, r
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
@@ -49,3 +50,22 @@ def test_an_infinite_prof_sample_is_left_out_of_the_windows_mean() -> None:
     # the window holding it averages its other scrapes; the later windows keep their GPM (a running
     # sum through inf made every later window's mean NaN, read as no GPM: their jobs left the rule)
     assert [r["sm_util_pct"] for r in got] == pytest.approx([50.0] * len(got))
+
+
+def test_mig_instances_of_one_gpu_are_not_merged_into_one_timeline(tmp_path: Path) -> None:
+    """dcgm-exporter labels a MIG instance's series with its GPU's UUID and the instance's
+    ``GPU_I_ID``; merged by UUID alone, the instances overwrote each other's samples scrape by
+    scrape: one instance's job got the whole GPU's windows and the other's none (found by review).
+    The import cannot split a MIG GPU's readings per instance: it leaves the instances' series out
+    and says so (per GPU, in the result and a warning), rather than book them on one job."""
+    t = [T0 + i for i in range(N)]
+    series = []
+    for gi, job in (("1", "101"), ("2", "202")):
+        lab = {**LABELS, "GPU_I_ID": gi, "GPU_I_PROFILE": "3g.71gb", "hpc_job": job}
+        series += [Series({**lab, "__name__": mapping.ENERGY}, t, [1e9 + 300_000.0 * i for i in range(N)]),
+                   Series({**lab, "__name__": "DCGM_FI_PROF_SM_ACTIVE"}, t, [0.5] * N)]
+    gpus = merge([series], mapping.DEFAULT_JOB_LABEL, None)
+    jobs = {r["job_id"] for tl in gpus.values() for r in gpu_rows(tl, T0, 10.0)}
+    assert jobs <= {None}  # neither instance's job gets the GPU's windows
+    (tl,) = gpus.values()
+    assert tl.mig_series == 4

@@ -65,6 +65,8 @@ UUID_LABEL = "UUID"
 INDEX_LABEL = "gpu"
 MODEL_LABEL = "modelName"
 PCI_LABEL = "pci_bus_id"
+#: Set on a MIG instance's series (beside its GPU's UUID): the GPU instance id.
+MIG_INSTANCE_LABEL = "GPU_I_ID"
 #: The job label dcgm-exporter writes with ``--hpc-job-mapping-dir``.
 DEFAULT_JOB_LABEL = "hpc_job"
 

@@ -44,11 +44,14 @@ class GpuTimeline:
     fields: dict[str, dict[float, float]] = field(default_factory=dict)
     jobs: dict[float, str] = field(default_factory=dict)
     users: dict[float, str] = field(default_factory=dict)
+    #: series of MIG instances (``GPU_I_ID``) left out: the import cannot split a MIG GPU per instance
+    mig_series: int = 0
 
 
 def merge(series_chunks: Iterable[list[Series]], job_label: str, user_label: str | None
           ) -> dict[mapping.GpuKey, GpuTimeline]:
-    """Group the series of all chunks by GPU; skip series without a UUID (not a GPU's)."""
+    """Group the series of all chunks by GPU; skip series without a UUID (not a GPU's) and count
+    those of MIG instances (``GpuTimeline.mig_series``), which are left out."""
     gpus: dict[mapping.GpuKey, GpuTimeline] = {}
     for chunk in series_chunks:
         for s in chunk:
@@ -58,6 +61,11 @@ def merge(series_chunks: Iterable[list[Series]], job_label: str, user_label: str
             tl = gpus.get(key)
             if tl is None:
                 tl = gpus[key] = GpuTimeline(key, dict(s.labels))
+            if s.labels.get(mapping.MIG_INSTANCE_LABEL):
+                # a MIG instance's series carries its GPU's UUID: merged, the instances overwrote
+                # each other's samples and jobs, and one job got the whole GPU's windows
+                tl.mig_series += 1
+                continue
             vals = tl.fields.setdefault(s.labels.get("__name__", ""), {})
             vals.update(zip(s.t, s.v, strict=True))
             job = s.labels.get(job_label)
