@@ -69,3 +69,16 @@ def test_mig_instances_of_one_gpu_are_not_merged_into_one_timeline(tmp_path: Pat
     assert jobs <= {None}  # neither instance's job gets the GPU's windows
     (tl,) = gpus.values()
     assert tl.mig_series == 4
+
+
+def test_a_host_from_an_ip_instance_label_is_the_whole_address() -> None:
+    """Without a Hostname label the host is the ``instance`` label without its port; cut at its
+    first dot as a host name is, every node at 10.x.x.x became host "10" (found by review): their
+    files went into one host=10 folder, and their windows named a host Slurm never had."""
+    from wattclass.telemetry.prometheus.mapping import gpu_key
+
+    a = gpu_key({"UUID": "GPU-a", "instance": "10.0.0.1:9400"})
+    b = gpu_key({"UUID": "GPU-b", "instance": "10.0.0.2:9400"})
+    assert a is not None and b is not None and (a.host, b.host) == ("10.0.0.1", "10.0.0.2")
+    n = gpu_key({"UUID": "GPU-c", "instance": "node7.cluster.example:9400"})
+    assert n is not None and n.host == "node7"
