@@ -42,6 +42,13 @@ def build_entries(history: pd.DataFrame, now: dt.datetime) -> list[TableEntry]:
     h = history[history["label"].isin(LABELS)].copy()
     if h.empty:
         return []
+    if "job_id" in h.columns:
+        # One vote per job: a job that ran across midnight has windows in two date= partitions and
+        # a label of each night; counted twice, one job could lift its key to the policy's
+        # threshold. The night that saw most of its windows speaks for it (ties: the newer one).
+        if "n_windows" in h.columns:
+            h = h.sort_values("n_windows", kind="stable", na_position="first")
+        h = h.drop_duplicates("job_id", keep="last").sort_index()
     end = pd.to_datetime(h["end"], utc=True)
     age_days = np.maximum((pd.Timestamp(now) - end).dt.total_seconds().to_numpy() / 86400.0, 0.0)
     conf = h["confidence"].astype(float).fillna(0.0).to_numpy()

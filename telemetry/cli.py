@@ -164,7 +164,8 @@ def cmd_import(args: argparse.Namespace) -> int:
     res = import_range(args.prometheus, parse_time(args.start, "--start"), parse_time(args.end, "--end"),
                        args.data_root, args.job_label, args.user_label, args.period, args.chunk)
     data = {"files": [str(f) for f in res.files], "rows": res.rows, "gpus": res.gpus,
-            "jobs": len(res.jobs), "energy_j": round(res.energy_j, 3), "missing_fields": res.missing}
+            "jobs": len(res.jobs), "energy_j": round(res.energy_j, 3), "missing_fields": res.missing,
+            "mig_series_left_out": res.mig}
 
     def human(d: dict[str, Any]) -> str:
         lines = [f"{d['gpus']} GPU(s), {d['jobs']} job(s), {d['rows']} window rows, "
@@ -172,6 +173,8 @@ def cmd_import(args: argparse.Namespace) -> int:
         lines += [f"  {f}" for f in d["files"]]
         for gpu, fields in d["missing_fields"].items():
             lines.append(f"  {gpu}: not exported: {', '.join(fields)}")
+        for gpu, n in d["mig_series_left_out"].items():
+            lines.append(f"  {gpu}: {n} MIG instance series left out (not split per instance)")
         return "\n".join(lines)
 
     emit(data, args.json, human)

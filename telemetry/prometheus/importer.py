@@ -48,6 +48,7 @@ class ImportResult:
     jobs: set[str] = field(default_factory=set)
     energy_j: float = 0.0
     missing: dict[str, list[str]] = field(default_factory=dict)  # "host/uuid" -> fields not exported
+    mig: dict[str, int] = field(default_factory=dict)  # "host/uuid" -> MIG instance series left out
 
 
 def import_range(
@@ -74,7 +75,12 @@ def import_range(
     res = ImportResult(gpus=len(gpus))
     groups: dict[tuple[str, str], list[Row]] = {}
     for key, tl in sorted(gpus.items()):
-        miss = missing_fields(tl)
+        if tl.mig_series:
+            res.mig[f"{key.host}/{key.uuid}"] = tl.mig_series
+            log.warning("%s GPU %s: %d series of MIG instances (%s) left out: the import cannot split a "
+                        "MIG GPU's readings per instance, so its instances' jobs get no windows from it",
+                        key.host, key.uuid, tl.mig_series, mapping.MIG_INSTANCE_LABEL)
+        miss = missing_fields(tl) if tl.fields else []  # MIG series only: said above
         if miss:
             res.missing[f"{key.host}/{key.uuid}"] = miss
             log.warning("%s GPU %s: not exported: %s%s", key.host, key.uuid, ", ".join(miss),

@@ -8,6 +8,7 @@ them the GPM rule cannot call a job memory-bound and the job is labelled by the 
 
 from __future__ import annotations
 
+import ipaddress
 from typing import NamedTuple
 
 ENERGY = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"  # counter, mJ since the driver loaded
@@ -65,6 +66,8 @@ UUID_LABEL = "UUID"
 INDEX_LABEL = "gpu"
 MODEL_LABEL = "modelName"
 PCI_LABEL = "pci_bus_id"
+#: Set on a MIG instance's series (beside its GPU's UUID): the GPU instance id.
+MIG_INSTANCE_LABEL = "GPU_I_ID"
 #: The job label dcgm-exporter writes with ``--hpc-job-mapping-dir``.
 DEFAULT_JOB_LABEL = "hpc_job"
 
@@ -82,4 +85,8 @@ def gpu_key(labels: dict[str, str]) -> GpuKey | None:
     host = next((labels[k] for k in HOST_LABELS if labels.get(k)), "")
     if host and "Hostname" not in labels and "hostname" not in labels:
         host = host.rsplit(":", 1)[0]
-    return GpuKey(host.split(".")[0] or "unknown", uuid)
+    try:  # an address (an instance label without a Hostname) is kept whole: 10.0.0.1 is not host "10"
+        ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        host = host.split(".")[0]
+    return GpuKey(host or "unknown", uuid)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import logging
+import math
 import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -43,11 +44,14 @@ class GpuTimeline:
     fields: dict[str, dict[float, float]] = field(default_factory=dict)
     jobs: dict[float, str] = field(default_factory=dict)
     users: dict[float, str] = field(default_factory=dict)
+    #: series of MIG instances (``GPU_I_ID``) left out: the import cannot split a MIG GPU per instance
+    mig_series: int = 0
 
 
 def merge(series_chunks: Iterable[list[Series]], job_label: str, user_label: str | None
           ) -> dict[mapping.GpuKey, GpuTimeline]:
-    """Group the series of all chunks by GPU; skip series without a UUID (not a GPU's)."""
+    """Group the series of all chunks by GPU; skip series without a UUID (not a GPU's) and count
+    those of MIG instances (``GpuTimeline.mig_series``), which are left out."""
     gpus: dict[mapping.GpuKey, GpuTimeline] = {}
     for chunk in series_chunks:
         for s in chunk:
@@ -57,6 +61,11 @@ def merge(series_chunks: Iterable[list[Series]], job_label: str, user_label: str
             tl = gpus.get(key)
             if tl is None:
                 tl = gpus[key] = GpuTimeline(key, dict(s.labels))
+            if s.labels.get(mapping.MIG_INSTANCE_LABEL):
+                # a MIG instance's series carries its GPU's UUID: merged, the instances overwrote
+                # each other's samples and jobs, and one job got the whole GPU's windows
+                tl.mig_series += 1
+                continue
             vals = tl.fields.setdefault(s.labels.get("__name__", ""), {})
             vals.update(zip(s.t, s.v, strict=True))
             job = s.labels.get(job_label)
@@ -87,7 +96,7 @@ class _Prof:
             s, n, sums, counts = 0.0, 0, [0.0], [0]
             for t in times:
                 v = vals.get(t)
-                if v is not None and v == v:  # not NaN
+                if v is not None and math.isfinite(v):  # not NaN, nor an infinity that spoils the sums
                     s += v * scale
                     n += 1
                 sums.append(s)
@@ -111,7 +120,7 @@ def _energy(tl: GpuTimeline, times: list[float]) -> list[int | None]:
     offset, prev = 0.0, None
     for t in times:
         v = vals.get(t)
-        if v is None:
+        if v is None or not math.isfinite(v):  # NaN or inf: a scrape without a reading, not a crash
             out.append(None)
             continue
         if prev is not None and v < prev:

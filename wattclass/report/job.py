@@ -110,10 +110,29 @@ def _label_row(root: Path, job_id: str) -> dict[str, Any] | None:
     except (OSError, pa.ArrowException):
         # days whose columns do not merge (a confidence written as text, job ids as integers)
         # were a traceback: the days one by one
-        return _newest_row_day_by_day(files, job_id, "label store file")
-    if t.num_rows == 0:
+        return _whole_job(_rows_day_by_day(files, job_id, "label store file"))
+    return _whole_job(t.to_pandas() if t.num_rows else None)
+
+
+def _whole_job(rows: pd.DataFrame | None) -> dict[str, Any] | None:
+    """The job's newest label store row, with the start, end and hosts of all its rows.
+
+    Why: a job that ran across midnight has windows in two ``date=`` partitions and a row of each
+    night, each with that night's first and last window: the newest row alone sent the telemetry
+    read to the days after midnight, and the job's energy and GPU-hours were those of that part."""
+    if rows is None or rows.empty:
         return None
-    return dict(t.to_pandas().iloc[-1])
+    out = dict(rows.iloc[-1])
+    if len(rows) > 1:
+        for col, pick in (("start", "min"), ("end", "max")):
+            if col in rows.columns:
+                t = pd.to_datetime(rows[col], utc=True, errors="coerce")
+                v = getattr(t, pick)()
+                out[col] = None if pd.isna(v) else v
+        if "hosts" in rows.columns:
+            hosts = {h for txt in rows["hosts"] if isinstance(txt, str) and txt for h in txt.split(",")}
+            out["hosts"] = ",".join(sorted(hosts)) if hosts else out.get("hosts")
+    return out
 
 
 def _job_record(root: Path, job_id: str) -> dict[str, Any] | None:
@@ -132,15 +151,16 @@ def _job_record(root: Path, job_id: str) -> dict[str, Any] | None:
         pass
     # A day's file that is torn, or whose job ids are integers (JobsFileClient reads those too),
     # failed the whole command with a traceback: read the days one by one.
-    return _newest_row_day_by_day(files, job_id, "job records")
+    rows = _rows_day_by_day(files, job_id, "job records")
+    return None if rows is None else dict(rows.iloc[-1])
 
 
-def _newest_row_day_by_day(files: Sequence[Path], job_id: str, what: str) -> dict[str, Any] | None:
-    """The last row of ``job_id`` in ``files`` (days, oldest first), each read on its own and ids
-    compared as text; a file that cannot be read is skipped with a WARNING naming it (``what``)."""
+def _rows_day_by_day(files: Sequence[Path], job_id: str, what: str) -> pd.DataFrame | None:
+    """The rows of ``job_id`` in ``files`` (days, oldest first; None: none), each read on its own and
+    ids compared as text; a file that cannot be read is skipped with a WARNING naming it (``what``)."""
     import pyarrow as pa
 
-    found: dict[str, Any] | None = None
+    found: list[pd.DataFrame] = []
     for f in files:
         try:
             df = pd.read_parquet(f)
@@ -150,8 +170,9 @@ def _newest_row_day_by_day(files: Sequence[Path], job_id: str, what: str) -> dic
             continue
         if "job_id" in df.columns:
             hit = df[df["job_id"].astype(str) == job_id]
-            found = dict(hit.iloc[-1]) if len(hit) else found
-    return found
+            if len(hit):
+                found.append(hit)
+    return pd.concat(found, ignore_index=True) if found else None
 
 
 def _ts(v: Any) -> pd.Timestamp | None:

@@ -1,0 +1,84 @@
+"""dcgm-exporter values a real Prometheus can hold but the recordings never had: NaN and infinite
+samples (a scrape of a field DCGM could not read, a federated or recording-rule series). The
+import must treat them as missing, not fail with a traceback (``round(nan)``) or write them.
+
+Found by review: a NaN energy sample made ``wattclass telemetry import`` fail with ValueError
+("cannot convert float NaN to integer"), an infinite one with OverflowError; an infinite PROF
+sample took the GPM of every later window of its GPU in the import (NaN means, read as missing)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from wattclass.telemetry.prometheus import mapping
+from wattclass.telemetry.prometheus.client import Series
+from wattclass.telemetry.prometheus.windows import gpu_rows, merge
+
+LABELS = {"UUID": "GPU-1", "Hostname": "node1", "gpu": "0", "hpc_job": "42"}
+N, T0 = 60, 1_800_000_000.0  # one scrape a second
+
+
+def _rows(energy: list[float], sm: list[float]) -> list[dict]:  # type: ignore[type-arg]
+    t = [T0 + i for i in range(N)]
+    series = [Series({**LABELS, "__name__": mapping.ENERGY}, t, energy),
+              Series({**LABELS, "__name__": "DCGM_FI_DEV_POWER_USAGE"}, t, [300.0] * N),
+              Series({**LABELS, "__name__": "DCGM_FI_PROF_SM_ACTIVE"}, t, sm)]
+    (tl,) = merge([series], mapping.DEFAULT_JOB_LABEL, None).values()
+    return gpu_rows(tl, T0, 10.0)
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf])
+def test_a_nan_or_infinite_energy_sample_is_a_missing_sample(bad: float) -> None:
+    energy = [1e9 + 300_000.0 * i for i in range(N)]  # 300 W in mJ
+    clean = _rows(energy, [0.5] * N)
+    energy[25] = bad
+    got = _rows(energy, [0.5] * N)
+    assert [r["job_id"] for r in got] == [r["job_id"] for r in clean]
+    total = sum(r["energy_j"] or 0.0 for r in got)
+    assert math.isfinite(total)
+    assert total == pytest.approx(sum(r["energy_j"] or 0.0 for r in clean), rel=1e-9)
+
+
+def test_an_infinite_prof_sample_is_left_out_of_the_windows_mean() -> None:
+    energy = [1e9 + 300_000.0 * i for i in range(N)]
+    sm = [0.5] * N
+    sm[25] = math.inf
+    got = _rows(energy, sm)
+    # the window holding it averages its other scrapes; the later windows keep their GPM (a running
+    # sum through inf made every later window's mean NaN, read as no GPM: their jobs left the rule)
+    assert [r["sm_util_pct"] for r in got] == pytest.approx([50.0] * len(got))
+
+
+def test_mig_instances_of_one_gpu_are_not_merged_into_one_timeline(tmp_path: Path) -> None:
+    """dcgm-exporter labels a MIG instance's series with its GPU's UUID and the instance's
+    ``GPU_I_ID``; merged by UUID alone, the instances overwrote each other's samples scrape by
+    scrape: one instance's job got the whole GPU's windows and the other's none (found by review).
+    The import cannot split a MIG GPU's readings per instance: it leaves the instances' series out
+    and says so (per GPU, in the result and a warning), rather than book them on one job."""
+    t = [T0 + i for i in range(N)]
+    series = []
+    for gi, job in (("1", "101"), ("2", "202")):
+        lab = {**LABELS, "GPU_I_ID": gi, "GPU_I_PROFILE": "3g.71gb", "hpc_job": job}
+        series += [Series({**lab, "__name__": mapping.ENERGY}, t, [1e9 + 300_000.0 * i for i in range(N)]),
+                   Series({**lab, "__name__": "DCGM_FI_PROF_SM_ACTIVE"}, t, [0.5] * N)]
+    gpus = merge([series], mapping.DEFAULT_JOB_LABEL, None)
+    jobs = {r["job_id"] for tl in gpus.values() for r in gpu_rows(tl, T0, 10.0)}
+    assert jobs <= {None}  # neither instance's job gets the GPU's windows
+    (tl,) = gpus.values()
+    assert tl.mig_series == 4
+
+
+def test_a_host_from_an_ip_instance_label_is_the_whole_address() -> None:
+    """Without a Hostname label the host is the ``instance`` label without its port; cut at its
+    first dot as a host name is, every node at 10.x.x.x became host "10" (found by review): their
+    files went into one host=10 folder, and their windows named a host Slurm never had."""
+    from wattclass.telemetry.prometheus.mapping import gpu_key
+
+    a = gpu_key({"UUID": "GPU-a", "instance": "10.0.0.1:9400"})
+    b = gpu_key({"UUID": "GPU-b", "instance": "10.0.0.2:9400"})
+    assert a is not None and b is not None and (a.host, b.host) == ("10.0.0.1", "10.0.0.2")
+    n = gpu_key({"UUID": "GPU-c", "instance": "node7.cluster.example:9400"})
+    assert n is not None and n.host == "node7"
