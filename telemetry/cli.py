@@ -137,8 +137,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     with backend:
         daemon = Daemon(backend, cfg, collector=collector, stop=stop)
 
-        for sig in STOP_SIGNALS:  # SIGHUP too: a closed terminal flushes like a stop, not a death
-            signal.signal(sig, stop.on_signal)
+        # SIGHUP too: a closed terminal flushes like a stop, not a death; the wait between polls
+        # ends on the signal's wakeup byte (telemetry/stopsignal.py)
+        stop.install(STOP_SIGNALS)
         daemon.lock.acquire()  # a second daemon says "locked by pid N", not "port in use"
         if collector is not None:
             bind = args.metrics_bind or DEFAULT_BIND
@@ -152,6 +153,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             # that says whether windows were lost (review finding).
             for sig in STOP_SIGNALS:
                 signal.signal(sig, signal.SIG_IGN)
+            stop.uninstall()
     s = daemon.stats
     log.info("done: %d rows, %.1f J, %d GPU error(s)", s.rows, s.energy_j, s.gpu_errors)
     return rc

@@ -80,7 +80,11 @@ CHILD = textwrap.dedent("""
 def test_a_loop_of_short_waits_survives_a_storm_of_signals() -> None:
     """A plain Event in this loop (``stop.set()`` in the handler) hangs within a few hundred
     signals; SignalStop never blocks in the handler."""
-    child = subprocess.Popen([sys.executable, "-c", CHILD, "2.0"], stdout=subprocess.PIPE, text=True)
+    _storm(CHILD)
+
+
+def _storm(code: str) -> None:
+    child = subprocess.Popen([sys.executable, "-c", code, "2.0"], stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout is not None and child.stdout.readline().strip() == "ready"
         sent = 0
@@ -95,3 +99,71 @@ def test_a_loop_of_short_waits_survives_a_storm_of_signals() -> None:
             child.wait()
     assert child.returncode == 0
     assert int(out.strip()) > 0  # it did take signals
+
+
+# -- the wakeup pipe (``install``): the daemon's main-thread wait ends on the signal itself ------
+
+PIPE_CHILD = textwrap.dedent("""
+    import os, signal, sys, threading, time
+    from wattclass.telemetry.stopsignal import SignalStop
+    SignalStop.SLICE_S = 3600.0  # a slice could never end these waits: only the pipe can
+    stop = SignalStop()
+    stop.install([signal.SIGUSR1])
+    how = sys.argv[1]
+    if how == "signal":
+        threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGUSR1)).start()
+    else:
+        threading.Timer(0.2, stop.set).start()
+    t0 = time.monotonic()
+    ended = stop.wait(120.0)
+    waited = time.monotonic() - t0
+    stop.clear()
+    short = stop.wait(0.05)  # after clear: a plain timed wait again, nothing pending
+    r, w = stop._pipe
+    stop.uninstall()
+    def closed(fd):
+        try:
+            os.fstat(fd)
+        except OSError:
+            return True
+        return False
+    print(ended, round(waited, 3), short, closed(r) and closed(w), signal.set_wakeup_fd(-1), flush=True)
+""")
+
+
+@pytest.mark.parametrize("how", ["signal", "set"])
+def test_an_installed_stop_ends_a_main_thread_wait_at_once_through_its_pipe(how: str) -> None:
+    out = subprocess.run([sys.executable, "-c", PIPE_CHILD, how], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    ended, waited, short, closed, wakeup_fd = out.stdout.split()
+    assert ended == "True"
+    # ended by the pipe, not by a slice (an hour) nor by the wait's own timeout (120 s)
+    assert float(waited) < 30.0
+    assert short == "False"
+    assert closed == "True" and wakeup_fd == "-1"  # uninstall gave back the wakeup fd, closed both ends
+
+
+def test_install_off_the_main_thread_is_refused_and_leaves_no_fd() -> None:
+    stop = SignalStop()
+    before = set(os.listdir("/proc/self/fd"))
+    errors: list[BaseException] = []
+
+    def install() -> None:
+        try:
+            stop.install([signal.SIGUSR1])
+        except ValueError as exc:
+            errors.append(exc)
+
+    t = threading.Thread(target=install)
+    t.start()
+    t.join()
+    assert len(errors) == 1 and stop._pipe is None
+    assert set(os.listdir("/proc/self/fd")) == before
+    assert stop.wait(0.01) is False  # still a working (sliced) event
+
+
+def test_a_loop_of_short_waits_on_the_pipe_survives_a_storm_of_signals() -> None:
+    """The storm above, with the handler and the wakeup pipe set by ``install``."""
+    code = CHILD.replace("signal.signal(signal.SIGUSR1, handler)",
+                         "stop.install([signal.SIGUSR1]); signal.signal(signal.SIGUSR1, handler)")
+    _storm(code)
