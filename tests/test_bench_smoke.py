@@ -4,7 +4,8 @@ The real figures come from running the same commands at full size (docs/benchmar
 each runs in a subprocess, as a user would run it, on small generated or bundled data, and must
 exit 0 with its usual output. sbatch_throughput.py and prolog_latency.py need the real Slurm
 daemons and are exercised by the slurm-marked tests; telemetry_overhead.py runs on the replay
-backend here (NVML only on the GPU machine). Not here yet: eval_classifier.py (about 80 s even
+backend here (NVML only on the GPU machine); nvml_call_cost.py and nvml_field_probe.py need a
+GPU (the device machine) and have no CPU mode. Not here yet: eval_classifier.py (about 80 s even
 at --repeats 1; its owner is reworking the evaluation) and bench_nightly.py (superseded by
 fleet_nightly.py; over 2 min even at --gpus 8).
 """
@@ -86,6 +87,12 @@ def test_daemon_lifecycle_sim_tiny() -> None:
     out = json.loads(_run(str(BENCH / "daemon_lifecycle.py"), "sim", "--gpus", "2", "--hours", "0.05"))
     assert out["rows"] > 0 and out["jobs"] > 0 and out["parquet_files"] > 1 and out["imported_heavy"] == []
     assert out["process_queries"] > 0  # gaps and jobs without a job file asked for the process list
+
+
+def test_daemon_wait_cost_tiny() -> None:
+    out = json.loads(_run(str(BENCH / "daemon_wait_cost.py"), "--waits", "3", "--period", "0.02",
+                          "--rounds", "1"))
+    assert set(out["cpu_us_per_wait"]) == {"sleep", "event", "signalstop-sliced", "signalstop-pipe"}
 
 
 def test_duckdb_anchor_alone(tiny_fleet: Path) -> None:
