@@ -351,11 +351,9 @@ def test_bad_job_file_is_a_data_error_naming_the_file(tmp_path: Path, name: str)
     assert len(str(exc.value)) < 400  # user-controlled content is truncated
 
 
-def test_daemon_keeps_polling_past_bad_job_files(tmp_path: Path, h200_raw: Path,
-                                                 caplog: pytest.LogCaptureFixture) -> None:
-    """The daemon's first poll used to raise ValueError on ``"uid": "notint"`` (a restart loop
-    under systemd). Now the file is skipped (logged once, truncated) and the GPU is attributed
-    from its process list as if there were no file."""
+def _reference_run_and_bad_spool(tmp_path: Path, h200_raw: Path, bad: str) -> Path:
+    """A replay without job files into ``tmp_path/ref``, and a spool holding ``BAD_JOB_FILES[bad]``
+    as every GPU's job file (root-trusted modes)."""
     spool = tmp_path / "spool"
     spool.mkdir()
     os.chmod(spool, 0o755)
@@ -363,8 +361,17 @@ def test_daemon_keeps_polling_past_bad_job_files(tmp_path: Path, h200_raw: Path,
                  DaemonConfig(data_root=tmp_path / "ref", host="n1", once=True))
     assert ref.run() == 0
     for g in ReplayBackend(h200_raw, realtime=False).gpus():
-        (spool / f"{g.uuid}.json").write_bytes(BAD_JOB_FILES["uid-not-int"])
+        (spool / f"{g.uuid}.json").write_bytes(BAD_JOB_FILES[bad])
         os.chmod(spool / f"{g.uuid}.json", 0o644)
+    return spool
+
+
+def test_daemon_keeps_polling_past_bad_job_files(tmp_path: Path, h200_raw: Path,
+                                                 caplog: pytest.LogCaptureFixture) -> None:
+    """The daemon's first poll used to raise ValueError on ``"uid": "notint"`` (a restart loop
+    under systemd). Now the file is skipped (logged once, truncated) and the GPU is attributed
+    from its process list as if there were no file."""
+    spool = _reference_run_and_bad_spool(tmp_path, h200_raw, "uid-not-int")
     d = Daemon(ReplayBackend(h200_raw, realtime=False),
                DaemonConfig(data_root=tmp_path / "d", host="n1", once=True, job_spool=spool))
     with caplog.at_level(logging.WARNING):
@@ -380,15 +387,7 @@ def test_a_user_no_utf8_can_hold_does_not_poison_the_wal(tmp_path: Path, h200_ra
     be converted (pyarrow's JSON reader refuses the lone surrogate: ArrowInvalid, not an OSError),
     so the roll raised out of the daemon, and every restart raised again on the same leftover
     segment before polling (a crash loop). Now the file is refused like any bad job file."""
-    spool = tmp_path / "spool"
-    spool.mkdir()
-    os.chmod(spool, 0o755)
-    ref = Daemon(ReplayBackend(h200_raw, realtime=False),
-                 DaemonConfig(data_root=tmp_path / "ref", host="n1", once=True))
-    assert ref.run() == 0
-    for g in ReplayBackend(h200_raw, realtime=False).gpus():
-        (spool / f"{g.uuid}.json").write_bytes(BAD_JOB_FILES["user-lone-surrogate"])
-        os.chmod(spool / f"{g.uuid}.json", 0o644)
+    spool = _reference_run_and_bad_spool(tmp_path, h200_raw, "user-lone-surrogate")
     cfg = DaemonConfig(data_root=tmp_path / "d", host="n1", once=True, job_spool=spool)
     assert Daemon(ReplayBackend(h200_raw, realtime=False), cfg).run() == 0
     assert keys(parquet_rows(tmp_path / "d")) == keys(parquet_rows(tmp_path / "ref"))
