@@ -42,8 +42,8 @@ def _register_nightly(sub: argparse._SubParsersAction[Any]) -> None:
     n.add_argument("--data-root", type=Path, required=True)
     n.add_argument("--date", default=None, help="YYYY-MM-DD (UTC; default: yesterday)")
     n.add_argument("--jobs-file", type=Path, default=None,
-                   help="offline job records (CSV/Parquet); default: DATA_ROOT/jobs/date=D/jobs.parquet "
-                   "if it exists, else ask Slurm (sacct/squeue)")
+                   help="offline job records (CSV with quoted text fields, or Parquet); default: "
+                   "DATA_ROOT/jobs/date=D/jobs.parquet if it exists, else ask Slurm (sacct/squeue)")
     n.add_argument("--policy", type=Path, default=None, help="policy TOML to embed in the table")
     n.add_argument("--table-out", type=Path, default=None,
                    help="label table path (default: DATA_ROOT/classifier/label_table.tsv)")

@@ -218,22 +218,50 @@ def test_a_carriage_return_in_a_field_neither_splits_nor_shifts_the_row(tmp_path
     assert client.problems == []
 
 
-def test_a_row_with_more_or_fewer_fields_than_the_header_is_skipped_and_named(tmp_path: Path) -> None:
-    """A row that does not have the header's field count is not read into the wrong columns (too
-    few used to fill the last columns with null silently; too many failed the whole file): it is
-    skipped, and the problem names its row, line and job id; a line break inside quotes is data."""
+def test_a_row_with_more_or_fewer_fields_than_the_header_refuses_the_file_naming_the_rows(
+        tmp_path: Path) -> None:
+    """A row that does not have the header's field count is never read into the wrong columns
+    (too few used to fill the last columns with null silently; too many failed with pandas' own
+    message), and a line break inside quotes is data."""
     f = tmp_path / "jobs.csv"
     f.write_text("job_id,name,user,account\n1,a,u,ml\n2,b,u\n3,c,u,ml,extra\n4,\"two\nlines\",u,ml\n5,e,u,ml\n")
-    client = C.JobsFileClient(f)
-    assert [(r.job_id, r.name) for r in client.jobs(*EVER)] == [("1", "a"), ("4", "two\nlines"), ("5", "e")]
-    assert client.problems == [
-        "row 2 (line 3, job 2): 3 fields, the header has 4; skipped (a line break or delimiter in an "
-        "unquoted field?)",
-        "row 3 (line 4, job 3): 5 fields, the header has 4; skipped (a line break or delimiter in an "
-        "unquoted field?)"]
+    with pytest.raises(DataError) as exc:
+        C.JobsFileClient(f)
+    msg = str(exc.value)
+    assert msg.startswith(f"{f}: cannot read jobs file: row 2 (line 3, job 2): 3 fields, the header has 4; "
+                          "row 3 (line 4, job 3): 5 fields, the header has 4: a line break or the delimiter")
+    quoted = tmp_path / "quoted.csv"
+    quoted.write_text("job_id,name,user,account\n4,\"two\nlines\",u,ml\n5,\"e,f\",u,ml\n")
+    assert [(r.job_id, r.name) for r in C.JobsFileClient(quoted).jobs(*EVER)] == [("4", "two\nlines"),
+                                                                                   ("5", "e,f")]
     no_id = tmp_path / "noid.csv"
-    no_id.write_text("job_id,name\n,a\n1,b,c\n7,d\n")  # row numbers stay the file's after a skipped row
+    no_id.write_text("job_id,name\n,a\n7,d\n")
     c2 = C.JobsFileClient(no_id)
-    assert [r.job_id for r in c2.jobs(*EVER)] == ["7"]
-    assert c2.problems[0].startswith("row 2 (line 3, job 1): 3 fields") and c2.problems[1] == \
-        "row 1: no job_id, record skipped"
+    assert [r.job_id for r in c2.jobs(*EVER)] == ["7"] and c2.problems == ["row 1: no job_id, record skipped"]
+
+
+def test_a_job_name_cannot_forge_a_record_in_an_unquoted_export(tmp_path: Path) -> None:
+    """Review finding: in an unquoted export (``sacct -P --delimiter=,``) a job name holding a line
+    break and a whole row's worth of fields added a record of its own making (job 9999 given to
+    alice beside bob's real record for it), while only the broken first part was skipped."""
+    f = tmp_path / "jobs.csv"
+    forged = "x\n9999,y,alice,physics"
+    f.write_text(f"job_id,name,user,account\n9999,train,bob,ml\n1234,{forged},mallory,ml\n")
+    with pytest.raises(DataError, match="forged rows; not read"):
+        C.JobsFileClient(f)
+
+
+def test_a_job_id_with_records_of_two_users_refuses_the_file(tmp_path: Path) -> None:
+    """A job name can fill every line of an unquoted export to the header's field count, and so
+    forge a record that no field count reveals: job 9999 given to alice beside bob's own record
+    (and its own job's record given to a user of its choosing). A job keeps its user over
+    requeues, so two users for one id refuse the file; two runs of one user's job do not."""
+    f = tmp_path / "jobs.csv"
+    name = "x,alice,ml\n9999,y,alice,physics\n7777,z"
+    f.write_text(f"job_id,name,user,account\n9999,train,bob,ml\n1234,{name},mallory,ml\n")
+    with pytest.raises(DataError, match=r"jobs.csv: job 9999 has records of two users \(bob and alice\)"):
+        C.JobsFileClient(f)
+    requeued = tmp_path / "requeued.csv"
+    requeued.write_text("job_id,name,user,account\n9999,train,bob,ml\n9999,train,bob,ml\n9999,train,,ml\n")
+    assert [r.user for r in C.JobsFileClient(requeued).jobs(*EVER)] == ["bob", "bob", None]
+

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from wattclass.errors import DataError
 from wattclass.jobrecord import JOB_COLUMNS, JobRecord
+from wattclass.logsafe import clip
 
 if TYPE_CHECKING:  # pandas is imported inside functions: the Prolog imports this module and must
     import pandas as pd  # start fast (no pandas on its path).
@@ -96,7 +97,7 @@ class JobsFileClient(SlurmClient):
                 import io
 
                 text = self.path.read_bytes().decode("utf-8", "surrogateescape").translate(_MARK_BAD)
-                text, row_numbers = _whole_rows(text, self.problems)
+                text, row_numbers = _whole_rows(text)
                 marked = _CR_MARK in text
                 # Text stays text ("0042" is an account, not 42; a user called "NA" is a user), a
                 # blank is null, and sacct's words for "no time" (a running job's End) are null.
@@ -141,6 +142,7 @@ class JobsFileClient(SlurmClient):
                     admin_comment=None if "admin_comment" in bad else rec.admin_comment))
             else:
                 self.problems.append(f"job {shown}: {', '.join(bad)} not UTF-8, record skipped")
+        _one_user_per_job(self.path, self._records)
         for msg in self.problems[:20]:
             log.warning("%s: %s", self.path, msg)
         if len(self.problems) > 20:
@@ -172,17 +174,39 @@ _CR_MARK = chr(_BAD_BASE + 0x0D)
 _BARE_CR = re.compile("\r(?!\n)")
 
 
-def _whole_rows(text: str, problems: list[str]) -> tuple[str, list[int]]:
-    """The CSV ``text`` with only rows of the header's field count, and each kept row's number
-    (1 = the first row after the header).
+def _one_user_per_job(path: Path, records: list[JobRecord]) -> None:
+    """A DataError where one job id's records name two users. A job keeps its user through every
+    requeue (one record per run), so two users for one id is no Slurm record: it is what a job
+    name holding line breaks makes of an unquoted export whose every line it fills to the
+    header's field count (a row giving another user's job to a user of its choosing), which no
+    field count can tell. The records decide whose key a job's label joins and whose windows are
+    a job's (classifier/jobcheck.py), so the file is refused rather than one record trusted."""
+    seen: dict[str, str] = {}
+    for r in records:
+        if r.user is None:
+            continue
+        first = seen.setdefault(r.job_id, r.user)
+        if first != r.user:
+            raise DataError(f"{path}: job {_shown(r.job_id)} has records of two users ({clip(first, 64)} "
+                            f"and {clip(r.user, 64)}): a job keeps its user; in an unquoted export a job "
+                            "name can forge rows; not read. Export the records with every text field quoted, "
+                            "or as Parquet")
+
+
+def _whole_rows(text: str) -> tuple[str, list[int]]:
+    """The CSV ``text`` and each row's number (1 = the first row after the header); a DataError
+    where a row's field count differs from the header's.
 
     Why: a job name or user holding a carriage return split its row in two and shifted every
     later column of it silently (pandas ends a row at a bare CR even outside quotes: 21 jobs read
     as 42 records, job 5001 with user "a"). Where the file's lines end in LF or CRLF, a CR not
     before LF is a character of the field (marked as ``_CR_MARK`` while parsing); the rows are
     then split as the csv module splits them (newline="": a line break inside quotes stays in the
-    field), and a row whose field count differs from the header's is skipped and named in
-    ``problems`` (row, line and job id) rather than read into the wrong columns."""
+    field). A row of another field count means an unquoted field held a line break or the
+    delimiter: then no row of the file can be trusted, since a job name (the user's to choose)
+    holding line breaks can forge whole rows of the header's count after the broken one (a record
+    giving another user's job id to a user of its choosing), so the file is refused, naming the
+    rows. Skipping the broken rows alone kept the forged ones (a fresh-eyes review)."""
     import csv
     import io
 
@@ -193,26 +217,25 @@ def _whole_rows(text: str, problems: list[str]) -> tuple[str, list[int]]:
     if header is None:
         return text, []
     at = header.index("job_id") if "job_id" in header else None
-    kept: list[list[str]] = [header]
     numbers: list[int] = []
+    broken: list[str] = []
     n = 0
     for row in reader:
         if not row:  # a blank line: pandas skips it too
             continue
         n += 1
         if len(row) == len(header):
-            kept.append(row)
             numbers.append(n)
             continue
         job = _shown(row[at]).replace(_CR_MARK, "?") if at is not None and at < len(row) else "?"
-        problems.append(f"row {n} (line {reader.line_num}, job {job}): {len(row)} fields, the header "
-                        f"has {len(header)}; skipped (a line break or delimiter in an unquoted field?)")
-    if len(kept) - 1 == n:
-        return text, numbers  # every row whole: parse the text as it is
-    out = io.StringIO()
-    # CRLF as the terminator: the writer then quotes any field holding a CR or LF
-    csv.writer(out, lineterminator="\r\n").writerows(kept)
-    return out.getvalue(), numbers
+        broken.append(f"row {n} (line {reader.line_num}, job {job}): {len(row)} fields, the header has "
+                      f"{len(header)}")
+    if broken:
+        more = f" and {len(broken) - 3} more" if len(broken) > 3 else ""
+        raise DataError(f"{'; '.join(broken[:3])}{more}: a line break or the delimiter in an unquoted field, "
+                        "so a job name may have forged rows; not read. Export the records with every "
+                        "text field quoted (a CSV writer's quoting), or as Parquet")
+    return text, numbers
 
 
 _NOT_UTF8 = re.compile(f"[{chr(_BAD_BASE + 0x80)}-{chr(_BAD_BASE + 0xFF)}]")
