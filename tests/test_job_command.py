@@ -224,3 +224,24 @@ def test_label_store_days_whose_columns_do_not_merge_are_read_one_by_one(
     day(DAY, "mixed", 0.71)
     d = _json(capsys, "5003", "--data-root", str(root), "--date", DAY)
     assert (d["label"], d["confidence"]) == ("mixed", 0.71)
+
+
+def test_a_job_name_with_terminal_escapes_or_newlines_prints_as_one_plain_line(
+        root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The job name, user and account are Slurm users' strings (sacct --json decodes \\u001b and \\n
+    escapes): printed raw, ``wattclass job`` sent a user's ESC sequences to the administrator's
+    terminal (set its title, clear the screen, OSC 52 writes the clipboard) and a newline forged
+    output lines ("Decision: cap: ..."). Found by a fresh-eyes review of user strings in outputs."""
+    jobs = root / "jobs" / f"date={DAY}"
+    jobs.mkdir(parents=True)
+    evil = "x\x1b]52;c;cm0gLXJmIH4K\x07\x1b[2J\x9b31m\nDecision: cap: forged\r"
+    pd.DataFrame({"job_id": ["5003"], "user": ["chen\x1b[8m"], "account": ["physics\n"],
+                  "name": [evil]}).to_parquet(jobs / "jobs.parquet")
+    assert main(["job", "5003", "--data-root", str(root), "--date", DAY]) == 0
+    text = capsys.readouterr().out
+    assert not any((ord(c) < 0x20 and c != "\n") or 0x7F <= ord(c) < 0xA0 for c in text), repr(text)
+    decisions = [ln for ln in text.splitlines() if ln.startswith("Decision:")]
+    assert len(decisions) == 1 and decisions[0].startswith("Decision: none: "), decisions
+    assert "Name: x\\x1b]52;c;cm0gLXJmIH4K\\x07" in text
+    # --json keeps the exact strings (a script gets the data; JSON escapes them)
+    assert _json(capsys, "5003", "--data-root", str(root), "--date", DAY)["name"] == evil

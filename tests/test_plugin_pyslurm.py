@@ -154,3 +154,36 @@ def test_open_client_without_pyslurm_is_the_command_client(monkeypatch: pytest.M
     with caplog.at_level(logging.INFO, logger="wattclass.slurm.commands"):
         assert isinstance(open_slurm_client(version="25.11.7"), CommandSlurmClient)
     assert "pyslurm 25.11.2 does not import" in caplog.text
+
+
+class _RawJob(types.SimpleNamespace):
+    """A pyslurm db.Job whose C strings hold ``raw`` bytes: pyslurm's Cython properties decode them
+    as strict UTF-8 when read (cstr.to_unicode, c_string_encoding=default), as these do."""
+
+    raw: dict[str, bytes]
+
+    def __getattribute__(self, attr: str) -> Any:
+        raw = object.__getattribute__(self, "__dict__").get("raw", {})
+        if attr in raw:
+            return raw[attr].decode("utf-8")
+        return object.__getattribute__(self, attr)
+
+
+def test_a_job_name_that_is_not_utf8_is_dropped_not_a_failed_night(caplog: pytest.LogCaptureFixture) -> None:
+    """A Slurm user's job name in another encoding (sbatch -J $'caf\\xe9') made pyslurm raise
+    UnicodeDecodeError out of jobs(): not a SlurmError, so the nightly failed every night for the
+    8 days the job stayed in its window (no labels, no label table). The command client reads the
+    same name with errors='replace'; here the name is dropped, as the jobs-file client drops it.
+    A user or account pyslurm cannot read skips that one record. Found by a fresh-eyes review."""
+    ok = dict(start_time=1795967767, end_time=1795967900, array_id=0, array_task_id=0xFFFFFFFE,
+              admin_comment="", partition="gpu", account="llm")
+    jobs = [
+        _RawJob(id=41, user_name="alice", raw={"name": b"caf\xe9"}, **ok),
+        _RawJob(id=42, name="fine", user_name="bob", **ok),
+        _RawJob(id=43, name="x", raw={"user_name": b"\xff"}, **ok),
+    ]
+    with caplog.at_level(logging.WARNING):
+        recs = PySlurmClient(fake_pyslurm(jobs)).jobs(T0, T0 + dt.timedelta(days=1))
+    assert [(r.job_id, r.name, r.user) for r in recs] == [("41", None, "alice"), ("42", "fine", "bob")]
+    assert "job 41: name not UTF-8, dropped" in caplog.text
+    assert "job 43: user_name not UTF-8; record skipped" in caplog.text

@@ -24,6 +24,7 @@ import pandas as pd
 
 from wattclass.classifier import rules
 from wattclass.errors import DataError
+from wattclass.logsafe import clip
 
 log = logging.getLogger(__name__)
 
@@ -453,6 +454,11 @@ def human(d: dict[str, Any]) -> str:
     def f(v: Any, fmt: str, unit: str = "") -> str:
         return "-" if v is None else f"{v:{fmt}}{unit}"
 
+    # Names, users, accounts and the admin_comment's reason are Slurm users' (or records') text:
+    # on a terminal, control characters are escaped (no ESC sequences, no forged lines), as in logs.
+    # --json keeps them exact. Slurm keeps job names to 1024 bytes; nothing here is cut shorter.
+    d = {k: clip(v, 4096) if isinstance(v, str) else [clip(x, 4096) for x in v] if isinstance(v, list) else v
+         for k, v in d.items()}
     hosts = d["hosts"]
     where = f" ({', '.join(hosts[:4])}{', ...' if len(hosts) > 4 else ''})" if hosts else ""
     lines = [

@@ -23,6 +23,7 @@ from typing import Any
 
 from wattclass.errors import SlurmError
 from wattclass.jobrecord import JobRecord, nodes_text
+from wattclass.logsafe import clip
 from wattclass.slurm.client import SlurmClient
 from wattclass.slurm.commands import CommandSlurmClient
 
@@ -57,9 +58,9 @@ class PySlurmClient(SlurmClient):
                                               end_time=int(end.timestamp())))
         except Exception as exc:  # pyslurm raises RPCError and friends
             raise SlurmError(f"pyslurm: loading jobs {start:%F %T} .. {end:%F %T} failed: {exc}") from exc
-        jobs = _values(found)
-        recs = [record(j) for j in jobs]
-        requeued = [r.slurm_job_id for j, r in zip(jobs, recs, strict=True)
+        pairs = [(j, r) for j in _values(found) if (r := _readable_record(j)) is not None]
+        recs = [r for _, r in pairs]
+        requeued = [r.slurm_job_id for j, r in pairs
                     if (getattr(j, "requeue_count", 0) or 0) > 0 and r.slurm_job_id]
         return self._with_runs(recs, requeued, start, end) if requeued else recs
 
@@ -95,7 +96,7 @@ class PySlurmClient(SlurmClient):
             found = self._ps.Jobs.load()
         except Exception as exc:
             raise SlurmError(f"pyslurm: loading live jobs failed: {exc}") from exc
-        return [record(j) for j in _values(found)]
+        return [r for j in _values(found) if (r := _readable_record(j)) is not None]
 
     def live_job(self, job_id: str) -> JobRecord | None:
         """One live job from slurmctld, or None if it does not know the id."""
@@ -114,22 +115,54 @@ def _values(found: Any) -> Iterable[Any]:
     return list(found.values()) if hasattr(found, "values") else list(found)
 
 
+class NotUtf8Error(ValueError):
+    """A job's user, account or partition that pyslurm cannot decode (not UTF-8)."""
+
+
+def _readable_record(j: Any) -> JobRecord | None:
+    """``record(j)``, or None (logged) for a job whose user, account or partition is not UTF-8,
+    as the jobs-file client skips such a record."""
+    try:
+        return record(j)
+    except NotUtf8Error as exc:
+        log.warning("pyslurm: %s; record skipped", exc)
+        return None
+
+
 def record(j: Any) -> JobRecord:
-    """A pyslurm ``Job`` or ``db.Job`` as a JobRecord; array tasks as "123_4"."""
+    """A pyslurm ``Job`` or ``db.Job`` as a JobRecord; array tasks as "123_4".
+
+    pyslurm decodes Slurm's strings as strict UTF-8 when a field is read, so a job name in another
+    encoding (a Slurm user's own bytes) raises UnicodeDecodeError there: such a name or admin
+    comment is dropped (None, logged), as the jobs-file client drops it; any other text field that
+    is not UTF-8 raises NotUtf8Error."""
     job_id = str(j.id)
     array_id = getattr(j, "array_id", None)
     task = getattr(j, "array_task_id", None)
     if array_id and task is not None and task not in _NO_VAL:
         job_id = f"{array_id}_{task}"
+    text: dict[str, str | None] = {}
+    bad = []
+    for attr in ("name", "user_name", "account", "partition", "admin_comment"):
+        try:
+            text[attr] = _text(getattr(j, attr, None))
+        except UnicodeDecodeError:
+            text[attr] = None
+            bad.append(attr)
+    if bad:
+        what = f"job {clip(job_id, 40)}: {' and '.join(bad)} not UTF-8"
+        if not set(bad) <= {"name", "admin_comment"}:
+            raise NotUtf8Error(what)
+        log.warning("pyslurm: %s, dropped", what)
     return JobRecord(
         job_id=job_id,
-        name=_text(getattr(j, "name", None)),
-        user=_text(getattr(j, "user_name", None)),
-        account=_text(getattr(j, "account", None)),
-        partition=_text(getattr(j, "partition", None)),
+        name=text["name"],
+        user=text["user_name"],
+        account=text["account"],
+        partition=text["partition"],
         start=_when(getattr(j, "start_time", None)),
         end=_when(getattr(j, "end_time", None)),
-        admin_comment=_text(getattr(j, "admin_comment", None)),
+        admin_comment=text["admin_comment"],
         gpus=_gpus(j),
         slurm_job_id=str(j.id),
         # db.Job.nodelist (slurmdbd), Job.allocated_nodes (slurmctld): the same hostlist as sacct's
