@@ -140,19 +140,21 @@ def cmd_run(args: argparse.Namespace) -> int:
         # SIGHUP too: a closed terminal flushes like a stop, not a death; the wait between polls
         # ends on the signal's wakeup byte (telemetry/stopsignal.py)
         stop.install(STOP_SIGNALS)
-        daemon.lock.acquire()  # a second daemon says "locked by pid N", not "port in use"
-        if collector is not None:
-            bind = args.metrics_bind or DEFAULT_BIND
-            serve(int(args.metrics_port), collector, bind)
-            log.info("metrics on http://%s:%d/metrics", bind, args.metrics_port)
-        try:
-            rc = daemon.run()
+        try:  # uninstall on every way out: a refused lock or port run in-process (the demo) too
+            daemon.lock.acquire()  # a second daemon says "locked by pid N", not "port in use"
+            if collector is not None:
+                bind = args.metrics_bind or DEFAULT_BIND
+                serve(int(args.metrics_port), collector, bind)
+                log.info("metrics on http://%s:%d/metrics", bind, args.metrics_port)
+            try:
+                rc = daemon.run()
+            finally:
+                # Flushed: later signals change nothing. Python's exit would give them their
+                # default action back, and a late SIGTERM would kill the process and with it the
+                # exit code that says whether windows were lost (review finding).
+                for sig in STOP_SIGNALS:
+                    signal.signal(sig, signal.SIG_IGN)
         finally:
-            # Flushed: later signals change nothing. Python's exit would give them their default
-            # action back, and a late SIGTERM would kill the process and with it the exit code
-            # that says whether windows were lost (review finding).
-            for sig in STOP_SIGNALS:
-                signal.signal(sig, signal.SIG_IGN)
             stop.uninstall()
     s = daemon.stats
     log.info("done: %d rows, %.1f J, %d GPU error(s)", s.rows, s.energy_j, s.gpu_errors)

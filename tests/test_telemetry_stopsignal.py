@@ -15,6 +15,7 @@ import sys
 import textwrap
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -167,3 +168,30 @@ def test_a_loop_of_short_waits_on_the_pipe_survives_a_storm_of_signals() -> None
     code = CHILD.replace("signal.signal(signal.SIGUSR1, handler)",
                          "stop.install([signal.SIGUSR1]); signal.signal(signal.SIGUSR1, handler)")
     _storm(code)
+
+
+def test_a_daemon_refused_by_the_lock_gives_back_the_wakeup_fd_and_closes_its_pipe(
+    tmp_path: Path, h200_raw: Path
+) -> None:
+    """Review finding: ``install`` came before the lock and the metrics server, outside the
+    ``try`` whose ``finally`` uninstalls, so a second daemon ("locked by pid N", exit 6) run
+    in-process (the demo's ``run_cli``) left its pipe open and the process's wakeup fd on it."""
+    from wattclass.cli import main
+    from wattclass.lockfile import FolderLock
+    from wattclass.telemetry.stopsignal import STOP_SIGNALS
+
+    root = tmp_path / "d"
+    saved = {s: signal.getsignal(s) for s in STOP_SIGNALS}
+    before = set(os.listdir("/proc/self/fd"))
+    old = signal.set_wakeup_fd(-1)
+    try:
+        with FolderLock(root / "wal" / "n1", "first daemon"):
+            rc = main(["-q", "telemetry", "run", "--backend", f"replay:{h200_raw}", "--data-root", str(root),
+                       "--host", "n1", "--once"])
+        assert rc == 6
+        assert signal.set_wakeup_fd(-1) == -1  # given back
+        assert set(os.listdir("/proc/self/fd")) == before  # no pipe end left open
+    finally:
+        signal.set_wakeup_fd(old)
+        for s, h in saved.items():
+            signal.signal(s, h)
