@@ -14,7 +14,7 @@ the event is set outside the handler by the next ``is_set`` or ``wait`` of the m
 
 How a wait learns of a signal that arrives during it: Python resumes an interrupted wait after
 the handler has run, so something must end it. With ``install`` (the daemon's main thread) the
-wait is a ``select`` on a pipe that the interpreter itself writes a byte to when a signal comes
+wait is a ``poll`` on a pipe that the interpreter itself writes a byte to when a signal comes
 (``signal.set_wakeup_fd``) and ``set`` writes to from any thread: one system call per wait, and
 the wait ends the moment a signal or ``set`` comes. Without it (another thread, or no
 ``install``), waits are cut into slices of at most ``SLICE_S`` and a signal is seen within that
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import select
 import signal
@@ -41,6 +42,10 @@ log = logging.getLogger("wattclass.telemetry.cli")
 STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
+#: The longest one ``poll`` of ``SignalStop.wait`` (s): a longer wait polls again.
+_POLL_MAX_S = 86400.0
+
+
 class SignalStop(threading.Event):
     """A ``threading.Event`` that ``on_signal`` can trip from a signal handler."""
 
@@ -52,6 +57,7 @@ class SignalStop(threading.Event):
         super().__init__()
         self.signum: int | None = None
         self._pipe: tuple[int, int] | None = None  # (read end, write end) once installed
+        self._poller: select.poll | None = None  # poll, not select: no limit of 1024 on the fd
         self._old_wakeup_fd = -1
         # ``set`` (any thread) never writes to a pipe end ``uninstall`` closed, whose number a new
         # file may have taken; no signal handler takes it
@@ -61,6 +67,8 @@ class SignalStop(threading.Event):
         """Make ``on_signal`` the handler of ``signals`` and let waits end on the wakeup pipe.
 
         Main thread only (Python's rule for both). Undo with ``uninstall``."""
+        if self._pipe is not None:
+            raise RuntimeError("SignalStop.install: already installed")
         r, w = os.pipe()
         os.set_blocking(r, False)
         os.set_blocking(w, False)
@@ -71,6 +79,8 @@ class SignalStop(threading.Event):
             os.close(w)
             raise
         self._pipe = (r, w)
+        self._poller = select.poll()
+        self._poller.register(r, select.POLLIN)
         for sig in signals:
             signal.signal(sig, self.on_signal)
 
@@ -81,7 +91,7 @@ class SignalStop(threading.Event):
         signal.set_wakeup_fd(self._old_wakeup_fd)
         with self._pipe_lock:
             r, w = self._pipe
-            self._pipe = None
+            self._pipe = self._poller = None
             os.close(r)
             os.close(w)
 
@@ -105,14 +115,17 @@ class SignalStop(threading.Event):
 
     def wait(self, timeout: float | None = None) -> bool:
         deadline = None if timeout is None else time.monotonic() + timeout
-        pipe = self._pipe if threading.current_thread() is threading.main_thread() else None
+        pipe, poller = self._pipe, self._poller
+        if threading.current_thread() is not threading.main_thread():
+            pipe = poller = None
         while not self.is_set():
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 break
-            if pipe is None:
+            if pipe is None or poller is None:
                 super().wait(self.SLICE_S if left is None else min(self.SLICE_S, left))
-            elif select.select([pipe[0]], [], [], left)[0]:
+            # at most a day a call (poll's milliseconds are a C int; the loop waits on)
+            elif poller.poll(math.ceil(min(_POLL_MAX_S, _POLL_MAX_S if left is None else left) * 1e3)):
                 with contextlib.suppress(BlockingIOError):  # a signal, or ``set``: look again
                     os.read(pipe[0], 512)
         return self.is_set()

@@ -116,7 +116,7 @@ PIPE_CHILD = textwrap.dedent("""
     else:
         threading.Timer(0.2, stop.set).start()
     t0 = time.monotonic()
-    ended = stop.wait(120.0)
+    ended = stop.wait(float(sys.argv[2]))
     waited = time.monotonic() - t0
     stop.clear()
     short = stop.wait(0.05)  # after clear: a plain timed wait again, nothing pending
@@ -132,9 +132,11 @@ PIPE_CHILD = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("how", ["signal", "set"])
-def test_an_installed_stop_ends_a_main_thread_wait_at_once_through_its_pipe(how: str) -> None:
-    out = subprocess.run([sys.executable, "-c", PIPE_CHILD, how], capture_output=True, text=True, timeout=60)
+@pytest.mark.parametrize(("how", "timeout"), [("signal", "120"), ("set", "120"), ("set", "1e300")])
+def test_an_installed_stop_ends_a_main_thread_wait_at_once_through_its_pipe(how: str, timeout: str) -> None:
+    """(1e300 s: longer than poll's milliseconds can say; the wait polls a day at a time.)"""
+    out = subprocess.run([sys.executable, "-c", PIPE_CHILD, how, timeout], capture_output=True, text=True,
+                         timeout=60)
     assert out.returncode == 0, out.stderr
     ended, waited, short, closed, wakeup_fd = out.stdout.split()
     assert ended == "True"
@@ -142,6 +144,21 @@ def test_an_installed_stop_ends_a_main_thread_wait_at_once_through_its_pipe(how:
     assert float(waited) < 30.0
     assert short == "False"
     assert closed == "True" and wakeup_fd == "-1"  # uninstall gave back the wakeup fd, closed both ends
+
+
+def test_a_second_install_is_refused() -> None:
+    code = textwrap.dedent("""
+        import signal
+        from wattclass.telemetry.stopsignal import SignalStop
+        stop = SignalStop()
+        stop.install([signal.SIGUSR1])
+        try:
+            stop.install([signal.SIGUSR1])
+        except RuntimeError as exc:
+            print(exc)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "already installed" in out.stdout, out.stderr
 
 
 def test_install_off_the_main_thread_is_refused_and_leaves_no_fd() -> None:
