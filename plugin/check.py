@@ -46,6 +46,7 @@ def _run(name: str, fn: Callable[[], str]) -> Check:
 
 def _check_wrapper(path: Path, python: str | None) -> str:
     from wattclass.fsutil import refuse_if_others_can_write
+    from wattclass.plugin.install import check_hook_args
 
     refuse_if_others_can_write(path)
     st = os.stat(path)
@@ -57,6 +58,7 @@ def _check_wrapper(path: Path, python: str | None) -> str:
                              "re-run `wattclass plugin install-hooks`)")
     if not python or not python.startswith("/"):
         raise WattclassError(f"{path}: PYTHON= is not an absolute path")
+    check_hook_args(_wrapper_config(path)[1], f"{path}: WATTCLASS_ARGS")
     return f"{path} (root, {stat.filemode(st.st_mode)}) runs {python}"
 
 
@@ -154,6 +156,7 @@ def _check_backend(spec: str) -> str:
 
 def run_checks(args: argparse.Namespace) -> list[Check]:
     """Every check; the paths default to what the installed wrappers pass to the hooks."""
+    from wattclass.plugin.install import check_hook_args
     from wattclass.plugin.prolog import add_arguments
 
     checks: list[Check] = []
@@ -166,7 +169,10 @@ def run_checks(args: argparse.Namespace) -> list[Check]:
         checks.append(Check("prolog wrapper", False, f"{prolog_sh}: {exc.strerror}"))
     hp = argparse.ArgumentParser(add_help=False)
     add_arguments(hp)
-    hook, _unknown = hp.parse_known_args(hook_args)
+    try:  # the paths the hooks will use; wrong arguments fail the wrapper's own check
+        hook = check_hook_args(hook_args)
+    except WattclassError:
+        hook, _unknown = hp.parse_known_args([])
     python = args.python or python
     if prolog_sh.exists():
         checks.append(_run("prolog wrapper", lambda: _check_wrapper(prolog_sh, python)))

@@ -7,10 +7,12 @@ written as a Lua string literal / a single-quoted shell word, so no path can inj
 
 from __future__ import annotations
 
+import argparse
 import re
 import shlex
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from wattclass.errors import ConfigError
 from wattclass.labeltable import lua_string
@@ -49,6 +51,38 @@ def hook_template(kind: str) -> str:
         return (_REPO_DEPLOY / f"{kind}.sh").read_text(encoding="utf-8")
 
 
+class _HookArgParser(argparse.ArgumentParser):
+    """The hooks' own option parser, raising instead of exiting (``check_hook_args``)."""
+
+    def error(self, message: str) -> Any:  # argparse calls it for every usage error
+        raise ConfigError(message)
+
+
+#: Hook options that make the Prolog cap nothing: for a by-hand trial, never for slurmd.
+_NOT_FOR_SLURMD = ("--dry-run", "--admin-comment")
+
+
+def check_hook_args(args: list[str], where: str = "hook arguments") -> argparse.Namespace:
+    """The hooks' options as ``python -m wattclass.plugin.prolog`` will parse them; ConfigError
+    naming ``where`` and the option when it would reject them or would cap nothing.
+
+    Why: the Prolog parses strictly (``parse_args``) and exits 2 on an unknown option or a bad
+    value, and the wrapper exits 0 whatever happens (a hook must never drain a node), so a typo
+    such as ``--stat-dir`` left every job on the node uncapped, seen only in syslog."""
+    from wattclass.plugin.prolog import add_arguments
+
+    parser = _HookArgParser(prog="wattclass-hook", add_help=False)
+    add_arguments(parser)
+    for a in args:
+        if a.split("=", 1)[0] in _NOT_FOR_SLURMD:
+            raise ConfigError(f"{where}: {a.split('=', 1)[0]} makes the hooks set no cap (for a trial by "
+                              "hand only)")
+    try:
+        return parser.parse_args(args)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc} (the hooks would exit without capping)") from exc
+
+
 def render_hook(kind: str, python: str, args: list[str]) -> str:
     """The wrapper with ``PYTHON`` and ``WATTCLASS_ARGS`` set (``python`` must be absolute)."""
     if not python.startswith("/"):
@@ -56,6 +90,7 @@ def render_hook(kind: str, python: str, args: list[str]) -> str:
     for a in args:
         if any(c in a for c in " \t\n'\"\\$`"):
             raise ConfigError(f"hook argument {a!r}: spaces and shell characters are not allowed")
+    check_hook_args(args, "--hook-args")
     src = hook_template(kind)
     src, n1 = re.subn(r"^PYTHON=.*$", lambda _m: f"PYTHON={shlex.quote(python)}", src, flags=re.MULTILINE)
     src, n2 = re.subn(r"^WATTCLASS_ARGS=.*$", lambda _m: f'WATTCLASS_ARGS="{" ".join(args)}"', src,

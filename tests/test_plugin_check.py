@@ -183,3 +183,43 @@ def test_slurm_conf_includes_are_followed_and_a_loop_is_refused(tmp_path: Path) 
     (tmp_path / "nodes.conf").write_text("Include slurm.conf\n")
     with pytest.raises(WattclassError, match="Include nested"):
         read_conf(conf)
+
+
+# Review (admin inputs): hook arguments the Prolog would reject or that disable capping.
+#
+# Found by reading plugin/check.py: ``plugin check`` parsed the wrappers' WATTCLASS_ARGS with
+# ``parse_known_args`` (unknown options dropped), while the Prolog itself uses ``parse_args`` and
+# exits 2 on them; the wrapper then exits 0 (fail-open), so every job on the node ran uncapped while
+# the checklist said OK. ``install-hooks`` wrote such arguments without a word.
+
+
+def _checks(capsys: pytest.CaptureFixture[str]) -> dict[str, tuple[bool, str]]:
+    out = json.loads(capsys.readouterr().out)
+    return {c["name"]: (c["ok"], c["detail"]) for c in out["checks"]}
+
+
+@pytest.mark.parametrize("bad", ["--stat-dir /x", "--slurm-timeout abc", "--dry-run"])
+def test_install_hooks_refuses_arguments_the_prolog_rejects_or_that_cap_nothing(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], bad: str) -> None:
+    rc = main(["plugin", "install-hooks", "--dest", str(tmp_path / "etc"), "--python", "/usr/bin/python3",
+               "--hook-args", f"--backend nvml {bad}"])
+    err = capsys.readouterr().err
+    assert rc != 0 and "--hook-args" in err and bad.split()[0] in err, err
+    assert "Traceback" not in err
+    assert not (tmp_path / "etc" / "prolog.sh").exists()
+
+
+@pytest.mark.parametrize("bad", ["--stat-dir /x", "--slurm-timeout abc", "--dry-run"])
+def test_plugin_check_fails_on_wrapper_arguments_the_prolog_rejects(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], bad: str) -> None:
+    argv = _install(tmp_path)
+    for kind in ("prolog", "epilog"):
+        sh = tmp_path / "etc" / f"{kind}.sh"
+        text = sh.read_text().replace('WATTCLASS_ARGS="', f'WATTCLASS_ARGS="{bad} ')
+        sh.write_text(text)
+    capsys.readouterr()
+    rc = main(argv)
+    got = _checks(capsys)
+    assert rc == 1
+    ok, detail = got["prolog wrapper"]
+    assert not ok and bad.split()[0] in detail, got
