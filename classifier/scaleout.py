@@ -185,6 +185,19 @@ def load_config(path: Path) -> ClusterConfig:
     s = cfg.slurm
     if s.processes < 1 or s.cores < s.processes:
         raise ConfigError(f"{path}: slurm.cores ({s.cores}) must be >= slurm.processes ({s.processes}) >= 1")
+    # a cluster without a worker never runs a task: the nightly would wait for one forever
+    for key in ("n_workers", "threads_per_worker"):
+        if getattr(cfg.local, key) < 1:
+            raise ConfigError(f"{path}: local.{key} must be at least 1 (no worker runs nothing)")
+    if s.adapt_maximum_jobs is not None and s.adapt_maximum_jobs < 1:
+        raise ConfigError(f"{path}: slurm.adapt_maximum_jobs must be at least 1 (no worker runs nothing)")
+    if s.adapt_minimum_jobs is not None and s.adapt_maximum_jobs is None:
+        raise ConfigError(f"{path}: slurm.adapt_minimum_jobs needs slurm.adapt_maximum_jobs (without it "
+                          "the cluster is not adaptive and slurm.jobs is used)")
+    if s.adapt_minimum_jobs is not None and s.adapt_maximum_jobs is not None \
+            and s.adapt_minimum_jobs > s.adapt_maximum_jobs:
+        raise ConfigError(f"{path}: slurm.adapt_minimum_jobs ({s.adapt_minimum_jobs}) is above "
+                          f"slurm.adapt_maximum_jobs ({s.adapt_maximum_jobs})")
     if kind == "scheduler":
         _check_scheduler_tls(cfg, path)
     elif cfg.tls is not None:

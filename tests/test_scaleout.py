@@ -430,3 +430,27 @@ def test_a_cluster_config_another_user_could_change_is_refused(tmp_path: Path, b
     with pytest.raises(ConfigError, match="refusing") as err:
         load_config(cfg)
     assert str(cfg) in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ('kind = "local"\n[local]\nn_workers = 0\n', "local.n_workers"),
+        ('kind = "local"\n[local]\nthreads_per_worker = 0\n', "local.threads_per_worker"),
+        ('kind = "slurm"\n[slurm]\ntls = false\nadapt_maximum_jobs = 0\n', "slurm.adapt_maximum_jobs"),
+        ('kind = "slurm"\n[slurm]\ntls = false\nadapt_minimum_jobs = 2\n', "slurm.adapt_minimum_jobs"),
+        ('kind = "slurm"\n[slurm]\ntls = false\nadapt_minimum_jobs = 5\nadapt_maximum_jobs = 2\n',
+         "slurm.adapt_minimum_jobs"),
+    ],
+)
+def test_worker_counts_that_run_nothing_or_are_ignored_are_refused(tmp_path: Path, text: str,
+                                                                   needle: str) -> None:
+    """Review (admin inputs): a cluster with no worker (n_workers = 0, threads_per_worker = 0,
+    adapt_maximum_jobs = 0) was accepted, and the nightly (a oneshot unit without a start timeout)
+    then waited for a worker forever; adapt_minimum_jobs without adapt_maximum_jobs was silently
+    ignored (jobs was used), and a minimum above the maximum went to dask unchecked."""
+    cfg = tmp_path / "cluster.toml"
+    cfg.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_config(cfg)
+    assert needle in str(err.value) and str(cfg) in str(err.value)
