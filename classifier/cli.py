@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -185,6 +185,29 @@ def cmd_classify(args: argparse.Namespace) -> int:
     return 0
 
 
+def _node_features(features: Mapping[str, Sequence[str]]) -> set[str] | None:
+    """The features that exist on some node (sinfo), for the table's placement: job_submit.lua
+    adds a policy's feature only if the table offers it, and sbatch rejects a job asking for a
+    feature no node has (a typo in the policy failed every such job in enforce mode: review
+    finding). None where the policy has no features; with the nodes unknown (no Slurm on this
+    host), none is offered, logged: placement waits for a night that can ask, caps are unchanged."""
+    wanted = {f for fs in features.values() for f in fs}
+    if not wanted:
+        return None
+    try:
+        from wattclass.slurm.commands import CommandSlurmClient
+
+        have = CommandSlurmClient().node_features()
+    except Exception as exc:  # no Slurm commands here, slurmctld down, ...
+        log.warning("placement features %s not offered tonight: the nodes' features are unknown (%s)",
+                    ", ".join(sorted(wanted)), str(exc)[:200])
+        return set()
+    if wanted - have:
+        log.warning("placement feature(s) %s exist on no node (sinfo): not offered to job_submit.lua",
+                    ", ".join(sorted(wanted - have)))
+    return have
+
+
 def _slurm_client(jobs_file: Path | None) -> Any:
     from wattclass.slurm.client import JobsFileClient
 
@@ -234,7 +257,8 @@ def cmd_nightly(args: argparse.Namespace) -> int:
     if args.policy is not None:
         from wattclass.policy import load_policy
 
-        policy = load_policy(args.policy).table_dict()
+        pol = load_policy(args.policy)
+        policy = pol.table_dict(_node_features(pol.features))
     from wattclass.fsutil import check_output_file
 
     if args.data_root.exists() and not args.data_root.is_dir():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import shutil
 import subprocess
 import sys
@@ -331,3 +332,36 @@ def test_the_ambiguity_check_never_changes_a_keys_label() -> None:
     (a,) = [e for e in build_entries(checked, now) if e.level == "user_name"]
     (b,) = [e for e in build_entries(before, now) if e.level == "user_name"]
     assert a.label == b.label == "compute" and a.confidence < b.confidence
+
+
+@pytest.mark.parametrize("sinfo", [True, False])
+def test_nightly_offers_only_placement_features_some_node_has(
+        data_root: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture, sinfo: bool) -> None:
+    """Review finding: the nightly embedded every placement feature of the policy in the table,
+    so a typo ("hmb") reached job_submit.lua, which added it to memory jobs, and sbatch rejects a
+    job asking for a feature no node has. Only features sinfo names on some node are offered;
+    where the nodes cannot be asked, none (logged), and caps are unchanged."""
+    from wattclass.labeltable import read_label_table
+
+    root, jf = data_root
+    pol = tmp_path / "policy.toml"
+    pol.write_text('mode = "enforce"\n[caps]\nmemory = "60%"\n'
+                   '[placement.memory]\nfeatures = ["hbm", "hmb"]\n')
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    if sinfo:
+        (bin_dir / "sinfo").write_text(
+            "#!/bin/sh\necho '{\"nodes\": [{\"name\": \"n1\", \"features\": \"hbm,ssd\"}]}'\n")
+        (bin_dir / "sinfo").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}")
+    table = tmp_path / "label_table.tsv"
+    with caplog.at_level(logging.WARNING, logger="wattclass.classifier"):
+        rc = main(["nightly", "--data-root", str(root), "--date", DATE, "--jobs-file", str(jf),
+                   "--no-retrain", "--policy", str(pol), "--table-out", str(table), "--json"])
+    assert rc == 0
+    p = read_label_table(table)["policy"]
+    offered = ["hbm"] if sinfo else []
+    assert p["decisions"]["memory"] == {"cap": "60%", "features": offered}
+    assert sorted(p["features_available"]) == offered
+    assert ("exist on no node" if sinfo else "not offered tonight") in caplog.text and "hmb" in caplog.text
