@@ -69,13 +69,34 @@ def runtime_seconds(history: pd.DataFrame) -> pd.Series:
     return slurm.where(slurm > 0, span("start", "end"))
 
 
+def _whole_jobs(history: pd.DataFrame) -> pd.DataFrame:
+    """One row per job: per column its newest non-null value, with the energy of all its rows and the
+    first start and last end of them.
+
+    Why: the label store has a row per job per night, each with that night's windows only; a job
+    that ran across midnight kept only its newest row, the part after midnight (its energy, and its
+    telemetry span where Slurm's times are unknown), while the runtime came from Slurm's whole
+    span. A night without Slurm records (no arm) still holds part of the job's energy."""
+    history = history.reset_index(drop=True)
+    ids = history["job_id"].astype(str).rename("_job")
+    out = history.groupby(ids, sort=False).last()  # per column the newest value that is not null
+    energy = pd.to_numeric(history["energy_j"], errors="coerce")
+    out["energy_j"] = energy.groupby(ids, sort=False).sum(min_count=1)
+    for col, pick in (("start", "min"), ("end", "max")):
+        if col in history.columns:
+            t = pd.to_datetime(history[col], utc=True, errors="coerce")
+            out[col] = getattr(t.groupby(ids, sort=False), pick)()
+    return out.reset_index(drop=True)
+
+
 def canary_jobs(history: pd.DataFrame) -> pd.DataFrame:
     """The label store rows that belong to a canary arm, with key, runtime_s and energy_j."""
     need = {"arm", "decision_label", "cap", "energy_j", "user"}
     if history.empty or not need <= set(history.columns):
         return pd.DataFrame(columns=["label", "cap", "key", "arm", "runtime_s", "energy_j"])
+    if "job_id" in history.columns:
+        history = _whole_jobs(history)
     h = history[history["arm"].isin(["capped", "control"]) & history["cap"].notna()]
-    h = h.drop_duplicates("job_id", keep="last") if "job_id" in h.columns else h
     name = h["name"] if "name" in h.columns else pd.Series(None, index=h.index, dtype=object)
     out = pd.DataFrame({
         "label": h["decision_label"].astype(str), "cap": h["cap"].astype(str),

@@ -138,3 +138,26 @@ def test_policy_explain_cites_the_measured_effect(tmp_path: Path, capsys: pytest
     text = capsys.readouterr().out
     assert "measured on this cluster" in text and "canary arm:" in text
     assert main(argv) == 0 and "measured" not in capsys.readouterr().out
+
+
+def test_a_job_across_midnight_counts_the_energy_and_span_of_both_nights() -> None:
+    """The label store has one row per job per night (that night's windows only): a canary job that
+    ran 23:00-00:20 has a row of 3,000 J (23:00-24:00) and one of 1,000 J (00:00-00:20). Its
+    energy is 4,000 J and its span 80 min; keeping the newest row alone counted 1,000 J and 20 min."""
+    rows = [
+        {"job_id": "7", "date": "2026-11-20", "user": "u", "name": "a.sh", "decision_label": "memory",
+         "cap": "60%", "arm": "capped", "energy_j": 3000.0, "slurm_start": None, "slurm_end": None,
+         "start": pd.Timestamp("2026-11-20T23:00Z"), "end": pd.Timestamp("2026-11-21T00:00Z")},
+        {"job_id": "7", "date": "2026-11-21", "user": "u", "name": "a.sh", "decision_label": "memory",
+         "cap": "60%", "arm": "capped", "energy_j": 1000.0, "slurm_start": None, "slurm_end": None,
+         "start": pd.Timestamp("2026-11-21T00:00Z"), "end": pd.Timestamp("2026-11-21T00:20Z")},
+    ]
+    jobs = canary_jobs(pd.DataFrame(rows))
+    assert len(jobs) == 1
+    assert jobs.loc[0, "energy_j"] == pytest.approx(4000.0)
+    assert jobs.loc[0, "runtime_s"] == pytest.approx(80 * 60.0)
+    # a night whose Slurm records were unavailable (no arm that night) still holds the job's energy
+    no_arm = [rows[0] | {"arm": None, "cap": None, "decision_label": None}, rows[1]]
+    assert canary_jobs(pd.DataFrame(no_arm)).loc[0, "energy_j"] == pytest.approx(4000.0)
+    no_arm_later = [rows[0], rows[1] | {"arm": None, "cap": None, "decision_label": None}]
+    assert canary_jobs(pd.DataFrame(no_arm_later)).loc[0, "energy_j"] == pytest.approx(4000.0)

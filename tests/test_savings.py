@@ -312,3 +312,53 @@ def test_simulate_counts_a_window_in_two_files_once(tmp_path: Path, caplog: pyte
         assert res.totals[k] == pytest.approx(clean.totals[k]), k
     assert res.jobs.set_index("job_id").loc["j1", "n_windows"] == 360
     assert "720 duplicate telemetry window(s)" in caplog.text  # job windows only
+
+
+def test_simulate_weights_a_jobs_power_by_window_length(tmp_path: Path) -> None:
+    """A job's power is its windows' power weighted by their length: a 0.1 s segment at a job edge
+    (docs/design.md) is not worth a 10 s window. One job, 10 s at 600 W (max 605 W) and 0.1 s at
+    100 W (max 105 W): need = (605 x 10 + 105 x 0.1) / 10.1 = 600.05 W, above a 60% cap of 420 W;
+    the unweighted mean (355 W) said the cap never bites and the job saves nothing."""
+    t0 = pd.Timestamp("2026-11-20T00:00:00Z")
+    base = {"host": "n1", "gpu_index": 0, "gpu_uuid": "GPU-a", "gpu_model": "NVIDIA H200", "job_id": "j1",
+            "user": "ann", "power_limit_w": 700.0, "sm_util_pct": 60.0, "tensor_util_pct": 10.0,
+            "fp64_util_pct": 0.0, "fp32_util_pct": 1.0, "fp16_util_pct": 0.0, "int_util_pct": 2.0,
+            "dram_bw_util_pct": 80.0}
+    rows = [base | {"ts_start": t0, "ts_end": t0 + pd.Timedelta(seconds=10), "energy_j": 6000.0,
+                    "power_avg_w": 600.0, "power_max_w": 605.0},
+            base | {"ts_start": t0 + pd.Timedelta(seconds=10), "ts_end": t0 + pd.Timedelta(seconds=10.1),
+                    "energy_j": 100.0, "power_avg_w": 100.0, "power_max_w": 105.0}]
+    t = conform(pa.Table.from_pandas(pd.DataFrame(rows), preserve_index=False), "test")
+    out = tmp_path / "telemetry" / "date=2026-11-20" / "host=n1"
+    out.mkdir(parents=True)
+    pq.write_table(t.cast(TELEMETRY_V1), out / "00.parquet")
+    j = simulate(tmp_path, parse_policy({"caps": {"memory": "60%"}})).jobs.set_index("job_id").loc["j1"]
+    assert j["label"] == "memory" and j["cap_w"] == 420.0
+    assert j["need_w"] == pytest.approx((605 * 10 + 105 * 0.1) / 10.1)
+    assert j["avg_w"] == pytest.approx((600 * 10 + 100 * 0.1) / 10.1)
+    assert j["kwh_saved"] > 0
+
+
+def test_simulate_scales_a_shared_gpus_power_not_the_jobs_share(tmp_path: Path) -> None:
+    """On a shared GPU a row's power_avg_w is the job's share (telemetry/splitter.py) while the idle
+    floor and the cap are the physical GPU's. Four jobs on a 600 W GPU (max 605 W): the job's row
+    says 150 W. Capped at 420 W: k = (420 - 84) / (605 - 84), the GPU's power becomes
+    84 + 516 k, a ratio of (84 + 516 k) / 600 = 0.6946 for every job on it. With 150 W against the
+    GPU's 84 W floor the model said 0.8437 (and a job share under 84 W saved nothing and lost
+    energy to the slowdown)."""
+    t0 = pd.Timestamp("2026-11-20T00:00:00Z")
+    rows = [{"ts_start": t0 + pd.Timedelta(seconds=10 * i), "ts_end": t0 + pd.Timedelta(seconds=10 * i + 10),
+             "host": "n1", "gpu_index": 0, "gpu_uuid": "GPU-a", "gpu_model": "NVIDIA H200", "job_id": "j1",
+             "user": "ann", "energy_j": 1500.0, "power_avg_w": 150.0, "power_max_w": 605.0,
+             "power_limit_w": 700.0, "sm_util_pct": 60.0, "tensor_util_pct": 10.0, "fp64_util_pct": 0.0,
+             "fp32_util_pct": 1.0, "fp16_util_pct": 0.0, "int_util_pct": 2.0, "dram_bw_util_pct": 80.0,
+             "share_ratio": 0.25, "shared_jobs": 4, "share_basis": "util"} for i in range(6)]
+    t = conform(pa.Table.from_pandas(pd.DataFrame(rows), preserve_index=False), "test")
+    out = tmp_path / "telemetry" / "date=2026-11-20" / "host=n1"
+    out.mkdir(parents=True)
+    pq.write_table(t.cast(TELEMETRY_V1), out / "00.parquet")
+    j = simulate(tmp_path, parse_policy({"caps": {"memory": "60%"}})).jobs.set_index("job_id").loc["j1"]
+    assert j["cap_w"] == 420.0 and j["avg_w"] == pytest.approx(600.0)
+    k = (420 - 84) / (605 - 84)
+    assert j["energy_ratio"] / j["runtime_ratio"] == pytest.approx((84 + 516 * k) / 600)
+    assert j["kwh_saved"] == pytest.approx(9000 * (1 - j["energy_ratio"]) / 3.6e6)

@@ -1,7 +1,10 @@
 """What-if: every past job's energy saved and runtime added had the policy's caps applied.
 
 1. Scan the telemetry of the date range with DuckDB, reading only the columns the model needs, and
-   aggregate per job first: energy, GPU-hours, power, GPM activity and the GPM rule's window
+   aggregate per job first: energy, GPU-hours, power (each window weighted by its length: a 0.1 s
+   segment at a job edge is not worth a 10 s window; on a shared GPU the physical GPU's mean
+   power, the job's ``power_avg_w`` over its ``share_ratio``, as its maximum power and the cap are
+   the GPU's), GPM activity and the GPM rule's window
    counts (the classifier's window rule: the nightly scan's SQL of it, ``classifier.rowsql``).
    Rows the nightly rejects (``classifier.validity``: a null key, a backwards window, an energy
    that is negative, NaN or infinite, an impossible power) are left out, as the nightly leaves
@@ -105,7 +108,8 @@ def _sql(globs: list[str], present: set[str], union: bool, dedup: bool = False) 
 SELECT GROUPING(job_id) AS by_file, job_id, bad, host, fname, max(ts_start) AS last_start,
   max("user") AS "user", max(gpu_model) AS gpu_model,
   sum(energy_j) AS energy_j, sum(ms) / 3.6e6 AS gpu_hours,
-  avg(pmax) AS need_w, avg(pavg) AS avg_w, max(plim) AS limit_w,
+  sum(pmax * ms) / sum(CASE WHEN pmax IS NOT NULL THEN ms END) AS need_w,
+  sum(pavg * ms) / sum(CASE WHEN pavg IS NOT NULL THEN ms END) AS avg_w, max(plim) AS limit_w,
   avg(CASE WHEN code >= 0 THEN c END) / 100.0 AS compute_act,
   avg(CASE WHEN code >= 0 THEN dram END) / 100.0 AS dram_act,
   count(CASE WHEN code = {rules.IDLE} THEN 1 END) AS n_idle,
@@ -116,7 +120,8 @@ SELECT GROUPING(job_id) AS by_file, job_id, bad, host, fname, max(ts_start) AS l
 FROM (
   SELECT job_id, host, fname, {col("user")} AS "user", {col("gpu_model")} AS gpu_model, energy_j,
     epoch_ms(ts_end) - epoch_ms(ts_start) AS ms, ts_start, ts_end, {col("power_max_w")} AS pmax,
-    {col("power_avg_w")} AS pavg, {col("power_limit_w")} AS plim, c, dram,
+    {col("power_avg_w")} / coalesce(nullif({col("share_ratio")}, 0), 1) AS pavg,
+    {col("power_limit_w")} AS plim, c, dram,
     {code} AS code, bad
   FROM (SELECT *, file_index AS fname, {reject} AS bad, {x.comp} AS c, {x.dram} AS dram, {x.sm} AS sm,
           ({x.gap}) AS gap
