@@ -22,9 +22,10 @@ Method (a paired, cluster-level design):
    ``effect +- t(K-1, 0.975) * sd_boot * sqrt(K / (K-1))``: a bootstrap standard error with a
    small-sample t critical value. tests/test_effects.py and bench/eval_effects.py measure coverage.
 
-Assumptions: the arm is random given the key (true by construction: the hash of the submission
-second); a key's work is the same from run to run up to noise that does not depend on the arm; the
-effect is the same for all keys of a label and cap (else the estimate is a key-weighted average).
+Assumptions: the arm is random given the key (true by construction: a hash of the user and the
+UTC day of submission, docs/savings.md); a key's work is the same from run to run up to noise
+that does not depend on the arm; the effect is the same for all keys of a label and cap (else the
+estimate is a key-weighted average).
 Where it fails: few keys with both arms (wide or no interval: at least MIN_KEYS are required);
 inputs that drift (a key whose input grows during the canary adds variance, and bias if the arms
 are unbalanced in time); labels that are wrong (a compute job labelled memory dilutes the memory
