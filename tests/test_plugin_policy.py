@@ -275,3 +275,15 @@ def test_policy_check_and_explain_show_the_thresholds(tmp_path: Path,
     text = capsys.readouterr().out
     assert "label: memory confidence 0.85 from user_name key (source rule); memory needs 0.8 " \
         "(min_confidence)" in text
+
+
+@pytest.mark.parametrize(("text", "where"), [
+    ('[exempt]\nusers = [" alice"]\n', "exempt.users"),
+    ('[exempt]\naccounts = ["ml "]\n', "exempt.accounts"),
+    ('[caps]\nmemory = "60%"\n[placement.memory]\nfeatures = ["hbm\\t"]\n', "placement.memory"),
+])
+def test_a_name_with_white_space_around_it_is_refused(tmp_path: Path, text: str, where: str) -> None:
+    """Review finding: " alice" was accepted and never matched a Slurm user, so the exemption the
+    admin wrote exempted nobody, silently."""
+    with pytest.raises(ConfigError, match=f"{where}.*white space around it"):
+        load_policy(_write(tmp_path, text))

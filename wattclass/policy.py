@@ -92,8 +92,13 @@ class Policy:
 
 
 def _str_list(value: object, where: str) -> list[str]:
+    """Names (users, accounts, partitions, node features): no Slurm name has white space around
+    it, so " alice" is a typo that would never match (an exemption that silently exempts nobody)."""
     if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
         raise ConfigError(f"{where}: expected a list of non-empty strings, got {value!r}")
+    for v in value:
+        if v != v.strip():
+            raise ConfigError(f"{where}: {v!r} has white space around it; no Slurm name has")
     return list(value)
 
 
