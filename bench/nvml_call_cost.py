@@ -27,23 +27,29 @@ import sys
 import time
 from typing import Any
 
+#: The daemon's calls under the names this probe reports them by, from ``daemon_lifecycle``'s
+#: probe (the same calls, named there as its earlier reports named them).
+_DAEMON_CALLS = {
+    "FieldValues[instant,limit,average]": "FieldValues[power_instant,limit,average]",
+    "FieldValues[instant,limit]": "FieldValues[power_instant,limit] (before issue 15's split)",
+    "UtilizationRates": "UtilizationRates",
+    "ClockInfo[SM]": "ClockInfo[SM]",
+    "ClockInfo[MEM]": "ClockInfo[MEM]",
+    "CurrentClocksEventReasons": "CurrentClocksEventReasons",
+    "Temperature": "Temperature",
+    "MemoryInfo": "MemoryInfo",
+}
+
 
 def calls(nv: Any) -> dict[str, Any]:
     """The cheap poll's NVML calls as ``wattclass.gpu.nvml`` makes them, and the candidates."""
-    avg = getattr(nv, "NVML_FI_DEV_POWER_AVERAGE", 185)
-    three = [nv.NVML_FI_DEV_POWER_INSTANT, nv.NVML_FI_DEV_POWER_CURRENT_LIMIT, avg]
-    out: dict[str, Any] = {
-        "FieldValues[instant,limit,average]": lambda h: nv.nvmlDeviceGetFieldValues(h, three),
-        "FieldValues[instant,limit]": lambda h: nv.nvmlDeviceGetFieldValues(h, three[:2]),
-        "FieldValues[average]": lambda h: nv.nvmlDeviceGetFieldValues(h, three[2:]),
-        "PowerUsage": nv.nvmlDeviceGetPowerUsage,
-        "UtilizationRates": nv.nvmlDeviceGetUtilizationRates,
-        "ClockInfo[SM]": lambda h: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM),
-        "ClockInfo[MEM]": lambda h: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM),
-        "CurrentClocksEventReasons": nv.nvmlDeviceGetCurrentClocksEventReasons,
-        "Temperature": lambda h: nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU),
-        "MemoryInfo": nv.nvmlDeviceGetMemoryInfo,
-    }
+    from daemon_lifecycle import _probe_calls  # type: ignore[import-not-found]  # bench/ beside
+
+    daemon = _probe_calls(nv)
+    out: dict[str, Any] = {name: daemon[theirs] for name, theirs in _DAEMON_CALLS.items()}
+    avg = [getattr(nv, "NVML_FI_DEV_POWER_AVERAGE", 185)]
+    out["FieldValues[average]"] = lambda h: nv.nvmlDeviceGetFieldValues(h, avg)
+    out["PowerUsage"] = nv.nvmlDeviceGetPowerUsage
     if hasattr(nv, "nvmlMemory_v2"):
         out["MemoryInfo[v2]"] = lambda h: nv.nvmlDeviceGetMemoryInfo(h, version=nv.nvmlMemory_v2)
     return out
