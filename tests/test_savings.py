@@ -362,3 +362,25 @@ def test_simulate_scales_a_shared_gpus_power_not_the_jobs_share(tmp_path: Path) 
     k = (420 - 84) / (605 - 84)
     assert j["energy_ratio"] / j["runtime_ratio"] == pytest.approx((84 + 516 * k) / 600)
     assert j["kwh_saved"] == pytest.approx(9000 * (1 - j["energy_ratio"]) / 3.6e6)
+
+
+def test_simulate_weights_a_jobs_gpm_activity_by_window_length(tmp_path: Path) -> None:
+    """The GPM activity that sets how much of a job's runtime follows the clock is weighted by
+    window length too (a review's remaining finding beside the power's): 10 s at 80% DRAM and a
+    0.1 s edge at 0% give (80 x 10 + 0 x 0.1) / 10.1 = 79.2%, not the rows' mean of 40%."""
+    t0 = pd.Timestamp("2026-11-20T00:00:00Z")
+    base = {"host": "n1", "gpu_index": 0, "gpu_uuid": "GPU-a", "gpu_model": "NVIDIA H200", "job_id": "j1",
+            "user": "ann", "power_limit_w": 700.0, "sm_util_pct": 60.0, "tensor_util_pct": 10.0,
+            "fp64_util_pct": 0.0, "fp32_util_pct": 1.0, "fp16_util_pct": 0.0, "int_util_pct": 2.0,
+            "power_avg_w": 600.0, "power_max_w": 605.0}
+    rows = [base | {"ts_start": t0, "ts_end": t0 + pd.Timedelta(seconds=10), "energy_j": 6000.0,
+                    "dram_bw_util_pct": 80.0},
+            base | {"ts_start": t0 + pd.Timedelta(seconds=10), "ts_end": t0 + pd.Timedelta(seconds=10.1),
+                    "energy_j": 60.0, "dram_bw_util_pct": 0.0, "tensor_util_pct": 30.0}]
+    t = conform(pa.Table.from_pandas(pd.DataFrame(rows), preserve_index=False), "test")
+    out = tmp_path / "telemetry" / "date=2026-11-20" / "host=n1"
+    out.mkdir(parents=True)
+    pq.write_table(t.cast(TELEMETRY_V1), out / "00.parquet")
+    j = simulate(tmp_path, parse_policy({"caps": {"memory": "60%"}})).jobs.set_index("job_id").loc["j1"]
+    assert j["dram_act"] == pytest.approx((80 * 10 + 0 * 0.1) / 10.1 / 100)
+    assert j["compute_act"] == pytest.approx((10 * 10 + 30 * 0.1) / 10.1 / 100)

@@ -110,8 +110,10 @@ SELECT GROUPING(job_id) AS by_file, job_id, bad, host, fname, max(ts_start) AS l
   sum(energy_j) AS energy_j, sum(ms) / 3.6e6 AS gpu_hours,
   sum(pmax * ms) / sum(CASE WHEN pmax IS NOT NULL THEN ms END) AS need_w,
   sum(pavg * ms) / sum(CASE WHEN pavg IS NOT NULL THEN ms END) AS avg_w, max(plim) AS limit_w,
-  avg(CASE WHEN code >= 0 THEN c END) / 100.0 AS compute_act,
-  avg(CASE WHEN code >= 0 THEN dram END) / 100.0 AS dram_act,
+  sum(CASE WHEN code >= 0 THEN c * ms END) / sum(CASE WHEN code >= 0 AND c IS NOT NULL THEN ms END) / 100.0
+    AS compute_act,
+  sum(CASE WHEN code >= 0 THEN dram * ms END)
+    / sum(CASE WHEN code >= 0 AND dram IS NOT NULL THEN ms END) / 100.0 AS dram_act,
   count(CASE WHEN code = {rules.IDLE} THEN 1 END) AS n_idle,
   count(CASE WHEN code = {rules.COMPUTE} THEN 1 END) AS n_comp,
   count(CASE WHEN code = {rules.MEMORY} THEN 1 END) AS n_mem,
