@@ -8,6 +8,7 @@ import logging
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -92,7 +93,7 @@ def test_files_of_a_job_that_left_without_its_epilog_go_in_every_mode(tmp_path: 
     """Not only a capping Prolog drops them: in shadow mode, or for a job with no cap and no
     record, a stale job file would make the telemetry daemon split this job's windows with a job
     that no longer runs (the first weeks of every rollout are shadow mode)."""
-    from wattclass.jobmap import JobAssignment, jobs_on_gpu, write_job_file
+    from wattclass.jobmap import JobAssignment, job_path, jobs_on_gpu, write_job_file
 
     be = FileStateBackend.create(tmp_path / "g.json", 3)
     uuids = [g.uuid for g in be.gpus()]
@@ -102,6 +103,7 @@ def test_files_of_a_job_that_left_without_its_epilog_go_in_every_mode(tmp_path: 
     for u in uuids:  # on the job's GPUs and on one it does not hold
         for other in ("555", "556", "557"):
             write_job_file(jobs, u, JobAssignment(other, "bob", 1001))
+            os.utime(job_path(jobs, u, other), (1.0e9, 1.0e9))  # written when those jobs started
     answers = {"555": True, "556": False, "557": None}  # ended, runs here, Slurm cannot tell
     asked: list[str] = []
 
@@ -402,6 +404,10 @@ def test_a_job_back_on_the_node_after_slurm_was_asked_keeps_its_new_files(tmp_pa
 
     def ended(j: str) -> bool | None:
         write_job_file(jobs, uuids[2], JobAssignment("555", "bob", 1001))  # restarted here meanwhile
+        # stamped as the kernel's coarse clock may stamp it: a tick behind time.time() (it failed
+        # so once in CI, by chance; here always)
+        now = time.time() - 0.02
+        os.utime(job_path(jobs, uuids[2], "555"), (now, now))
         return True  # pending when asked: not running on this node
     env = {"SLURM_JOB_ID": "9", "SLURM_JOB_GPUS": "0,1", "SLURM_JOB_USER": "alice"}
     prolog(env, be, lambda _j: MEM, {"0": uuids[0], "1": uuids[1]}, jobs, tmp_path / "c", job_ended=ended)
