@@ -47,14 +47,6 @@ def never_ended(_job_id: str) -> bool | None:
     return None
 
 
-#: How much earlier than the clock a file's mtime may read (s). The kernel stamps files from its
-#: coarse clock, a tick (1-10 ms) behind ``time.time()``: a requeued job's file written just after
-#: Slurm was asked could read as written before, and was removed (a CI run of
-#: test_a_job_back_on_the_node_after_slurm_was_asked_keeps_its_new_files). A file of a job that
-#: ended is far older than this; one written within it is kept until the next hook's pass.
-MTIME_SLACK_S = 0.05
-
-
 class Liveness:
     """``JobEnded`` asked once per job per hook run, within one time budget.
 
@@ -74,14 +66,13 @@ class Liveness:
 
     def __call__(self, job_id: str) -> bool | None:
         if job_id not in self._seen:
-            self._asked_at[job_id] = time.time() - MTIME_SLACK_S
+            self._asked_at[job_id] = time.time()
             self._seen[job_id] = self._fn(job_id) if time.monotonic() < self._deadline else None
         return self._seen[job_id]
 
     def asked_at(self, job_id: str) -> float | None:
-        """When Slurm was asked about ``job_id`` (epoch seconds, less ``MTIME_SLACK_S``): files
-        written since are newer than the answer (a requeued job back on this node) and are not
-        removed on it."""
+        """When Slurm was asked about ``job_id`` (epoch seconds): files written since are newer
+        than the answer (a requeued job back on this node) and are not removed on it."""
         return self._asked_at.get(job_id)
 
     def ask(self, job_ids: list[str]) -> None:

@@ -141,6 +141,14 @@ def remove_job_file(spool: Path, gpu_uuid: str, job_id: str) -> bool:
     return removed
 
 
+#: How much earlier than the clock a file's mtime may read (s). The kernel stamps files from its
+#: coarse clock, a tick (1-10 ms) behind ``time.time()``: a requeued job's file written just after
+#: Slurm was asked could read as written before, and was removed (a CI run of
+#: test_a_job_back_on_the_node_after_slurm_was_asked_keeps_its_new_files). A file of a job that
+#: ended is far older than this; one written within it is kept until the next hook's pass.
+MTIME_SLACK_S = 0.05
+
+
 def remove_job_files(spool: Path, job_id: str, written_before: float | None = None) -> list[str]:
     """Remove ``job_id``'s files in every GPU folder of the spool, and legacy per-GPU files naming
     it; a file goes only if it names the job inside. Returns why the files it could not read were
@@ -149,14 +157,14 @@ def remove_job_files(spool: Path, job_id: str, written_before: float | None = No
 
     ``written_before`` (epoch seconds): only files last written before then go -- the Prolog asks
     Slurm first and removes later, and a requeued job placed back on this node in between writes
-    new files that must stay."""
+    new files that must stay (compared allowing for the file clock's lag, ``MTIME_SLACK_S``)."""
     if not _JOB_ID_RE.match(job_id):  # never a glob pattern; nothing of it can be on disk
         return [f"invalid job id for a job file: {job_id[:40]!r}"]
     problems = []
     for f in sorted([*Path(spool).glob(f"*/{job_id}.json"), *Path(spool).glob("*.json")]):
         try:
             a = read_job_file(f)
-            if written_before is not None and os.stat(f).st_mtime >= written_before:
+            if written_before is not None and os.stat(f).st_mtime >= written_before - MTIME_SLACK_S:
                 continue
         except FileNotFoundError:
             continue
