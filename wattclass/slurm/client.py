@@ -88,7 +88,6 @@ class JobsFileClient(SlurmClient):
 
         self.path = Path(path)
         self.problems: list[str] = []
-        row_numbers: list[int] = []
         marked = False
         try:
             if self.path.suffix == ".parquet":
@@ -97,7 +96,7 @@ class JobsFileClient(SlurmClient):
                 import io
 
                 text = self.path.read_bytes().decode("utf-8", "surrogateescape").translate(_MARK_BAD)
-                text, row_numbers = _whole_rows(text)
+                text = _whole_rows(text)
                 marked = _CR_MARK in text
                 # Text stays text ("0042" is an account, not 42; a user called "NA" is a user), a
                 # blank is null, and sacct's words for "no time" (a running job's End) are null.
@@ -112,8 +111,7 @@ class JobsFileClient(SlurmClient):
         for col in _REQUIRED:
             if col not in df.columns:
                 raise DataError(f"{self.path}: jobs file is missing column {col}")
-        if self.path.suffix == ".parquet" or len(row_numbers) != len(df):
-            row_numbers = list(range(1, len(df) + 1))  # (the csv module and pandas disagree: by position)
+        row_numbers = range(1, len(df) + 1)  # every row whole (_whole_rows), blank lines skipped
         if marked:
             for col in _TEXT_COLUMNS:  # a CR inside a field (see _whole_rows) back as itself
                 if col in df.columns:
@@ -193,9 +191,9 @@ def _one_user_per_job(path: Path, records: list[JobRecord]) -> None:
                             "or as Parquet")
 
 
-def _whole_rows(text: str) -> tuple[str, list[int]]:
-    """The CSV ``text`` and each row's number (1 = the first row after the header); a DataError
-    where a row's field count differs from the header's.
+def _whole_rows(text: str) -> str:
+    """The CSV ``text``, its bare CRs marked; a DataError where a row's field count differs from
+    the header's.
 
     Why: a job name or user holding a carriage return split its row in two and shifted every
     later column of it silently (pandas ends a row at a bare CR even outside quotes: 21 jobs read
@@ -215,9 +213,8 @@ def _whole_rows(text: str) -> tuple[str, list[int]]:
     reader = csv.reader(io.StringIO(text, newline=""))
     header = next(reader, None)
     if header is None:
-        return text, []
+        return text
     at = header.index("job_id") if "job_id" in header else None
-    numbers: list[int] = []
     broken: list[str] = []
     n = 0
     for row in reader:
@@ -225,7 +222,6 @@ def _whole_rows(text: str) -> tuple[str, list[int]]:
             continue
         n += 1
         if len(row) == len(header):
-            numbers.append(n)
             continue
         job = _shown(row[at]).replace(_CR_MARK, "?") if at is not None and at < len(row) else "?"
         broken.append(f"row {n} (line {reader.line_num}, job {job}): {len(row)} fields, the header has "
@@ -235,7 +231,7 @@ def _whole_rows(text: str) -> tuple[str, list[int]]:
         raise DataError(f"{'; '.join(broken[:3])}{more}: a line break or the delimiter in an unquoted field, "
                         "so a job name may have forged rows; not read. Export the records with every "
                         "text field quoted (a CSV writer's quoting), or as Parquet")
-    return text, numbers
+    return text
 
 
 _NOT_UTF8 = re.compile(f"[{chr(_BAD_BASE + 0x80)}-{chr(_BAD_BASE + 0xFF)}]")
