@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -185,13 +185,12 @@ def cmd_classify(args: argparse.Namespace) -> int:
     return 0
 
 
-def _node_features(features: Mapping[str, Sequence[str]]) -> set[str] | None:
+def _node_features(wanted: set[str]) -> set[str] | None:
     """The features that exist on some node (sinfo), for the table's placement: job_submit.lua
     adds a policy's feature only if the table offers it, and sbatch rejects a job asking for a
     feature no node has (a typo in the policy failed every such job in enforce mode: review
     finding). None where the policy has no features; with the nodes unknown (no Slurm on this
     host), none is offered, logged: placement waits for a night that can ask, caps are unchanged."""
-    wanted = {f for fs in features.values() for f in fs}
     if not wanted:
         return None
     try:
@@ -258,7 +257,7 @@ def cmd_nightly(args: argparse.Namespace) -> int:
         from wattclass.policy import load_policy
 
         pol = load_policy(args.policy)
-        policy = pol.table_dict(_node_features(pol.features))
+        policy = pol.table_dict(_node_features(pol.feature_names()))
     from wattclass.fsutil import check_output_file
 
     if args.data_root.exists() and not args.data_root.is_dir():

@@ -56,6 +56,10 @@ class Policy:
         """The confidence a key labelled ``label`` needs before the policy acts on it."""
         return self.min_confidence_by_label.get(label, self.min_confidence)
 
+    def feature_names(self) -> set[str]:
+        """Every node feature a ``[placement.<label>]`` names (offered only where a node has it)."""
+        return {f for fs in self.features.values() for f in fs}
+
     def effective_thresholds(self) -> dict[str, float]:
         """Every label's threshold (``policy check`` and ``policy explain`` print them)."""
         return {label: self.threshold(label) for label in LABELS}
@@ -74,7 +78,7 @@ class Policy:
             feats = [f for f in self.features.get(label, []) if avail is None or f in avail]
             cap = self.caps.get(label)
             decisions[label] = {"cap": cap.text() if cap else None, "features": feats}
-        all_feats = sorted({f for fs in self.features.values() for f in fs})
+        all_feats = sorted(self.feature_names())
         return {
             "mode": self.mode,
             "min_confidence": self.min_confidence,
