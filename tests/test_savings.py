@@ -314,25 +314,33 @@ def test_simulate_counts_a_window_in_two_files_once(tmp_path: Path, caplog: pyte
     assert "720 duplicate telemetry window(s)" in caplog.text  # job windows only
 
 
+#: One job's window row on an H200 (GPM: memory-bound unless a test says otherwise).
+_ROW = {"host": "n1", "gpu_index": 0, "gpu_uuid": "GPU-a", "gpu_model": "NVIDIA H200", "job_id": "j1",
+        "user": "ann", "power_limit_w": 700.0, "sm_util_pct": 60.0, "tensor_util_pct": 10.0,
+        "fp64_util_pct": 0.0, "fp32_util_pct": 1.0, "fp16_util_pct": 0.0, "int_util_pct": 2.0}
+
+
+def _simulated_job(tmp_path: Path, rows: list[dict[str, object]]) -> pd.Series:
+    """Job j1 of ``rows`` (one day's file on host n1) as ``simulate`` sees it under a 60% memory cap."""
+    t = conform(pa.Table.from_pandas(pd.DataFrame(rows), preserve_index=False), "test")
+    out = tmp_path / "telemetry" / "date=2026-11-20" / "host=n1"
+    out.mkdir(parents=True)
+    pq.write_table(t.cast(TELEMETRY_V1), out / "00.parquet")
+    return simulate(tmp_path, parse_policy({"caps": {"memory": "60%"}})).jobs.set_index("job_id").loc["j1"]
+
+
 def test_simulate_weights_a_jobs_power_by_window_length(tmp_path: Path) -> None:
     """A job's power is its windows' power weighted by their length: a 0.1 s segment at a job edge
     (docs/design.md) is not worth a 10 s window. One job, 10 s at 600 W (max 605 W) and 0.1 s at
     100 W (max 105 W): need = (605 x 10 + 105 x 0.1) / 10.1 = 600.05 W, above a 60% cap of 420 W;
     the unweighted mean (355 W) said the cap never bites and the job saves nothing."""
     t0 = pd.Timestamp("2026-11-20T00:00:00Z")
-    base = {"host": "n1", "gpu_index": 0, "gpu_uuid": "GPU-a", "gpu_model": "NVIDIA H200", "job_id": "j1",
-            "user": "ann", "power_limit_w": 700.0, "sm_util_pct": 60.0, "tensor_util_pct": 10.0,
-            "fp64_util_pct": 0.0, "fp32_util_pct": 1.0, "fp16_util_pct": 0.0, "int_util_pct": 2.0,
-            "dram_bw_util_pct": 80.0}
+    base = _ROW | {"dram_bw_util_pct": 80.0}
     rows = [base | {"ts_start": t0, "ts_end": t0 + pd.Timedelta(seconds=10), "energy_j": 6000.0,
                     "power_avg_w": 600.0, "power_max_w": 605.0},
             base | {"ts_start": t0 + pd.Timedelta(seconds=10), "ts_end": t0 + pd.Timedelta(seconds=10.1),
                     "energy_j": 100.0, "power_avg_w": 100.0, "power_max_w": 105.0}]
-    t = conform(pa.Table.from_pandas(pd.DataFrame(rows), preserve_index=False), "test")
-    out = tmp_path / "telemetry" / "date=2026-11-20" / "host=n1"
-    out.mkdir(parents=True)
-    pq.write_table(t.cast(TELEMETRY_V1), out / "00.parquet")
-    j = simulate(tmp_path, parse_policy({"caps": {"memory": "60%"}})).jobs.set_index("job_id").loc["j1"]
+    j = _simulated_job(tmp_path, rows)
     assert j["label"] == "memory" and j["cap_w"] == 420.0
     assert j["need_w"] == pytest.approx((605 * 10 + 105 * 0.1) / 10.1)
     assert j["avg_w"] == pytest.approx((600 * 10 + 100 * 0.1) / 10.1)
@@ -347,17 +355,11 @@ def test_simulate_scales_a_shared_gpus_power_not_the_jobs_share(tmp_path: Path) 
     GPU's 84 W floor the model said 0.8437 (and a job share under 84 W saved nothing and lost
     energy to the slowdown)."""
     t0 = pd.Timestamp("2026-11-20T00:00:00Z")
-    rows = [{"ts_start": t0 + pd.Timedelta(seconds=10 * i), "ts_end": t0 + pd.Timedelta(seconds=10 * i + 10),
-             "host": "n1", "gpu_index": 0, "gpu_uuid": "GPU-a", "gpu_model": "NVIDIA H200", "job_id": "j1",
-             "user": "ann", "energy_j": 1500.0, "power_avg_w": 150.0, "power_max_w": 605.0,
-             "power_limit_w": 700.0, "sm_util_pct": 60.0, "tensor_util_pct": 10.0, "fp64_util_pct": 0.0,
-             "fp32_util_pct": 1.0, "fp16_util_pct": 0.0, "int_util_pct": 2.0, "dram_bw_util_pct": 80.0,
-             "share_ratio": 0.25, "shared_jobs": 4, "share_basis": "util"} for i in range(6)]
-    t = conform(pa.Table.from_pandas(pd.DataFrame(rows), preserve_index=False), "test")
-    out = tmp_path / "telemetry" / "date=2026-11-20" / "host=n1"
-    out.mkdir(parents=True)
-    pq.write_table(t.cast(TELEMETRY_V1), out / "00.parquet")
-    j = simulate(tmp_path, parse_policy({"caps": {"memory": "60%"}})).jobs.set_index("job_id").loc["j1"]
+    rows = [_ROW | {"ts_start": t0 + pd.Timedelta(seconds=10 * i),
+                    "ts_end": t0 + pd.Timedelta(seconds=10 * i + 10), "energy_j": 1500.0,
+                    "power_avg_w": 150.0, "power_max_w": 605.0, "dram_bw_util_pct": 80.0,
+                    "share_ratio": 0.25, "shared_jobs": 4, "share_basis": "util"} for i in range(6)]
+    j = _simulated_job(tmp_path, rows)
     assert j["cap_w"] == 420.0 and j["avg_w"] == pytest.approx(600.0)
     k = (420 - 84) / (605 - 84)
     assert j["energy_ratio"] / j["runtime_ratio"] == pytest.approx((84 + 516 * k) / 600)
@@ -369,18 +371,11 @@ def test_simulate_weights_a_jobs_gpm_activity_by_window_length(tmp_path: Path) -
     window length too (a review's remaining finding beside the power's): 10 s at 80% DRAM and a
     0.1 s edge at 0% give (80 x 10 + 0 x 0.1) / 10.1 = 79.2%, not the rows' mean of 40%."""
     t0 = pd.Timestamp("2026-11-20T00:00:00Z")
-    base = {"host": "n1", "gpu_index": 0, "gpu_uuid": "GPU-a", "gpu_model": "NVIDIA H200", "job_id": "j1",
-            "user": "ann", "power_limit_w": 700.0, "sm_util_pct": 60.0, "tensor_util_pct": 10.0,
-            "fp64_util_pct": 0.0, "fp32_util_pct": 1.0, "fp16_util_pct": 0.0, "int_util_pct": 2.0,
-            "power_avg_w": 600.0, "power_max_w": 605.0}
+    base = _ROW | {"power_avg_w": 600.0, "power_max_w": 605.0}
     rows = [base | {"ts_start": t0, "ts_end": t0 + pd.Timedelta(seconds=10), "energy_j": 6000.0,
                     "dram_bw_util_pct": 80.0},
             base | {"ts_start": t0 + pd.Timedelta(seconds=10), "ts_end": t0 + pd.Timedelta(seconds=10.1),
                     "energy_j": 60.0, "dram_bw_util_pct": 0.0, "tensor_util_pct": 30.0}]
-    t = conform(pa.Table.from_pandas(pd.DataFrame(rows), preserve_index=False), "test")
-    out = tmp_path / "telemetry" / "date=2026-11-20" / "host=n1"
-    out.mkdir(parents=True)
-    pq.write_table(t.cast(TELEMETRY_V1), out / "00.parquet")
-    j = simulate(tmp_path, parse_policy({"caps": {"memory": "60%"}})).jobs.set_index("job_id").loc["j1"]
+    j = _simulated_job(tmp_path, rows)
     assert j["dram_act"] == pytest.approx((80 * 10 + 0 * 0.1) / 10.1 / 100)
     assert j["compute_act"] == pytest.approx((10 * 10 + 30 * 0.1) / 10.1 / 100)
