@@ -125,7 +125,7 @@ class SignalStop(threading.Event):
             if pipe is None or poller is None:
                 super().wait(self.SLICE_S if left is None else min(self.SLICE_S, left))
             # at most a day a call (poll's milliseconds are a C int; the loop waits on)
-            elif poller.poll(math.ceil(min(_POLL_MAX_S, _POLL_MAX_S if left is None else left) * 1e3)):
+            elif poller.poll(math.ceil((_POLL_MAX_S if left is None else min(left, _POLL_MAX_S)) * 1e3)):
                 with contextlib.suppress(BlockingIOError):  # a signal, or ``set``: look again
                     os.read(pipe[0], 512)
         return self.is_set()
