@@ -157,7 +157,6 @@ def _check_backend(spec: str) -> str:
 def run_checks(args: argparse.Namespace) -> list[Check]:
     """Every check; the paths default to what the installed wrappers pass to the hooks."""
     from wattclass.plugin.install import check_hook_args
-    from wattclass.plugin.prolog import add_arguments
 
     checks: list[Check] = []
     prolog_sh, epilog_sh = args.hooks_dir / "prolog.sh", args.hooks_dir / "epilog.sh"
@@ -167,12 +166,10 @@ def run_checks(args: argparse.Namespace) -> list[Check]:
         python, hook_args = _wrapper_config(prolog_sh)
     except OSError as exc:
         checks.append(Check("prolog wrapper", False, f"{prolog_sh}: {exc.strerror}"))
-    hp = argparse.ArgumentParser(add_help=False)
-    add_arguments(hp)
     try:  # the paths the hooks will use; wrong arguments fail the wrapper's own check
         hook = check_hook_args(hook_args)
     except WattclassError:
-        hook, _unknown = hp.parse_known_args([])
+        hook = check_hook_args([])  # the hooks' defaults
     python = args.python or python
     if prolog_sh.exists():
         checks.append(_run("prolog wrapper", lambda: _check_wrapper(prolog_sh, python)))

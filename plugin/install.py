@@ -58,10 +58,6 @@ class _HookArgParser(argparse.ArgumentParser):
         raise ConfigError(message)
 
 
-#: Hook options that make the Prolog cap nothing: for a by-hand trial, never for slurmd.
-_NOT_FOR_SLURMD = ("--dry-run", "--admin-comment")
-
-
 def check_hook_args(args: list[str], where: str = "hook arguments") -> argparse.Namespace:
     """The hooks' options as ``python -m wattclass.plugin.prolog`` will parse them; ConfigError
     naming ``where`` and the option when it would reject them or would cap nothing.
@@ -73,14 +69,15 @@ def check_hook_args(args: list[str], where: str = "hook arguments") -> argparse.
 
     parser = _HookArgParser(prog="wattclass-hook", add_help=False)
     add_arguments(parser)
-    for a in args:
-        if a.split("=", 1)[0] in _NOT_FOR_SLURMD:
-            raise ConfigError(f"{where}: {a.split('=', 1)[0]} makes the hooks set no cap (for a trial by "
-                              "hand only)")
     try:
-        return parser.parse_args(args)
+        ns = parser.parse_args(args)
     except ConfigError as exc:
         raise ConfigError(f"{where}: {exc} (the hooks would exit without capping)") from exc
+    # on what the hooks will read, not the words given: argparse takes "--dry" for --dry-run too
+    for option, dest in (("--dry-run", "dry_run"), ("--admin-comment", "admin_comment")):
+        if getattr(ns, dest) not in (False, None):  # for a trial by hand, never for slurmd
+            raise ConfigError(f"{where}: {option} makes the hooks set no cap (for a trial by hand only)")
+    return ns
 
 
 def render_hook(kind: str, python: str, args: list[str]) -> str:

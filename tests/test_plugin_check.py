@@ -198,7 +198,7 @@ def _checks(capsys: pytest.CaptureFixture[str]) -> dict[str, tuple[bool, str]]:
     return {c["name"]: (c["ok"], c["detail"]) for c in out["checks"]}
 
 
-@pytest.mark.parametrize("bad", ["--stat-dir /x", "--slurm-timeout abc", "--dry-run"])
+@pytest.mark.parametrize("bad", ["--stat-dir /x", "--slurm-timeout abc", "--dry-run", "--dry"])
 def test_install_hooks_refuses_arguments_the_prolog_rejects_or_that_cap_nothing(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], bad: str) -> None:
     rc = main(["plugin", "install-hooks", "--dest", str(tmp_path / "etc"), "--python", "/usr/bin/python3",
@@ -209,7 +209,7 @@ def test_install_hooks_refuses_arguments_the_prolog_rejects_or_that_cap_nothing(
     assert not (tmp_path / "etc" / "prolog.sh").exists()
 
 
-@pytest.mark.parametrize("bad", ["--stat-dir /x", "--slurm-timeout abc", "--dry-run"])
+@pytest.mark.parametrize("bad", ["--stat-dir /x", "--slurm-timeout abc", "--dry-run", "--dry"])
 def test_plugin_check_fails_on_wrapper_arguments_the_prolog_rejects(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], bad: str) -> None:
     argv = _install(tmp_path)
