@@ -379,3 +379,47 @@ def test_simulate_weights_a_jobs_gpm_activity_by_window_length(tmp_path: Path) -
     j = _simulated_job(tmp_path, rows)
     assert j["dram_act"] == pytest.approx((80 * 10 + 0 * 0.1) / 10.1 / 100)
     assert j["compute_act"] == pytest.approx((10 * 10 + 30 * 0.1) / 10.1 / 100)
+
+
+def test_simulate_counts_a_copy_in_another_host_folder_once(tmp_path: Path) -> None:
+    """A day's file copied into a second folder (``host=n1.bak``): DuckDB's hive partitioning gave
+    the copy's rows the folder's host, so the copies were never compared and every kWh doubled,
+    where the nightly (and the report) count each window once."""
+    _telemetry(tmp_path)
+    pol = parse_policy({"caps": {"memory": "60%"}})
+    clean = simulate(tmp_path, pol)
+    day = tmp_path / "telemetry" / "date=2026-11-20"
+    (day / "host=n1.bak").mkdir()
+    shutil.copy(day / "host=n1" / "00.parquet", day / "host=n1.bak" / "00.parquet")
+    res = simulate(tmp_path, pol)
+    for k in ("energy_kwh", "gpu_hours", "kwh_saved", "gpu_hours_added"):
+        assert res.totals[k] == pytest.approx(clean.totals[k]), k
+    assert res.jobs.set_index("job_id").loc["j1", "n_windows"] == 360
+
+
+def test_simulate_reads_only_the_files_it_checked(tmp_path: Path) -> None:
+    """simulate checked the files the nightly reads (no ``.hidden`` names) but read a glob, whose
+    ``*`` matches ``.x.parquet``: a hidden file's job was simulated (a job the nightly never
+    saw) and a hidden symlink was read past the refusal of links."""
+    _telemetry(tmp_path)
+    host = tmp_path / "telemetry" / "date=2026-11-20" / "host=n1"
+    t = pq.read_table(host / "00.parquet")
+    other = t.set_column(t.schema.get_field_index("job_id"), "job_id",
+                         pa.array(["j9"] * t.num_rows, pa.string()))
+    pq.write_table(other, host / ".x.parquet")
+    pq.write_table(other, tmp_path / "outside.parquet")
+    (host / ".y.parquet").symlink_to(tmp_path / "outside.parquet")
+    res = simulate(tmp_path, parse_policy({"caps": {"memory": "60%"}}))
+    assert set(res.jobs["job_id"]) == {"j1", "j2"} and res.files == 1
+
+
+def test_simulate_on_a_day_of_idle_gpus_says_there_are_no_job_windows(tmp_path: Path) -> None:
+    """A day whose every window has no job (a quiet or maintenance day): a TypeError traceback from
+    the empty per-file table, where the message says what is missing."""
+    _telemetry(tmp_path)
+    f = tmp_path / "telemetry" / "date=2026-11-20" / "host=n1" / "00.parquet"
+    t = pq.read_table(f)
+    pq.write_table(t.set_column(t.schema.get_field_index("job_id"), "job_id",
+                                pa.nulls(t.num_rows, pa.string())), f)
+    with pytest.raises(DataError, match="no job windows"):
+        simulate(tmp_path, parse_policy({"caps": {"memory": "60%"}}))

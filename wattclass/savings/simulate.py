@@ -74,16 +74,17 @@ def telemetry_paths(data_root: Path, date_from: str | None, date_to: str | None)
     return out
 
 
-def _day_globs(data_root: Path, date_from: str | None, date_to: str | None) -> list[str]:
-    root = telemetry_root(Path(data_root))
-    return [str(d / "*" / "*.parquet") for d in sorted(root.glob("date=*"))
-            if (not date_from or d.name.removeprefix("date=") >= date_from)
-            and (not date_to or d.name.removeprefix("date=") <= date_to)]
+def _sql(present: set[str], union: bool, dedup: bool = False) -> str:
+    """The per-job aggregate of the files given as the query's one parameter (a list of paths); a
+    column absent from every file reads as NULL. ``union``: files may differ in columns (read every
+    file's schema: slower on tens of thousands of files).
 
-
-def _sql(globs: list[str], present: set[str], union: bool, dedup: bool = False) -> str:
-    """The per-job aggregate; a column absent from every file reads as NULL. ``union``: files may
-    differ in columns (read every file's schema: slower on tens of thousands of files).
+    The files are the checked list (``require_trusted_files``), never a glob: a glob read what the
+    check never saw (DuckDB's ``*`` matches ``.hidden.parquet``, a symlink among them), which the
+    nightly does not read either. ``hive_partitioning = false``: with DuckDB's default a path's
+    ``host=`` folder replaced each row's ``host``, so a file copied into another folder
+    (``host=n1.bak``) was a second host, its windows never de-duplicated and its energy summed
+    twice.
 
     The inner query computes each window's busiest compute pipe and rule code once (DuckDB does not
     share the repeated ``greatest`` between aggregates: this halves the CPU time). Grouped by job and
@@ -100,10 +101,10 @@ def _sql(globs: list[str], present: set[str], union: bool, dedup: bool = False) 
     code = rowsql.rule_chain_sql(rowsql.RuleInputs(sm="sm", dram="dram", comp="c", gap="gap"))
     # read by day globs: each row's day from its file's name (one date= folder per glob)
     reject = rowsql._reject_sql(frozenset(TELEMETRY_V1.names) - present, rowsql.FILENAME_DAY_SQL)
-    files = ", ".join("'" + g.replace("'", "''") + "'" for g in globs)
     if dedup:
         reject = rowsql.dedup_code_sql(reject, "filename")
-    opts = (", union_by_name = true" if union else "") + (", file_row_number = true" if dedup else "")
+    opts = ", hive_partitioning = false" + (", union_by_name = true" if union else "") \
+        + (", file_row_number = true" if dedup else "")
     return f"""
 SELECT GROUPING(job_id) AS by_file, job_id, bad, host, fname, max(ts_start) AS last_start,
   max("user") AS "user", max(gpu_model) AS gpu_model,
@@ -127,7 +128,7 @@ FROM (
     {code} AS code, bad
   FROM (SELECT *, file_index AS fname, {reject} AS bad, {x.comp} AS c, {x.dram} AS dram, {x.sm} AS sm,
           ({x.gap}) AS gap
-        FROM read_parquet([{files}]{opts})
+        FROM read_parquet($files{opts})
         WHERE job_id IS NOT NULL)
 )
 GROUP BY GROUPING SETS ((job_id, bad), (host, fname))
@@ -157,17 +158,18 @@ def scan_jobs(data_root: Path, date_from: str | None = None, date_to: str | None
     try:
         if threads:
             con.execute(f"SET threads = {int(threads)}")
-        globs = _day_globs(data_root, date_from, date_to)
+        params = {"files": [str(f) for f in files]}
         union = not plan.exact
         try:  # the fleet's files normally share one schema: the fast path
-            df = con.execute(_sql(globs, present, union=union)).df()
+            df = con.execute(_sql(present, union=union), params).df()
         except duckdb.Error:  # some file lacks a column: read every schema
             union = True
-            df = con.execute(_sql(globs, present, union=union)).df()
-        if rowsql.files_meet(df.loc[df["by_file"] == 1]):
+            df = con.execute(_sql(present, union=union), params).df()
+        by_file = df.loc[df["by_file"] == 1]
+        if len(by_file) and rowsql.files_meet(by_file):
             # two files that may hold the same windows: each window counted once, as the nightly
             # counts it (both copies' energy was summed)
-            df = con.execute(_sql(globs, present, union=union, dedup=True)).df()
+            df = con.execute(_sql(present, union=union, dedup=True), params).df()
         df = df.loc[df["by_file"] == 0].drop(columns=["by_file", "host", "fname", "last_start"])
     except duckdb.Error as exc:
         raise DataError(f"{data_root}: cannot scan telemetry: {exc}") from exc
