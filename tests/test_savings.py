@@ -423,3 +423,27 @@ def test_simulate_on_a_day_of_idle_gpus_says_there_are_no_job_windows(tmp_path: 
                                 pa.nulls(t.num_rows, pa.string())), f)
     with pytest.raises(DataError, match="no job windows"):
         simulate(tmp_path, parse_policy({"caps": {"memory": "60%"}}))
+
+
+@pytest.mark.parametrize(("model", "limit_w", "cap_w"), [
+    ("NVIDIA A100-PCIE-40GB", 250.0, 150.0),  # a 250 W board, not the SXM's 400 W
+    ("NVIDIA A100 80GB PCIe", 300.0, 180.0),
+    ("NVIDIA H200 NVL", 600.0, 360.0),
+    ("Tesla V100-SXM3-32GB", 350.0, 210.0),  # a limit seen above the table's: its own board
+    ("NVIDIA A100-SXM4-80GB", 400.0, 240.0),
+    ("NVIDIA A100-SXM4-80GB", 240.0, 240.0),  # already capped under enforce: the board's default
+    ("Tesla V100-SXM2-32GB", 300.0, 180.0),
+])
+def test_simulate_caps_a_share_of_the_boards_own_default_limit(tmp_path: Path, model: str,
+                                                                limit_w: float, cap_w: float) -> None:
+    """The default limit came from a name fragment ("A100" in any A100's name: 400 W), so a "60%"
+    memory cap on an A100 PCIe of 250 W was simulated as 240 W (nearly no saving) where the Prolog
+    sets 150 W; a PCIe or NVL board's default is the limit its telemetry shows."""
+    t0 = pd.Timestamp("2026-11-20T00:00:00Z")
+    p = limit_w * 0.9
+    rows = [_ROW | {"gpu_model": model, "power_limit_w": limit_w, "power_avg_w": p, "power_max_w": p,
+                    "energy_j": p * 10, "dram_bw_util_pct": 80.0,
+                    "ts_start": t0 + pd.Timedelta(seconds=10 * i),
+                    "ts_end": t0 + pd.Timedelta(seconds=10 * (i + 1))} for i in range(6)]
+    j = _simulated_job(tmp_path, rows)
+    assert j["label"] == "memory" and j["cap_w"] == pytest.approx(cap_w)

@@ -72,13 +72,23 @@ def parse_limits(text: str, where: str = "--limits") -> tuple[float, float, floa
     return d, lo, hi
 
 
+def board_key(model: str) -> str:
+    """The GPU of an SXM board's model name, upper case ("H200", "A100", "V100"), "" for a PCIe or
+    NVL board, whose limits differ from the SXM board's of the same GPU (A100 PCIe 250-300 W, not
+    400 W; H100 PCIe 350 W; H200 NVL 600 W), so a table of SXM limits must not be used for it.
+
+    NVML's names: "NVIDIA H200", "NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3",
+    "Tesla V100-SXM2-32GB", "NVIDIA A100-PCIE-40GB", "NVIDIA A100 80GB PCIe", "NVIDIA H200 NVL"."""
+    name = model.upper().replace("NVIDIA", "").replace("TESLA", "").strip()
+    tokens = re.split(r"[\s_-]+", name)
+    if {"PCIE", "NVL"} & set(tokens[1:]):
+        return ""
+    return tokens[0]
+
+
 def known_limits(model: str) -> tuple[float, float, float]:
     """NVML limits of a known GPU model ("H200", "NVIDIA H200", "h100"); ConfigError if unknown."""
-    # NVML's names: "NVIDIA H200", "NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3"
-    tokens = re.split(r"[\s_-]+", model.upper().replace("NVIDIA", "").strip())
-    key = tokens[0] if tokens else ""
-    if {"PCIE", "NVL"} & set(tokens[1:]):  # other boards, other limits (H100 PCIe 350 W, H200 NVL 600 W)
-        key = ""
+    key = board_key(model)
     if key not in KNOWN_LIMITS_W:
         raise ConfigError(f"--gpu-model {model!r}: unknown (known: {', '.join(KNOWN_LIMITS_W)}); "
                           "give --limits DEFAULT,MIN,MAX instead")

@@ -41,6 +41,7 @@ ratios per workload kind at each cap share, interpolated at the job's effective 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +50,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from wattclass.caps import board_key
 from wattclass.errors import DataError
 
 FloatArray = npt.NDArray[np.float64]
@@ -61,7 +63,7 @@ PRIOR_S: dict[str, float] = {"compute": 0.85, "mixed": 0.55, "memory": 0.3, "idl
 S_BAND = 0.15
 S_BAND_NO_GPM = 0.25
 MEM_KNEE = 0.45
-#: Default power limits by GPU model name fragment (NVIDIA datasheets; SXM boards).
+#: Default power limits of SXM boards by GPU (``caps.board_key``; NVIDIA datasheets).
 DEFAULT_LIMIT_W: dict[str, float] = {"H200": 700.0, "H100": 700.0, "A100": 400.0, "V100": 300.0,
                                      "L40S": 350.0, "B200": 1000.0}
 #: Which calibrated workload stands for which label.
@@ -71,11 +73,19 @@ RESPONSE_VERSION = 1
 
 
 def default_limit_w(model: str | None, observed_max_limit_w: float | None) -> float | None:
-    """The GPU's default power limit: by model name, else the highest limit seen in telemetry."""
-    for frag, watts in DEFAULT_LIMIT_W.items():
-        if model and frag in model:
-            return watts
-    return observed_max_limit_w
+    """The GPU's default power limit: an SXM board's by its model name (``caps.board_key``), else
+    the highest limit seen in telemetry; never below the highest limit seen.
+
+    Why not the name alone: a name fragment matched every board of a GPU, so an A100 PCIe (250 W)
+    was taken for a 400 W board and a "60%" cap for 240 W, a cap that saves nothing on it where
+    the Prolog would set 150 W; an H100 PCIe or an H200 NVL alike. Why not the limit seen alone:
+    under enforce mode a capped job's windows show its cap, not the default. A limit seen above
+    the table's is a board the table does not know (a V100 SXM3 is 350 W)."""
+    watts = DEFAULT_LIMIT_W.get(board_key(model)) if isinstance(model, str) else None
+    seen = observed_max_limit_w
+    if seen is None or not math.isfinite(seen):
+        return watts
+    return seen if watts is None else max(watts, seen)
 
 
 @dataclass(frozen=True)
