@@ -245,3 +245,19 @@ def test_a_job_name_with_terminal_escapes_or_newlines_prints_as_one_plain_line(
     assert "Name: x\\x1b]52;c;cm0gLXJmIH4K\\x07" in text
     # --json keeps the exact strings (a script gets the data; JSON escapes them)
     assert _json(capsys, "5003", "--data-root", str(root), "--date", DAY)["name"] == evil
+
+
+def test_a_hidden_file_is_not_read_and_hosts_come_from_the_rows(
+        root: Path, h200_telemetry: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The command read ``.name.parquet`` files, which the nightly never reads (it showed a job the
+    nightly never saw), and DuckDB's hive partitioning replaced each row's host with its
+    ``host=`` folder's name (a folder named otherwise, such as a copy's, was a node of the job)."""
+    part = root / "telemetry" / f"date={DAY}" / "host=gpu-h200-03"
+    w = pd.read_parquet(h200_telemetry)
+    w.assign(job_id="777").to_parquet(part / ".gpu-h200-03-9.parquet", index=False)
+    assert main(["job", "777", "--data-root", str(root), "--date", DAY]) == 3
+    assert "job 777: not found" in capsys.readouterr().err
+    moved = root / "telemetry" / f"date={DAY}" / "host=gpu-h200-03.old"
+    part.rename(moved)
+    d = _json(capsys, "5003", "--data-root", str(root), "--date", DAY)
+    assert d["hosts"] == ["gpu-h200-03"]

@@ -186,7 +186,9 @@ def _ts(v: Any) -> pd.Timestamp | None:
 def telemetry_files(root: Path, start: pd.Timestamp | None, end: pd.Timestamp | None,
                     hosts: Sequence[str] | None, dates: Sequence[str] | None = None) -> list[Path]:
     """Files that can hold the job's windows: its dates, its hosts, and its hours where files are
-    hourly (``HH.parquet``); everything under ``dates`` when the span is unknown."""
+    hourly (``HH.parquet``); everything under ``dates`` when the span is unknown. Not a hidden
+    ``.name.parquet``, which the nightly never reads (``classifier.reader``): the command found
+    jobs in it that the nightly never saw."""
     base = root / "telemetry"
     if start is not None and end is not None:
         days = pd.date_range(start.normalize(), end.normalize(), freq="D")
@@ -199,6 +201,8 @@ def telemetry_files(root: Path, start: pd.Timestamp | None, end: pd.Timestamp | 
             sorted((base / f"date={d}").glob("host=*"))
         for hd in host_dirs:
             for f in sorted(hd.glob("*.parquet")):
+                if f.name.startswith("."):
+                    continue
                 if start is not None and end is not None and f.stem.isdigit() and len(f.stem) == 2:
                     h0 = pd.Timestamp(f"{d}T{f.stem}:00:00Z")
                     if h0 + pd.Timedelta(hours=1) <= start or h0 > end:
@@ -240,7 +244,8 @@ def read_job_windows(files: Sequence[Path], job_id: str) -> pd.DataFrame:
     cols = ", ".join(READ_COLUMNS)
     try:
         df = con.execute(
-            f"SELECT {cols} FROM read_parquet(?, union_by_name=true) WHERE job_id = ?",
+            f"SELECT {cols} FROM read_parquet(?, union_by_name=true, hive_partitioning=false) "
+            "WHERE job_id = ?",
             [[str(f) for f in files], job_id],
         ).df()
     except duckdb.BinderException:
@@ -277,8 +282,8 @@ def discover_hosts(root: Path, start: pd.Timestamp, job_id: str) -> list[str] | 
     con = duckdb.connect()
     try:
         con.execute("SET threads TO 2")
-        rows = con.execute("SELECT DISTINCT host FROM read_parquet(?) WHERE job_id = ?",
-                           [[str(f) for f in files], job_id]).fetchall()
+        rows = con.execute("SELECT DISTINCT host FROM read_parquet(?, hive_partitioning=false) "
+                           "WHERE job_id = ?", [[str(f) for f in files], job_id]).fetchall()
     except duckdb.Error:  # a file it cannot read: every host is read, and that file skipped by name
         return None
     finally:
