@@ -447,3 +447,30 @@ def test_simulate_caps_a_share_of_the_boards_own_default_limit(tmp_path: Path, m
                     "ts_end": t0 + pd.Timedelta(seconds=10 * (i + 1))} for i in range(6)]
     j = _simulated_job(tmp_path, rows)
     assert j["label"] == "memory" and j["cap_w"] == pytest.approx(cap_w)
+
+
+def test_simulate_and_report_policy_leave_out_an_unreadable_file_by_name(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A file cut short (a copy interrupted) failed the whole what-if with DuckDB's error and its
+    SQL, and with it ``wattclass report --policy``, where the nightly, the report and ``job``
+    leave that file out and name it."""
+    _telemetry(tmp_path)
+    pol = parse_policy({"caps": {"memory": "60%"}})
+    clean = simulate(tmp_path, pol)
+    host = tmp_path / "telemetry" / "date=2026-11-20" / "host=n1"
+    data = (host / "00.parquet").read_bytes()
+    (host / "01.parquet").write_bytes(data[: len(data) // 2])
+    (host / "02.parquet").write_bytes(b"")
+    res = simulate(tmp_path, pol)
+    assert res.totals["energy_kwh"] == pytest.approx(clean.totals["energy_kwh"]) and res.files == 1
+    assert sorted(Path(f).name for f in res.totals["skipped_files"]) == ["01.parquet", "02.parquet"]
+    policy = tmp_path / "p.toml"
+    policy.write_text(POLICY)
+    capsys.readouterr()
+    assert main(["simulate", "--data-root", str(tmp_path), "--policy", str(policy)]) == 0
+    assert "2 unreadable telemetry file(s) left out" in capsys.readouterr().out
+    out = tmp_path / "r.html"
+    assert main(["report", "--data-root", str(tmp_path), "--policy", str(policy), "--out", str(out)]) == 0
+    (host / "00.parquet").write_bytes(b"PAR1")
+    with pytest.raises(DataError, match=r"no readable telemetry file \(3 unreadable"):
+        simulate(tmp_path, pol)

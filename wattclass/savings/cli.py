@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from wattclass.errors import ConfigError
+from wattclass.logsafe import clip
 from wattclass.output import emit
 
 
@@ -94,6 +95,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         if t.get("rejected_rows"):
             lines.append(f"{sum(t['rejected_rows'].values())} impossible telemetry row(s) left out (as the "
                          "nightly does): " + "; ".join(f"{k}: {v}" for k, v in t["rejected_rows"].items()))
+        if t.get("skipped_files"):
+            lines.append(f"{len(t['skipped_files'])} unreadable telemetry file(s) left out (as the nightly "
+                         "does): " + "; ".join(f"{clip(f)}: {clip(why)}"
+                                               for f, why in list(t["skipped_files"].items())[:3]))
         for g in GROUPS:
             rows = d[f"by_{g}"][: args.top if g != "label" else None]
             lines += ["", f"{'by ' + g:<14} {'jobs':>6} {'capped':>6} {'kWh':>9} {'kWh saved [lo, hi]':>26} "

@@ -37,6 +37,7 @@ from wattclass.classifier import rowsql, rules
 from wattclass.classifier.reader import telemetry_root
 from wattclass.errors import DataError
 from wattclass.fsutil import require_trusted_files
+from wattclass.logsafe import clip
 from wattclass.policy import Policy
 from wattclass.savings.response import (
     SiteResponse,
@@ -44,7 +45,7 @@ from wattclass.savings.response import (
     default_effect,
     default_limit_w,
 )
-from wattclass.schema import TELEMETRY_V1, first_schema_reads_all
+from wattclass.schema import TELEMETRY_V1, column_names, first_schema_reads_all
 
 GROUPS: tuple[str, ...] = ("label", "user", "account")
 log = logging.getLogger(__name__)
@@ -135,23 +136,21 @@ GROUP BY GROUPING SETS ((job_id, bad), (host, fname))
 """
 
 
-def scan_jobs(data_root: Path, date_from: str | None = None, date_to: str | None = None,
-              threads: int | None = None, rejected: dict[str, int] | None = None,
-              files: list[Path] | None = None) -> pd.DataFrame:
-    """Per-job aggregates (module docstring, step 1), by DuckDB reading only the needed columns, of
-    the valid rows; ``rejected`` (if given) gets the rows left out per reason, as the nightly's
-    summary names them. ``files``: ``telemetry_paths`` of the same range if the caller listed them
-    already (a month of 1,000 GPUs is 90,000 files)."""
+class _UnreadableEnd(Exception):
+    """The first or last file's footer did not read (``_aggregate``): check every file."""
+
+
+def _aggregate(files: list[Path], threads: int | None) -> pd.DataFrame:
+    """``_sql``'s per-job rows (``bad`` per row code) of ``files``: the one-schema fast path, else
+    by column name, again with the exact de-duplication where two files' windows meet on a host;
+    a file DuckDB cannot read raises ``duckdb.Error``."""
     import duckdb
 
-    if files is None:
-        files = telemetry_paths(data_root, date_from, date_to)
-    files = require_trusted_files(files)
-    if not files:
-        return pd.DataFrame()
     plan = first_schema_reads_all(files)  # why not just the first file's: wattclass.schema
     present = set(plan.seen)
     missing = [c for c in ("ts_start", "ts_end", "job_id", "energy_j") if c not in present]
+    if missing and (plan.first is None or column_names(files[-1]) is None):
+        raise _UnreadableEnd  # the columns were not seen because a footer did not read
     if missing:
         raise DataError(f"{files[0]}: telemetry lacks column(s) {', '.join(missing)}")
     con = duckdb.connect()
@@ -170,11 +169,53 @@ def scan_jobs(data_root: Path, date_from: str | None = None, date_to: str | None
             # two files that may hold the same windows: each window counted once, as the nightly
             # counts it (both copies' energy was summed)
             df = con.execute(_sql(present, union=union, dedup=True), params).df()
-        df = df.loc[df["by_file"] == 0].drop(columns=["by_file", "host", "fname", "last_start"])
-    except duckdb.Error as exc:
-        raise DataError(f"{data_root}: cannot scan telemetry: {exc}") from exc
     finally:
         con.close()
+    out: pd.DataFrame = df.loc[df["by_file"] == 0].drop(columns=["by_file", "host", "fname", "last_start"])
+    return out
+
+
+def scan_jobs(data_root: Path, date_from: str | None = None, date_to: str | None = None,
+              threads: int | None = None, rejected: dict[str, int] | None = None,
+              files: list[Path] | None = None, skipped: list[tuple[Path, str]] | None = None
+              ) -> pd.DataFrame:
+    """Per-job aggregates (module docstring, step 1), by DuckDB reading only the needed columns, of
+    the valid rows; ``rejected`` (if given) gets the rows left out per reason, as the nightly's
+    summary names them. ``files``: ``telemetry_paths`` of the same range if the caller listed them
+    already (a month of 1,000 GPUs is 90,000 files).
+
+    A file Parquet cannot read (empty, cut short by a copy, not Parquet) is left out with a
+    warning naming it, and added to ``skipped`` (file, why), as the nightly, the report and
+    ``wattclass job`` leave it out: one such file failed the whole what-if, and with it
+    ``wattclass report --policy``. Its footers are checked only after a read failed."""
+    import duckdb
+
+    if files is None:
+        files = telemetry_paths(data_root, date_from, date_to)
+    files = require_trusted_files(files)
+    if not files:
+        return pd.DataFrame()
+    try:
+        df = _aggregate(files, threads)
+    except (duckdb.Error, _UnreadableEnd) as exc:
+        from wattclass.report.data import readable_files
+
+        why = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
+        good, bad_files = readable_files(files)
+        if not bad_files:
+            raise DataError(f"{data_root}: cannot scan telemetry: {why}") from exc
+        for f, reason in bad_files:
+            log.warning("simulate: skipping telemetry file %s (unreadable): %s", clip(f), clip(reason))
+        if skipped is not None:
+            skipped.extend(bad_files)
+        if not good:
+            raise DataError(f"{data_root}: no readable telemetry file ({len(bad_files)} unreadable, e.g. "
+                            f"{clip(bad_files[0][0])}: {clip(bad_files[0][1])})") from exc
+        try:
+            df = _aggregate(good, threads)
+        except (duckdb.Error, _UnreadableEnd) as exc2:
+            raise DataError(f"{data_root}: cannot scan telemetry: "
+                            f"{(str(exc2).splitlines() or [type(exc2).__name__])[0][:300]}") from exc2
     bad = df["bad"].to_numpy(np.int64)
     left_out = df.loc[bad > 0].groupby("bad")["n_windows"].sum()
     counts = rowsql.reject_counts(dict(zip(left_out.index.astype(int).tolist(), left_out.tolist(),
@@ -285,7 +326,8 @@ def simulate(data_root: Path, policy: Policy, date_from: str | None = None, date
                 raise DataError(f"{what}: expected YYYY-MM-DD, got {d!r}") from exc
     files = telemetry_paths(data_root, date_from, date_to)
     rejected: dict[str, int] = {}
-    jobs = scan_jobs(data_root, date_from, date_to, rejected=rejected, files=files)
+    skipped: list[tuple[Path, str]] = []
+    jobs = scan_jobs(data_root, date_from, date_to, rejected=rejected, files=files, skipped=skipped)
     if jobs.empty:
         span = f" between {date_from or '...'} and {date_to or '...'}" if date_from or date_to else ""
         raise DataError(f"{data_root}: no job windows in telemetry{span}")
@@ -298,6 +340,8 @@ def simulate(data_root: Path, policy: Policy, date_from: str | None = None, date
     totals["jobs"] = len(jobs)
     totals["capped_jobs"] = int(jobs["cap"].notna().sum())
     totals["rejected_rows"] = rejected
+    totals["skipped_files"] = {str(f): why for f, why in skipped}
     return SimResult(jobs, {g: summarise(jobs, g) for g in GROUPS}, totals,
                      "default (own telemetry + published curves)" if response is None
-                     else f"site calibration {response.source} ({response.gpu_model})", len(files))
+                     else f"site calibration {response.source} ({response.gpu_model})",
+                     len(files) - len(skipped))
