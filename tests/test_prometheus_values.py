@@ -82,3 +82,21 @@ def test_a_host_from_an_ip_instance_label_is_the_whole_address() -> None:
     assert a is not None and b is not None and (a.host, b.host) == ("10.0.0.1", "10.0.0.2")
     n = gpu_key({"UUID": "GPU-c", "instance": "node7.cluster.example:9400"})
     assert n is not None and n.host == "node7"
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -1.0])
+def test_a_clock_event_reasons_sample_that_is_no_bitmask_is_missing(bad: float) -> None:
+    """The reasons gauge is a float in Prometheus: a NaN sample failed the whole import with
+    ValueError (``int(nan)``), an infinite one with OverflowError, and a negative one set every bit
+    of the mask (counted as power-throttled). Such a sample is missing; the window's share comes
+    from its other scrapes."""
+    t = [T0 + i for i in range(N)]
+    reasons = [0.0] * N
+    reasons[25] = bad
+    series = [Series({**LABELS, "__name__": mapping.ENERGY}, t, [1e9 + 300_000.0 * i for i in range(N)]),
+              Series({**LABELS, "__name__": "DCGM_FI_DEV_POWER_USAGE"}, t, [300.0] * N),
+              Series({**LABELS, "__name__": "DCGM_FI_DEV_CLOCKS_EVENT_REASONS"}, t, reasons)]
+    (tl,) = merge([series], mapping.DEFAULT_JOB_LABEL, None).values()
+    rows = gpu_rows(tl, T0, 10.0)
+    assert len(rows) == 6 and all(r["throttle_power_frac"] == 0.0 for r in rows)
+    assert tl.bad_reasons == 1

@@ -46,6 +46,8 @@ class GpuTimeline:
     users: dict[float, str] = field(default_factory=dict)
     #: series of MIG instances (``GPU_I_ID``) left out: the import cannot split a MIG GPU per instance
     mig_series: int = 0
+    #: clock-event reasons samples that are no 64-bit mask (NaN, infinite, negative), taken as missing
+    bad_reasons: int = 0
 
 
 def merge(series_chunks: Iterable[list[Series]], job_label: str, user_label: str | None
@@ -142,6 +144,26 @@ def _gauge(tl: GpuTimeline, t: float, name: str) -> float | None:
     return None
 
 
+#: The clock-event reasons are an NVML bitmask of 64 bits.
+_MASK_END = 2**64
+
+
+def _reasons(tl: GpuTimeline, t: float) -> int | None:
+    """The clock-event reasons bitmask at scrape ``t``: a whole number 0 .. 2**64 - 1, else
+    missing (None), as a non-finite gauge is missing.
+
+    Why: the gauge is a float in Prometheus; a NaN or infinite sample (a field DCGM could not
+    read, a recording rule) failed the whole import with a traceback (``int(nan)``), and a
+    negative one, a Python int with every bit set, counted its window as power- and
+    thermal-throttled."""
+    v = _gauge(tl, t, "clock_event_reasons")
+    if v is None or not math.isfinite(v) or not 0 <= v < _MASK_END or v != int(v):
+        if v is not None:
+            tl.bad_reasons += 1
+        return None
+    return int(v)
+
+
 def scrape_interval(times: list[float]) -> float:
     """The typical scrape interval (median spacing), 1 s when it cannot be told."""
     d = [b - a for a, b in itertools.pairwise(times) if b > a]
@@ -173,15 +195,16 @@ def gpu_rows(tl: GpuTimeline, start: float, period_s: float, max_gap_s: float = 
     for i, t in enumerate(times):
         g: dict[str, Any] = {c: _gauge(tl, t, c) for c in (
             "power_w", "power_limit_w", "util_gpu_pct", "util_mem_pct", "sm_clock_mhz", "mem_clock_mhz",
-            "temp_c", "fb_used_mib", "clock_event_reasons")}
-        reasons = g.pop("clock_event_reasons")
-        sample = GpuSample(ts=t, energy_mj=energy[i], clock_event_reasons=int(reasons) if reasons is not None
-                           else None, **g)
+            "temp_c", "fb_used_mib")}
+        sample = GpuSample(ts=t, energy_mj=energy[i], clock_event_reasons=_reasons(tl, t), **g)
         job_id = tl.jobs.get(t)
         job = (job_id, tl.users.get(t)) if job_id else None
         mark = _Mark(i) if info.gpm_supported and builder.needs_gpm(info, sample, job) else None
         rows += builder.add(info, sample, job, mark, prof.metrics)
     rows += builder.flush(info, _Mark(len(times) - 1) if info.gpm_supported else None, prof.metrics)
+    if tl.bad_reasons:
+        log.warning("GPU %s on %s: %d clock-event reasons sample(s) that are no bitmask (NaN, infinite or "
+                    "negative) taken as missing", tl.key.uuid, tl.key.host, tl.bad_reasons)
     for r in rows:
         r.pop("n_polls", None)
     return rows
