@@ -474,3 +474,19 @@ def test_simulate_and_report_policy_leave_out_an_unreadable_file_by_name(
     (host / "00.parquet").write_bytes(b"PAR1")
     with pytest.raises(DataError, match=r"no readable telemetry file \(3 unreadable"):
         simulate(tmp_path, pol)
+
+
+def test_simulate_leaves_a_job_of_an_exempt_partition_uncapped(tmp_path: Path) -> None:
+    """The policy's exempt partitions (the example exempts "debug") were ignored: the label store
+    names each job's partition, but only users and accounts were exempted, so a debug job's saving
+    and slowdown were counted although the Prolog never caps it."""
+    _telemetry(tmp_path)
+    store = tmp_path / "classifier" / "labels" / "date=2026-11-20"
+    store.mkdir(parents=True)
+    pd.DataFrame({"job_id": ["j1", "j2"], "label": ["memory", "memory"], "user": ["ann", "bo"],
+                  "account": ["phys", "phys"], "partition": ["debug", "gpu"]}
+                 ).to_parquet(store / "labels.parquet")
+    pol = parse_policy({"caps": {"memory": "60%"}, "exempt": {"partitions": ["debug"]}})
+    j = simulate(tmp_path, pol).jobs.set_index("job_id")
+    assert np.isnan(j.loc["j1", "cap_w"]) and j.loc["j1", "kwh_saved"] == 0.0
+    assert j.loc["j2", "cap_w"] == 420.0 and j.loc["j2", "kwh_saved"] > 0

@@ -12,9 +12,9 @@
    otherwise make every sum infinite.
 2. Label each job: the label store's label where the nightly run stored one; else the GPM rule on
    the job's own windows (the classifier's rule, same thresholds); else ``unlabelled``.
-3. Look up the policy's cap for the label (exempt accounts/users from the store's Slurm fields
-   are left uncapped) and apply the response model (``response``): the default per-job model or a
-   site calibration.
+3. Look up the policy's cap for the label (exempt accounts, partitions and users, from the
+   store's Slurm fields, are left uncapped) and apply the response model (``response``): the
+   default per-job model or a site calibration.
 4. Sum kWh saved and GPU-hours added (mid and band) per label, user and account.
 
 The band sums each job's lo and hi: it treats the model error as shared by all jobs (one curve
@@ -246,7 +246,7 @@ def attach_labels(jobs: pd.DataFrame, store_labels: pd.DataFrame | None) -> pd.D
     names = np.asarray(rules.label_names(rules.job_labels(ni, nc, nm)), dtype=object)
     out["label"] = pd.Series(names, index=out.index).where(has)
     out["label_source"] = pd.Series("rule(sim)", index=out.index).where(has)
-    out["account"], out["name"] = None, None
+    out["account"], out["name"], out["partition"] = None, None, None
     if store_labels is not None and len(store_labels):
         s = store_labels.drop_duplicates("job_id", keep="last").set_index("job_id")
         idx = out["job_id"]
@@ -254,7 +254,7 @@ def attach_labels(jobs: pd.DataFrame, store_labels: pd.DataFrame | None) -> pd.D
         known = lab.notna()
         out.loc[known, "label"] = lab[known]
         out.loc[known, "label_source"] = "store"
-        for c in ("account", "name"):
+        for c in ("account", "name", "partition"):
             if c in s.columns:
                 out[c] = idx.map(s[c]).astype(object)
         if "user" in s.columns:
@@ -274,7 +274,10 @@ def apply_policy(jobs: pd.DataFrame, policy: Policy, response: SiteResponse | No
                           zip(out["gpu_model"], out["limit_w"], strict=True)], dtype=float)
     cap_w = np.full(n, np.nan)
     cap_text = np.full(n, None, dtype=object)
-    exempt = out["user"].isin(policy.exempt_users) | out["account"].isin(policy.exempt_accounts)
+    # as the hooks exempt them: the partition too (a policy's "debug" partition was simulated as
+    # capped, its jobs' savings and slowdown counted although the Prolog never caps them)
+    exempt = (out["user"].isin(policy.exempt_users) | out["account"].isin(policy.exempt_accounts)
+              | out["partition"].isin(policy.exempt_partitions))
     for label, cap in policy.caps.items():
         m = (out["label"] == label).to_numpy() & ~exempt.to_numpy() & np.isfinite(default_w)
         cap_w[m] = [cap_watts(cap, d, None, None) for d in default_w[m]]
