@@ -256,3 +256,19 @@ def test_report_on_the_demo_cluster_day(tmp_path: Path, h200_raw: Path) -> None:
     page = render_report(pd.DataFrame(rows))
     assert "4 GPU(s)" in page and "2 node(s)" in page
     assert len(_pngs(page)) == 4  # no model and no decisions: two notes instead
+
+
+def test_a_label_file_with_a_label_the_report_does_not_know_is_refused_by_name(
+        data_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A label other than compute/memory/mixed/idle ("bogus", a class of another tool) was kept as a
+    label of its own: its jobs got no cap in the savings estimate and their energy left its total
+    without a word. Case and blanks are not a difference ("Memory " is memory)."""
+    out = tmp_path / "r.html"
+    labels = tmp_path / "labels.csv"
+    labels.write_text("job_id,label\n5001,compute\n5003,bogus\n")
+    assert main(["report", "--data-root", str(data_root), "--labels", str(labels), "--out", str(out)]) == 3
+    err = capsys.readouterr().err
+    assert "labels.csv: label 'bogus' of job 5003" in err and not out.exists()
+    labels.write_text("job_id,label\n5001,Compute\n5003, Memory \n")
+    got = normalise_labels(read_table_file(labels, "labels"), str(labels)).set_index("job_id")["label"]
+    assert got.to_dict() == {"5001": "compute", "5003": "memory"}

@@ -16,6 +16,8 @@ from typing import Any
 import pandas as pd
 
 from wattclass.errors import ConfigError, DataError
+from wattclass.labeltable import LABELS
+from wattclass.logsafe import clip
 
 LABEL_COLUMNS = ("job_id", "user", "label", "confidence", "source", "n_windows", "energy_j", "gpu_hours")
 
@@ -87,14 +89,29 @@ def read_table_file(path: Path, what: str) -> pd.DataFrame:
     return df
 
 
+#: The labels a label file may hold (``unlabelled``: known to have none; a blank cell is the same).
+KNOWN_LABELS: tuple[str, ...] = (*LABELS, "unlabelled")
+
+
 def normalise_labels(df: pd.DataFrame, source: str, label_column: str = "label") -> pd.DataFrame:
-    """Check a label table has job_id and the label column; rename the latter to ``label``."""
+    """Check a label table has job_id and the label column; rename the latter to ``label``.
+
+    Labels are read without case or surrounding blanks ("Memory " is memory); any other value is
+    a DataError naming the file, the value and a job holding it. Why: a label the report does
+    not know ("Memory", a typo, a class of another tool) was kept as a label of its own, so its
+    jobs got no cap in the savings estimate and their energy left its total without a word."""
     for col in ("job_id", label_column):
         if col not in df.columns:
             raise DataError(f"{source}: labels are missing column {col}")
     df = df.rename(columns={label_column: "label"}) if label_column != "label" else df
     df = df.dropna(subset=["label"]).copy()
-    df["label"] = df["label"].astype(str)
+    df["label"] = df["label"].astype(str).str.strip().str.lower()
+    df = df.loc[df["label"] != ""]
+    bad = df.loc[~df["label"].isin(KNOWN_LABELS)]
+    if len(bad):
+        first = bad.iloc[0]
+        raise DataError(f"{source}: label {clip(str(first['label']))!r} of job {clip(str(first['job_id']))} "
+                        f"(and {len(bad) - 1} more row(s)) is none of {', '.join(KNOWN_LABELS)}")
     return df.drop_duplicates("job_id", keep="last")
 
 
