@@ -261,3 +261,29 @@ def test_a_hidden_file_is_not_read_and_hosts_come_from_the_rows(
     part.rename(moved)
     d = _json(capsys, "5003", "--data-root", str(root), "--date", DAY)
     assert d["hosts"] == ["gpu-h200-03"]
+
+
+@pytest.mark.parametrize("duckdb", [True, False])
+def test_windows_outside_their_files_day_are_left_out_as_the_nightly_leaves_them(
+        root: Path, h200_telemetry: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch, duckdb: bool) -> None:
+    """A clock step wrote windows a year ahead into the day's file: the nightly rejects them
+    (``ts_start`` outside its date= partition's day) but the command summed their energy and
+    GPU-hours into the job's, with DuckDB and without."""
+    import sys
+
+    from wattclass.classifier.validity import REJECT_DAY
+
+    want = _json(capsys, "5003", "--data-root", str(root), "--date", DAY)
+    part = root / "telemetry" / f"date={DAY}" / "host=gpu-h200-03"
+    w = pd.read_parquet(h200_telemetry)
+    late = w[w["job_id"] == "5003"].copy()  # its 4 windows, again a year later
+    late["ts_start"] += pd.Timedelta(days=365)
+    late["ts_end"] += pd.Timedelta(days=365)
+    late.to_parquet(part / "gpu-h200-03-2.parquet", index=False)
+    if not duckdb:
+        monkeypatch.setitem(sys.modules, "duckdb", None)
+    got = _json(capsys, "5003", "--data-root", str(root), "--date", DAY)
+    assert got["energy_kwh"] == pytest.approx(want["energy_kwh"], rel=1e-12)
+    assert got["gpu_hours"] == pytest.approx(want["gpu_hours"], rel=1e-12)
+    assert got["windows_left_out"] == {REJECT_DAY: len(late)}
