@@ -12,6 +12,7 @@ benchmarks want to know at once).
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
@@ -34,16 +35,28 @@ def telemetry_root(path: Path) -> Path:
 
 
 def telemetry_files(paths: Sequence[Path] | Path, date: str | None = None) -> list[Path]:
-    """Parquet files under each path (a file, or a data root / partition folder), sorted.
+    """Parquet files under each path (a file, or a data root / partition folder), sorted, each
+    file once.
 
-    With ``date`` only the ``date=<date>`` partition of a data root is listed.
+    With ``date`` only the ``date=<date>`` partition of a data root is listed. Each once: paths
+    that overlap (a root given twice, a root and one of its partitions or files) listed a file
+    twice, and the scan counted every window of it twice (``classify --telemetry R R``: twice
+    the energy, no duplicate reported), as the two reads of one path are one file to it.
     """
     if isinstance(paths, str | Path):
         paths = [Path(paths)]
     out: list[Path] = []
+    seen: set[str] = set()
+
+    def add(f: Path) -> None:
+        key = os.path.normpath(os.path.abspath(f))
+        if key not in seen:
+            seen.add(key)
+            out.append(f)
+
     for p in map(Path, paths):
         if p.is_file():
-            out.append(p)
+            add(p)
             continue
         if not p.exists():
             raise DataError(f"{p}: telemetry path does not exist")
@@ -52,7 +65,9 @@ def telemetry_files(paths: Sequence[Path] | Path, date: str | None = None) -> li
             root = root / f"date={date}"
             if not root.is_dir():
                 continue
-        out.extend(f for f in sorted(root.rglob("*.parquet")) if not f.name.startswith("."))
+        for f in sorted(root.rglob("*.parquet")):
+            if not f.name.startswith("."):
+                add(f)
     return out
 
 

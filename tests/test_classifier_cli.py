@@ -42,6 +42,20 @@ def test_classify_rule_labels_all_jobs_like_truth(h200_telemetry: Path, tmp_path
     assert set(df.columns) >= {"user", "energy_j", "gpu_hours", "hosts", "start", "end"}
 
 
+def test_classify_reads_a_file_named_twice_once(h200_day_root: Path, tmp_path: Path) -> None:
+    """Overlapping --telemetry paths (a root twice, a root and one of its files) listed a file
+    twice and the scan counted each of its windows twice: twice the energy and GPU-hours, with no
+    duplicate reported, since the two reads of one path are one file to it."""
+    once, twice = tmp_path / "once.parquet", tmp_path / "twice.parquet"
+    assert main(["classify", "--telemetry", str(h200_day_root), "--out", str(once)]) == 0
+    f = next((h200_day_root / "telemetry").rglob("*.parquet"))
+    assert main(["classify", "--telemetry", str(h200_day_root), str(h200_day_root), str(f),
+                 "--out", str(twice)]) == 0
+    a, b = (pd.read_parquet(p).set_index("job_id").sort_index() for p in (once, twice))
+    assert b["energy_j"].tolist() == pytest.approx(a["energy_j"].tolist(), rel=1e-12)
+    assert b["n_windows"].tolist() == a["n_windows"].tolist()
+
+
 def test_classify_without_gpm_uses_default_model(h200_telemetry: Path, tmp_path: Path) -> None:
     t = pq.read_table(h200_telemetry)
     nogpm = tmp_path / "nogpm.parquet"
