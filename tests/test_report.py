@@ -272,3 +272,14 @@ def test_a_label_file_with_a_label_the_report_does_not_know_is_refused_by_name(
     labels.write_text("job_id,label\n5001,Compute\n5003, Memory \n")
     got = normalise_labels(read_table_file(labels, "labels"), str(labels)).set_index("job_id")["label"]
     assert got.to_dict() == {"5001": "compute", "5003": "memory"}
+
+
+def test_a_date_folder_whose_name_is_no_date_is_not_the_newest_day(
+        data_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A copy kept aside as date=2026-11-29.bak sorted after the real day: the report took it for
+    the most recent day and died in a ValueError traceback on its name."""
+    day = data_root / "telemetry" / "date=2026-11-29"
+    shutil.copytree(day, day.with_name("date=2026-11-29.bak"))
+    out = tmp_path / "r.html"
+    assert main(["report", "--data-root", str(data_root), "--out", str(out)]) == 0
+    assert "date=2026-11-29 (1 files)" in out.read_text()

@@ -490,3 +490,13 @@ def test_simulate_leaves_a_job_of_an_exempt_partition_uncapped(tmp_path: Path) -
     j = simulate(tmp_path, pol).jobs.set_index("job_id")
     assert np.isnan(j.loc["j1", "cap_w"]) and j.loc["j1", "kwh_saved"] == 0.0
     assert j.loc["j2", "cap_w"] == 420.0 and j.loc["j2", "kwh_saved"] > 0
+
+
+def test_simulate_reads_only_date_folders_named_as_dates(tmp_path: Path) -> None:
+    """A day copied aside as date=2026-11-20.bak was read beside the real day (its windows with no
+    day to be checked against), where the nightly reads only date=<its date>."""
+    _telemetry(tmp_path)
+    day = tmp_path / "telemetry" / "date=2026-11-20"
+    shutil.copytree(day, day.with_name("date=2026-11-20.bak"))
+    res = simulate(tmp_path, parse_policy({"caps": {"memory": "60%"}}))
+    assert res.files == 1 and res.totals["energy_kwh"] == pytest.approx((600 + 690) / 1000)

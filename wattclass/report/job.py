@@ -22,6 +22,7 @@ from typing import Any
 import pandas as pd
 
 from wattclass.classifier import rules
+from wattclass.classifier.reader import partition_dates
 from wattclass.errors import DataError
 from wattclass.logsafe import clip
 from wattclass.report.jobwindows import (
@@ -251,7 +252,7 @@ def summarise(root: Path, job_id: str, date: str | None = None) -> JobSummary:
         # Still running when the records were written: read day by day from its start and stop at
         # the first later day without its windows (not the whole store).
         files, parts, day = [], [], start.normalize()
-        newest = max((p.name.removeprefix("date=") for p in (root / "telemetry").glob("date=*")), default="")
+        newest = max(partition_dates(root / "telemetry"), default="")
         while day.strftime("%Y-%m-%d") <= newest:
             fs = telemetry_files(root, max(start, day), day + pd.Timedelta(days=1), hosts)
             part = read_job_windows(fs, job_id)

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from wattclass.classifier import rules
+from wattclass.classifier.reader import partition_dates
 from wattclass.errors import DataError
 
 log = logging.getLogger("wattclass.report.job")
@@ -35,7 +36,7 @@ def telemetry_files(root: Path, start: pd.Timestamp | None, end: pd.Timestamp | 
         days = pd.date_range(start.normalize(), end.normalize(), freq="D")
         dates = [d.strftime("%Y-%m-%d") for d in days]
     elif dates is None:
-        dates = sorted(p.name.removeprefix("date=") for p in base.glob("date=*"))
+        dates = partition_dates(base)
     out: list[Path] = []
     for d in dates:
         host_dirs = [base / f"date={d}" / f"host={h}" for h in hosts] if hosts else \

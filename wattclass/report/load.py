@@ -38,8 +38,9 @@ class ReportInputs:
 
 def telemetry_dates(root: Path) -> list[str]:
     """The ``date=YYYY-MM-DD`` partitions under ``<root>/telemetry``, oldest first."""
-    base = Path(root) / "telemetry"
-    return sorted(p.name.removeprefix("date=") for p in base.glob("date=*") if p.is_dir())
+    from wattclass.classifier.reader import partition_dates
+
+    return partition_dates(Path(root) / "telemetry")
 
 
 def telemetry_day_files(root: Path, date: str | None = None, days: int = 1

@@ -34,7 +34,7 @@ import pandas as pd
 
 from wattclass.caps import cap_watts
 from wattclass.classifier import rowsql, rules
-from wattclass.classifier.reader import telemetry_root
+from wattclass.classifier.reader import partition_dates, telemetry_root
 from wattclass.errors import DataError
 from wattclass.fsutil import require_trusted_files
 from wattclass.logsafe import clip
@@ -67,11 +67,10 @@ def telemetry_paths(data_root: Path, date_from: str | None, date_to: str | None)
     if not root.is_dir():
         raise DataError(f"{data_root}: no telemetry folder")
     out: list[Path] = []
-    for d in sorted(root.glob("date=*")):
-        day = d.name.removeprefix("date=")
+    for day in partition_dates(root):  # not a date=...bak copy: the nightly never reads one
         if (date_from and day < date_from) or (date_to and day > date_to):
             continue
-        out.extend(f for f in sorted(d.rglob("*.parquet")) if not f.name.startswith("."))
+        out.extend(f for f in sorted((root / f"date={day}").rglob("*.parquet")) if not f.name.startswith("."))
     return out
 
 
