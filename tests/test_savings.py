@@ -500,3 +500,16 @@ def test_simulate_reads_only_date_folders_named_as_dates(tmp_path: Path) -> None
     shutil.copytree(day, day.with_name("date=2026-11-20.bak"))
     res = simulate(tmp_path, parse_policy({"caps": {"memory": "60%"}}))
     assert res.files == 1 and res.totals["energy_kwh"] == pytest.approx((600 + 690) / 1000)
+
+
+def test_simulate_says_why_a_day_whose_every_row_is_rejected_has_no_job_windows(tmp_path: Path) -> None:
+    """Every window a year off its date= day (a clock step): the error said only "no job windows"."""
+    _telemetry(tmp_path)
+    f = tmp_path / "telemetry" / "date=2026-11-20" / "host=n1" / "00.parquet"
+    t = pq.read_table(f).to_pandas()
+    for c in ("ts_start", "ts_end"):
+        t[c] += pd.Timedelta(days=365)
+    pq.write_table(pa.Table.from_pandas(t, preserve_index=False).cast(TELEMETRY_V1), f)
+    with pytest.raises(DataError, match=r"no job windows in telemetry \(720 impossible row\(s\) left out.*"
+                                        r"outside its date= partition's day: 720"):
+        simulate(tmp_path, parse_policy({"caps": {"memory": "60%"}}))

@@ -332,7 +332,10 @@ def simulate(data_root: Path, policy: Policy, date_from: str | None = None, date
     jobs = scan_jobs(data_root, date_from, date_to, rejected=rejected, files=files, skipped=skipped)
     if jobs.empty:
         span = f" between {date_from or '...'} and {date_to or '...'}" if date_from or date_to else ""
-        raise DataError(f"{data_root}: no job windows in telemetry{span}")
+        # every row rejected (a clock step's day) said only "no job windows": say why
+        why = (f" ({sum(rejected.values())} impossible row(s) left out, as the nightly leaves them out: "
+               + "; ".join(f"{k}: {v}" for k, v in rejected.items()) + ")") if rejected else ""
+        raise DataError(f"{data_root}: no job windows in telemetry{span}{why}")
     labels = ClassifierStore(data_root).label_history(date_from)
     jobs = apply_policy(attach_labels(jobs, labels), policy, response)
     totals: dict[str, Any] = {c: float(jobs[c].sum()) for c in ("kwh_saved", "kwh_saved_lo", "kwh_saved_hi",
