@@ -99,7 +99,7 @@ def _sql(present: set[str], union: bool, dedup: bool = False) -> str:
     # the classifier's rule SQL (classifier.rowsql): inputs in the inner query, the chain on their names
     x = rowsql.rule_inputs_sql(frozenset(rules.RULE_COLUMNS) - present)
     code = rowsql.rule_chain_sql(rowsql.RuleInputs(sm="sm", dram="dram", comp="c", gap="gap"))
-    # read by day globs: each row's day from its file's name (one date= folder per glob)
+    # each row's day from its file's name (its date= folder; rowsql.FILENAME_DAY_SQL)
     reject = rowsql._reject_sql(frozenset(TELEMETRY_V1.names) - present, rowsql.FILENAME_DAY_SQL)
     if dedup:
         reject = rowsql.dedup_code_sql(reject, "filename")
