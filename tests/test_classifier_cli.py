@@ -70,6 +70,22 @@ def test_classify_without_gpm_uses_default_model(h200_telemetry: Path, tmp_path:
     assert (df["label"] == _truth(h200_telemetry).loc[df.index]).mean() >= 0.9
 
 
+def test_classify_json_of_a_job_nobody_labels_is_standard_json(h200_telemetry: Path, tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """--source rule on telemetry without GPM: no job gets a label, and --json printed
+    ``"label": NaN`` and ``"confidence": NaN``, which no strict JSON reader accepts."""
+    t = pq.read_table(h200_telemetry)
+    nogpm = tmp_path / "nogpm.parquet"
+    pq.write_table(t.drop_columns([c for c in GPM_COLUMNS if c in t.column_names]), nogpm)
+    capsys.readouterr()
+    assert main(["classify", "--telemetry", str(nogpm), "--source", "rule", "--out",
+                 str(tmp_path / "l.parquet"), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out,
+                     parse_constant=lambda c: pytest.fail(f"non-standard JSON constant {c}"))
+    assert len(doc["labels"]) == 21
+    assert all(r["label"] is None and r["confidence"] is None for r in doc["labels"])
+
+
 def test_missing_required_column_names_column_and_file(h200_telemetry: Path, tmp_path: Path,
                                                        capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "bad.parquet"
