@@ -242,6 +242,34 @@ def _write_hpc_job_files(hpc_job_dir: Path, gpus: list[GpuInfo], job: JobEnv) ->
                       g.gpu_index, exc)
 
 
+def _gpus_beyond_env(backend: GpuBackend, job: JobEnv, gpu_map: Mapping[str, str],
+                     job_gpus: Callable[[str], list[str] | None], targets: list[tuple[str, GpuInfo]],
+                     unresolved: Callable[[WattclassError], None]) -> list[tuple[str, GpuInfo]]:
+    """The job's GPUs that Slurm allocated but SLURM_JOB_GPUS does not name.
+
+    slurmd writes the Prolog's SLURM_JOB_GPUS once per GPU entry of the allocation, each
+    overwriting the last, so a job given two GPU types (``--gres=gpu:a100:1,gpu:h200:1`` on a
+    node with both) shows only the last type's GPUs there, and its other GPUs ran uncapped: a
+    user could escape the cap on all but one type. Asked only for a decision with a cap (one
+    more squeue per such job start); a failed answer leaves SLURM_JOB_GPUS as it was.
+    """
+    try:
+        allocated = job_gpus(job.job_id)
+    except (WattclassError, OSError) as exc:
+        log.error("job %s: cannot ask Slurm for the job's GPUs (SLURM_JOB_GPUS=%s used): %s",
+                  job.job_id, job.gpus, exc)
+        return []
+    named = {s.strip() for s in job.gpus.split(",") if s.strip()}
+    missing = [i for i in allocated or [] if i not in named]
+    if not missing:
+        return []
+    log.warning("job %s: Slurm allocated GPUs %s on this node but SLURM_JOB_GPUS=%s (several GPU "
+                "types: slurmd names only the last type's); all of them are capped", job.job_id,
+                ",".join(allocated or []), job.gpus)
+    have = {held for held, _ in targets}
+    return [t for t in resolve_targets(backend, ",".join(missing), gpu_map, unresolved) if t[0] not in have]
+
+
 def _decision(job_id: str, text: str | None) -> Comment | None:
     """The job's wattclass decision from its admin_comment (None: no cap).
 
@@ -267,12 +295,15 @@ def prolog(
     dry_run: bool = False,
     hpc_job_dir: Path | None = None,
     job_ended: JobEnded | None = None,
+    job_gpus: Callable[[str], list[str] | None] | None = None,
 ) -> list[dict[str, Any]]:
     """Apply the job's cap (see module docstring); returns one plan entry per GPU.
 
     ``hpc_job_dir``: also write dcgm-exporter's job mapping there (``--hpc-job-mapping-dir``).
     ``job_ended``: Slurm's answer whether another job on the GPU has ended (its Epilog never
     ran); such jobs no longer hold the GPU uncapped. None: every job file counts.
+    ``job_gpus``: Slurm's GPU indices of the job on this node from its allocation (None: cannot
+    tell), asked for a job whose decision carries a cap (``_gpus_beyond_env``).
     """
     job = job_env(env)
 
@@ -292,6 +323,17 @@ def prolog(
         if hpc_job_dir is not None:
             _write_hpc_job_files(hpc_job_dir, gpus, job)
     comment = _decision(job.job_id, admin_comment(job.job_id))
+    if comment is not None and comment.cap is not None and job_gpus is not None:
+        more = _gpus_beyond_env(backend, job, gpu_map, job_gpus, targets, unresolved)
+        if more and not dry_run:
+            for held, _ in more:
+                write_job_file(jobs_dir, held, JobAssignment(job.display_id, job.user, job.uid,
+                                                             account=job.account))
+            if hpc_job_dir is not None:
+                known = {g.uuid for g in gpus}
+                _write_hpc_job_files(hpc_job_dir, [g for g in _physical(more) if g.uuid not in known], job)
+        targets += more
+        gpus = _physical(targets)
     if comment is not None and not dry_run:  # the label, for the exporter's wattclass_job_label_info
         for held, _ in targets:
             write_job_file(jobs_dir, held, JobAssignment(job.display_id, job.user, job.uid,
@@ -666,10 +708,12 @@ def run_hook(hook: str, args: argparse.Namespace, env: Mapping[str, str] | None 
 
                 get_comment = fixed_comment
             gpu_map = load_gpu_map(args.gpu_map) if args.gpu_map else discover_gpu_map(backend)
+            node = env.get("SLURMD_NODENAME") or None
             plan = prolog(env, backend, get_comment, gpu_map, args.jobs_dir, args.state_dir,
                           dry_run=args.dry_run, hpc_job_dir=args.hpc_job_mapping_dir,
-                          job_ended=functools.partial(slurm.job_ended,
-                                                      node=env.get("SLURMD_NODENAME") or None))
+                          job_ended=functools.partial(slurm.job_ended, node=node),
+                          job_gpus=(None if args.admin_comment is not None
+                                    else functools.partial(slurm.job_gpu_indices, node=node)))
             if args.dry_run:
                 print(json.dumps(plan, indent=2))
             return 0

@@ -537,3 +537,49 @@ def test_reconcile_on_a_live_node_never_undoes_a_prolog_that_runs_meanwhile(
     started[0].join(timeout=10)
     assert be.power_limit_w(0) == 420.0
     assert (tmp_path / "c" / f"{uuid}.json").exists()  # for the job's Epilog
+
+
+def test_a_job_of_two_gpu_types_is_capped_on_every_gpu_slurm_allocated(tmp_path: Path) -> None:
+    """slurmd's Prolog environment names only the last GPU type's GPUs (25.11, recorded:
+    SLURM_JOB_GPUS=2 for ``--gres=gpu:ta:1,gpu:tb:1`` given ``gpu:ta:1(IDX:0),gpu:tb:1(IDX:2)``):
+    the Prolog asks Slurm for the allocation, so the ta GPU is capped too, and the Epilog
+    restores both."""
+    be = FileStateBackend.create(tmp_path / "g.json", 4, default_w=700, min_w=300)
+    gpu_map = {str(i): g.uuid for i, g in enumerate(be.gpus())}
+    env = {"SLURM_JOB_ID": "42", "SLURM_JOB_GPUS": "2", "SLURMD_NODENAME": "gpu07"}
+    asked: list[str] = []
+
+    def allocated(job_id: str) -> list[str] | None:
+        asked.append(job_id)
+        return ["0", "2"]
+
+    plan = prolog(env, be, lambda _j: MEM, gpu_map, tmp_path / "jobs", tmp_path / "caps", job_gpus=allocated)
+    assert asked == ["42"]
+    assert sorted((p["gpu_index"], p["action"]) for p in plan) == [(0, "capped"), (2, "capped")]
+    assert [be.power_limit_w(i) for i in range(4)] == [420.0, 700.0, 420.0, 700.0]
+    assert (tmp_path / "jobs" / be.gpus()[0].uuid / "42.json").exists()
+    epilog(env, be, tmp_path / "jobs", tmp_path / "caps", gpu_map)
+    assert [be.power_limit_w(i) for i in range(4)] == [700.0] * 4
+    assert not list((tmp_path / "jobs").rglob("*.json"))
+
+
+def test_the_allocation_is_asked_only_for_a_cap_and_a_failed_answer_keeps_the_environments_gpus(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    be = FileStateBackend.create(tmp_path / "g.json", 4, default_w=700, min_w=300)
+    gpu_map = {str(i): g.uuid for i, g in enumerate(be.gpus())}
+    env = {"SLURM_JOB_ID": "42", "SLURM_JOB_GPUS": "2"}
+    nocap = "wattclass:label=compute;conf=0.93;src=rule;mode=enforce"
+
+    def never(_job_id: str) -> list[str] | None:
+        raise AssertionError("asked Slurm for a job without a cap")
+
+    prolog(env, be, lambda _j: nocap, gpu_map, tmp_path / "jobs", tmp_path / "caps", job_gpus=never)
+    prolog(env, be, lambda _j: None, gpu_map, tmp_path / "jobs", tmp_path / "caps", job_gpus=never)
+
+    def down(_job_id: str) -> list[str] | None:
+        raise SlurmError("squeue --json: no answer within 5 s")
+
+    with caplog.at_level(logging.ERROR, logger="wattclass"):
+        prolog(env, be, lambda _j: MEM, gpu_map, tmp_path / "jobs", tmp_path / "caps", job_gpus=down)
+    assert [be.power_limit_w(i) for i in range(4)] == [700.0, 700.0, 420.0, 700.0]
+    assert "cannot ask Slurm for the job's GPUs" in caplog.text
