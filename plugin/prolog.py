@@ -109,7 +109,9 @@ def discover_gpu_map(backend: GpuBackend) -> dict[str, str]:
     """Slurm index -> GPU UUID from each GPU's minor number (NVML): index i is /dev/nvidia<i>.
 
     This holds for gres.conf ``File=/dev/nvidia[0-N]`` (Slurm numbers GPUs in File order and the
-    device minor is the N of /dev/nvidiaN); other layouts need an explicit ``--gpu-map``. With
+    device minor is the N of /dev/nvidiaN); other layouts need an explicit ``--gpu-map``, and so
+    does ``AutoDetect=nvml`` where minor numbers are not in NVML order (slurmd then numbers GPUs
+    in NVML order; ``wattclass plugin check --slurm-conf`` compares the two). With
     MIG instances on the node it does not hold (Slurm numbers the instances it hands out): the
     minor numbers would cap other jobs' GPUs and leave the job's own uncapped, so that is refused.
     """
