@@ -583,3 +583,19 @@ def test_the_allocation_is_asked_only_for_a_cap_and_a_failed_answer_keeps_the_en
         prolog(env, be, lambda _j: MEM, gpu_map, tmp_path / "jobs", tmp_path / "caps", job_gpus=down)
     assert [be.power_limit_w(i) for i in range(4)] == [700.0, 700.0, 420.0, 700.0]
     assert "cannot ask Slurm for the job's GPUs" in caplog.text
+
+
+@pytest.mark.parametrize(("cap", "want_w"),
+                         [("60%", 420.0), ("80%", 500.0), ("100%", 500.0), ("650W", 500.0)])
+def test_a_cap_never_raises_a_gpu_above_the_limit_it_had(tmp_path: Path, cap: str, want_w: float) -> None:
+    """An administrator set the GPU to 500 W (default 700 W): a cap is a ceiling, so 80% of the
+    default (560 W), 100% or 650 W leave it at 500 W instead of raising it for the job's length;
+    the Epilog puts back 500 W."""
+    be = FileStateBackend.create(tmp_path / "g.json", 1, default_w=700, min_w=300)
+    be.set_power_limit_w(0, 500.0)
+    env = {"SLURM_JOB_ID": "42", "SLURM_JOB_GPUS": "0"}
+    comment = MEM.replace("cap=60%", f"cap={cap}")
+    prolog(env, be, lambda _j: comment, {"0": be.gpus()[0].uuid}, tmp_path / "jobs", tmp_path / "caps")
+    assert be.power_limit_w(0) == want_w
+    epilog(env, be, tmp_path / "jobs", tmp_path / "caps")
+    assert be.power_limit_w(0) == 500.0
