@@ -375,6 +375,43 @@ def test_prolog_writes_dcgm_exporter_job_mapping_and_the_label(tmp_path: Path) -
     assert (hpc / "0").read_text() == "55\n"
 
 
+@pytest.mark.parametrize("change", ["add", "remove"])
+def test_dcgm_job_mapping_is_rewritten_under_a_lock_on_its_folder(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, change: str) -> None:
+    """Hooks of jobs sharing a GPU run at once: each rewrite of a mapping file holds an exclusive
+    lock on the folder from its read to its write, so another hook's change is never lost (a
+    new job missing, or an ended job written back after its Epilog removed it)."""
+    import fcntl
+
+    from wattclass import jobmap
+
+    hpc = tmp_path / "hpc"
+    hpc.mkdir()
+    (hpc / "0").write_text("41\n42\n")
+    blocked: list[bool] = []
+    read = jobmap._hpc_jobs
+
+    def read_while_another_hook_tries(path: Path) -> list[str]:
+        fd = os.open(hpc, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            blocked.append(False)
+        except BlockingIOError:
+            blocked.append(True)
+        finally:
+            os.close(fd)
+        return read(path)
+
+    monkeypatch.setattr(jobmap, "_hpc_jobs", read_while_another_hook_tries)
+    if change == "add":
+        jobmap.write_hpc_job_file(hpc, 0, "43")
+        assert (hpc / "0").read_text() == "41\n42\n43\n"
+    else:
+        assert jobmap.remove_hpc_job_file(hpc, 0, "41")
+        assert (hpc / "0").read_text() == "42\n"
+    assert blocked == [True]
+
+
 @pytest.mark.parametrize(("mode", "arm", "capped"), [
     ("shadow", "capped", True), ("shadow", "control", False), ("enforce", "control", False),
     ("enforce", "capped", True), ("shadow", None, False), ("enforce", None, True)])
