@@ -471,8 +471,8 @@ def epilog(env: Mapping[str, str], backend: GpuBackend, jobs_dir: Path = DEFAULT
 
     Each GPU is handled on its own, so one bad record never strands the others. A record that is
     unusable (corrupt JSON, ``previous_w`` null) sends its GPU to the default limit when the GPU
-    is one of this job's (``gpu_map`` + SLURM_JOB_GPUS); an untrusted state folder sends all of
-    the job's GPUs to their default limit, since no record in it can be believed.
+    is one of this job's (SLURM_JOB_GPUS + ``gpu_map``, or its job files: ``_gpus_beyond_env``);
+    an untrusted state folder sends all of them to their default limit (no record is believed).
     ``hpc_job_dir``: remove this job from dcgm-exporter's job mapping too.
     """
     job = job_env(env)
@@ -514,7 +514,7 @@ def epilog(env: Mapping[str, str], backend: GpuBackend, jobs_dir: Path = DEFAULT
                     rec = read_record(rec_path)
                     jobs = record_jobs(rec) if rec is not None else {}
                 except (DataError, ConfigError) as exc:
-                    if uuid in mine:
+                    if uuid in mine or uuid in held:
                         log.error("job %s: epilog: %s; GPU %s goes to its default limit", job.job_id, exc,
                                   uuid)
                         attempt(uuid, rec_path, None)
@@ -536,7 +536,7 @@ def epilog(env: Mapping[str, str], backend: GpuBackend, jobs_dir: Path = DEFAULT
             errors.append(f"GPU {uuid}: {exc}")
             log.error("job %s: epilog: GPU %s: %s", job.job_id, uuid, exc)
     if not trusted:
-        for uuid in mine:
+        for uuid in sorted(set(mine) | set(held)):
             attempt(uuid, None, None)
     _remove_job_files(Path(jobs_dir), job)
     if errors:

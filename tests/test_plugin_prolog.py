@@ -636,3 +636,23 @@ def test_a_cap_never_raises_a_gpu_above_the_limit_it_had(tmp_path: Path, cap: st
     assert be.power_limit_w(0) == want_w
     epilog(env, be, tmp_path / "jobs", tmp_path / "caps")
     assert be.power_limit_w(0) == 500.0
+
+
+@pytest.mark.parametrize("damage", ["corrupt_record", "untrusted_state"])
+def test_epilog_of_a_two_type_job_sends_every_gpu_it_held_to_default_when_records_fail(
+        tmp_path: Path, damage: str) -> None:
+    """The Epilog's SLURM_JOB_GPUS names only the last GPU type too: where a record cannot be
+    believed, the job's GPUs are also those its job files name, so the ta GPU is not left at the
+    job's cap for reconcile."""
+    be = FileStateBackend.create(tmp_path / "g.json", 4, default_w=700, min_w=300)
+    gpu_map = {str(i): g.uuid for i, g in enumerate(be.gpus())}
+    env = {"SLURM_JOB_ID": "42", "SLURM_JOB_GPUS": "2"}
+    caps = tmp_path / "caps"
+    prolog(env, be, lambda _j: MEM, gpu_map, tmp_path / "jobs", caps, job_gpus=lambda _j: ["0", "2"])
+    assert [be.power_limit_w(i) for i in range(4)] == [420.0, 700.0, 420.0, 700.0]
+    if damage == "corrupt_record":
+        (caps / f"{be.gpus()[0].uuid}.json").write_text("{not json")
+    else:
+        caps.chmod(0o777)
+    epilog(env, be, tmp_path / "jobs", caps, gpu_map)
+    assert [be.power_limit_w(i) for i in range(4)] == [700.0] * 4
