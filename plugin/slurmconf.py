@@ -84,6 +84,20 @@ def cap_preconditions(slurm_conf: Path) -> list[str]:
     return missing
 
 
+def gres_autodetect(slurm_conf: Path) -> str | None:
+    """gres.conf's ``AutoDetect`` beside ``slurm_conf`` (lower-cased; None: not set, or no gres.conf).
+
+    With ``AutoDetect=nvml`` slurmd numbers GPUs in NVML's order (it sorts them by the position
+    of each GPU in its NVLink matrix, gres_gpu.c ``_sort_gpu_by_links_order``), not by the N of
+    /dev/nvidiaN, which the hooks' default GPU map assumes.
+    """
+    try:
+        value = read_conf(slurm_conf.parent / "gres.conf").get("autodetect")
+    except FileNotFoundError:
+        return None
+    return value.lower() if value else None
+
+
 def check_slurm_conf(slurm_conf: Path) -> str:
     """One ``plugin check`` line: raises naming every precondition ``slurm_conf`` lacks."""
     missing = cap_preconditions(slurm_conf)

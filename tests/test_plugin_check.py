@@ -223,3 +223,53 @@ def test_plugin_check_fails_on_wrapper_arguments_the_prolog_rejects(
     assert rc == 1
     ok, detail = got["prolog wrapper"]
     assert not ok and bad.split()[0] in detail, got
+
+
+@pytest.mark.parametrize(("gres", "order", "ok"), [
+    ("AutoDetect=nvml\n", [1, 0], False),  # slurmd numbers in NVML order, minors differ: wrong GPUs
+    ("AutoDetect=nvml\n", [0, 1], True),   # minors in NVML order: the default map holds
+    ("AutoDetect=off\nName=gpu File=/dev/nvidia[0-1]\n", [1, 0], True),  # Slurm's N is /dev/nvidiaN
+    (None, [1, 0], True),
+])
+def test_the_default_gpu_map_is_refused_where_autodetect_numbers_gpus_otherwise(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], gres: str | None, order: list[int],
+        ok: bool) -> None:
+    """With gres.conf AutoDetect=nvml slurmd's GPU index is the NVML index (gres_gpu.c sorts by
+    the NVLink matrix), not the /dev/nvidiaN minor the default map assumes: the Prolog would cap
+    another job's GPU and leave the job's own uncapped."""
+    (tmp_path / "node").mkdir()
+    argv = _install(tmp_path / "node")
+    be = FileStateBackend.create(tmp_path / "node" / "gpus.json", 2, order=order)
+    conf = _slurm_conf(tmp_path)
+    if gres is not None:
+        (tmp_path / "gres.conf").write_text(gres)
+    capsys.readouterr()
+    assert main([*argv, "--slurm-conf", str(conf)]) == (0 if ok else 1)
+    line = next(c for c in json.loads(capsys.readouterr().out)["checks"] if c["name"] == "GPU map")
+    assert line["ok"] is ok, line
+    if not ok:
+        assert "AutoDetect=nvml" in line["detail"] and be.gpus()[0].pci_bus_id in line["detail"], line
+
+
+def test_an_explicit_gpu_map_must_name_gpus_of_this_node(tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    root = tmp_path / "node"
+    root.mkdir()
+    _install(root)
+    be = FileStateBackend.create(root / "gpus.json", 2, order=[1, 0])
+    gpu_map = root / "gpumap.json"
+    etc = root / "etc"
+    (tmp_path / "gres.conf").write_text("AutoDetect=nvml\n")
+    conf = _slurm_conf(tmp_path)
+    for mapping, ok in (({str(g.gpu_index): g.pci_bus_id for g in be.gpus()}, True),
+                        ({"0": "00000000:AA:00.0"}, False)):
+        gpu_map.write_text(json.dumps(mapping))
+        args = f"--backend filestate:{root / 'gpus.json'} --state-dir {root / 'run' / 'caps'} " \
+               f"--jobs-dir {root / 'run' / 'jobs'} --log {root / 'plugin.log'} --gpu-map {gpu_map}"
+        assert main(["plugin", "install-hooks", "--dest", str(etc), "--python", sys.executable,
+                     "--hook-args", args]) == 0
+        capsys.readouterr()
+        main(["plugin", "check", "--hooks-dir", str(etc), "--policy", str(etc / "policy.toml"),
+              "--table", str(etc / "labels.tsv"), "--json", "--slurm-conf", str(conf)])
+        line = next(c for c in json.loads(capsys.readouterr().out)["checks"] if c["name"] == "GPU map")
+        assert line["ok"] is ok, line
