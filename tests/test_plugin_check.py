@@ -121,6 +121,19 @@ def test_the_controllers_job_submit_lua_is_checked_when_named(
         assert "x.tsv" in got["job_submit.lua"]["detail"]
 
 
+def test_install_lua_refuses_a_relative_table_path(tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """slurmctld would read ``etc/slurm/wattclass/labels.tsv`` from its own working folder, and
+    job_submit.lua's walk up the table's folders stops where the path does, so no folder from that
+    working folder up to / was checked. install-lua wrote it (exit 0); now it names --table, exit 2."""
+    dest = tmp_path / "job_submit.lua"
+    rel = "etc/slurm/wattclass/labels.tsv"
+    assert main(["plugin", "install-lua", "--table", rel, "--dest", str(dest)]) == 2
+    err = capsys.readouterr().err
+    assert "--table 'etc/slurm/wattclass/labels.tsv'" in err and "absolute path" in err
+    assert not dest.exists()
+
+
 GOOD_SLURM_CONF = """# the cluster's own lines
 ClusterName=c1
 JobSubmitPlugins=lua
