@@ -81,3 +81,20 @@ def test_a_reader_that_goes_away_ends_the_command_quietly() -> None:
     err = p.stderr.read().decode()
     assert p.wait(timeout=60) == 141, err
     assert "Traceback" not in err and "BrokenPipe" not in err
+
+
+def test_no_help_text_shows_a_doubled_percent_sign() -> None:
+    """argparse expands ``%%`` in an option's help but prints a description as written, so
+    ``wattclass job --help`` read "the power cap it ran under (W and %%)". Every command's help,
+    options and descriptions alike, as a sysadmin reads it."""
+    def helps(parser: argparse.ArgumentParser) -> list[str]:
+        out = [parser.format_help()]
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for sub in action.choices.values():
+                    out += helps(sub)
+        return out
+
+    texts = helps(cli.build_parser())
+    assert len(texts) > 20
+    assert not [t.splitlines()[0] for t in texts if "%%" in t]

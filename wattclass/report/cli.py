@@ -79,7 +79,7 @@ def register_job(sub: argparse._SubParsersAction[Any]) -> None:
         help="one job at a glance: label, energy, GPU-hours, power, cap and decision, a hint",
         description="Summarise one job from a data root (seff/jobstats style): the label (confidence, "
         "source, inputs), measured energy, GPU-hours, mean power per GPU, the power cap it ran under "
-        "(W and %%), the policy decision and its reason, and a one-line hint for the job's owner.",
+        "(W and %), the policy decision and its reason, and a one-line hint for the job's owner.",
     )
     p.add_argument("job_id", metavar="JOBID", help="Slurm job id (array tasks as 123_4)")
     p.add_argument("--data-root", type=Path, default=Path("."), help="data root (default .)")
