@@ -121,6 +121,19 @@ def test_the_controllers_job_submit_lua_is_checked_when_named(
         assert "x.tsv" in got["job_submit.lua"]["detail"]
 
 
+def test_a_missing_policy_is_named_as_the_policy_file(tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """The default /etc/wattclass/policy.toml on a machine without /etc/wattclass: the check read
+    "[Errno 2] No such file or directory: '/etc/wattclass'", a folder, not the policy file."""
+    argv = _install(tmp_path)
+    missing = tmp_path / "etc" / "wattclass" / "policy.toml"
+    argv[argv.index("--policy") + 1] = str(missing)
+    capsys.readouterr()
+    assert main(argv) == 1
+    got = {c["name"]: c for c in json.loads(capsys.readouterr().out)["checks"]}
+    assert got["policy"]["detail"] == f"{missing}: policy file not found"
+
+
 def test_install_lua_refuses_a_relative_table_path(tmp_path: Path,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     """slurmctld would read ``etc/slurm/wattclass/labels.tsv`` from its own working folder, and
