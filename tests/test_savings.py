@@ -152,6 +152,23 @@ def test_calibrate_in_process_restores_and_measures_the_response(tmp_path: Path)
     assert set(load_response(resp).curves) == {"compute", "memory", "mix"}
 
 
+@pytest.mark.parametrize("workload", ["no-such-program-for-wattclass --size 8", "/nonexistent/bin/bench"])
+def test_a_workload_command_that_cannot_start_is_refused_before_any_cap(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], workload: str) -> None:
+    """``--workload 'CMD'`` runs without a shell; a CMD that is not there was a FileNotFoundError
+    traceback (exit 1) at the first measured run, after the GPU had been capped and restored. Now
+    one line naming it, exit 2, and the GPU's limit never touched."""
+    gfile = tmp_path / "g.json"
+    FileStateBackend.create(gfile, 1, simulate=True)
+    out = tmp_path / "resp.json"
+    rc = main(["calibrate", "--gpu", "0", "--backend", f"filestate:{gfile}", "--caps", "100,60",
+               "--workload", workload, "--state-dir", str(tmp_path / "caps"), "--out", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert f"--workload {workload.split()[0]!r}" in err and "Traceback" not in err
+    assert json.loads(gfile.read_text())["gpus"][0]["set_count"] == 0 and not out.exists()
+
+
 def test_dry_run_never_sets_a_limit(tmp_path: Path) -> None:
     be = FileStateBackend.create(tmp_path / "g.json", 1, simulate=True)
     doc = calibrate(be, CalibrateOptions(0, [1.0, 0.5], tmp_path / "caps", dry_run=True, repeats=1),
