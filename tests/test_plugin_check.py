@@ -153,6 +153,7 @@ JobSubmitPlugins=lua
 prolog=/etc/slurm/wattclass/prolog.sh   Epilog=/etc/slurm/wattclass/epilog.sh
 PrologFlags=Alloc
 ProctrackType=proctrack/cgroup
+SelectType=select/cons_tres
 Include nodes.conf
 """
 
@@ -197,6 +198,29 @@ def test_slurm_conf_lacking_a_cap_precondition_fails_naming_it(
     out = json.loads(capsys.readouterr().out)
     line = next(c for c in out["checks"] if c["name"] == "slurm.conf")
     assert not line["ok"] and named in line["detail"] and str(conf) in line["detail"], line
+
+
+@pytest.mark.parametrize(("version", "ok"), [
+    (None, False), ((22, 5), False), ((23, 2), False), ((23, 11), True), ((25, 11), True)])
+def test_an_unset_select_type_passes_only_where_slurms_default_is_cons_tres(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+        version: tuple[int, int] | None, ok: bool) -> None:
+    """Before Slurm 23.11 an unset SelectType is select/linear (CHANGELOG/slurm-23.11.md), which the
+    check refuses when written out; a 22.05 slurm.conf relying on the default passed, every job
+    then holding every GPU of its nodes. The installed Slurm's version decides; unknown fails."""
+    from wattclass.plugin import slurmconf
+
+    (tmp_path / "node").mkdir()
+    argv = _install(tmp_path / "node")
+    conf = _slurm_conf(tmp_path)
+    conf.write_text(conf.read_text().replace("SelectType=select/cons_tres\n", ""))
+    monkeypatch.setattr(slurmconf, "installed_slurm_version", lambda: version)
+    capsys.readouterr()
+    assert main([*argv, "--slurm-conf", str(conf)]) == (0 if ok else 1)
+    line = next(c for c in json.loads(capsys.readouterr().out)["checks"] if c["name"] == "slurm.conf")
+    assert line["ok"] is ok, line
+    if not ok:
+        assert "SelectType is not set" in line["detail"] and "select/cons_tres" in line["detail"]
 
 
 def test_slurm_conf_includes_are_followed_and_a_loop_is_refused(tmp_path: Path) -> None:
