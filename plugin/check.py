@@ -91,8 +91,8 @@ def _check_policy(path: Path) -> str:
     from wattclass.fsutil import refuse_if_others_can_write
     from wattclass.policy import load_policy
 
+    pol = load_policy(path)  # first: "policy file not found" names the file, not a missing folder
     refuse_if_others_can_write(path)
-    pol = load_policy(path)
     return f"{path}: valid, mode {pol.mode}, {len(pol.caps)} caps"
 
 
