@@ -283,3 +283,14 @@ def test_a_date_folder_whose_name_is_no_date_is_not_the_newest_day(
     out = tmp_path / "r.html"
     assert main(["report", "--data-root", str(data_root), "--out", str(out)]) == 0
     assert "date=2026-11-29 (1 files)" in out.read_text()
+
+
+def test_a_response_file_without_a_policy_is_refused(tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """``--response F`` (a site calibration) feeds only the what-if section, which runs only with
+    ``--policy``: without it the file was read by nothing and the report said nothing about it."""
+    out = tmp_path / "r.html"
+    rc = main(["report", "--data-root", str(tmp_path), "--response", str(tmp_path / "resp.json"),
+               "--out", str(out)])
+    assert rc == 2
+    assert "--response" in capsys.readouterr().err and not out.exists()
