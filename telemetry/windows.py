@@ -40,6 +40,13 @@ makes every poll an energy point (exact per interval).
   ``max_gap_s`` restarts the baseline (its energy is unobserved, logged).
 * The counter going backwards is a wrap (near 2**64) or a driver reload (the interval's
   energy is unknown; counted as 0 and logged).
+* The wall clock stepped back by more than ``split_gap_s`` (NTP at boot, an admin's ``date``)
+  ends the GPU's windows at the last poll before the step (that poll's span settled by a
+  counter read at the first poll after it) and drops the polls until the clock passes that
+  poll again; the first one after restarts the baseline. Windows never overlap, and the energy
+  of the stretch the clock repeats is unobserved (logged): counted into the first window after
+  it, it made that window draw the whole stretch's energy (a 60 s step: 700 W rows from a GPU
+  at 100 W; review finding).
 
 Row bounds: a window that follows a closed one (or starts exactly on the grid) begins at the
 grid time ``kP``; the first window after start-up or an outage begins at its first poll; a job
@@ -156,6 +163,8 @@ class _GpuState:
     pending: list[tuple[_Segment, float, float | None]] = field(default_factory=list)
     # Windows closed since the last energy point (energy_every_windows > 1), oldest first.
     held: list[_Closed] = field(default_factory=list)
+    # After the clock stepped back: polls up to this time are dropped (module docstring).
+    resume_after: float | None = None
 
 
 @dataclass
@@ -214,6 +223,8 @@ class WindowBuilder:
         that sees another job than the poll before (so each job's segment gets its own GPM,
         not the whole window's: a boundary segment must not borrow its neighbour's activity)."""
         st = self._state(info)
+        if self._held_back(st, sample):
+            return False
         if st.prev is None:
             return True
         if sample.ts <= st.prev.ts:
@@ -223,18 +234,21 @@ class WindowBuilder:
     def needs_energy(self, info: GpuInfo, sample: GpuSample, job: Job) -> bool:
         """Whether this poll must carry the energy counter (is an energy point).
 
-        True for the first poll, a poll after a gap, and a poll that closes a window when that
-        makes ``energy_every_windows`` closed windows since the last energy point (or the window
-        holds an ``exact_key`` job). A job change alone is not an energy point: the span's
-        energy is split by integrated power (module docstring). Ask with the cheap sample
-        (``energy_mj`` None) and the job seen at this poll, before reading the counter.
+        True for the first poll, a poll after a gap or a step back of the clock, and a poll that
+        closes a window when that makes ``energy_every_windows`` closed windows since the last
+        energy point (or the window holds an ``exact_key`` job). A job change alone is not an
+        energy point: the span's energy is split by integrated power (module docstring). Ask
+        with the cheap sample (``energy_mj`` None) and the job seen at this poll, before reading
+        the counter.
         """
         st = self._state(info)
         prev = st.prev
+        if self._held_back(st, sample):
+            return False
         if prev is None:
             return True
         if sample.ts <= prev.ts:
-            return False
+            return self._stepped_back(prev, sample)
         if sample.ts - prev.ts > self.split_gap:
             return True
         closes = self._win(sample.ts) - self._win(prev.ts)
@@ -258,13 +272,18 @@ class WindowBuilder:
         prev = st.prev
         e = sample.energy_mj
         if prev is None:
+            if self._held_back(st, sample):
+                return []
+            st.resume_after = None
             st.prev = sample
             st.prev_job = job
             st.gpm_start, st.gpm_ts = gpm, sample.ts
             st.anchor_mj = e
             st.pending = []
             return []
-        if sample.ts <= prev.ts:  # the same reading again (replay between samples, clock step)
+        if self._stepped_back(prev, sample):
+            return self._step_back(info, st, sample, gpm_fn)
+        if sample.ts <= prev.ts:  # the same reading again (replay between samples, a small step)
             if e is not None and st.pending:  # ... with the counter: it settles the open span
                 self._settle(info, st, e, [])
             return self._release(st)
@@ -340,6 +359,34 @@ class WindowBuilder:
         if gpm is not None:
             st.gpm_start, st.gpm_ts = gpm, b
         return self._release(st)
+
+    def _stepped_back(self, prev: GpuSample, sample: GpuSample) -> bool:
+        """Whether the clock stepped back between two polls (more than a late poll's jitter)."""
+        return prev.ts - sample.ts > self.split_gap
+
+    @staticmethod
+    def _held_back(st: _GpuState, sample: GpuSample) -> bool:
+        """Whether this poll falls in the stretch a step back of the clock repeats (dropped)."""
+        return st.prev is None and st.resume_after is not None and sample.ts <= st.resume_after
+
+    def _step_back(self, info: GpuInfo, st: _GpuState, sample: GpuSample, gpm_fn: GpmFn) -> list[Row]:
+        """The clock stepped back: settle the span up to the last poll with this poll's counter
+        reading (unknown without one), close the windows there and drop the polls until the
+        clock passes it again (module docstring).
+
+        The counter ran on between the last poll and this one, for a time the stepped clock
+        cannot tell: that stretch is settled as a gap of one poll interval (the polled
+        intervals get their integrated power, the stretch the rest), and its share dropped."""
+        assert st.prev is not None
+        last = st.prev.ts
+        if sample.energy_mj is not None and st.pending:
+            self._settle(info, st, sample.energy_mj, [self.poll])
+        log.warning("GPU %d (%s): the clock stepped back %.1f s; its windows end at the poll before, "
+                    "polls until the clock passes %.3f again are dropped and their energy is not "
+                    "attributed", info.gpu_index, info.uuid, last - sample.ts, last)
+        rows = self.flush(info, None, gpm_fn)
+        st.resume_after = last
+        return rows
 
     def _gpm(self, st: _GpuState, first: object | None, second: object, gpm_fn: GpmFn,
              span_s: float) -> GpmMetrics:

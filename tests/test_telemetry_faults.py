@@ -1,0 +1,121 @@
+"""The real daemon on file-state GPUs under the faults real nodes have: the wall clock stepped by
+NTP, a GPU lost at start-up, job files changing between two reads.
+
+The GPUs are ``FileStateBackend`` GPUs (the hardware boundary) on a virtual clock: ``real_s``
+only runs forward (what the GPU's energy counter integrates), the wall clock the daemon stamps
+windows with is ``real_s + offset_s``, and a test steps ``offset_s`` as NTP would. Every GPU
+draws a constant ``POWER_W``, so every window's mean power must be that, whatever the clock did.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+from wattclass.gpu.base import GpuSample
+from wattclass.gpu.filestate import FileStateBackend
+from wattclass.telemetry.daemon import Daemon, DaemonConfig
+
+POWER_W = 100.0
+START_S = 1_800_000_003.25
+
+
+class SteppedClockGpus(FileStateBackend):
+    """File-state GPUs whose wall clock a test steps at given polls (NTP), on a virtual clock."""
+
+    real_s = START_S
+    offset_s = 0.0
+    polls = 0
+    stop_after = 120
+    steps: dict[int, float]
+    reads: dict[int, list[int]]  # per GPU: every counter read (mJ)
+
+    def configure(self, steps: dict[int, float], stop_after: int) -> SteppedClockGpus:
+        self.steps, self.stop_after, self.reads = dict(steps), stop_after, {}
+        return self
+
+    def now(self) -> float:
+        return self.real_s + self.offset_s
+
+    def sleep_until(self, t: float, stop: threading.Event) -> None:
+        # The daemon waits on a monotonic timer: a step during the wait does not stretch it.
+        self.real_s += max(t - self.now(), 0.0) + 0.002
+        self.polls += 1
+        self.offset_s += self.steps.get(self.polls, 0.0)
+        if self.polls >= self.stop_after:
+            stop.set()
+
+    def sample(self, index: int) -> GpuSample:
+        self.real_s += 0.0005
+        return super().sample(index)._replace(ts=self.now(), power_w=POWER_W, power_avg_w=POWER_W)
+
+    def energy_mj(self, index: int) -> int | None:
+        self.real_s += 0.001
+        e = round(self.real_s * POWER_W * 1e3)
+        self.reads.setdefault(index, []).append(e)
+        return e
+
+
+def _run(tmp_path: Path, steps: dict[int, float], stop_after: int = 120,
+         every: int = 3) -> tuple[Daemon, int, list[dict[str, Any]]]:
+    FileStateBackend.create(tmp_path / "g.json", n=2)
+    gpus = SteppedClockGpus(tmp_path / "g.json").configure(steps, stop_after)
+    d = Daemon(gpus, DaemonConfig(data_root=tmp_path / "d", host="n1", roll_s=60.0, stop_retry_s=0.0,
+                                  energy_every_windows=every))
+    rc = d.run()
+    files = sorted((tmp_path / "d" / "telemetry").rglob("*.parquet"))
+    rows = [r for f in files for r in pq.read_table(f).to_pylist()]
+    for r in rows:  # epoch seconds, as the daemon made them
+        r["ts_start"], r["ts_end"] = r["ts_start"].timestamp(), r["ts_end"].timestamp()
+    return d, rc, rows
+
+
+def _assert_no_overlap(rows: list[dict[str, Any]]) -> None:
+    for gpu in {r["gpu_index"] for r in rows}:
+        mine = sorted((r for r in rows if r["gpu_index"] == gpu), key=lambda r: r["ts_start"])
+        for a, b in itertools.pairwise(mine):
+            assert a["ts_end"] <= b["ts_start"], (gpu, a, b)
+
+
+@pytest.mark.parametrize("every", [1, 3])
+@pytest.mark.parametrize("step_s", [-60.0, -3600.0])
+def test_a_clock_stepped_back_mid_window_keeps_every_window_at_the_gpus_power(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, step_s: float, every: int) -> None:
+    """Review finding: the polls a step back repeats were dropped, but the counter ran on, and its
+    whole delta over the repeated stretch went to the first window after it: a 60 s step made a
+    100 W GPU's window read 700 W (an hour: 36,000 W), which the classifier takes for work. Now
+    the windows end at the step, the repeated stretch's energy is not attributed, and windows
+    neither overlap nor draw more than the GPU did."""
+    with caplog.at_level(logging.WARNING, logger="wattclass.telemetry"):
+        d, rc, rows = _run(tmp_path, {25: step_s}, stop_after=25 + int(-step_s) + 60, every=every)
+    assert rc == 0 and d.unpersisted() == (0, 0)
+    assert {r["gpu_index"] for r in rows} == {0, 1}
+    known = [r for r in rows if r["energy_j"] is not None]
+    assert len(known) >= len(rows) - 2  # at most the windows cut by the stop are unknown
+    for r in known:
+        covered = r["ts_end"] - r["ts_start"]
+        assert r["energy_j"] <= POWER_W * (covered + 1.0), r  # never the repeated stretch's energy
+        if covered >= 3.0:
+            assert r["power_avg_w"] == pytest.approx(POWER_W, rel=0.02), r
+    _assert_no_overlap(rows)
+    assert any("clock stepped back" in r.getMessage() and "GPU 0" in r.getMessage() for r in caplog.records)
+
+
+def test_a_clock_step_of_a_poll_or_two_loses_no_window(tmp_path: Path) -> None:
+    """NTP's small steps (under the gap tolerance) keep the windows going: no rows cut, the
+    energy still adds up to the counter."""
+    d, rc, rows = _run(tmp_path, {25: -1.5, 60: 1.5}, stop_after=100, every=1)
+    assert rc == 0
+    _assert_no_overlap(rows)
+    for gpu in (0, 1):
+        mine = [r for r in rows if r["gpu_index"] == gpu]
+        assert all(r["energy_j"] is not None for r in mine)
+        # the counter's whole delta from the first read to the last, to the millijoule
+        reads = d.backend.reads[gpu]  # type: ignore[attr-defined]
+        assert round(sum(r["energy_j"] for r in mine) * 1e3) == reads[-1] - reads[0]
