@@ -10,16 +10,21 @@ draws a constant ``POWER_W``, so every window's mean power must be that, whateve
 from __future__ import annotations
 
 import itertools
+import json
 import logging
+import os
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
 
+from wattclass import jobmap
 from wattclass.gpu.base import GpuSample
 from wattclass.gpu.filestate import FileStateBackend
+from wattclass.jobmap import JobAssignment, JobMapReader, write_job_file
 from wattclass.telemetry.daemon import Daemon, DaemonConfig
 
 POWER_W = 100.0
@@ -119,3 +124,54 @@ def test_a_clock_step_of_a_poll_or_two_loses_no_window(tmp_path: Path) -> None:
         # the counter's whole delta from the first read to the last, to the millijoule
         reads = d.backend.reads[gpu]  # type: ignore[attr-defined]
         assert round(sum(r["energy_j"] for r in mine) * 1e3) == reads[-1] - reads[0]
+
+
+# -- job files changing between two reads ----------------------------------------------------------
+def _same_tick(folder: Path, mtime_ns: int) -> None:
+    """Give ``folder`` the mtime ``mtime_ns`` again: what the kernel's coarse file clock (one tick,
+    1-10 ms) stamps on two changes that fall in the same tick."""
+    st = os.stat(folder)
+    os.utime(folder, ns=(st.st_atime_ns, mtime_ns))
+
+
+def test_a_job_file_renamed_in_within_the_listings_clock_tick_is_seen(tmp_path: Path) -> None:
+    """Review finding: the reader re-lists a GPU's job folder only when its mtime changes. The
+    Prolog writes a temp file and renames it; a listing between the two, within one tick of the
+    file clock, cached a folder without the new job under the mtime the rename leaves in place:
+    the job was never seen on that GPU (on a shared GPU its energy went to its neighbour). Now
+    a listing whose folder changed too recently to tell is not cached."""
+    spool = tmp_path / "jobs"
+    spool.mkdir(mode=0o755)
+    uuid = "GPU-aaaa"
+    write_job_file(spool, uuid, JobAssignment("7", "alice", 1000))
+    folder = spool / uuid
+    tmp = folder / ".8.json.x1y2.tmp"  # the Prolog's atomic write of job 8, before its rename
+    tmp.write_text(json.dumps({"version": 1, "job_id": "8", "user": "bob", "uid": 1001}))
+    os.chmod(tmp, 0o644)
+    tick_ns = time.time_ns() + 5 * 10**9  # the tick the listing and the rename fall in
+    _same_tick(folder, tick_ns)
+    reader = JobMapReader(spool)
+    assert [j.job_id for j in reader.jobs(uuid)] == ["7"]
+    os.rename(tmp, folder / "8.json")
+    _same_tick(folder, tick_ns)
+    assert [j.job_id for j in reader.jobs(uuid)] == ["7", "8"]
+
+
+def test_a_job_folder_that_settled_is_listed_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cache still works: a folder whose last change is older than a tick is listed once."""
+    spool = tmp_path / "jobs"
+    spool.mkdir(mode=0o755)
+    write_job_file(spool, "GPU-aaaa", JobAssignment("7", "alice", 1000))
+    _same_tick(spool / "GPU-aaaa", time.time_ns() - 60 * 10**9)
+    reader = JobMapReader(spool)
+    listed: list[str] = []
+    real = jobmap.jobs_on_gpu
+
+    def spy(sp: Path, uuid: str) -> list[JobAssignment]:
+        listed.append(uuid)
+        return real(sp, uuid)
+
+    monkeypatch.setattr(jobmap, "jobs_on_gpu", spy)
+    for _ in range(3):
+        assert [j.job_id for j in reader.jobs("GPU-aaaa")] == ["7"]
+    assert listed == ["GPU-aaaa"]

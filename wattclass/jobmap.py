@@ -275,11 +275,20 @@ def jobs_on_gpu(spool: Path, gpu_uuid: str) -> list[JobAssignment]:
     return [found[k] for k in sorted(found)]
 
 
+#: A listing of a job folder whose mtime is less than this old (or in the future: the clock
+#: stepped back) is not cached (ns). Why: the kernel stamps changes from its coarse clock, one tick
+#: (1-10 ms) per value, so a change just after a listing, in the same tick (the Prolog's rename
+#: of the temp file the listing saw), leaves the mtime the listing was cached under (review
+#: finding: that job was never seen on the GPU). Costs a listing or two after each change.
+RACY_MTIME_NS = 1_000_000_000
+
+
 class JobMapReader:
     """Cached reader of all jobs on each GPU: re-lists a GPU's folder only when its mtime or the
     legacy file's mtime changes (two ``stat`` calls per GPU per poll otherwise, on path strings
     built once per GPU: building them with pathlib every poll was most of the daemon's own
-    per-poll Python, issue 15)."""
+    per-poll Python, issue 15), or while the last change is too recent to tell
+    (``RACY_MTIME_NS``)."""
 
     def __init__(self, spool: Path = DEFAULT_SPOOL) -> None:
         self.spool = Path(spool)
@@ -305,8 +314,12 @@ class JobMapReader:
         cached = self._cache.get(gpu_uuid)
         if cached is not None and cached[0] == key:
             return cached[1]
+        listed_ns = time.time_ns()
         jobs = jobs_on_gpu(self.spool, gpu_uuid)
-        self._cache[gpu_uuid] = (key, jobs)
+        if max(key) < listed_ns - RACY_MTIME_NS:
+            self._cache[gpu_uuid] = (key, jobs)
+        else:  # a change in the listing's clock tick could keep this mtime: list again next time
+            self._cache.pop(gpu_uuid, None)
         return jobs
 
     def lookup(self, gpu_uuid: str) -> JobAssignment | None:
