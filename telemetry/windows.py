@@ -150,7 +150,9 @@ class _GpuState:
     info: GpuInfo
     prev: GpuSample | None = None
     window: int | None = None
-    segments: dict[str | None, _Segment] = field(default_factory=dict)
+    # The open window's job segments in time order; a job seen again after another gets a new
+    # one (one per job made its row span the other job's time: review finding).
+    segments: list[_Segment] = field(default_factory=list)
     gpm_start: object | None = None
     gpm_ts: float = 0.0  # the poll that took gpm_start
     prev_job: Job = None
@@ -257,7 +259,7 @@ class WindowBuilder:
         if len(st.held) + closes >= self.energy_every:
             return True
         ex = self.exact_key
-        return ex is not None and (ex(st.prev_job) or any(ex(seg.job) for seg in st.segments.values()))
+        return ex is not None and (ex(st.prev_job) or any(ex(seg.job) for seg in st.segments))
 
     # long: where a poll meets the window, job and energy-point state, whose invariants span it all
     def add(self, info: GpuInfo, sample: GpuSample, job: Job, gpm: object | None,
@@ -331,9 +333,10 @@ class WindowBuilder:
             # its ends saw a job: pieces after the first keep it only if both ends saw it.
             pjob = job_before if n == 0 or job == job_before else None
             key = pjob[0] if pjob else None
-            seg = st.segments.get(key)
-            if seg is None:
-                seg = st.segments[key] = _Segment(pjob, lo, hi)
+            seg = st.segments[-1] if st.segments else None
+            if seg is None or (seg.job[0] if seg.job else None) != key:
+                seg = _Segment(pjob, lo, hi)
+                st.segments.append(seg)
             seg.b_last = hi
             if shares is not None:
                 seg.energy_mj += shares[n]
@@ -352,7 +355,7 @@ class WindowBuilder:
             # here take the GPM between the last GPM point and this one (none if the window
             # began in a gap, where nothing was measured: not the next job's activity).
             ended = None
-            for seg in st.segments.values():
+            for seg in st.segments:
                 if seg.gpm is None:
                     ended = ended or self._gpm(st, st.gpm_start, gpm, gpm_fn, b - st.gpm_ts)
                     seg.gpm = ended
@@ -487,16 +490,16 @@ class WindowBuilder:
     def _close(self, st: _GpuState, gpm_end: object | None, gpm_fn: GpmFn) -> None:
         """Close the open window: its rows wait in ``st.held`` until its energy is settled."""
         if st.window is None or not st.segments:
-            st.segments = {}
+            st.segments = []
             st.window = None
             return
         gpm = GpmMetrics()
         if gpm_end is not None and st.prev is not None:  # the window's GPM span ends at its last poll
             gpm = self._gpm(st, st.gpm_start, gpm_end, gpm_fn, st.prev.ts - st.gpm_ts)
         w0 = st.window * self.period
-        st.held.append(_Closed(list(st.segments.values()), w0, w0 + self.period, st.window_whole,
+        st.held.append(_Closed(list(st.segments), w0, w0 + self.period, st.window_whole,
                                st.window_a, gpm))
-        st.segments = {}
+        st.segments = []
         st.window = None
         st.gpm_start = None
 

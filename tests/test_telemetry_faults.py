@@ -15,6 +15,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,9 +41,11 @@ class SteppedClockGpus(FileStateBackend):
     stop_after = 120
     steps: dict[int, float]
     reads: dict[int, list[int]]  # per GPU: every counter read (mJ)
+    events: dict[int, Callable[[SteppedClockGpus], None]]  # at poll N: change the GPUs' file
 
-    def configure(self, steps: dict[int, float], stop_after: int) -> SteppedClockGpus:
-        self.steps, self.stop_after, self.reads = dict(steps), stop_after, {}
+    def configure(self, steps: dict[int, float], stop_after: int,
+                  events: dict[int, Callable[[SteppedClockGpus], None]] | None = None) -> SteppedClockGpus:
+        self.steps, self.stop_after, self.reads, self.events = dict(steps), stop_after, {}, dict(events or {})
         return self
 
     def now(self) -> float:
@@ -53,6 +56,8 @@ class SteppedClockGpus(FileStateBackend):
         self.real_s += max(t - self.now(), 0.0) + 0.002
         self.polls += 1
         self.offset_s += self.steps.get(self.polls, 0.0)
+        if self.polls in self.events:
+            self.events[self.polls](self)
         if self.polls >= self.stop_after:
             stop.set()
 
@@ -67,10 +72,11 @@ class SteppedClockGpus(FileStateBackend):
         return e
 
 
-def _run(tmp_path: Path, steps: dict[int, float], stop_after: int = 120,
-         every: int = 3) -> tuple[Daemon, int, list[dict[str, Any]]]:
+def _run(tmp_path: Path, steps: dict[int, float], stop_after: int = 120, every: int = 3,
+         events: dict[int, Callable[[SteppedClockGpus], None]] | None = None
+         ) -> tuple[Daemon, int, list[dict[str, Any]]]:
     FileStateBackend.create(tmp_path / "g.json", n=2)
-    gpus = SteppedClockGpus(tmp_path / "g.json").configure(steps, stop_after)
+    gpus = SteppedClockGpus(tmp_path / "g.json").configure(steps, stop_after, events)
     d = Daemon(gpus, DaemonConfig(data_root=tmp_path / "d", host="n1", roll_s=60.0, stop_retry_s=0.0,
                                   energy_every_windows=every))
     rc = d.run()
@@ -126,6 +132,56 @@ def test_a_clock_step_of_a_poll_or_two_loses_no_window(tmp_path: Path) -> None:
         assert round(sum(r["energy_j"] for r in mine) * 1e3) == reads[-1] - reads[0]
 
 
+
+def _procs(*jobs: str) -> Callable[[SteppedClockGpus], None]:
+    """An event: GPU 0's compute processes become those of ``jobs`` (the backend names the job).
+    (No utilisation samples: the fake stamps them with the real clock, before the virtual one;
+    a shared GPU's rows are split by the memory the processes hold.)"""
+    def set_procs(g: SteppedClockGpus) -> None:
+        g.update_gpu(0, processes=[{"pid": 100 + k, "job_id": j, "user": "alice",
+                                    "used_mib": 1024}
+                                   for k, j in enumerate(jobs)])
+    return set_procs
+
+
+@pytest.mark.parametrize("every", [1, 3])
+def test_a_job_seen_again_in_the_same_window_gets_rows_that_do_not_overlap(tmp_path: Path,
+                                                                           every: int) -> None:
+    """Review finding: a window kept one segment per job, so a job that left the GPU and came back
+    inside one window (two job steps with a second between them; a short neighbour on a shared
+    GPU) had one row spanning the time in between: it overlapped the other row and its mean power
+    was its energy over time it did not run (70 W for a GPU at 100 W). Now each stretch is a row."""
+    # polls 1-10: job 500; 4 and 5: no process (between two steps); then job 500 again
+    _, rc, rows = _run(tmp_path, {}, stop_after=40, every=every,
+                       events={1: _procs("500"), 4: _procs(), 6: _procs("500")})
+    assert rc == 0
+    _assert_no_overlap(rows)
+    gpu0 = [r for r in rows if r["gpu_index"] == 0]
+    assert {r["job_id"] for r in gpu0} == {"500", None}
+    for r in gpu0:
+        if r["energy_j"] is not None and r["ts_end"] - r["ts_start"] >= 1.0:
+            assert r["power_avg_w"] == pytest.approx(POWER_W, rel=0.02), r
+    # every second of the run is in exactly one row of GPU 0: no row counts another's time
+    covered = sum(r["ts_end"] - r["ts_start"] for r in gpu0)
+    assert covered == pytest.approx(max(r["ts_end"] for r in gpu0) - min(r["ts_start"] for r in gpu0))
+
+
+
+def test_a_shared_gpu_whose_second_job_leaves_and_comes_back_splits_both_stretches_by_use(
+        tmp_path: Path) -> None:
+    """The same on a shared GPU: the pair's two stretches in one window are two rows, and what
+    the daemon gathered for the pair (the memory its processes hold) splits both, not only the
+    first (the second got an equal split)."""
+    _, rc, rows = _run(tmp_path, {}, stop_after=40, every=3,
+                       events={1: _procs("500", "501"), 4: _procs("500"), 6: _procs("500", "501")})
+    assert rc == 0
+    _assert_no_overlap([r for r in rows if r["job_id"] != "501"])
+    _assert_no_overlap([r for r in rows if r["job_id"] != "500"])
+    shared = [r for r in rows if r["gpu_index"] == 0 and r["shared_jobs"] == 2]
+    assert len({r["ts_start"] for r in shared}) >= 3  # both stretches of the first window, and more
+    assert {r["share_basis"] for r in shared} == {"memory"}
+
+
 # -- job files changing between two reads ----------------------------------------------------------
 def _same_tick(folder: Path, mtime_ns: int) -> None:
     """Give ``folder`` the mtime ``mtime_ns`` again: what the kernel's coarse file clock (one tick,
@@ -165,13 +221,13 @@ def test_a_job_folder_that_settled_is_listed_once(tmp_path: Path, monkeypatch: p
     _same_tick(spool / "GPU-aaaa", time.time_ns() - 60 * 10**9)
     reader = JobMapReader(spool)
     listed: list[str] = []
-    real = jobmap.jobs_on_gpu
+    real = jobmap._list_jobs
 
-    def spy(sp: Path, uuid: str) -> list[JobAssignment]:
+    def spy(sp: Path, uuid: str) -> tuple[list[JobAssignment], list[str]]:
         listed.append(uuid)
         return real(sp, uuid)
 
-    monkeypatch.setattr(jobmap, "jobs_on_gpu", spy)
+    monkeypatch.setattr(jobmap, "_list_jobs", spy)
     for _ in range(3):
         assert [j.job_id for j in reader.jobs("GPU-aaaa")] == ["7"]
     assert listed == ["GPU-aaaa"]
