@@ -26,7 +26,8 @@ daemon's composite keys of shared and MIG GPUs, whose per-job split needs the wi
 activity) always closes at an energy point. A backend that returns the counter on every poll
 makes every poll an energy point (exact per interval).
 
-* A job change inside a window gives one row per job (segment). GPM snapshots are taken at a
+* A job change inside a window gives one row per job stretch (segment; a job seen again after
+  another gets a second one, so a GPU's rows never overlap). GPM snapshots are taken at a
   window's first poll, at each job change and at its close: a segment ending at a change gets
   the span up to it, the window's last one the rest. A span under ``MIN_GPM_SPAN_S`` (a stop
   milliseconds after a GPM point) or without a snapshot at its start (a window begun inside a
