@@ -1,3 +1,4 @@
+# long: one per-GPU state machine (windows, segments, energy points, clock steps), invariants span it
 """Turn 1 s polls of one GPU into telemetry v1 window rows.
 
 Why intervals: each poll after the first closes the interval ``(t_prev, t]``; its readings are
