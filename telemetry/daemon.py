@@ -4,7 +4,8 @@ One thread does everything, on a grid of ``poll_s`` in the backend's clock (wall
 recording's on replay): poll each GPU, close the windows that poll completes, append them to
 the WAL (one fsync per poll that closed anything), roll the WAL into Parquet when the roll
 period turns over, and retry rolls that failed (disk full) without ever dropping the WAL.
-Windows whose WAL append failed stay in memory and go first into the next append; while any
+Windows whose WAL append failed stay in memory and go first into the next append (tried every
+``wal_retry_s`` while it fails, with new windows joining them in between); while any
 are held, or a segment waits for its Parquet file, the daemon says so (ERROR log, the
 ``wattclass_wal_*`` metrics), and it exits non-zero if any remain unpersisted at stop. Stopping
 never gives up half-way: whatever fails while the last windows are written, the rest of the stop
@@ -66,6 +67,8 @@ class DaemonConfig:
     proc_root: Path = Path("/proc")
     #: At stop, how long to keep retrying a WAL append that fails (disk full) before giving up.
     stop_retry_s: float = 10.0
+    #: While WAL appends fail (disk full), how often the held rows are written again (s).
+    wal_retry_s: float = 5.0
     #: Read the energy counter at every N-th window close (telemetry.windows, "sparse energy").
     #: 3 (DEFAULT_ENERGY_EVERY_WINDOWS): a third of the reads of 1 for the same per-job accuracy
     #: on the H200 recordings (0.15-0.16 % median, ~1 % worst job: docs/benchmarks.md, "Energy
@@ -154,6 +157,7 @@ class Daemon:
         self.stats = Stats()
         self._gpu_down: dict[int, float] = {}
         self._next_retry = 0.0
+        self._next_wal_retry = 0.0  # monotonic: when a failing WAL append is tried again
         self._roll_epoch: int | None = None
         self.gpus: list[GpuInfo] = []
 
@@ -259,13 +263,25 @@ class Daemon:
 
     # -- durability -------------------------------------------------------------------------------
     def record(self, rows: list[Row]) -> None:
-        """Append closed windows to the WAL (fsynced) and publish them."""
+        """Append closed windows to the WAL (fsynced) and publish them.
+
+        While appends fail, the held rows are written again at most every ``wal_retry_s`` (the
+        stop's last attempts clear ``_next_wal_retry``); in between new rows join them in memory.
+        Why: each attempt encodes every held row, so retrying at every poll cost CPU in
+        proportion to the outage (1.4 s a poll after 17 hours of a full disk on 8 GPUs, the
+        polls came late and the windows with them: review finding).
+        """
         if not rows and not self.writer.pending:
             return
+        now = time.monotonic()
         c0 = time.thread_time()
-        self.writer.append(rows)
-        self.pending_segments.extend(self.writer.take_retired())
-        self.stats.wal_appends += 1
+        if self.writer.pending and now < self._next_wal_retry:
+            self.writer.hold(rows)
+        else:
+            if not self.writer.append(rows):
+                self._next_wal_retry = now + self.cfg.wal_retry_s
+            self.pending_segments.extend(self.writer.take_retired())
+            self.stats.wal_appends += 1
         self.stats.wal_cpu_s += time.thread_time() - c0
         self.stats.rows += len(rows)
         self.stats.energy_j += sum(r["energy_j"] or 0.0 for r in rows)
@@ -402,6 +418,7 @@ class Daemon:
         deadline = time.monotonic() + self.cfg.stop_retry_s
         while True:
             try:
+                self._next_wal_retry = 0.0  # now, not after wal_retry_s
                 self.record(rows)
             except Exception:  # not a full disk (no exception: retried below); rows stay pending
                 log.exception("shutdown: writing %d window row(s) to the WAL failed",

@@ -222,8 +222,8 @@ class WalWriter:
             now = time.monotonic()
             if self._failing == 1 or now - self._last_error_log >= ERROR_RELOG_S:  # no log flood
                 self._last_error_log = now
-                log.error("WAL append to %s failed (%s): %d row(s) held in memory, retrying every "
-                          "poll (%d failed append(s) in a row)", self.path or self.dir,
+                log.error("WAL append to %s failed (%s): %d row(s) held in memory, retrying "
+                          "(%d failed append(s) in a row)", self.path or self.dir,
                           exc.strerror or exc, len(batch), self._failing)
             if not self._cut_back() and whole:
                 # The retired segment ends in this whole, valid record: its rows are there and
@@ -240,6 +240,10 @@ class WalWriter:
         self.rows_in_segment += len(batch)
         self.pending = []
         return True
+
+    def hold(self, rows: list[dict[str, Any]]) -> None:
+        """Keep ``rows`` in memory after the pending ones, for the next ``append`` (no write now)."""
+        self.pending = self.pending + rows
 
     def _cut_back(self) -> bool:
         """Remove a partly written record; if that fails, retire the segment so that nothing is

@@ -231,3 +231,48 @@ def test_a_job_folder_that_settled_is_listed_once(tmp_path: Path, monkeypatch: p
     for _ in range(3):
         assert [j.job_id for j in reader.jobs("GPU-aaaa")] == ["7"]
     assert listed == ["GPU-aaaa"]
+
+
+# -- a full disk for hours ---------------------------------------------------------------------------
+def test_a_long_full_disk_retries_the_wal_now_and_then_not_at_every_poll(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Review finding: while WAL appends failed (disk full), every poll encoded every held row
+    again and tried to write them: the cost grew with the outage (1.4 s of CPU a poll after 17
+    hours on 8 GPUs), so polls and windows came late. Now a failing append is tried again every
+    ``wal_retry_s``; new rows join the held ones in between, and the stop still writes them all
+    once space is back."""
+    from wattclass.telemetry import wal
+
+    FileStateBackend.create(tmp_path / "g.json", n=2)
+    gpus = SteppedClockGpus(tmp_path / "g.json").configure({}, stop_after=10**6)
+    d = Daemon(gpus, DaemonConfig(data_root=tmp_path / "d", host="n1", wal_retry_s=3600.0,
+                                  stop_retry_s=0.0, energy_every_windows=1))
+    d.prepare()
+    encoded: list[int] = []
+    real_encode = wal.encode_records
+
+    def counting(rows: list[dict[str, Any]]) -> bytes:
+        encoded.append(len(rows))
+        return real_encode(rows)
+
+    monkeypatch.setattr(wal, "encode_records", counting)
+    full = {"on": True}
+    real_write = os.write
+
+    def write(fd: int, data: bytes) -> int:
+        if full["on"] and fd == d.writer._fd:
+            raise OSError(28, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", write)
+    for _ in range(200):  # 200 s: 20 windows of 2 GPUs close while the disk is full
+        gpus.sleep_until(gpus.now() + 1.0, threading.Event())
+        d.record(d.poll_once())
+    held = len(d.writer.pending)
+    assert held >= 38
+    assert len(encoded) == 1  # one attempt, not one per poll
+    full["on"] = False
+    d.shutdown()
+    assert d.unpersisted() == (0, 0)
+    files = sorted((tmp_path / "d" / "telemetry").rglob("*.parquet"))
+    assert sum(pq.read_metadata(f).num_rows for f in files) == d.stats.rows >= held
