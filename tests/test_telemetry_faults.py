@@ -352,3 +352,104 @@ def test_a_crash_at_any_step_of_a_roll_keeps_every_window_exactly_once(
     assert sorted(got) == sorted(want)
     assert not list((tmp_path / "d" / "wal").rglob("wal-*.log"))
     assert not [p for p in (tmp_path / "d").rglob(".*") if p.is_file() and p.suffix != ".lock"]
+
+
+# -- the WAL folder removed while the daemon runs ----------------------------------------------------
+@pytest.mark.parametrize("when", ["mid-segment", "just-before-a-roll"])
+def test_a_wal_folder_removed_while_running_loses_no_window(tmp_path: Path, when: str) -> None:
+    """Review finding: the open segment of a deleted WAL folder took appends (a file without a
+    name) until the roll, whose conversion then failed on the missing file at every retry and
+    held every later segment back; new segments could not be made (no folder), so the next
+    windows stayed in memory and were LOST at stop. Now the folder is made again, the open
+    segment's records are written into a new segment, and every window reaches Parquet."""
+    import shutil
+
+    FileStateBackend.create(tmp_path / "g.json", n=2)
+    gpus = SteppedClockGpus(tmp_path / "g.json").configure({}, stop_after=10**6)
+    d = Daemon(gpus, DaemonConfig(data_root=tmp_path / "d", host="n1", roll_s=60.0, retry_s=1.0,
+                                  energy_every_windows=1))
+    d.prepare()
+    closed: list[dict[str, Any]] = []
+
+    def polls(n: int) -> None:
+        for _ in range(n):
+            gpus.sleep_until(gpus.now() + 1.0, threading.Event())
+            rows = d.poll_once()
+            closed.extend(rows)
+            d.record(rows)
+            d.maybe_roll(gpus.now())
+
+    polls(75)  # one roll behind, the next segment half full
+    if when == "just-before-a-roll":
+        polls(int(60 - gpus.now() % 60) - 1)
+    shutil.rmtree(d.wal_dir)
+    polls(150)
+    d.shutdown()
+    assert d.unpersisted() == (0, 0)
+    files = sorted((tmp_path / "d" / "telemetry").rglob("*.parquet"))
+    got = [(r["gpu_index"], round(r["ts_start"].timestamp(), 2))
+           for f in files for r in pq.read_table(f).to_pylist()]
+    assert len(got) == len(set(got)) == d.stats.rows  # each window once, the stop's last ones too
+    assert set(got) >= {(r["gpu_index"], round(r["ts_start"], 2)) for r in closed}
+
+
+def test_a_segment_removed_while_open_is_rolled_with_its_rows(tmp_path: Path) -> None:
+    """The roll of a segment whose folder was deleted since its last append (no window closed in
+    between) hands over a segment that exists and holds its rows, not a name that stalls the
+    conversion queue."""
+    import shutil
+
+    from wattclass.telemetry import wal
+
+    w = wal.WalWriter(tmp_path / "wal")
+    assert w.append([{"a": 1}]) and w.append([{"a": 2}])
+    shutil.rmtree(tmp_path / "wal")
+    seg = w.roll()
+    assert seg is not None and wal.read_segment(seg) == [{"a": 1}, {"a": 2}]
+    assert w.append([{"a": 3}])  # and the next segment goes on in the folder made again
+    nxt = w.roll()
+    assert nxt is not None and nxt != seg and wal.read_segment(nxt) == [{"a": 3}]
+
+
+def test_a_queued_segment_removed_before_its_conversion_does_not_hold_back_the_others(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A segment waiting for its Parquet write (the data root was full) and then removed by
+    someone: its conversion failed on the missing file at every retry, and the queue, converted
+    in order, held every later segment in the WAL until a restart (the stop exited 1). Now it
+    is dropped with an ERROR and the others go on."""
+    import errno
+
+    import pyarrow as pa
+
+    from wattclass.telemetry.sink import ParquetSink, write_parquet_atomic
+
+    full = {"on": True}
+
+    def writer(table: pa.Table, path: Path) -> None:
+        if full["on"]:
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        write_parquet_atomic(table, path)
+
+    FileStateBackend.create(tmp_path / "g.json", n=2)
+    gpus = SteppedClockGpus(tmp_path / "g.json").configure({}, stop_after=10**6)
+    d = Daemon(gpus, DaemonConfig(data_root=tmp_path / "d", host="n1", roll_s=60.0, retry_s=1.0,
+                                  energy_every_windows=1), sink=ParquetSink(tmp_path / "d", writer=writer))
+    d.prepare()
+
+    def polls(n: int) -> None:
+        for _ in range(n):
+            gpus.sleep_until(gpus.now() + 1.0, threading.Event())
+            d.record(d.poll_once())
+            d.maybe_roll(gpus.now())
+
+    polls(200)
+    assert len(d.pending_segments) >= 3
+    gone = d.pending_segments[0]
+    gone.unlink()
+    full["on"] = False
+    with caplog.at_level(logging.ERROR, logger="wattclass.telemetry"):
+        polls(5)
+    assert d.pending_segments == []
+    assert any(str(gone) in r.getMessage() and "removed" in r.getMessage() for r in caplog.records)
+    d.shutdown()
+    assert d.unpersisted() == (0, 0)
