@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from wattclass import jobmap
+from wattclass.fsutil import atomic_write_text
 from wattclass.gpu.base import GpuSample
 from wattclass.gpu.filestate import FileStateBackend
 from wattclass.jobmap import JobAssignment, JobMapReader, write_job_file
@@ -42,10 +43,12 @@ class SteppedClockGpus(FileStateBackend):
     steps: dict[int, float]
     reads: dict[int, list[int]]  # per GPU: every counter read (mJ)
     events: dict[int, Callable[[SteppedClockGpus], None]]  # at poll N: change the GPUs' file
+    counter_offset_mj: dict[int, int]  # per GPU: added to the counter (mod 2**64: it wraps)
 
     def configure(self, steps: dict[int, float], stop_after: int,
                   events: dict[int, Callable[[SteppedClockGpus], None]] | None = None) -> SteppedClockGpus:
         self.steps, self.stop_after, self.reads, self.events = dict(steps), stop_after, {}, dict(events or {})
+        self.counter_offset_mj = {}
         return self
 
     def now(self) -> float:
@@ -67,7 +70,7 @@ class SteppedClockGpus(FileStateBackend):
 
     def energy_mj(self, index: int) -> int | None:
         self.real_s += 0.001
-        e = round(self.real_s * POWER_W * 1e3)
+        e = (round(self.real_s * POWER_W * 1e3) + self.counter_offset_mj.get(index, 0)) % 2**64
         self.reads.setdefault(index, []).append(e)
         return e
 
@@ -453,3 +456,62 @@ def test_a_queued_segment_removed_before_its_conversion_does_not_hold_back_the_o
     assert any(str(gone) in r.getMessage() and "removed" in r.getMessage() for r in caplog.records)
     d.shutdown()
     assert d.unpersisted() == (0, 0)
+
+
+
+# -- NVML faults of one GPU ----------------------------------------------------------------------------
+def _lose_gpu1(g: SteppedClockGpus) -> None:
+    """GPU 1 falls off the bus: the file-state backend answers GpuLostError for it."""
+    with g._locked():
+        doc = g._read()
+        g._gone = [x for x in doc["gpus"] if int(x["index"]) == 1]  # type: ignore[attr-defined]
+        doc["gpus"] = [x for x in doc["gpus"] if int(x["index"]) != 1]
+        atomic_write_text(g.path, json.dumps(doc))
+
+
+def _gpu1_back(reset_counter: bool) -> Callable[[SteppedClockGpus], None]:
+    def back(g: SteppedClockGpus) -> None:
+        with g._locked():
+            doc = g._read()
+            doc["gpus"] += g._gone  # type: ignore[attr-defined]
+            atomic_write_text(g.path, json.dumps(doc))
+        if reset_counter:  # the driver was reloaded: its counter starts again near 0
+            g.counter_offset_mj[1] = -round(g.real_s * POWER_W * 1e3) + 5000
+    return back
+
+
+@pytest.mark.parametrize(("outage_polls", "reset"), [(4, False), (30, True), (700, True)])
+def test_one_gpu_lost_mid_run_leaves_the_other_untouched_and_comes_back(
+        tmp_path: Path, outage_polls: int, reset: bool) -> None:
+    """GPU 1 answers GpuLostError for a few seconds, half a minute (and comes back with its counter
+    reset by a driver reload) or longer than the longest gap: GPU 0's windows go on whole and
+    exact, GPU 1's rows never overlap, never draw more than the GPU did, and the energy of a
+    reset counter is never negative."""
+    d, rc, rows = _run(tmp_path, {}, stop_after=60 + outage_polls + 60, every=3,
+                       events={20: _lose_gpu1, 20 + outage_polls: _gpu1_back(reset)})
+    assert rc == 0
+    _assert_no_overlap(rows)
+    gpu0 = sorted((r for r in rows if r["gpu_index"] == 0), key=lambda r: r["ts_start"])
+    for a, b in itertools.pairwise(gpu0):
+        assert a["ts_end"] == b["ts_start"]  # no hole
+    reads = d.backend.reads[0]  # type: ignore[attr-defined]
+    assert round(sum(r["energy_j"] for r in gpu0) * 1e3) == reads[-1] - reads[0]
+    gpu1 = [r for r in rows if r["gpu_index"] == 1]
+    assert gpu1 and max(r["ts_end"] for r in gpu1) > max(r["ts_end"] for r in gpu0) - 11
+    for r in gpu1:
+        if r["energy_j"] is not None:
+            assert 0 <= r["energy_j"] <= POWER_W * (r["ts_end"] - r["ts_start"] + 1.0), r
+    assert d.stats.gpu_errors >= outage_polls - 1
+
+
+def test_a_counter_that_wraps_past_2_64_keeps_the_energy_exact(tmp_path: Path) -> None:
+    """The energy counter is an unsigned 64-bit millijoule count: past 2**64 it starts again at
+    0, and the window across the wrap gets the energy of its time, not 0 or 18 EJ."""
+    def near_wrap(g: SteppedClockGpus) -> None:
+        g.counter_offset_mj[0] = 2**64 - round(g.real_s * POWER_W * 1e3) - 15_000  # 150 s to go
+
+    _, rc, rows = _run(tmp_path, {}, stop_after=400, every=3, events={1: near_wrap})
+    assert rc == 0
+    for r in (r for r in rows if r["gpu_index"] == 0):
+        if r["ts_end"] - r["ts_start"] >= 3.0:
+            assert r["power_avg_w"] == pytest.approx(POWER_W, rel=0.02), r
