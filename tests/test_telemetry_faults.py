@@ -515,3 +515,41 @@ def test_a_counter_that_wraps_past_2_64_keeps_the_energy_exact(tmp_path: Path) -
     for r in (r for r in rows if r["gpu_index"] == 0):
         if r["ts_end"] - r["ts_start"] >= 3.0:
             assert r["power_avg_w"] == pytest.approx(POWER_W, rel=0.02), r
+
+
+# -- attribution under hostile or changing job files -------------------------------------------------
+def test_refused_job_files_and_foreign_processes_never_name_a_job(tmp_path: Path) -> None:
+    """GPU 0's job file is owned by a user, GPU 1's is a symlink to a root file elsewhere: both are
+    refused (the daemon runs as root and books energy by what they say). GPU 0 gets a good file
+    mid-run and loses it again; GPU 1 falls back to its processes, one of which claims a job of
+    another user and one of which has no readable environment: neither is booked to a job."""
+    spool, proc = tmp_path / "jobs", tmp_path / "proc"
+    spool.mkdir(mode=0o755)
+    FileStateBackend.create(tmp_path / "g.json", n=2)
+    uuids = [g.uuid for g in FileStateBackend(tmp_path / "g.json").gpus()]
+    write_job_file(spool, uuids[0], JobAssignment("66", "mallory", 1000))
+    os.chown(spool / uuids[0] / "66.json", 1000, 1000)
+    elsewhere = tmp_path / "elsewhere"
+    write_job_file(elsewhere, uuids[1], JobAssignment("67", "mallory", 1000))
+    (spool / uuids[1]).mkdir(mode=0o755)
+    os.symlink(elsewhere / uuids[1] / "67.json", spool / uuids[1] / "67.json")
+    (proc / "4242").mkdir(parents=True)  # claims job 68 of a user it does not run as
+    (proc / "4242" / "environ").write_bytes(b"SLURM_JOB_ID=68\0SLURM_JOB_USER=nobody\0")
+    (proc / "4243").mkdir()  # no environ to read (another PID namespace, or gone)
+
+    def good_file(_g: SteppedClockGpus) -> None:
+        write_job_file(spool, uuids[0], JobAssignment("77", "root", 0))
+
+    def file_gone(_g: SteppedClockGpus) -> None:
+        os.unlink(spool / uuids[0] / "77.json")
+
+    FileStateBackend(tmp_path / "g.json").update_gpu(1, processes=[{"pid": 4242}, {"pid": 4243}])
+    gpus = SteppedClockGpus(tmp_path / "g.json").configure({}, 80, {20: good_file, 50: file_gone})
+    d = Daemon(gpus, DaemonConfig(data_root=tmp_path / "d", host="n1", job_spool=spool, proc_root=proc,
+                                  energy_every_windows=1))
+    assert d.run() == 0
+    files = sorted((tmp_path / "d" / "telemetry").rglob("*.parquet"))
+    rows = [r for f in files for r in pq.read_table(f).to_pylist()]
+    assert {r["job_id"] for r in rows if r["gpu_index"] == 1} == {None}
+    gpu0 = sorted((r for r in rows if r["gpu_index"] == 0), key=lambda r: r["ts_start"])
+    assert [k for k, _ in itertools.groupby(r["job_id"] for r in gpu0)] == [None, "77", None]
