@@ -553,3 +553,34 @@ def test_refused_job_files_and_foreign_processes_never_name_a_job(tmp_path: Path
     assert {r["job_id"] for r in rows if r["gpu_index"] == 1} == {None}
     gpu0 = sorted((r for r in rows if r["gpu_index"] == 0), key=lambda r: r["ts_start"])
     assert [k for k, _ in itertools.groupby(r["job_id"] for r in gpu0)] == [None, "77", None]
+
+
+# -- a stop signal in the middle of a roll -----------------------------------------------------------
+def test_sigterm_during_a_roll_finishes_it_then_flushes(tmp_path: Path) -> None:
+    """SIGTERM arrives while a segment is being written to Parquet: the handler only records it
+    (telemetry/stopsignal.py), the roll completes, and the stop flushes the open windows; every
+    window is in Parquet once and the exit code is 0."""
+    import pyarrow as pa
+
+    from wattclass.telemetry.sink import ParquetSink, write_parquet_atomic
+    from wattclass.telemetry.stopsignal import SignalStop
+
+    stop = SignalStop()
+    written: list[Path] = []
+
+    def writer(table: pa.Table, path: Path) -> None:
+        if not written:
+            stop.on_signal(15, None)  # what the SIGTERM handler does, half-way through the roll
+        write_parquet_atomic(table, path)
+        written.append(path)
+
+    FileStateBackend.create(tmp_path / "g.json", n=2)
+    gpus = SteppedClockGpus(tmp_path / "g.json").configure({}, stop_after=10**6)
+    d = Daemon(gpus, DaemonConfig(data_root=tmp_path / "d", host="n1", roll_s=60.0, energy_every_windows=3),
+               sink=ParquetSink(tmp_path / "d", writer=writer), stop=stop)
+    assert d.run() == 0
+    assert gpus.polls < 70  # stopped at the first roll, not at the end of the recording
+    got = [(r["gpu_index"], r["ts_start"]) for f in written for r in pq.read_table(f).to_pylist()]
+    assert len(got) == len(set(got)) == d.stats.rows > 0
+    assert sorted({p.name for p in written}) == sorted(p.name for p in (tmp_path / "d").rglob("*.parquet"))
+    assert not list((tmp_path / "d" / "wal").rglob("wal-*.log"))
