@@ -42,6 +42,11 @@ makes every poll an energy point (exact per interval).
   ``max_gap_s`` restarts the baseline (its energy is unobserved, logged).
 * The counter going backwards is a wrap (near 2**64) or a driver reload (the interval's
   energy is unknown; counted as 0 and logged).
+* The wall clock stepped forward by more than ``split_gap_s`` against the monotonic one (NTP,
+  a suspend: ``GpuSample.mono_s``, where the backend has it) is a gap past ``max_gap_s``: the
+  windows end at the last poll before it and the time the clock skipped gets no rows (split by
+  time over it, the next poll's counter delta made windows of a running job that never ran, at
+  a 60th of its power for a 60 s step: review finding).
 * The wall clock stepped back by more than ``split_gap_s`` (NTP at boot, an admin's ``date``)
   ends the GPU's windows at the last poll before the step (that poll's span settled by a
   counter read at the first poll after it) and drops the polls until the clock passes that
@@ -296,12 +301,14 @@ class WindowBuilder:
         rate = interval_power_w(prev, sample)
         st.prev = sample
         job_before, st.prev_job = st.prev_job, job
-        if b - a > self.max_gap:
+        jumped = self._stepped_forward(prev, sample)
+        if b - a > self.max_gap or jumped:
             # The polls before the gap get their measured share of the span (``_settle``); the
             # gap's energy is unobserved.
             gap_mj, known = self._settle(info, st, e, [b - a]) if point else ([0.0], False)
-            log.warning("GPU %d (%s): no poll for %.0f s; %s J in that gap not attributed",
-                        info.gpu_index, info.uuid, b - a, f"{gap_mj[0] / 1e3:.1f}" if known else "?")
+            what = "the clock stepped forward (or the node was suspended) by" if jumped else "no poll for"
+            log.warning("GPU %d (%s): %s %.0f s; %s J in that gap not attributed", info.gpu_index,
+                        info.uuid, what, b - a, f"{gap_mj[0] / 1e3:.1f}" if known else "?")
             if not point:  # no counter after the gap: the span before it stays unknown
                 for before, _, _ in st.pending:
                     before.energy_known = False
@@ -364,6 +371,13 @@ class WindowBuilder:
         if gpm is not None:
             st.gpm_start, st.gpm_ts = gpm, b
         return self._release(st)
+
+    def _stepped_forward(self, prev: GpuSample, sample: GpuSample) -> bool:
+        """Whether the wall clock ran ahead of the monotonic one between two polls by more than a
+        late poll's jitter: a step forward (NTP) or a suspend, time nothing ran in."""
+        if prev.mono_s is None or sample.mono_s is None:
+            return False
+        return (sample.ts - prev.ts) - (sample.mono_s - prev.mono_s) > self.split_gap
 
     def _stepped_back(self, prev: GpuSample, sample: GpuSample) -> bool:
         """Whether the clock stepped back between two polls (more than a late poll's jitter)."""

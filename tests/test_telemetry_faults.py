@@ -66,7 +66,8 @@ class SteppedClockGpus(FileStateBackend):
 
     def sample(self, index: int) -> GpuSample:
         self.real_s += 0.0005
-        return super().sample(index)._replace(ts=self.now(), power_w=POWER_W, power_avg_w=POWER_W)
+        return super().sample(index)._replace(ts=self.now(), mono_s=self.real_s, power_w=POWER_W,
+                                              power_avg_w=POWER_W)
 
     def energy_mj(self, index: int) -> int | None:
         self.real_s += 0.001
@@ -584,3 +585,24 @@ def test_sigterm_during_a_roll_finishes_it_then_flushes(tmp_path: Path) -> None:
     assert len(got) == len(set(got)) == d.stats.rows > 0
     assert sorted({p.name for p in written}) == sorted(p.name for p in (tmp_path / "d").rglob("*.parquet"))
     assert not list((tmp_path / "d" / "wal").rglob("wal-*.log"))
+
+
+@pytest.mark.parametrize("step_s", [60.0, 400.0])
+def test_a_clock_stepped_forward_makes_no_rows_for_the_skipped_time(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, step_s: float) -> None:
+    """Review finding: a wall clock stepped forward by NTP (or a suspend) looked like a gap of the
+    GPU's polls: the next poll's counter delta, one second of energy, was spread by time over
+    windows of the running job that never ran (a 100 W job at under 2 W for a minute; the
+    classifier sees idle). Where the backend stamps polls with the monotonic clock too, the
+    skipped time now gets no rows: the windows end at the last poll before the step."""
+    with caplog.at_level(logging.WARNING, logger="wattclass.telemetry"):
+        _, rc, rows = _run(tmp_path, {25: step_s}, stop_after=90, every=3,
+                           events={1: _procs("500")})
+    assert rc == 0
+    _assert_no_overlap(rows)
+    for r in rows:
+        if r["energy_j"] is not None and r["ts_end"] - r["ts_start"] >= 3.0:
+            assert r["power_avg_w"] == pytest.approx(POWER_W, rel=0.02), r
+    covered = sum(r["ts_end"] - r["ts_start"] for r in rows if r["gpu_index"] == 0)
+    assert covered < 90 + 2  # the run's 90 s of polls, not the skipped time on top
+    assert any("stepped forward" in r.getMessage() for r in caplog.records)

@@ -385,6 +385,7 @@ def test_a_gpu_lost_at_start_up_leaves_the_others_polled(
     assert [(g.gpu_index, g.uuid) for g in b.gpus()] == [(0, "GPU-fake-h0"), (2, "GPU-fake-h2")]
     assert any("GPU 1: left out" in r.getMessage() for r in caplog.records)
     assert b.sample(2).power_w == 250.0 and b.energy_mj(2) == 123456
+    assert b.sample(2).mono_s is not None  # the window builder tells clock steps by it
     for call in (b.sample, b.energy_mj, b.gpm_snapshot):
         with pytest.raises(GpuLostError, match="GPU 1"):
             call(1)  # type: ignore[operator]

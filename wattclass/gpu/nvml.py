@@ -278,7 +278,7 @@ class NvmlBackend(GpuBackend):
         h = self._handle(index)
         import time
 
-        ts = time.time()
+        ts, mono_s = time.time(), time.monotonic()
         power, limit, avg = self._power(index, h)
         util = self._opt(nv.nvmlDeviceGetUtilizationRates, h)
         sm = self._opt(nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_SM)
@@ -299,6 +299,7 @@ class NvmlBackend(GpuBackend):
             temp_c=float(temp) if temp is not None else None,
             fb_used_mib=mem.used / 2**20 if mem is not None else None,
             power_avg_w=avg,
+            mono_s=mono_s,
         )
 
     # -- GPM -------------------------------------------------------------------------------------
