@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from wattclass.errors import GpuError, WattclassError
-from wattclass.fsutil import ensure_writable_dir
+from wattclass.fsutil import ensure_writable_dir, fsync_dir
 from wattclass.gpu.base import GpmMetrics, GpuBackend, GpuInfo
 from wattclass.jobmap import JobAssignment, JobMapReader
 from wattclass.lockfile import FolderLock
@@ -41,6 +42,9 @@ if TYPE_CHECKING:  # prometheus_client is only needed with --metrics-port
     from wattclass.telemetry.metrics import Health, LatestWindows
 
 log = logging.getLogger(__name__)
+
+#: Appended to the name of a WAL segment that cannot be converted (no longer a segment name).
+BAD_SUFFIX = ".bad"
 
 GPU_ERROR_RELOG_S = 300.0
 #: Read the energy counter at every 3rd window close (30 s with 10 s windows). Why: the read costs
@@ -153,6 +157,7 @@ class Daemon:
         self.writer = wal.WalWriter(self.wal_dir)
         self.lock = FolderLock(self.wal_dir, "telemetry daemon")
         self.pending_segments: list[Path] = []
+        self.set_aside: list[Path] = []  # segments that cannot become Parquet (``_set_aside``)
         self.lost_at_stop = 0  # GPUs whose last windows could not even be closed at stop
         self.stats = Stats()
         self._gpu_down: dict[int, float] = {}
@@ -305,9 +310,11 @@ class Daemon:
                                          len(self.pending_segments))
 
     def unpersisted(self) -> tuple[int, int]:
-        """(rows only in memory, WAL segments not yet in Parquet); a GPU whose last windows could
-        not be closed at stop counts as one row (their number is unknown)."""
-        return len(self.writer.pending) + self.lost_at_stop, len(self.pending_segments)
+        """(rows only in memory, WAL segments not yet in Parquet, set aside ones included); a GPU
+        whose last windows could not be closed at stop counts as one row (their number is
+        unknown)."""
+        return (len(self.writer.pending) + self.lost_at_stop,
+                len(self.pending_segments) + len(self.set_aside))
 
     def health(self) -> Health:
         """What the exporter reports about the daemon itself."""
@@ -355,8 +362,31 @@ class Daemon:
                 log.error("PARQUET WRITE FAILED for %s (%s): WAL segment kept, retry in %g s",
                           seg, exc.strerror or exc, self.cfg.retry_s)
                 return
+            except Exception as exc:  # the segment's content, not the disk: no retry can succeed
+                if not self._set_aside(seg, exc):
+                    return
             self.pending_segments.pop(0)
         self._publish_wal_state()
+
+    def _set_aside(self, seg: Path, exc: Exception) -> bool:
+        """Rename a segment that cannot become Parquet to ``<name>.bad`` (kept for the admin, no
+        longer converted); False if even that fails (it stays first in the queue).
+
+        Why: such a segment failed at every roll and every start, so the daemon crashed out of
+        its poll loop and then at each restart, for good: no telemetry at all from one bad row
+        (a job id of the wrong type; review finding). It counts as unpersisted (exit code 1)."""
+        bad = seg.with_name(seg.name + BAD_SUFFIX)
+        try:
+            os.replace(seg, bad)
+            fsync_dir(seg.parent)
+        except OSError as err:
+            log.error("WAL segment %s cannot be converted to Parquet (%s) nor set aside (%s); retry "
+                      "in %g s", seg, str(exc)[:300], err.strerror or err, self.cfg.retry_s)
+            return False
+        self.set_aside.append(bad)
+        log.error("WAL segment %s cannot be converted to Parquet (%s: %s); set aside as %s with its "
+                  "rows, later segments go on", seg, type(exc).__name__, str(exc)[:300], bad.name)
+        return True
 
     # -- main loop --------------------------------------------------------------------------------
     def run(self) -> int:
@@ -400,6 +430,9 @@ class Daemon:
             if self.pending_segments:
                 log.error("shutdown: %d WAL segment(s) not yet in Parquet, kept in %s; converted on "
                           "next start", len(self.pending_segments), self.wal_dir)
+            if self.set_aside:
+                log.error("shutdown: %d WAL segment(s) could not be converted to Parquet and were set "
+                          "aside: %s", len(self.set_aside), ", ".join(str(p) for p in self.set_aside))
             log.info("stopped: %d window row(s), %.1f J", self.stats.rows, self.stats.energy_j)
             log.info("poll-loop CPU: %s", self.stats.summary())
         finally:

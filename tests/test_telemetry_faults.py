@@ -606,3 +606,33 @@ def test_a_clock_stepped_forward_makes_no_rows_for_the_skipped_time(
     covered = sum(r["ts_end"] - r["ts_start"] for r in rows if r["gpu_index"] == 0)
     assert covered < 90 + 2  # the run's 90 s of polls, not the skipped time on top
     assert any("stepped forward" in r.getMessage() for r in caplog.records)
+
+
+# -- a WAL segment that cannot become Parquet -----------------------------------------------------
+def test_a_segment_parquet_refuses_is_set_aside_and_the_daemon_runs_on(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Review finding: a CRC-valid WAL segment whose rows Parquet refuses (a job id written as a
+    number, by another version or a bug) raised ArrowInvalid at every conversion: out of the
+    poll loop, then out of every restart's replay -- no telemetry from the node at all until
+    someone deleted the file. Now it is renamed ``.bad`` (rows kept), named in an ERROR, counted
+    as unpersisted (exit 1), and the daemon runs on."""
+    from wattclass.telemetry import wal
+
+    wal_dir = tmp_path / "d" / "wal" / "n1"
+    w = wal.WalWriter(wal_dir)
+    poison = [{"ts_start": START_S - 600, "ts_end": START_S - 590, "host": "n1", "gpu_index": 0,
+               "gpu_uuid": "GPU-x", "job_id": 123, "energy_j": 1.0}]
+    assert w.append(poison)
+    seg = w.roll()
+    assert seg is not None
+    with caplog.at_level(logging.ERROR, logger="wattclass.telemetry"):
+        d, rc, rows = _run(tmp_path, {}, stop_after=40)
+    assert rc == 1 and d.unpersisted() == (0, 1)
+    assert len(rows) == d.stats.rows > 0  # this run's windows all reached Parquet
+    bad = seg.with_name(seg.name + ".bad")
+    assert not seg.exists() and wal.read_segment(bad, repair=False) == poison
+    assert any(seg.name in r.getMessage() and "set aside" in r.getMessage() for r in caplog.records)
+    again = Daemon(d.backend, d.cfg)  # the next start: nothing left to replay, nothing to say
+    again.prepare()
+    again.shutdown()
+    assert again.unpersisted() == (0, 0) and bad.exists()
