@@ -611,28 +611,82 @@ def test_a_clock_stepped_forward_makes_no_rows_for_the_skipped_time(
 # -- a WAL segment that cannot become Parquet -----------------------------------------------------
 def test_a_segment_parquet_refuses_is_set_aside_and_the_daemon_runs_on(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    """Review finding: a CRC-valid WAL segment whose rows Parquet refuses (a job id written as a
-    number, by another version or a bug) raised ArrowInvalid at every conversion: out of the
-    poll loop, then out of every restart's replay -- no telemetry from the node at all until
-    someone deleted the file. Now it is renamed ``.bad`` (rows kept), named in an ERROR, counted
-    as unpersisted (exit 1), and the daemon runs on."""
+    """Review finding: a WAL segment whose conversion fails for its content (ArrowInvalid, not a
+    full disk) failed at every roll: out of the poll loop, then out of every restart's replay --
+    no telemetry from the node at all until someone deleted the file. Now it is renamed ``.bad``
+    (rows kept), named in an ERROR, counted as unpersisted (exit 1), and the daemon runs on."""
+    import pyarrow as pa
+
     from wattclass.telemetry import wal
+    from wattclass.telemetry.sink import ParquetSink, write_parquet_atomic
 
     wal_dir = tmp_path / "d" / "wal" / "n1"
     w = wal.WalWriter(wal_dir)
-    poison = [{"ts_start": START_S - 600, "ts_end": START_S - 590, "host": "n1", "gpu_index": 0,
-               "gpu_uuid": "GPU-x", "job_id": 123, "energy_j": 1.0}]
-    assert w.append(poison)
+    old = [{"ts_start": START_S - 600, "ts_end": START_S - 590, "host": "n1", "gpu_index": 0,
+            "gpu_uuid": "GPU-x", "job_id": "5", "energy_j": 1.0}]
+    assert w.append(old)
     seg = w.roll()
     assert seg is not None
+
+    def writer(table: pa.Table, path: Path) -> None:
+        if wal.segment_id(seg) in path.name:  # what Parquet makes of this segment's rows
+            raise pa.ArrowInvalid("a bug, or a row of a version to come")
+        write_parquet_atomic(table, path)
+
+    FileStateBackend.create(tmp_path / "g.json", n=2)
+    gpus = SteppedClockGpus(tmp_path / "g.json").configure({}, 40)
+    cfg = DaemonConfig(data_root=tmp_path / "d", host="n1", roll_s=60.0)
+    d = Daemon(gpus, cfg, sink=ParquetSink(tmp_path / "d", writer=writer))
     with caplog.at_level(logging.ERROR, logger="wattclass.telemetry"):
-        d, rc, rows = _run(tmp_path, {}, stop_after=40)
-    assert rc == 1 and d.unpersisted() == (0, 1)
-    assert len(rows) == d.stats.rows > 0  # this run's windows all reached Parquet
+        assert d.run() == 1
+    assert d.unpersisted() == (0, 1)
+    files = sorted((tmp_path / "d" / "telemetry").rglob("*.parquet"))
+    assert sum(pq.read_metadata(f).num_rows for f in files) == d.stats.rows > 0  # this run's windows
     bad = seg.with_name(seg.name + ".bad")
-    assert not seg.exists() and wal.read_segment(bad, repair=False) == poison
+    assert not seg.exists() and wal.read_segment(bad, repair=False) == old
     assert any(seg.name in r.getMessage() and "set aside" in r.getMessage() for r in caplog.records)
-    again = Daemon(d.backend, d.cfg)  # the next start: nothing left to replay, nothing to say
+    again = Daemon(gpus, cfg)  # the next start: nothing left to replay
     again.prepare()
     again.shutdown()
     assert again.unpersisted() == (0, 0) and bad.exists()
+
+
+@pytest.mark.parametrize(("named", "want"), [(7, "7"), ("7_2", "7_2"), ("../x", None), (True, None)])
+def test_a_job_the_backend_names_with_a_number_is_its_text(tmp_path: Path, named: object,
+                                                           want: str | None) -> None:
+    """Review finding: a GPU process whose backend names its job with a number (file-state
+    ``"job_id": 7``) put the int into the rows: the shared-GPU splitter crashed the daemon on it
+    (``startswith``), and Parquet's string column would have refused the segment. Now a backend's
+    job id is its text if it is a Slurm job id, else no job."""
+    def job(g: SteppedClockGpus) -> None:
+        g.update_gpu(0, processes=[{"pid": 100, "job_id": named, "user": "alice"}])
+
+    d, rc, rows = _run(tmp_path, {}, stop_after=40, events={1: job})
+    assert rc == 0 and d.unpersisted() == (0, 0) and len(rows) == d.stats.rows
+    assert {r["job_id"] for r in rows if r["gpu_index"] == 0} == {want}
+
+
+def test_a_value_parquet_refuses_costs_the_value_not_the_segment(tmp_path: Path,
+                                                                 caplog: pytest.LogCaptureFixture) -> None:
+    """Review finding: one row value Parquet's column type refuses (a number in a string column,
+    text in a number column, an integer past int16) made the whole segment fail at every
+    conversion. Now the segment's rows are fitted: an integer in a string column is kept as its
+    text, anything else refused is null (ERROR naming it), a row without time bounds dropped."""
+    import pyarrow.parquet as pq
+
+    from wattclass.telemetry import wal
+    from wattclass.telemetry.sink import ParquetSink
+
+    row = {"ts_start": START_S, "ts_end": START_S + 10, "host": "n1", "gpu_index": 0, "gpu_uuid": "G"}
+    w = wal.WalWriter(tmp_path / "wal")
+    assert w.append([dict(row, job_id=123, energy_j="x", shared_jobs=2**40), dict(row, ts_end="y"),
+                     dict(row, gpu_index=1, job_id="9", energy_j=5.0)])
+    seg = w.roll()
+    assert seg is not None
+    with caplog.at_level(logging.ERROR, logger="wattclass.telemetry"):
+        files = ParquetSink(tmp_path / "d").convert(seg)
+    got = [(r["gpu_index"], r["job_id"], r["energy_j"], r["shared_jobs"])
+           for f in files for r in pq.read_table(f).to_pylist()]
+    assert got == [(0, "123", None, None), (1, "9", 5.0, None)]
+    text = "\n".join(r.getMessage() for r in caplog.records)
+    assert "job_id=123" in text and "energy_j='x'" in text and "without valid time bounds" in text
