@@ -205,6 +205,11 @@ class Daemon:
             except GpuError as exc:
                 self._gpu_failed(info, exc)
                 continue
+            except Exception as exc:  # a bug, here or in a backend: the other GPUs go on
+                if info.gpu_index not in self._gpu_down:
+                    log.exception("GPU %d (%s): polling failed unexpectedly", info.gpu_index, info.uuid)
+                self._gpu_failed(info, GpuError(f"{type(exc).__name__}: {str(exc)[:200]}"))
+                continue
             dt = time.thread_time() - c0
             if info.gpu_index in self._gpu_down:
                 down = self._gpu_down.pop(info.gpu_index)

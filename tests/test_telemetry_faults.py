@@ -690,3 +690,31 @@ def test_a_value_parquet_refuses_costs_the_value_not_the_segment(tmp_path: Path,
     assert got == [(0, "123", None, None), (1, "9", 5.0, None)]
     text = "\n".join(r.getMessage() for r in caplog.records)
     assert "job_id=123" in text and "energy_j='x'" in text and "without valid time bounds" in text
+
+
+
+class BuggyGpu1(SteppedClockGpus):
+    """GPU 1's poll raises what no backend should (a bug in a binding) for a stretch of polls."""
+
+    def sample(self, index: int) -> GpuSample:
+        if index == 1 and 20 <= self.polls < 30:
+            raise RuntimeError("ctypes: wrong struct version")
+        return super().sample(index)
+
+
+def test_an_unexpected_error_of_one_gpu_leaves_the_others_polling(tmp_path: Path) -> None:
+    """Review finding: only GpuError was caught per GPU; anything else one GPU's poll raised
+    left the poll loop: the daemon stopped for every GPU, and the rows the GPUs before it had
+    closed in that poll never reached the WAL. Now it is that GPU's failure, like a lost GPU."""
+    FileStateBackend.create(tmp_path / "g.json", n=2)
+    gpus = BuggyGpu1(tmp_path / "g.json").configure({}, 80)
+    d = Daemon(gpus, DaemonConfig(data_root=tmp_path / "d", host="n1", energy_every_windows=1))
+    assert d.run() == 0
+    files = sorted((tmp_path / "d" / "telemetry").rglob("*.parquet"))
+    rows = [r for f in files for r in pq.read_table(f).to_pylist()]
+    gpu0 = sorted((r["ts_start"], r["ts_end"]) for r in rows if r["gpu_index"] == 0)
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(gpu0))
+    assert (gpu0[-1][1] - gpu0[0][0]).total_seconds() > 70
+    gpu1 = [r for r in rows if r["gpu_index"] == 1]
+    assert (gpu0[-1][1] - max(r["ts_end"] for r in gpu1)).total_seconds() < 0.1  # GPU 1 came back
+    assert d.stats.gpu_errors == 10
