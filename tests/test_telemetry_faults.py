@@ -23,8 +23,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from wattclass import jobmap
+from wattclass.errors import GpuNotSupportedError
 from wattclass.fsutil import atomic_write_text
-from wattclass.gpu.base import GpuSample
+from wattclass.gpu.base import GpmMetrics, GpuInfo, GpuSample
 from wattclass.gpu.filestate import FileStateBackend
 from wattclass.jobmap import JobAssignment, JobMapReader, write_job_file
 from wattclass.telemetry.daemon import Daemon, DaemonConfig
@@ -718,3 +719,35 @@ def test_an_unexpected_error_of_one_gpu_leaves_the_others_polling(tmp_path: Path
     gpu1 = [r for r in rows if r["gpu_index"] == 1]
     assert (gpu0[-1][1] - max(r["ts_end"] for r in gpu1)).total_seconds() < 0.1  # GPU 1 came back
     assert d.stats.gpu_errors == 10
+
+
+class GpmLateGpus(SteppedClockGpus):
+    """GPM-capable GPUs whose GPM sampling fails (NOT_SUPPORTED: profiling held by another tool)
+    until poll 35, then works: a snapshot is (time, SM activity 40 %)."""
+
+    def gpus(self) -> list[GpuInfo]:
+        return [g._replace(gpm_supported=True) for g in super().gpus()]
+
+    def gpm_snapshot(self, index: int) -> object | None:
+        if self.polls < 35:
+            raise GpuNotSupportedError(f"GPU {index} gpm_snapshot: NVML error 3")
+        return ("gpm", self.real_s)
+
+    def gpm_metrics(self, index: int, first: object, second: object) -> GpmMetrics:
+        return GpmMetrics(sm_util_pct=40.0)
+
+
+def test_gpm_unavailable_then_available_gives_null_then_real_metrics(tmp_path: Path) -> None:
+    """Windows begun while GPM failed get null GPM metrics (not another window's, not NaN); from
+    the first window begun with a snapshot on, the metrics are there; energy is unaffected."""
+    FileStateBackend.create(tmp_path / "g.json", n=2)
+    gpus = GpmLateGpus(tmp_path / "g.json").configure({}, 90)
+    d = Daemon(gpus, DaemonConfig(data_root=tmp_path / "d", host="n1", energy_every_windows=3))
+    assert d.run() == 0
+    files = sorted((tmp_path / "d" / "telemetry").rglob("*.parquet"))
+    rows = sorted((r for f in files for r in pq.read_table(f).to_pylist() if r["gpu_index"] == 0),
+                  key=lambda r: r["ts_start"])
+    sm = [r["sm_util_pct"] for r in rows[:-1]]  # the last: cut by the stop
+    first = sm.index(40.0)
+    assert first >= 3 and set(sm[:first]) == {None} and set(sm[first:]) == {40.0}
+    assert all(r["power_avg_w"] == pytest.approx(POWER_W, rel=0.02) for r in rows[:-1])
