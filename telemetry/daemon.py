@@ -13,7 +13,7 @@ runs (roll, lock release) and rows not in the WAL are reported LOST (ERROR, exit
 The WAL folder is locked (``wattclass.lockfile``) for the daemon's life: a second daemon on the
 same folder would convert and delete the first one's open segment, so it refuses to start.
 A GPU that errors is logged once (and again every few minutes while it stays down) and retried
-each poll; the other GPUs go on.
+after 1, 2, 4... polls, at least every 10 s; the other GPUs go on.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from wattclass.jobmap import JobAssignment, JobMapReader
 from wattclass.lockfile import FolderLock
 from wattclass.telemetry import wal
 from wattclass.telemetry.attribution import Attributor
+from wattclass.telemetry.gpudown import DownGpus
 from wattclass.telemetry.sink import ParquetSink
 from wattclass.telemetry.splitter import Splitter, is_composite
 from wattclass.telemetry.windows import Row, WindowBuilder
@@ -46,7 +47,6 @@ log = logging.getLogger(__name__)
 #: Appended to the name of a WAL segment that cannot be converted (no longer a segment name).
 BAD_SUFFIX = ".bad"
 
-GPU_ERROR_RELOG_S = 300.0
 #: Read the energy counter at every 3rd window close (30 s with 10 s windows). Why: the read costs
 #: 3.5-6 ms of CPU on an H200 against about 0.2 ms for every other field of a poll, so at every
 #: 2nd close it was a quarter of the daemon's CPU, and a one-GPU node sat at the 1 ms line (1.02
@@ -160,7 +160,7 @@ class Daemon:
         self.set_aside: list[Path] = []  # segments that cannot become Parquet (``_set_aside``)
         self.lost_at_stop = 0  # GPUs whose last windows could not even be closed at stop
         self.stats = Stats()
-        self._gpu_down: dict[int, float] = {}
+        self.down = DownGpus(cfg.poll_s)  # failing GPUs and when each is tried again
         self._next_retry = 0.0
         self._next_wal_retry = 0.0  # monotonic: when a failing WAL append is tried again
         self._roll_epoch: int | None = None
@@ -198,23 +198,23 @@ class Daemon:
         rows: list[Row] = []
         self.stats.polls += 1
         for info in self.gpus:
+            if not self.down.due(info.gpu_index, self.backend.now()):
+                continue
             c0 = time.thread_time()
             try:
                 # After an error the counter is read again at once, so the outage is one span.
-                got, read = self._poll_gpu(info, force_energy=info.gpu_index in self._gpu_down)
+                got, read = self._poll_gpu(info, force_energy=info.gpu_index in self.down)
             except GpuError as exc:
                 self._gpu_failed(info, exc)
                 continue
             except Exception as exc:  # a bug, here or in a backend: the other GPUs go on
-                if info.gpu_index not in self._gpu_down:
+                if info.gpu_index not in self.down:
                     log.exception("GPU %d (%s): polling failed unexpectedly", info.gpu_index, info.uuid)
                 self._gpu_failed(info, GpuError(f"{type(exc).__name__}: {str(exc)[:200]}"))
                 continue
             dt = time.thread_time() - c0
-            if info.gpu_index in self._gpu_down:
-                down = self._gpu_down.pop(info.gpu_index)
-                log.warning("GPU %d (%s) answers again after %.0f s", info.gpu_index, info.uuid,
-                            self.backend.now() - down)
+            if info.gpu_index in self.down:
+                self.down.answered(info, self.backend.now())
             if got:
                 self.stats.closes += 1
                 self.stats.close_cpu_s += dt
@@ -259,17 +259,9 @@ class Daemon:
 
         return fn
 
-    def _gpu_failed(self, info: GpuInfo, exc: GpuError) -> None:
+    def _gpu_failed(self, info: GpuInfo, exc: Exception) -> None:
         self.stats.gpu_errors += 1
-        now = self.backend.now()
-        since = self._gpu_down.get(info.gpu_index)
-        if since is None:
-            self._gpu_down[info.gpu_index] = now
-            log.error("GPU %d (%s) failed: %s; retrying every poll, other GPUs go on",
-                      info.gpu_index, info.uuid, exc)
-        elif (now - since) // GPU_ERROR_RELOG_S != (now - since - self.cfg.poll_s) // GPU_ERROR_RELOG_S:
-            log.error("GPU %d (%s) still failing after %.0f s: %s", info.gpu_index, info.uuid,
-                      now - since, exc)
+        self.down.failed(info, exc, self.backend.now())
 
     # -- durability -------------------------------------------------------------------------------
     def record(self, rows: list[Row]) -> None:

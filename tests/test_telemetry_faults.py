@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from wattclass import jobmap
-from wattclass.errors import GpuNotSupportedError
+from wattclass.errors import GpuLostError, GpuNotSupportedError
 from wattclass.fsutil import atomic_write_text
 from wattclass.gpu.base import GpmMetrics, GpuInfo, GpuSample
 from wattclass.gpu.filestate import FileStateBackend
@@ -503,7 +503,7 @@ def test_one_gpu_lost_mid_run_leaves_the_other_untouched_and_comes_back(
     for r in gpu1:
         if r["energy_j"] is not None:
             assert 0 <= r["energy_j"] <= POWER_W * (r["ts_end"] - r["ts_start"] + 1.0), r
-    assert d.stats.gpu_errors >= outage_polls - 1
+    assert 1 <= d.stats.gpu_errors <= outage_polls  # tried again now and then, not every poll
 
 
 def test_a_counter_that_wraps_past_2_64_keeps_the_energy_exact(tmp_path: Path) -> None:
@@ -718,7 +718,7 @@ def test_an_unexpected_error_of_one_gpu_leaves_the_others_polling(tmp_path: Path
     assert (gpu0[-1][1] - gpu0[0][0]).total_seconds() > 70
     gpu1 = [r for r in rows if r["gpu_index"] == 1]
     assert (gpu0[-1][1] - max(r["ts_end"] for r in gpu1)).total_seconds() < 0.1  # GPU 1 came back
-    assert d.stats.gpu_errors == 10
+    assert 1 <= d.stats.gpu_errors <= 10
 
 
 class GpmLateGpus(SteppedClockGpus):
@@ -751,3 +751,32 @@ def test_gpm_unavailable_then_available_gives_null_then_real_metrics(tmp_path: P
     first = sm.index(40.0)
     assert first >= 3 and set(sm[:first]) == {None} and set(sm[first:]) == {40.0}
     assert all(r["power_avg_w"] == pytest.approx(POWER_W, rel=0.02) for r in rows[:-1])
+
+
+class HungGpu1(SteppedClockGpus):
+    """GPU 1 falls off the bus at poll 10 and each call to it waits 3 s for the driver's timeout
+    before it fails; it is back at poll 100."""
+
+    def sample(self, index: int) -> GpuSample:
+        if index == 1 and 10 <= self.polls < 100:
+            self.real_s += 3.0
+            raise GpuLostError("GPU 1 sample: NVML error 10: Timeout")
+        return super().sample(index)
+
+
+def test_a_gpu_that_times_out_does_not_slow_the_others_polls(tmp_path: Path) -> None:
+    """Review finding: a failing GPU was tried at every poll; where each try waits for the
+    driver's timeout, every other GPU's poll came that much late for the whole outage (a 1 s poll
+    every 4 s: windows of 3 polls, gaps). Now it is tried after 1, 2, 4... polls, at least every
+    10 s, and comes back within that."""
+    FileStateBackend.create(tmp_path / "g.json", n=2)
+    gpus = HungGpu1(tmp_path / "g.json").configure({}, 160)
+    d = Daemon(gpus, DaemonConfig(data_root=tmp_path / "d", host="n1", energy_every_windows=1))
+    assert d.run() == 0
+    files = sorted((tmp_path / "d" / "telemetry").rglob("*.parquet"))
+    rows = [r for f in files for r in pq.read_table(f).to_pylist()]
+    # 160 polls of GPU 0 took 160 s and a few timeouts, not 160 s and 90 of them (430 s)
+    assert gpus.real_s - START_S < 160 + 20 * 3.0
+    assert d.stats.gpu_errors <= 20  # tries during a 90-poll outage
+    gpu0_end = max(r["ts_end"] for r in rows if r["gpu_index"] == 0)
+    assert (gpu0_end - max(r["ts_end"] for r in rows if r["gpu_index"] == 1)).total_seconds() < 0.1
