@@ -356,6 +356,9 @@ def cmd_model_train(args: argparse.Namespace) -> int:
     for r in args.raw or []:
         if not is_recording(r):
             raise DataError(f"--raw {r}: not a probe recording (no *_samples_1hz.parquet files)")
+    for t in args.telemetry or []:  # a path that is not there trained on nothing and blamed the model kind
+        if not Path(t).exists():
+            raise DataError(f"--telemetry {t}: no such file or folder")
     given = [*(args.telemetry or []), *(args.raw or [])]
     # issue 13 round 4 changed only the training data and the compute weight (and failed its rule on
     # fresh4): the flag pins the round-2 recipe whatever the defaults become

@@ -81,7 +81,7 @@ class SlurmConfig:
     adapt_minimum_jobs: int | None = None
     adapt_maximum_jobs: int | None = None
     job_extra_directives: tuple[str, ...] = ()  # e.g. ["--qos=admin", "--constraint=cpu"]
-    job_script_prologue: tuple[str, ...] = ()  # e.g. ["source /opt/wattclass/venv/bin/activate"]
+    job_script_prologue: tuple[str, ...] = ()  # e.g. ["source /opt/wattclass/bin/activate"]
     python: str | None = None  # interpreter on the compute nodes
     interface: str | None = None  # network interface the workers bind to (e.g. "ib0")
     local_directory: str | None = None  # where each worker job makes its private spill folder (default /tmp)

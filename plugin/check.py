@@ -9,6 +9,7 @@ wrappers themselves (their PYTHON= and WATTCLASS_ARGS= lines), so it tests what 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shlex
@@ -90,8 +91,8 @@ def _check_policy(path: Path) -> str:
     from wattclass.fsutil import refuse_if_others_can_write
     from wattclass.policy import load_policy
 
+    pol = load_policy(path)  # first: "policy file not found" names the file, not a missing folder
     refuse_if_others_can_write(path)
-    pol = load_policy(path)
     return f"{path}: valid, mode {pol.mode}, {len(pol.caps)} caps"
 
 
@@ -154,6 +155,38 @@ def _check_backend(spec: str) -> str:
                 f"min {g.power_limit_min_w} W max {g.power_limit_max_w} W")
 
 
+def _check_gpu_map(slurm_conf: Path, spec: str, gpu_map: Path | None) -> str:
+    """The hooks' GPU map names Slurm's GPUs as slurmd numbers them.
+
+    Why: the default map (no ``--gpu-map``) takes Slurm's index N for the GPU of /dev/nvidiaN,
+    true for gres.conf ``File=/dev/nvidia[0-N]``; with ``AutoDetect=nvml`` slurmd numbers the
+    GPUs in NVML's order instead, so where a GPU's minor number differs from its NVML index the
+    Prolog caps another job's GPU and leaves the job's own uncapped, silently.
+    """
+    from wattclass.gpu import open_backend
+    from wattclass.plugin.prolog import discover_gpu_map, load_gpu_map, resolve_gpus
+    from wattclass.plugin.slurmconf import gres_autodetect
+
+    with open_backend(spec) as be:
+        if gpu_map is not None:
+            mapping = load_gpu_map(gpu_map)
+            resolve_gpus(be, ",".join(mapping), mapping)  # every GPU it names is on this node
+            return f"{gpu_map}: {len(mapping)} GPU(s), each found on this node"
+        autodetect = gres_autodetect(slurm_conf)
+        mapping = discover_gpu_map(be)
+        if autodetect == "nvml":
+            off = [g for g in be.gpus() if g.minor_number != g.gpu_index]
+            if off:
+                g = off[0]
+                wanted = json.dumps({str(x.gpu_index): x.pci_bus_id for x in be.gpus()})
+                raise WattclassError(
+                    f"{slurm_conf.parent / 'gres.conf'}: AutoDetect=nvml numbers GPUs in NVML order, but "
+                    f"GPU {g.gpu_index} ({g.pci_bus_id}) is /dev/nvidia{g.minor_number}: the default GPU "
+                    f"map would cap other jobs' GPUs; write --gpu-map FILE with {wanted}")
+        how = "AutoDetect=nvml, minor numbers in NVML order" if autodetect == "nvml" else "minor numbers"
+        return f"default GPU map from {how}: {len(mapping)} GPU(s)"
+
+
 def run_checks(args: argparse.Namespace) -> list[Check]:
     """Every check; the paths default to what the installed wrappers pass to the hooks."""
     from wattclass.plugin.install import check_hook_args
@@ -186,6 +219,8 @@ def run_checks(args: argparse.Namespace) -> list[Check]:
         from wattclass.plugin.slurmconf import check_slurm_conf
 
         checks.append(_run("slurm.conf", lambda: check_slurm_conf(args.slurm_conf)))
+        checks.append(_run("GPU map", lambda: _check_gpu_map(args.slurm_conf, args.backend or hook.backend,
+                                                             hook.gpu_map)))
     return checks
 
 
@@ -204,7 +239,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--slurm-conf", type=Path, default=None,
                    help="also check that this slurm.conf (and the cgroup.conf beside it) has what the caps "
                         "need: job_submit/lua, Prolog, Epilog, proctrack/cgroup, ConstrainDevices=yes, "
-                        "AllowSpecResourcesUsage off (e.g. /etc/slurm/slurm.conf)")
+                        "AllowSpecResourcesUsage off, and a GPU map as slurmd numbers GPUs (gres.conf "
+                        "AutoDetect) (e.g. /etc/slurm/slurm.conf)")
     p.add_argument("--json", action="store_true")
 
 

@@ -187,18 +187,21 @@ def _hook(args: argparse.Namespace) -> int:
 
 
 def _install_lua(args: argparse.Namespace) -> int:
-    from wattclass.fsutil import atomic_write_text
+    from wattclass.fsutil import atomic_write_text, check_output_file
     from wattclass.plugin.install import render_job_submit
 
+    # a folder (or a file above the path) was an IsADirectoryError/NotADirectoryError traceback
+    check_output_file(args.dest, "--dest")
     atomic_write_text(args.dest, render_job_submit(args.table), mode=0o644)
     print(f"wrote {args.dest} (label table {args.table})")
     return 0
 
 
 def _install_hooks(args: argparse.Namespace) -> int:
-    from wattclass.fsutil import atomic_write_text
+    from wattclass.fsutil import atomic_write_text, check_output_dir
     from wattclass.plugin.install import render_hook
 
+    check_output_dir(args.dest, "--dest")  # a file there was a NotADirectoryError traceback
     for kind in ("prolog", "epilog"):
         dest = args.dest / f"{kind}.sh"
         atomic_write_text(dest, render_hook(kind, args.python, args.hook_args.split()), mode=0o755)

@@ -27,7 +27,16 @@ def job_submit_source() -> str:
 
 
 def render_job_submit(table_path: Path | str) -> str:
-    """job_submit.lua reading the label table at ``table_path``."""
+    """job_submit.lua reading the label table at ``table_path``, an absolute path.
+
+    Why absolute: slurmctld would resolve a relative one from its own working folder, and
+    job_submit.lua checks the folders above the table only as far as the path names them, so
+    ``etc/slurm/wattclass/labels.tsv`` left every folder from the working one up to ``/`` unchecked.
+    """
+    if not str(table_path).startswith("/"):
+        raise ConfigError(f"--table {str(table_path)!r}: give an absolute path (slurmctld would read a "
+                          "relative one from its own working folder, whose folders job_submit.lua "
+                          "does not check)")
     src = job_submit_source()
     if len(_LUA_LINE.findall(src)) != 1:
         raise ConfigError("job_submit.lua: expected exactly one `local LABEL_TABLE = ...` line")

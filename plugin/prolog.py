@@ -109,7 +109,9 @@ def discover_gpu_map(backend: GpuBackend) -> dict[str, str]:
     """Slurm index -> GPU UUID from each GPU's minor number (NVML): index i is /dev/nvidia<i>.
 
     This holds for gres.conf ``File=/dev/nvidia[0-N]`` (Slurm numbers GPUs in File order and the
-    device minor is the N of /dev/nvidiaN); other layouts need an explicit ``--gpu-map``. With
+    device minor is the N of /dev/nvidiaN); other layouts need an explicit ``--gpu-map``, and so
+    does ``AutoDetect=nvml`` where minor numbers are not in NVML order (slurmd then numbers GPUs
+    in NVML order; ``wattclass plugin check --slurm-conf`` compares the two). With
     MIG instances on the node it does not hold (Slurm numbers the instances it hands out): the
     minor numbers would cap other jobs' GPUs and leave the job's own uncapped, so that is refused.
     """
@@ -242,6 +244,34 @@ def _write_hpc_job_files(hpc_job_dir: Path, gpus: list[GpuInfo], job: JobEnv) ->
                       g.gpu_index, exc)
 
 
+def _gpus_beyond_env(backend: GpuBackend, job: JobEnv, gpu_map: Mapping[str, str],
+                     job_gpus: Callable[[str], list[str] | None], targets: list[tuple[str, GpuInfo]],
+                     unresolved: Callable[[WattclassError], None]) -> list[tuple[str, GpuInfo]]:
+    """The job's GPUs that Slurm allocated but SLURM_JOB_GPUS does not name.
+
+    slurmd writes the Prolog's SLURM_JOB_GPUS once per GPU entry of the allocation, each
+    overwriting the last, so a job given two GPU types (``--gres=gpu:a100:1,gpu:h200:1`` on a
+    node with both) shows only the last type's GPUs there, and its other GPUs ran uncapped: a
+    user could escape the cap on all but one type. Asked only for a decision with a cap (one
+    more squeue per such job start); a failed answer leaves SLURM_JOB_GPUS as it was.
+    """
+    try:
+        allocated = job_gpus(job.job_id)
+    except (WattclassError, OSError) as exc:
+        log.error("job %s: cannot ask Slurm for the job's GPUs (SLURM_JOB_GPUS=%s used): %s",
+                  job.job_id, job.gpus, exc)
+        return []
+    named = {s.strip() for s in job.gpus.split(",") if s.strip()}
+    missing = [i for i in allocated or [] if i not in named]
+    if not missing:
+        return []
+    log.warning("job %s: Slurm allocated GPUs %s on this node but SLURM_JOB_GPUS=%s (several GPU "
+                "types: slurmd names only the last type's); all of them are capped", job.job_id,
+                ",".join(allocated or []), job.gpus)
+    have = {held for held, _ in targets}
+    return [t for t in resolve_targets(backend, ",".join(missing), gpu_map, unresolved) if t[0] not in have]
+
+
 def _decision(job_id: str, text: str | None) -> Comment | None:
     """The job's wattclass decision from its admin_comment (None: no cap).
 
@@ -267,12 +297,15 @@ def prolog(
     dry_run: bool = False,
     hpc_job_dir: Path | None = None,
     job_ended: JobEnded | None = None,
+    job_gpus: Callable[[str], list[str] | None] | None = None,
 ) -> list[dict[str, Any]]:
     """Apply the job's cap (see module docstring); returns one plan entry per GPU.
 
     ``hpc_job_dir``: also write dcgm-exporter's job mapping there (``--hpc-job-mapping-dir``).
     ``job_ended``: Slurm's answer whether another job on the GPU has ended (its Epilog never
     ran); such jobs no longer hold the GPU uncapped. None: every job file counts.
+    ``job_gpus``: Slurm's GPU indices of the job on this node from its allocation (None: cannot
+    tell), asked for a job whose decision carries a cap (``_gpus_beyond_env``).
     """
     job = job_env(env)
 
@@ -292,6 +325,17 @@ def prolog(
         if hpc_job_dir is not None:
             _write_hpc_job_files(hpc_job_dir, gpus, job)
     comment = _decision(job.job_id, admin_comment(job.job_id))
+    if comment is not None and comment.cap is not None and job_gpus is not None:
+        more = _gpus_beyond_env(backend, job, gpu_map, job_gpus, targets, unresolved)
+        if more and not dry_run:
+            for held, _ in more:
+                write_job_file(jobs_dir, held, JobAssignment(job.display_id, job.user, job.uid,
+                                                             account=job.account))
+            if hpc_job_dir is not None:
+                known = {g.uuid for g in gpus}
+                _write_hpc_job_files(hpc_job_dir, [g for g in _physical(more) if g.uuid not in known], job)
+        targets += more
+        gpus = _physical(targets)
     if comment is not None and not dry_run:  # the label, for the exporter's wattclass_job_label_info
         for held, _ in targets:
             write_job_file(jobs_dir, held, JobAssignment(job.display_id, job.user, job.uid,
@@ -427,8 +471,8 @@ def epilog(env: Mapping[str, str], backend: GpuBackend, jobs_dir: Path = DEFAULT
 
     Each GPU is handled on its own, so one bad record never strands the others. A record that is
     unusable (corrupt JSON, ``previous_w`` null) sends its GPU to the default limit when the GPU
-    is one of this job's (``gpu_map`` + SLURM_JOB_GPUS); an untrusted state folder sends all of
-    the job's GPUs to their default limit, since no record in it can be believed.
+    is one of this job's (SLURM_JOB_GPUS + ``gpu_map``, or its job files: ``_gpus_beyond_env``);
+    an untrusted state folder sends all of them to their default limit (no record is believed).
     ``hpc_job_dir``: remove this job from dcgm-exporter's job mapping too.
     """
     job = job_env(env)
@@ -470,7 +514,7 @@ def epilog(env: Mapping[str, str], backend: GpuBackend, jobs_dir: Path = DEFAULT
                     rec = read_record(rec_path)
                     jobs = record_jobs(rec) if rec is not None else {}
                 except (DataError, ConfigError) as exc:
-                    if uuid in mine:
+                    if uuid in mine or uuid in held:
                         log.error("job %s: epilog: %s; GPU %s goes to its default limit", job.job_id, exc,
                                   uuid)
                         attempt(uuid, rec_path, None)
@@ -492,7 +536,7 @@ def epilog(env: Mapping[str, str], backend: GpuBackend, jobs_dir: Path = DEFAULT
             errors.append(f"GPU {uuid}: {exc}")
             log.error("job %s: epilog: GPU %s: %s", job.job_id, uuid, exc)
     if not trusted:
-        for uuid in mine:
+        for uuid in sorted(set(mine) | set(held)):
             attempt(uuid, None, None)
     _remove_job_files(Path(jobs_dir), job)
     if errors:
@@ -666,10 +710,12 @@ def run_hook(hook: str, args: argparse.Namespace, env: Mapping[str, str] | None 
 
                 get_comment = fixed_comment
             gpu_map = load_gpu_map(args.gpu_map) if args.gpu_map else discover_gpu_map(backend)
+            node = env.get("SLURMD_NODENAME") or None
             plan = prolog(env, backend, get_comment, gpu_map, args.jobs_dir, args.state_dir,
                           dry_run=args.dry_run, hpc_job_dir=args.hpc_job_mapping_dir,
-                          job_ended=functools.partial(slurm.job_ended,
-                                                      node=env.get("SLURMD_NODENAME") or None))
+                          job_ended=functools.partial(slurm.job_ended, node=node),
+                          job_gpus=(None if args.admin_comment is not None
+                                    else functools.partial(slurm.job_gpu_indices, node=node)))
             if args.dry_run:
                 print(json.dumps(plan, indent=2))
             return 0

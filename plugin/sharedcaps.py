@@ -117,8 +117,16 @@ def record_jobs(rec: Mapping[str, Any]) -> dict[str, float | None]:
 
 
 def effective_limit(previous_w: float, jobs: Mapping[str, float | None]) -> float:
-    """The highest limit any job on the GPU allows; an uncapped job allows the previous limit."""
-    return max((previous_w if w is None else w) for w in jobs.values()) if jobs else previous_w
+    """The highest limit any job on the GPU allows (an uncapped job allows the previous limit),
+    never above the previous limit.
+
+    A cap only ever lowers a GPU: a ``%`` cap is a share of the default limit and a ``W`` cap is
+    watts, so on a GPU an administrator had set below its default (a site power budget: 500 W on
+    a 700 W H200) ``80%`` (560 W) or ``compute`` at ``100%`` raised it for the job's length.
+    """
+    if not jobs:
+        return previous_w
+    return min(previous_w, max((previous_w if w is None else w) for w in jobs.values()))
 
 
 @contextlib.contextmanager

@@ -13,7 +13,9 @@ lacks one of these runs every job normally, so the gap is silent until someone l
   whole-node, with every GPU of its nodes, and Slurm does not show it to job_submit.lua;
 * ``SelectType`` is not ``select/linear``, which allocates whole nodes: every job then gets every
   GPU of its nodes (``_resolve_shared_status``, ``_handle_exclusive_gres``), and a job that asks
-  for none is not decided. (It is Slurm 22.05's default; 25.11's is ``select/cons_tres``.)
+  for none is not decided. It is the default before Slurm 23.11 (22.05's, 23.02's; 23.11 changed
+  it to ``select/cons_tres``, CHANGELOG/slurm-23.11.md), so a slurm.conf without the line passes
+  only where the installed Slurm (``slurmd -V``, else ``slurmctld -V``) is 23.11 or later.
 
 The files are read as Slurm reads them, as far as these keys go: ``#`` starts a comment, keys
 are case-insensitive, a line may hold several ``Key=Value`` pairs, the last value wins, and
@@ -24,12 +26,30 @@ from __future__ import annotations
 
 import glob
 import os
+import re
+import subprocess
 from pathlib import Path
 
 from wattclass.errors import WattclassError
 
 #: Include depth at which a loop of Include lines is given up on.
 _MAX_INCLUDE_DEPTH = 8
+#: The first release whose default SelectType is select/cons_tres, not select/linear.
+CONS_TRES_DEFAULT_SINCE = (23, 11)
+
+
+def installed_slurm_version() -> tuple[int, int] | None:
+    """(major, minor) of the Slurm daemon installed here (``slurmd -V``, else ``slurmctld -V``:
+    neither needs a readable slurm.conf, unlike ``sinfo --version``), or None if neither answers."""
+    for argv in (["slurmd", "-V"], ["slurmctld", "-V"]):
+        try:
+            run = subprocess.run(argv, capture_output=True, text=True, timeout=10, check=False, cwd="/")
+        except (OSError, subprocess.SubprocessError):
+            continue
+        m = re.search(r"\b(\d+)\.(\d+)\.\d+", run.stdout)
+        if run.returncode == 0 and m:
+            return int(m.group(1)), int(m.group(2))
+    return None
 
 
 def read_conf(path: Path, _depth: int = 0) -> dict[str, str]:
@@ -54,8 +74,10 @@ def read_conf(path: Path, _depth: int = 0) -> dict[str, str]:
     return out
 
 
-def cap_preconditions(slurm_conf: Path) -> list[str]:
-    """What ``slurm_conf`` (and the cgroup.conf beside it) lacks for the caps to hold; [] = none."""
+def cap_preconditions(slurm_conf: Path, slurm_version: tuple[int, int] | None = None) -> list[str]:
+    """What ``slurm_conf`` (and the cgroup.conf beside it) lacks for the caps to hold; [] = none.
+    ``slurm_version``: the installed Slurm's (major, minor), which decides what an unset SelectType
+    means; None (unknown) counts as a Slurm whose default is select/linear."""
     conf = read_conf(slurm_conf)
     missing: list[str] = []
     plugins = [p.strip().lower() for p in conf.get("jobsubmitplugins", "").split(",")]
@@ -70,9 +92,16 @@ def cap_preconditions(slurm_conf: Path) -> list[str]:
     if conf.get("allowspecresourcesusage", "no").lower() in ("yes", "1", "true"):
         missing.append("AllowSpecResourcesUsage=yes: a -S job gets every GPU of its nodes, unseen by "
                        "job_submit.lua (uncapped)")
-    if conf.get("selecttype", "").lower() == "select/linear":
+    select = conf.get("selecttype", "").lower()
+    if select == "select/linear":
         missing.append("SelectType=select/linear: every job gets every GPU of its nodes, and one that "
                        "asks for no GPU is not decided (uncapped); use select/cons_tres")
+    elif not select and (slurm_version is None or slurm_version < CONS_TRES_DEFAULT_SINCE):
+        which = ("the installed Slurm's version is unknown" if slurm_version is None
+                 else f"Slurm {slurm_version[0]}.{slurm_version[1]:02d}'s default is select/linear")
+        missing.append(f"SelectType is not set and {which} (before 23.11 the default gives every job "
+                       "every GPU of its nodes, and one that asks for no GPU is not decided: uncapped); "
+                       "set SelectType=select/cons_tres")
     cgroup = slurm_conf.parent / "cgroup.conf"
     try:
         devices = read_conf(cgroup).get("constraindevices", "no").lower()
@@ -84,9 +113,23 @@ def cap_preconditions(slurm_conf: Path) -> list[str]:
     return missing
 
 
+def gres_autodetect(slurm_conf: Path) -> str | None:
+    """gres.conf's ``AutoDetect`` beside ``slurm_conf`` (lower-cased; None: not set, or no gres.conf).
+
+    With ``AutoDetect=nvml`` slurmd numbers GPUs in NVML's order (it sorts them by the position
+    of each GPU in its NVLink matrix, gres_gpu.c ``_sort_gpu_by_links_order``), not by the N of
+    /dev/nvidiaN, which the hooks' default GPU map assumes.
+    """
+    try:
+        value = read_conf(slurm_conf.parent / "gres.conf").get("autodetect")
+    except FileNotFoundError:
+        return None
+    return value.lower() if value else None
+
+
 def check_slurm_conf(slurm_conf: Path) -> str:
     """One ``plugin check`` line: raises naming every precondition ``slurm_conf`` lacks."""
-    missing = cap_preconditions(slurm_conf)
+    missing = cap_preconditions(slurm_conf, installed_slurm_version())
     if missing:
         raise WattclassError(f"{slurm_conf}: " + "; ".join(missing))
     return (f"{slurm_conf}: job_submit/lua, Prolog and Epilog set; proctrack/cgroup; ConstrainDevices=yes; "

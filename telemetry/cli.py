@@ -105,6 +105,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     options: dict[str, object] = {}
     if args.metrics_bind is not None and args.metrics_port is None:
         raise ConfigError("--metrics-bind needs --metrics-port")
+    if args.metrics_port is not None and not 1 <= args.metrics_port <= 65535:
+        raise ConfigError(f"--metrics-port {args.metrics_port}: expected a TCP port, 1-65535")
     if spec.startswith("replay:"):
         options = {"realtime": not args.once, "speed": args.speed}
     elif args.once:
@@ -144,7 +146,12 @@ def cmd_run(args: argparse.Namespace) -> int:
             daemon.lock.acquire()  # a second daemon says "locked by pid N", not "port in use"
             if collector is not None:
                 bind = args.metrics_bind or DEFAULT_BIND
-                serve(int(args.metrics_port), collector, bind)
+                try:
+                    serve(int(args.metrics_port), collector, bind)
+                except OSError as exc:  # port taken, an address not on this host, a name not found
+                    daemon.lock.release()
+                    raise ConfigError(f"--metrics-port {args.metrics_port} on --metrics-bind {bind}: "
+                                      f"cannot listen: {exc.strerror or exc}") from exc
                 log.info("metrics on http://%s:%d/metrics", bind, args.metrics_port)
             try:
                 rc = daemon.run()

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from wattclass.errors import GpuError, WattclassError
+from wattclass.errors import ConfigError, GpuError
 from wattclass.fsutil import ensure_writable_dir, fsync_dir
 from wattclass.gpu.base import GpmMetrics, GpuBackend, GpuInfo
 from wattclass.jobmap import JobAssignment, JobMapReader
@@ -134,12 +134,15 @@ class Daemon:
         collector: LatestWindows | None = None,
         stop: threading.Event | None = None,
     ) -> None:
-        if cfg.period_s <= 0 or cfg.poll_s <= 0 or cfg.period_s < cfg.poll_s:
-            raise WattclassError(
+        # ConfigError (exit 2, "bad configuration or usage"): these are the sysadmin's options
+        if not (cfg.period_s > 0 and cfg.poll_s > 0 and cfg.period_s >= cfg.poll_s):
+            raise ConfigError(
                 f"--period ({cfg.period_s}) must be >= --poll ({cfg.poll_s}) and both > 0"
             )
         if cfg.energy_every_windows < 1:
-            raise WattclassError(f"--energy-every-windows must be >= 1, not {cfg.energy_every_windows}")
+            raise ConfigError(f"--energy-every-windows must be >= 1, not {cfg.energy_every_windows}")
+        if not cfg.roll_s > 0:  # the roll epoch is now / roll_s: 0 divided by zero at the first poll
+            raise ConfigError(f"--roll-seconds must be > 0, not {cfg.roll_s}")
         self.backend = backend
         self.cfg = cfg
         self.stop = stop or threading.Event()

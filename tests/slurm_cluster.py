@@ -274,9 +274,15 @@ class SlurmCluster:
         extra_conf: Sequence[str] = (),
         nodes: Sequence[str] = (NODE,),
         node_hooks: Mapping[str, tuple[Path, Path]] | None = None,
+        gpu_types: Sequence[str] = (),
     ) -> None:
         """``shards``: that many gres/shard per GPU (GresTypes=gpu,shard), so shard jobs share GPUs.
-        ``nodes``/``node_hooks``: see the class docstring (default: today's one node)."""
+        ``nodes``/``node_hooks``: see the class docstring (default: today's one node).
+        ``gpu_types``: two type names, e.g. ("ta", "tb"): GPUs 0-1 are of the first, 2-3 of the
+        second (a node of two GPU types, where the Prolog's SLURM_JOB_GPUS names one type only)."""
+        if gpu_types and (len(gpu_types) != 2 or shards):
+            raise ClusterError(f"gpu_types takes two names and no shards, got {list(gpu_types)}")
+        self.gpu_types = list(gpu_types)
         self.root = Path(root)
         self.conf_dir = self.root / "etc"
         self.conf = self.conf_dir / "slurm.conf"
@@ -361,17 +367,23 @@ class SlurmCluster:
     def _node_lines(self) -> list[str]:
         feat = f" Feature={','.join(self.features)}" if self.features else ""
         shard = f",shard:{4 * self.shards}" if self.shards else ""
+        gres = ",".join(f"gpu:{t}:2" for t in self.gpu_types) or "gpu:4"
         where = {n: (f" NodeHostname={n} NodeAddr=127.0.0.1 Port={_free_port()}" if self.multi_node else "")
                  for n in self.nodes}
         nodes = ",".join(self.nodes)
         return [
-            *(f"NodeName={n}{where[n]} CPUs={self.cpus} RealMemory=8000 Gres=gpu:4{shard}{feat} State=UNKNOWN"
+            *(f"NodeName={n}{where[n]} CPUs={self.cpus} RealMemory=8000 Gres={gres}{shard}{feat}"
+              " State=UNKNOWN"
               for n in self.nodes),
             *(f"PartitionName={p} Nodes={nodes} Default={'YES' if p == self.default_partition else 'NO'}"
               " MaxTime=INFINITE State=UP" for p in ("main", "debug")),
         ]
 
     def _gres_text(self, dev: Path) -> str:
+        if self.gpu_types:
+            return "AutoDetect=off\n" + "".join(
+                f"NodeName={n} Name=gpu Type={t} File={dev}/gpu[{2 * i}-{2 * i + 1}]\n"
+                for n in self.nodes for i, t in enumerate(self.gpu_types))
         if not self.shards:
             return "AutoDetect=off\n" + "".join(f"NodeName={n} Name=gpu File={dev}/gpu[0-3]\n"
                                                 for n in self.nodes)
@@ -594,7 +606,7 @@ class WattclassRig:
 
     def __init__(self, root: Path, python: str, run_root: Path | None = None, *,
                  default_partition: str = "main", accounting: bool = False, shards: int = 0,
-                 nodes: Sequence[str] = (NODE,)) -> None:
+                 nodes: Sequence[str] = (NODE,), gpu_types: Sequence[str] = ()) -> None:
         """``run_root``: where GPU state, job files and cap records live (default ``root``); the
         benchmark puts them on tmpfs, as /run/wattclass is on a real node."""
         install = slurm_install()
@@ -636,6 +648,7 @@ class WattclassRig:
                                     prolog=first / "prolog.sh", epilog=first / "epilog.sh",
                                     default_partition=default_partition, shards=shards,
                                     accounting=accounting, install=install, nodes=nodes,
+                                    gpu_types=gpu_types,
                                     node_hooks=None if one else {
                                         n: (h.hooks / "prolog.sh", h.hooks / "epilog.sh")
                                         for n, h in self.nodes.items()})

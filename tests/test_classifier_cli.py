@@ -142,6 +142,16 @@ def _lua(path: Path, expr: str) -> str:
     return lua_table_eval(path, expr, path.parent)
 
 
+def test_model_train_names_a_telemetry_path_that_is_not_there(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """``--telemetry /nonexistent`` trained on no windows and failed with "a roofline-margin model
+    needs the GPM roofline margin of its training windows", which names the model kind, not the path."""
+    missing = tmp_path / "no-such-root"
+    assert main(["model", "train", "--telemetry", str(missing), "--out", str(tmp_path / "m")]) == 3
+    assert f"--telemetry {missing}: no such file or folder" in capsys.readouterr().err
+    assert not (tmp_path / "m").exists()
+
+
 def test_table_entries_read_back_with_lua(tmp_path: Path) -> None:
     now = dt.datetime(2026, 12, 1, tzinfo=dt.UTC)
     rows = []

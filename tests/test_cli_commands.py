@@ -7,6 +7,7 @@ import argparse
 import importlib
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -81,3 +82,43 @@ def test_a_reader_that_goes_away_ends_the_command_quietly() -> None:
     err = p.stderr.read().decode()
     assert p.wait(timeout=60) == 141, err
     assert "Traceback" not in err and "BrokenPipe" not in err
+
+
+def test_no_help_text_shows_a_doubled_percent_sign() -> None:
+    """argparse expands ``%%`` in an option's help but prints a description as written, so
+    ``wattclass job --help`` read "the power cap it ran under (W and %%)". Every command's help,
+    options and descriptions alike, as a sysadmin reads it."""
+    def helps(parser: argparse.ArgumentParser) -> list[str]:
+        out = [parser.format_help()]
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for sub in action.choices.values():
+                    out += helps(sub)
+        return out
+
+    texts = helps(cli.build_parser())
+    assert len(texts) > 20
+    assert not [t.splitlines()[0] for t in texts if "%%" in t]
+
+
+@pytest.mark.parametrize(("argv", "option"), [
+    (["plugin", "install-lua", "--dest", "{dir}"], "--dest {dir}: is a folder"),
+    (["plugin", "install-lua", "--dest", "{file}/job_submit.lua"], "--dest {file}/job_submit.lua"),
+    (["plugin", "install-hooks", "--dest", "{file}"], "--dest {file}"),
+    (["demo", "--out", "{file}"], "--out {file}"),
+])
+def test_an_output_path_that_cannot_be_written_is_named_without_a_traceback(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str],
+        option: str) -> None:
+    """A folder given where a file goes, or a file where a folder goes: one line naming the option
+    and the path, exit 2. They were IsADirectoryError/NotADirectoryError tracebacks (exit 1)."""
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    afile = tmp_path / "a-file"
+    afile.write_text("x\n")
+    fill = {"dir": str(folder), "file": str(afile)}
+    rc = cli.main([a.format(**fill) for a in argv])
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert option.format(**fill) in err and "Traceback" not in err
+    assert afile.read_text() == "x\n" and not any(folder.iterdir())

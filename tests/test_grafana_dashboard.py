@@ -8,6 +8,7 @@ deploy/grafana-wattclass.json must parse and return data through the HTTP API.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -121,3 +122,54 @@ def test_exporter_series_follow_conventions_and_carry_the_job(scraped: str) -> N
     assert not {n for n in names if n.endswith(("_percent", "_mhz"))}
     assert {"wattclass_gpu_power_cap_watts", "wattclass_wal_unconverted_segments",
             "wattclass_daemon_last_window_timestamp_seconds"} <= names
+
+
+def _panel_expr(title: str, ref: str) -> str:
+    dash = json.loads(DASHBOARD.read_text())
+    panel = next(p for p in dash["panels"] if p["title"] == title)
+    return str(next(t["expr"] for t in panel["targets"] if t["refId"] == ref))
+
+
+def test_the_gpu_panels_join_each_nodes_gpus_when_every_node_has_the_same_instance(tmp_path: Path) -> None:
+    """admin.md's private alternative to opening port 9410: a local agent on each node scrapes
+    127.0.0.1:9410, so every node's series carry instance="127.0.0.1:9410". The cap panels joined the
+    per-GPU gauges on (instance, gpu): GPU 0 of two nodes then met twice and Prometheus refused the
+    query ("many-to-many matching not allowed"), leaving the caps and saving panels empty. They join
+    on the exporter's own host label now, and count a GPU that two jobs share once.
+
+    Two nodes behind one instance: gpu01's GPU 0 runs memory-bound job 7 at 600 W under a 420 W
+    cap (60% of 700 W); gpu02's GPU 0 is shared by jobs 8 and 9, uncapped at 700 W."""
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("needs promtool (apt prometheus)")
+    inst = 'job="wattclass",instance="127.0.0.1:9410"'
+    gpus = {"gpu01": ("GPU-a", [("7", "alice", 420, 600)]),
+            "gpu02": ("GPU-b", [("8", "bob", 700, 300), ("9", "carol", 700, 300)])}
+    series = []
+    for host, (uuid, jobs) in gpus.items():
+        gpu = f'{inst},host="{host}",gpu="0",uuid="{uuid}"'
+        series.append((f"wattclass_gpu_power_default_cap_watts{{{gpu}}}", 700))
+        for job, user, cap, power in jobs:
+            series.append((f'wattclass_gpu_power_cap_watts{{{gpu},job_id="{job}",user="{user}"}}', cap))
+            series.append((f'wattclass_gpu_power_watts{{{gpu},job_id="{job}",user="{user}"}}', power))
+    series.append((f'wattclass_job_label_info{{{inst},job_id="7",label="memory",source="rule"}}', 1))
+    cases = [
+        (_panel_expr("GPUs under a cap", "A"), [("{}", 1)]),
+        (_panel_expr("GPUs under a cap", "B"), [("{}", 2)]),
+        (_panel_expr("Estimated saving from caps (now)", "A"), [("{}", 600 - 0.6 * 700)]),
+        (_panel_expr("Caps in force", "A"), [
+            (f'{{{inst},host="gpu01",gpu="0",uuid="GPU-a",job_id="7",user="alice"}}', 0.6),
+            (f'{{{inst},host="gpu02",gpu="0",uuid="GPU-b",job_id="8",user="bob"}}', 1.0),
+            (f'{{{inst},host="gpu02",gpu="0",uuid="GPU-b",job_id="9",user="carol"}}', 1.0)]),
+    ]
+    doc = {"rule_files": [], "evaluation_interval": "10s", "tests": [{
+        "interval": "10s",
+        "input_series": [{"series": s, "values": f"{v} {v} {v}"} for s, v in series],
+        "promql_expr_test": [{"expr": expr, "eval_time": "20s",
+                              "exp_samples": [{"labels": lb, "value": v} for lb, v in want]}
+                             for expr, want in cases]}]}
+    test_file = tmp_path / "dashboard_test.yml"
+    test_file.write_text(json.dumps(doc))  # YAML is a superset of JSON
+    run = subprocess.run([promtool, "test", "rules", str(test_file)], capture_output=True, text=True,
+                         timeout=60, check=False)
+    assert run.returncode == 0, run.stdout + run.stderr

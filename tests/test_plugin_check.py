@@ -121,12 +121,39 @@ def test_the_controllers_job_submit_lua_is_checked_when_named(
         assert "x.tsv" in got["job_submit.lua"]["detail"]
 
 
+def test_a_missing_policy_is_named_as_the_policy_file(tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """The default /etc/wattclass/policy.toml on a machine without /etc/wattclass: the check read
+    "[Errno 2] No such file or directory: '/etc/wattclass'", a folder, not the policy file."""
+    argv = _install(tmp_path)
+    missing = tmp_path / "etc" / "wattclass" / "policy.toml"
+    argv[argv.index("--policy") + 1] = str(missing)
+    capsys.readouterr()
+    assert main(argv) == 1
+    got = {c["name"]: c for c in json.loads(capsys.readouterr().out)["checks"]}
+    assert got["policy"]["detail"] == f"{missing}: policy file not found"
+
+
+def test_install_lua_refuses_a_relative_table_path(tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """slurmctld would read ``etc/slurm/wattclass/labels.tsv`` from its own working folder, and
+    job_submit.lua's walk up the table's folders stops where the path does, so no folder from that
+    working folder up to / was checked. install-lua wrote it (exit 0); now it names --table, exit 2."""
+    dest = tmp_path / "job_submit.lua"
+    rel = "etc/slurm/wattclass/labels.tsv"
+    assert main(["plugin", "install-lua", "--table", rel, "--dest", str(dest)]) == 2
+    err = capsys.readouterr().err
+    assert "--table 'etc/slurm/wattclass/labels.tsv'" in err and "absolute path" in err
+    assert not dest.exists()
+
+
 GOOD_SLURM_CONF = """# the cluster's own lines
 ClusterName=c1
 JobSubmitPlugins=lua
 prolog=/etc/slurm/wattclass/prolog.sh   Epilog=/etc/slurm/wattclass/epilog.sh
 PrologFlags=Alloc
 ProctrackType=proctrack/cgroup
+SelectType=select/cons_tres
 Include nodes.conf
 """
 
@@ -171,6 +198,29 @@ def test_slurm_conf_lacking_a_cap_precondition_fails_naming_it(
     out = json.loads(capsys.readouterr().out)
     line = next(c for c in out["checks"] if c["name"] == "slurm.conf")
     assert not line["ok"] and named in line["detail"] and str(conf) in line["detail"], line
+
+
+@pytest.mark.parametrize(("version", "ok"), [
+    (None, False), ((22, 5), False), ((23, 2), False), ((23, 11), True), ((25, 11), True)])
+def test_an_unset_select_type_passes_only_where_slurms_default_is_cons_tres(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+        version: tuple[int, int] | None, ok: bool) -> None:
+    """Before Slurm 23.11 an unset SelectType is select/linear (CHANGELOG/slurm-23.11.md), which the
+    check refuses when written out; a 22.05 slurm.conf relying on the default passed, every job
+    then holding every GPU of its nodes. The installed Slurm's version decides; unknown fails."""
+    from wattclass.plugin import slurmconf
+
+    (tmp_path / "node").mkdir()
+    argv = _install(tmp_path / "node")
+    conf = _slurm_conf(tmp_path)
+    conf.write_text(conf.read_text().replace("SelectType=select/cons_tres\n", ""))
+    monkeypatch.setattr(slurmconf, "installed_slurm_version", lambda: version)
+    capsys.readouterr()
+    assert main([*argv, "--slurm-conf", str(conf)]) == (0 if ok else 1)
+    line = next(c for c in json.loads(capsys.readouterr().out)["checks"] if c["name"] == "slurm.conf")
+    assert line["ok"] is ok, line
+    if not ok:
+        assert "SelectType is not set" in line["detail"] and "select/cons_tres" in line["detail"]
 
 
 def test_slurm_conf_includes_are_followed_and_a_loop_is_refused(tmp_path: Path) -> None:
@@ -223,3 +273,53 @@ def test_plugin_check_fails_on_wrapper_arguments_the_prolog_rejects(
     assert rc == 1
     ok, detail = got["prolog wrapper"]
     assert not ok and bad.split()[0] in detail, got
+
+
+@pytest.mark.parametrize(("gres", "order", "ok"), [
+    ("AutoDetect=nvml\n", [1, 0], False),  # slurmd numbers in NVML order, minors differ: wrong GPUs
+    ("AutoDetect=nvml\n", [0, 1], True),   # minors in NVML order: the default map holds
+    ("AutoDetect=off\nName=gpu File=/dev/nvidia[0-1]\n", [1, 0], True),  # Slurm's N is /dev/nvidiaN
+    (None, [1, 0], True),
+])
+def test_the_default_gpu_map_is_refused_where_autodetect_numbers_gpus_otherwise(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], gres: str | None, order: list[int],
+        ok: bool) -> None:
+    """With gres.conf AutoDetect=nvml slurmd's GPU index is the NVML index (gres_gpu.c sorts by
+    the NVLink matrix), not the /dev/nvidiaN minor the default map assumes: the Prolog would cap
+    another job's GPU and leave the job's own uncapped."""
+    (tmp_path / "node").mkdir()
+    argv = _install(tmp_path / "node")
+    be = FileStateBackend.create(tmp_path / "node" / "gpus.json", 2, order=order)
+    conf = _slurm_conf(tmp_path)
+    if gres is not None:
+        (tmp_path / "gres.conf").write_text(gres)
+    capsys.readouterr()
+    assert main([*argv, "--slurm-conf", str(conf)]) == (0 if ok else 1)
+    line = next(c for c in json.loads(capsys.readouterr().out)["checks"] if c["name"] == "GPU map")
+    assert line["ok"] is ok, line
+    if not ok:
+        assert "AutoDetect=nvml" in line["detail"] and be.gpus()[0].pci_bus_id in line["detail"], line
+
+
+def test_an_explicit_gpu_map_must_name_gpus_of_this_node(tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    root = tmp_path / "node"
+    root.mkdir()
+    _install(root)
+    be = FileStateBackend.create(root / "gpus.json", 2, order=[1, 0])
+    gpu_map = root / "gpumap.json"
+    etc = root / "etc"
+    (tmp_path / "gres.conf").write_text("AutoDetect=nvml\n")
+    conf = _slurm_conf(tmp_path)
+    for mapping, ok in (({str(g.gpu_index): g.pci_bus_id for g in be.gpus()}, True),
+                        ({"0": "00000000:AA:00.0"}, False)):
+        gpu_map.write_text(json.dumps(mapping))
+        args = f"--backend filestate:{root / 'gpus.json'} --state-dir {root / 'run' / 'caps'} " \
+               f"--jobs-dir {root / 'run' / 'jobs'} --log {root / 'plugin.log'} --gpu-map {gpu_map}"
+        assert main(["plugin", "install-hooks", "--dest", str(etc), "--python", sys.executable,
+                     "--hook-args", args]) == 0
+        capsys.readouterr()
+        main(["plugin", "check", "--hooks-dir", str(etc), "--policy", str(etc / "policy.toml"),
+              "--table", str(etc / "labels.tsv"), "--json", "--slurm-conf", str(conf)])
+        line = next(c for c in json.loads(capsys.readouterr().out)["checks"] if c["name"] == "GPU map")
+        assert line["ok"] is ok, line

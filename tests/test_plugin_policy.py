@@ -287,3 +287,16 @@ def test_a_name_with_white_space_around_it_is_refused(tmp_path: Path, text: str,
     admin wrote exempted nobody, silently."""
     with pytest.raises(ConfigError, match=f"{where}.*white space around it"):
         load_policy(_write(tmp_path, text))
+
+
+@pytest.mark.parametrize(("text", "where"), [
+    ('[exempt]\npartitions = ["debug,test"]\n', "exempt.partitions"),
+    ('[exempt]\naccounts = ["benchmark,ops"]\n', "exempt.accounts"),
+    ('[exempt]\nusers = ["alice,bob"]\n', "exempt.users"),
+])
+def test_a_comma_separated_list_in_one_name_is_refused(tmp_path: Path, text: str, where: str) -> None:
+    """``partitions = ["debug,test"]`` is one name that no partition has (Slurm names hold no
+    comma; job_submit.lua compares each partition of the job's -p list), so it exempted nobody and
+    ``policy check`` said valid. Now it names the key and the list it meant."""
+    with pytest.raises(ConfigError, match=f'{where}: .* holds a comma.*one name per string: \\["'):
+        load_policy(_write(tmp_path, text))

@@ -375,6 +375,43 @@ def test_prolog_writes_dcgm_exporter_job_mapping_and_the_label(tmp_path: Path) -
     assert (hpc / "0").read_text() == "55\n"
 
 
+@pytest.mark.parametrize("change", ["add", "remove"])
+def test_dcgm_job_mapping_is_rewritten_under_a_lock_on_its_folder(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, change: str) -> None:
+    """Hooks of jobs sharing a GPU run at once: each rewrite of a mapping file holds an exclusive
+    lock on the folder from its read to its write, so another hook's change is never lost (a
+    new job missing, or an ended job written back after its Epilog removed it)."""
+    import fcntl
+
+    from wattclass import jobmap
+
+    hpc = tmp_path / "hpc"
+    hpc.mkdir()
+    (hpc / "0").write_text("41\n42\n")
+    blocked: list[bool] = []
+    read = jobmap._hpc_jobs
+
+    def read_while_another_hook_tries(path: Path) -> list[str]:
+        fd = os.open(hpc, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            blocked.append(False)
+        except BlockingIOError:
+            blocked.append(True)
+        finally:
+            os.close(fd)
+        return read(path)
+
+    monkeypatch.setattr(jobmap, "_hpc_jobs", read_while_another_hook_tries)
+    if change == "add":
+        jobmap.write_hpc_job_file(hpc, 0, "43")
+        assert (hpc / "0").read_text() == "41\n42\n43\n"
+    else:
+        assert jobmap.remove_hpc_job_file(hpc, 0, "41")
+        assert (hpc / "0").read_text() == "42\n"
+    assert blocked == [True]
+
+
 @pytest.mark.parametrize(("mode", "arm", "capped"), [
     ("shadow", "capped", True), ("shadow", "control", False), ("enforce", "control", False),
     ("enforce", "capped", True), ("shadow", None, False), ("enforce", None, True)])
@@ -537,3 +574,85 @@ def test_reconcile_on_a_live_node_never_undoes_a_prolog_that_runs_meanwhile(
     started[0].join(timeout=10)
     assert be.power_limit_w(0) == 420.0
     assert (tmp_path / "c" / f"{uuid}.json").exists()  # for the job's Epilog
+
+
+def test_a_job_of_two_gpu_types_is_capped_on_every_gpu_slurm_allocated(tmp_path: Path) -> None:
+    """slurmd's Prolog environment names only the last GPU type's GPUs (25.11, recorded:
+    SLURM_JOB_GPUS=2 for ``--gres=gpu:ta:1,gpu:tb:1`` given ``gpu:ta:1(IDX:0),gpu:tb:1(IDX:2)``):
+    the Prolog asks Slurm for the allocation, so the ta GPU is capped too, and the Epilog
+    restores both."""
+    be = FileStateBackend.create(tmp_path / "g.json", 4, default_w=700, min_w=300)
+    gpu_map = {str(i): g.uuid for i, g in enumerate(be.gpus())}
+    env = {"SLURM_JOB_ID": "42", "SLURM_JOB_GPUS": "2", "SLURMD_NODENAME": "gpu07"}
+    asked: list[str] = []
+
+    def allocated(job_id: str) -> list[str] | None:
+        asked.append(job_id)
+        return ["0", "2"]
+
+    plan = prolog(env, be, lambda _j: MEM, gpu_map, tmp_path / "jobs", tmp_path / "caps", job_gpus=allocated)
+    assert asked == ["42"]
+    assert sorted((p["gpu_index"], p["action"]) for p in plan) == [(0, "capped"), (2, "capped")]
+    assert [be.power_limit_w(i) for i in range(4)] == [420.0, 700.0, 420.0, 700.0]
+    assert (tmp_path / "jobs" / be.gpus()[0].uuid / "42.json").exists()
+    epilog(env, be, tmp_path / "jobs", tmp_path / "caps", gpu_map)
+    assert [be.power_limit_w(i) for i in range(4)] == [700.0] * 4
+    assert not list((tmp_path / "jobs").rglob("*.json"))
+
+
+def test_the_allocation_is_asked_only_for_a_cap_and_a_failed_answer_keeps_the_environments_gpus(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    be = FileStateBackend.create(tmp_path / "g.json", 4, default_w=700, min_w=300)
+    gpu_map = {str(i): g.uuid for i, g in enumerate(be.gpus())}
+    env = {"SLURM_JOB_ID": "42", "SLURM_JOB_GPUS": "2"}
+    nocap = "wattclass:label=compute;conf=0.93;src=rule;mode=enforce"
+
+    def never(_job_id: str) -> list[str] | None:
+        raise AssertionError("asked Slurm for a job without a cap")
+
+    prolog(env, be, lambda _j: nocap, gpu_map, tmp_path / "jobs", tmp_path / "caps", job_gpus=never)
+    prolog(env, be, lambda _j: None, gpu_map, tmp_path / "jobs", tmp_path / "caps", job_gpus=never)
+
+    def down(_job_id: str) -> list[str] | None:
+        raise SlurmError("squeue --json: no answer within 5 s")
+
+    with caplog.at_level(logging.ERROR, logger="wattclass"):
+        prolog(env, be, lambda _j: MEM, gpu_map, tmp_path / "jobs", tmp_path / "caps", job_gpus=down)
+    assert [be.power_limit_w(i) for i in range(4)] == [700.0, 700.0, 420.0, 700.0]
+    assert "cannot ask Slurm for the job's GPUs" in caplog.text
+
+
+@pytest.mark.parametrize(("cap", "want_w"),
+                         [("60%", 420.0), ("80%", 500.0), ("100%", 500.0), ("650W", 500.0)])
+def test_a_cap_never_raises_a_gpu_above_the_limit_it_had(tmp_path: Path, cap: str, want_w: float) -> None:
+    """An administrator set the GPU to 500 W (default 700 W): a cap is a ceiling, so 80% of the
+    default (560 W), 100% or 650 W leave it at 500 W instead of raising it for the job's length;
+    the Epilog puts back 500 W."""
+    be = FileStateBackend.create(tmp_path / "g.json", 1, default_w=700, min_w=300)
+    be.set_power_limit_w(0, 500.0)
+    env = {"SLURM_JOB_ID": "42", "SLURM_JOB_GPUS": "0"}
+    comment = MEM.replace("cap=60%", f"cap={cap}")
+    prolog(env, be, lambda _j: comment, {"0": be.gpus()[0].uuid}, tmp_path / "jobs", tmp_path / "caps")
+    assert be.power_limit_w(0) == want_w
+    epilog(env, be, tmp_path / "jobs", tmp_path / "caps")
+    assert be.power_limit_w(0) == 500.0
+
+
+@pytest.mark.parametrize("damage", ["corrupt_record", "untrusted_state"])
+def test_epilog_of_a_two_type_job_sends_every_gpu_it_held_to_default_when_records_fail(
+        tmp_path: Path, damage: str) -> None:
+    """The Epilog's SLURM_JOB_GPUS names only the last GPU type too: where a record cannot be
+    believed, the job's GPUs are also those its job files name, so the ta GPU is not left at the
+    job's cap for reconcile."""
+    be = FileStateBackend.create(tmp_path / "g.json", 4, default_w=700, min_w=300)
+    gpu_map = {str(i): g.uuid for i, g in enumerate(be.gpus())}
+    env = {"SLURM_JOB_ID": "42", "SLURM_JOB_GPUS": "2"}
+    caps = tmp_path / "caps"
+    prolog(env, be, lambda _j: MEM, gpu_map, tmp_path / "jobs", caps, job_gpus=lambda _j: ["0", "2"])
+    assert [be.power_limit_w(i) for i in range(4)] == [420.0, 700.0, 420.0, 700.0]
+    if damage == "corrupt_record":
+        (caps / f"{be.gpus()[0].uuid}.json").write_text("{not json")
+    else:
+        caps.chmod(0o777)
+    epilog(env, be, tmp_path / "jobs", caps, gpu_map)
+    assert [be.power_limit_w(i) for i in range(4)] == [700.0] * 4

@@ -256,3 +256,14 @@ def test_report_on_the_demo_cluster_day(tmp_path: Path, h200_raw: Path) -> None:
     page = render_report(pd.DataFrame(rows))
     assert "4 GPU(s)" in page and "2 node(s)" in page
     assert len(_pngs(page)) == 4  # no model and no decisions: two notes instead
+
+
+def test_a_response_file_without_a_policy_is_refused(tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """``--response F`` (a site calibration) feeds only the what-if section, which runs only with
+    ``--policy``: without it the file was read by nothing and the report said nothing about it."""
+    out = tmp_path / "r.html"
+    rc = main(["report", "--data-root", str(tmp_path), "--response", str(tmp_path / "resp.json"),
+               "--out", str(out)])
+    assert rc == 2
+    assert "--response" in capsys.readouterr().err and not out.exists()

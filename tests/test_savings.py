@@ -152,6 +152,23 @@ def test_calibrate_in_process_restores_and_measures_the_response(tmp_path: Path)
     assert set(load_response(resp).curves) == {"compute", "memory", "mix"}
 
 
+@pytest.mark.parametrize("workload", ["no-such-program-for-wattclass --size 8", "/nonexistent/bin/bench"])
+def test_a_workload_command_that_cannot_start_is_refused_before_any_cap(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], workload: str) -> None:
+    """``--workload 'CMD'`` runs without a shell; a CMD that is not there was a FileNotFoundError
+    traceback (exit 1) at the first measured run, after the GPU had been capped and restored. Now
+    one line naming it, exit 2, and the GPU's limit never touched."""
+    gfile = tmp_path / "g.json"
+    FileStateBackend.create(gfile, 1, simulate=True)
+    out = tmp_path / "resp.json"
+    rc = main(["calibrate", "--gpu", "0", "--backend", f"filestate:{gfile}", "--caps", "100,60",
+               "--workload", workload, "--state-dir", str(tmp_path / "caps"), "--out", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert f"--workload {workload.split()[0]!r}" in err and "Traceback" not in err
+    assert json.loads(gfile.read_text())["gpus"][0]["set_count"] == 0 and not out.exists()
+
+
 def test_dry_run_never_sets_a_limit(tmp_path: Path) -> None:
     be = FileStateBackend.create(tmp_path / "g.json", 1, simulate=True)
     doc = calibrate(be, CalibrateOptions(0, [1.0, 0.5], tmp_path / "caps", dry_run=True, repeats=1),
@@ -345,6 +362,36 @@ def test_simulate_weights_a_jobs_power_by_window_length(tmp_path: Path) -> None:
     assert j["need_w"] == pytest.approx((605 * 10 + 105 * 0.1) / 10.1)
     assert j["avg_w"] == pytest.approx((600 * 10 + 100 * 0.1) / 10.1)
     assert j["kwh_saved"] > 0
+
+
+def test_a_cap_at_the_limit_the_job_ran_under_costs_no_time_and_saves_nothing(tmp_path: Path) -> None:
+    """A compute-bound job on a 700 W H200 whose 1 s readings overshoot the limit (window maxima of
+    725 W, as half the bundled H200 jobs' do): ``compute = "100%"`` is 700 W, the limit it already
+    ran under, so the what-if must leave it alone, with the default model and with a site
+    calibration. Both took the 725 W as the job's demand, and the cap "bit": 1.3 % more runtime
+    by default, 5.5 % with the calibration below, and energy saved that no cap would save."""
+    t0 = pd.Timestamp("2026-11-20T00:00:00Z")
+    rows = [_ROW | {"ts_start": t0 + pd.Timedelta(seconds=10 * i),
+                    "ts_end": t0 + pd.Timedelta(seconds=10 * i + 10), "energy_j": 6900.0,
+                    "power_avg_w": 690.0, "power_max_w": 725.0, "sm_util_pct": 95.0,
+                    "tensor_util_pct": 85.0, "dram_bw_util_pct": 20.0} for i in range(36)]
+    t = conform(pa.Table.from_pandas(pd.DataFrame(rows), preserve_index=False), "test")
+    out = tmp_path / "telemetry" / "date=2026-11-20" / "host=n1"
+    out.mkdir(parents=True)
+    pq.write_table(t.cast(TELEMETRY_V1), out / "00.parquet")
+    policy = parse_policy({"caps": {"compute": "100%"}})
+    resp = tmp_path / "r.json"
+    resp.write_text(json.dumps({"version": 1, "gpu_model": "NVIDIA H200", "workloads": {
+        "compute": [{"cap_share": 0.5, "runtime_ratio": 1.8, "energy_ratio": 0.8},
+                    {"cap_share": 1.0, "runtime_ratio": 1.0, "energy_ratio": 1.0}]}}))
+    for response in (None, load_response(resp)):
+        j = simulate(tmp_path, policy, response=response).jobs.set_index("job_id").loc["j1"]
+        assert j["label"] == "compute" and j["cap_w"] == 700.0 and j["need_w"] == pytest.approx(725.0)
+        assert (j["runtime_ratio"], j["energy_ratio"]) == (1.0, 1.0), response
+        assert j["kwh_saved"] == 0.0 and j["gpu_hours_added"] == 0.0
+    # a cap below that limit still bites, measured against the limit (700 W), not the overshoot
+    j = simulate(tmp_path, parse_policy({"caps": {"compute": "85%"}})).jobs.set_index("job_id").loc["j1"]
+    assert j["cap_w"] == 595.0 and j["runtime_ratio"] > 1.0 and j["kwh_saved"] > 0
 
 
 def test_simulate_scales_a_shared_gpus_power_not_the_jobs_share(tmp_path: Path) -> None:

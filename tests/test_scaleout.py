@@ -99,10 +99,25 @@ def test_example_config_builds_the_slurm_job_script(tmp_path: Path) -> None:
     assert "#SBATCH -A wattclass" in script
     assert "#SBATCH --qos=normal" in script
     assert "#SBATCH -t 01:00:00" in script
-    assert "source /opt/wattclass/venv/bin/activate" in script
-    assert "/opt/wattclass/venv/bin/python -m distributed.cli.dask_worker" in script
+    assert "source /opt/wattclass/bin/activate" in script
+    assert "/opt/wattclass/bin/python -m distributed.cli.dask_worker" in script
     assert "--nworkers 4" in script and "--nthreads 2" in script
     assert "--protocol tls://" in script and "--tls-key" in script
+
+
+def test_example_config_runs_the_workers_in_the_environment_admin_md_installs() -> None:
+    """admin.md installs wattclass with ``python3 -m venv /opt/wattclass``; the example config (and
+    SCALEOUT.md's copy of it) started the workers with /opt/wattclass/venv/bin/python, an
+    interpreter that install never made, so every worker job failed at once."""
+    import re
+
+    venv = re.search(r"python3 -m venv (\S+)", (REPO / "docs" / "admin.md").read_text())
+    assert venv is not None
+    s = load_config(REPO / "deploy" / "dask-slurm.example.toml").slurm
+    assert s.python == f"{venv.group(1)}/bin/python"
+    assert s.job_script_prologue == (f"source {venv.group(1)}/bin/activate",)
+    scaleout = (REPO / "deploy" / "SCALEOUT.md").read_text()
+    assert f'python = "{venv.group(1)}/bin/python"' in scaleout and "/venv/bin/" not in scaleout
 
 
 def _tls_options(script: str) -> dict[str, str]:

@@ -469,6 +469,36 @@ def test_job_without_partition_in_exempt_default_partition_is_exempt(debug_defau
     wait_restored(rig)
 
 
+@pytest.fixture(scope="module")
+def two_types_rig() -> Iterator[WattclassRig]:
+    """A cluster whose node has two GPU types: ta (Slurm GPUs 0-1) and tb (2-3)."""
+    require_daemons()
+    root = Path(tempfile.mkdtemp(prefix="wattclass-slurm-tt-"))
+    r = WattclassRig(root, sys.executable, gpu_types=("ta", "tb"))
+    write_table(r)
+    start_rig_or_skip(r)
+    yield r
+    r.cluster.stop()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.mark.parametrize("gpus", [["--gres=gpu:ta:1,gpu:tb:1"], ["--gpus=ta:1,tb:1"]])
+def test_a_job_of_two_gpu_types_is_capped_on_both(two_types_rig: WattclassRig, gpus: list[str]) -> None:
+    """slurmd's Prolog gets SLURM_JOB_GPUS of the last GPU type only (recorded on 25.11:
+    SLURM_JOB_GPUS=2 for gres_detail gpu:ta:1(IDX:0),gpu:tb:1(IDX:2)): the ta GPU ran uncapped
+    until the Prolog asked Slurm for the whole allocation."""
+    rig = two_types_rig
+    wait_quiet(rig)
+    job_id, job = run_job(rig, "-J", "mem-train", *gpus)
+    assert job["admin_comment"] == MEM
+    seen, _ = rig.seen(job_id)
+    capped = sorted(j for j, w in seen.items() if w == 420.0)
+    assert len(capped) == 2 and capped[0] in (0, 1) and capped[1] in (2, 3), seen
+    assert all(w == 700.0 for j, w in seen.items() if j not in capped), seen
+    wait_restored(rig)
+    assert not any(rig.jobs_dir.rglob("*.json"))
+
+
 def test_job_file_of_an_ended_job_no_longer_holds_the_gpu_uncapped(fresh: WattclassRig) -> None:
     """A job whose Epilog never ran (slurmd killed mid-job) leaves its job files. They used to
     count as a live uncapped neighbour, so every later job on that GPU ran uncapped. Now the

@@ -321,6 +321,56 @@ def test_second_daemon_on_the_same_wal_refuses_and_names_the_holder(tmp_path: Pa
     assert third.returncode == 0, third.stderr
 
 
+def test_a_metrics_port_already_taken_is_a_configuration_error_that_frees_the_wal_lock(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Port 9410 taken by another program (or a --metrics-bind address not on this host): one line
+    naming the option and the reason, exit 2, and the WAL lock released for the next start; it was a
+    Python traceback with exit 1 (a sysadmin review's finding)."""
+    from wattclass import cli
+    from wattclass.gpu.filestate import FileStateBackend
+    from wattclass.lockfile import FolderLock
+
+    gpus = tmp_path / "gpus.json"
+    FileStateBackend.create(gpus, n=1)
+    root = tmp_path / "d"
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        rc = cli.main(["telemetry", "run", "--backend", f"filestate:{gpus}", "--data-root", str(root),
+                       "--host", "n1", "--metrics-port", port])
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert f"--metrics-port {port}" in err and "127.0.0.1" in err and "Traceback" not in err
+    with FolderLock(root / "wal" / "n1", "test"):  # free again: a restart is not told "locked"
+        pass
+
+
+@pytest.mark.parametrize(("option", "value", "named"), [
+    ("--metrics-port", "99999", "--metrics-port 99999"),
+    ("--roll-seconds", "0", "--roll-seconds"),
+    ("--period", "0", "--period"),
+    ("--poll", "nan", "--poll"),
+    ("--energy-every-windows", "0", "--energy-every-windows"),
+])
+def test_a_bad_daemon_option_is_refused_naming_it_with_the_usage_exit_code(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], option: str, value: str, named: str) -> None:
+    """Exit 2 (bad configuration or usage, as documented) and the option's name, before any poll:
+    --roll-seconds 0 was a ZeroDivisionError traceback at the first poll, --metrics-port 99999 an
+    OverflowError traceback, and the others exited 1, the code of a failure at run time."""
+    from wattclass import cli
+    from wattclass.gpu.filestate import FileStateBackend
+
+    gpus = tmp_path / "gpus.json"
+    FileStateBackend.create(gpus, n=1)
+    rc = cli.main(["telemetry", "run", "--backend", f"filestate:{gpus}", "--data-root", str(tmp_path / "d"),
+                   "--host", "n1", option, value])
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert named in err and "Traceback" not in err
+    assert not list((tmp_path / "d").glob("telemetry/date=*"))  # refused before a window was written
+
+
 # -- 3. bad job-map files ---------------------------------------------------------------------------
 BAD_JOB_FILES: dict[str, bytes] = {
     "uid-not-int": b'{"version": 1, "job_id": "42", "user": "alice", "uid": "notint"}',

@@ -26,16 +26,18 @@ only written in the per-job layout.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import logging
 import os
 import re
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
 from wattclass.errors import ConfigError, DataError
-from wattclass.fsutil import atomic_write_text, read_trusted_bytes, refuse_untrusted_dir
+from wattclass.fsutil import atomic_write_text, make_dirs, read_trusted_bytes, refuse_untrusted_dir
 
 DEFAULT_SPOOL = Path("/run/wattclass/jobs")
 FORMAT_VERSION = 1
@@ -362,27 +364,47 @@ def _hpc_jobs(path: Path) -> list[str]:
         return []
 
 
+@contextlib.contextmanager
+def _hpc_lock(directory: Path) -> Iterator[None]:
+    """Exclusive lock on dcgm-exporter's mapping folder, held over a read-modify-write of one of
+    its files: the hooks of jobs sharing a GPU (shards, MPS) run at once, and without it one
+    hook's rewrite lost the other's change (a new job missing from the file, or an ended job
+    written back after its Epilog removed it, then named on that GPU until the file emptied).
+    The folder itself is locked (flock on its descriptor): no lock file among dcgm-exporter's."""
+    make_dirs(Path(directory), 0o755)
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 def write_hpc_job_file(directory: Path, gpu_index: int, job_id: str) -> Path:
     """Add ``job_id`` to GPU ``gpu_index``'s jobs for dcgm-exporter (atomic rewrite, mode 0644);
     a shared GPU keeps the jobs already named there."""
     if not _JOB_ID_RE.match(job_id):
         raise ConfigError(f"invalid job id for dcgm-exporter's job mapping: {job_id!r}")
     path = _hpc_path(directory, gpu_index)
-    jobs = [j for j in _hpc_jobs(path) if j != job_id] + [job_id]
-    atomic_write_text(path, "".join(j + "\n" for j in jobs), mode=0o644)
+    with _hpc_lock(directory):
+        jobs = [j for j in _hpc_jobs(path) if j != job_id] + [job_id]
+        atomic_write_text(path, "".join(j + "\n" for j in jobs), mode=0o644)
     return path
 
 
 def remove_hpc_job_file(directory: Path, gpu_index: int, job_id: str) -> bool:
     """Remove ``job_id`` from GPU ``gpu_index``'s mapping (the file goes with its last job)."""
     path = _hpc_path(directory, gpu_index)
-    jobs = _hpc_jobs(path)
-    if job_id not in jobs:
+    if not Path(directory).is_dir():
         return False
-    rest = [j for j in jobs if j != job_id]
-    if rest:
-        atomic_write_text(path, "".join(j + "\n" for j in rest), mode=0o644)
-    else:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
+    with _hpc_lock(directory):
+        jobs = _hpc_jobs(path)
+        if job_id not in jobs:
+            return False
+        rest = [j for j in jobs if j != job_id]
+        if rest:
+            atomic_write_text(path, "".join(j + "\n" for j in rest), mode=0o644)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
     return True

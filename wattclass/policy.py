@@ -97,12 +97,18 @@ class Policy:
 
 def _str_list(value: object, where: str) -> list[str]:
     """Names (users, accounts, partitions, node features): no Slurm name has white space around
-    it, so " alice" is a typo that would never match (an exemption that silently exempts nobody)."""
+    it, so " alice" is a typo that would never match (an exemption that silently exempts nobody).
+    Nor a comma, Slurm's list separator: ``partitions = ["debug,test"]`` is one name that matches no
+    partition (job_submit.lua compares each partition of a job's ``-p a,b`` list), not two."""
     if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
         raise ConfigError(f"{where}: expected a list of non-empty strings, got {value!r}")
     for v in value:
         if v != v.strip():
             raise ConfigError(f"{where}: {v!r} has white space around it; no Slurm name has")
+        if "," in v:
+            parts = ", ".join(f'"{x.strip()}"' for x in v.split(","))
+            raise ConfigError(f"{where}: {v!r} holds a comma, which no Slurm name has; one name per "
+                              f"string: [{parts}]")
     return list(value)
 
 

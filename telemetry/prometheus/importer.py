@@ -64,8 +64,10 @@ def import_range(
     """Import the DCGM series of [start, end] from the Prometheus at ``url`` into ``data_root``."""
     if end <= start:
         raise ConfigError(f"--end must be after --start ({end} <= {start})")
-    if period_s <= 0:
-        raise ConfigError("--period must be positive")
+    if not period_s > 0:  # NaN too
+        raise ConfigError(f"--period must be positive, not {period_s}")
+    if not chunk_s > 0:  # 0 asked Prometheus for the same empty span forever; a negative chunk walked back
+        raise ConfigError(f"--chunk must be positive seconds, not {chunk_s}")
     client = PrometheusClient(url)
     gpus = merge(client.raw_chunks(mapping.SELECTOR, start - BASELINE_MARGIN_S, end, chunk_s),
                  job_label, user_label)

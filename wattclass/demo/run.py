@@ -188,9 +188,9 @@ def prepare_out(out: Path) -> Path:
 
     Refuses any other non-empty folder, so a mistyped --out never deletes someone's files.
     """
-    from wattclass.fsutil import ensure_writable_dir
+    from wattclass.fsutil import check_output_dir, ensure_writable_dir
 
-    out = Path(out)
+    out = check_output_dir(Path(out), "--out")  # a file there (or above) was a NotADirectoryError
     if out.exists() and any(out.iterdir()):
         if not (out / MARKER).is_file():
             raise ConfigError(f"--out {out}: folder is not empty and is not a previous demo's output")

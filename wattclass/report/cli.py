@@ -58,10 +58,14 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
+    from wattclass.errors import ConfigError
     from wattclass.fsutil import check_output_file
     from wattclass.report.build import load_inputs, load_whatif_effects, write_report
 
     check_output_file(args.out, "--out")
+    if args.response is not None and args.policy is None:  # it was read by nothing, silently
+        raise ConfigError(f"--response {args.response}: needs --policy (the calibration is used only by "
+                          "the what-if section, which runs the policy's caps)")
     inputs = load_inputs(
         args.data_root, args.date, args.labels, args.label_column, args.metrics, args.decisions, args.days
     )
@@ -79,7 +83,7 @@ def register_job(sub: argparse._SubParsersAction[Any]) -> None:
         help="one job at a glance: label, energy, GPU-hours, power, cap and decision, a hint",
         description="Summarise one job from a data root (seff/jobstats style): the label (confidence, "
         "source, inputs), measured energy, GPU-hours, mean power per GPU, the power cap it ran under "
-        "(W and %%), the policy decision and its reason, and a one-line hint for the job's owner.",
+        "(W and %), the policy decision and its reason, and a one-line hint for the job's owner.",
     )
     p.add_argument("job_id", metavar="JOBID", help="Slurm job id (array tasks as 123_4)")
     p.add_argument("--data-root", type=Path, default=Path("."), help="data root (default .)")

@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import shlex
+import shutil
 import signal
 import socket
 import statistics
@@ -171,10 +172,19 @@ def command_workload(cmd: str, index: int) -> Workload:
     argv = shlex.split(cmd)
     if not argv:
         raise ConfigError("--workload: empty command")
+    # before any cap is set: a command that cannot start was a FileNotFoundError traceback at the
+    # first measured run (the limit was restored, the calibration lost)
+    if shutil.which(argv[0]) is None:
+        raise ConfigError(f"--workload {argv[0]!r}: no such executable (it runs without a shell: give "
+                          "a program on PATH or its path)")
 
     def run() -> None:
         env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(index)}
-        proc = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False)
+        try:
+            proc = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                  check=False)
+        except OSError as exc:  # removed or made unrunnable since the check
+            raise ConfigError(f"--workload {argv[0]!r}: cannot run: {exc.strerror or exc}") from exc
         if proc.returncode != 0:
             raise GpuError(f"--workload {argv[0]!r} exited {proc.returncode}: "
                            f"{proc.stderr.decode(errors='replace')[-300:]}")

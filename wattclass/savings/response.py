@@ -5,8 +5,9 @@ board fits under it, and the job slows by the share of its time that waits on th
 
 Default model (per job, from its own telemetry):
 
-* ``need_w``: the power the job asks for (mean of its windows' maximum power). If the cap is at or
-  above it, the job loses nothing and saves nothing. Published support: on an H200, LLM decode
+* ``need_w``: the power the job asks for (mean of its windows' maximum power, at most the limit it
+  ran under: ``simulate.demand_w``). If the cap is at or above it, the job loses nothing and saves
+  nothing. Published support: on an H200, LLM decode
   draws 137-300 W of a 700 W limit and "no cap ever triggers" (Ma, Afzal, Eitzinger, Wellein,
   "The Illusion of Power Capping in LLM Decode", arXiv 2605.11999, 2026).
 * Above it, the dynamic power (above ``STATIC_SHARE`` of the default limit, the idle floor) scales

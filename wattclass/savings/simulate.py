@@ -14,7 +14,7 @@
    the job's own windows (the classifier's rule, same thresholds); else ``unlabelled``.
 3. Look up the policy's cap for the label (exempt accounts/users from the store's Slurm fields
    are left uncapped) and apply the response model (``response``): the default per-job model or a
-   site calibration.
+   site calibration, with the job's demand at most the limit it ran under (``demand_w``).
 4. Sum kWh saved and GPU-hours added (mid and band) per label, user and account.
 
 The band sums each job's lo and hi: it treats the model error as shared by all jobs (one curve
@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 
 from wattclass.caps import cap_watts
@@ -223,6 +224,20 @@ def attach_labels(jobs: pd.DataFrame, store_labels: pd.DataFrame | None) -> pd.D
     return out
 
 
+def demand_w(need_w: npt.NDArray[np.float64], limit_w: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """The power a job asks for under a cap: its mean window maximum, at most the limit it ran under.
+
+    Why: the 1 s readings overshoot the enforced limit (the bundled H200 jobs' mean window maximum
+    reaches 890 W at a 700 W limit; half of the demo's jobs are above 700 W), but the job's measured
+    runtime and energy are those under that limit. A cap at or above it changes nothing, so a
+    ``compute = "100%"`` cap must cost no time and save no energy; with the raw maximum it "bit"
+    every such job (the example policy's what-if added GPU-hours to compute jobs it leaves alone).
+    A job without a recorded limit keeps its maximum.
+    """
+    ok = np.isfinite(need_w) & np.isfinite(limit_w) & (limit_w > 0)
+    return np.where(ok, np.minimum(need_w, np.where(ok, limit_w, 0.0)), need_w)
+
+
 def apply_policy(jobs: pd.DataFrame, policy: Policy, response: SiteResponse | None) -> pd.DataFrame:
     """Per job: cap in watts and the effect (module docstring, step 3)."""
     out = jobs.copy()
@@ -237,7 +252,7 @@ def apply_policy(jobs: pd.DataFrame, policy: Policy, response: SiteResponse | No
         cap_w[m] = [cap_watts(cap, d, None, None) for d in default_w[m]]
         cap_text[m] = cap.text()
     out["default_w"], out["cap_w"], out["cap"] = default_w, cap_w, cap_text
-    need = out["need_w"].to_numpy(float)
+    need = demand_w(out["need_w"].to_numpy(float), out["limit_w"].to_numpy(float))
     if response is None:
         s, band = clock_bound_share(out["compute_act"].to_numpy(float), out["dram_act"].to_numpy(float),
                                     out["label"].to_numpy())

@@ -1,3 +1,4 @@
+# long: every Slurm command wattclass runs, and the parsing of both JSON dialects, behind one door
 """Slurm through its own commands (squeue/sinfo --json, scontrol, sacct --json).
 
 Every command goes through ``run_slurm``: an argv list (never a shell, since job names and
@@ -164,6 +165,31 @@ def normalize_job(j: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+#: One GPU entry of a node's gres_detail: "gpu:2(IDX:0-1)", "gpu:h200:1(IDX:3)" (gres_stepmgr.c
+#: writes name[:type]:count(IDX:bit_fmt)); shares of a GPU ("shard:2(...)") carry no IDX list.
+_GPU_DETAIL = re.compile(r"(?:^|,)gpu(?::[^:(),]+)?:[0-9]+\(IDX:([0-9,-]*)\)")
+
+
+#: More GPUs than any node has: a range past it in gres_detail is not expanded (nothing to loop on).
+MAX_GPUS_PER_NODE = 4096
+
+
+def gpu_indices(detail: str) -> list[str]:
+    """Slurm GPU indices in one node's gres_detail, in order, once each:
+    ``"gpu:ta:1(IDX:0),gpu:tb:2(IDX:2-3)"`` -> ``["0", "2", "3"]``."""
+    out: list[str] = []
+    for m in _GPU_DETAIL.finditer(detail):
+        for part in (p for p in m.group(1).split(",") if p):
+            lo, _, hi = part.partition("-")
+            hi = hi or lo
+            if not lo.isdigit() or not hi.isdigit() or int(hi) - int(lo) > MAX_GPUS_PER_NODE:
+                continue
+            for i in range(int(lo), int(hi) + 1):
+                if str(i) not in out:
+                    out.append(str(i))
+    return out
+
+
 def gpus_from_tres(tres: object) -> int | None:
     """GPUs allocated to a job from sacct's ``tres.allocated`` (None if not accounted).
 
@@ -301,6 +327,43 @@ class CommandSlurmClient(SlurmClient):
         except SlurmError:
             return None
         return True
+
+    def job_gpu_indices(self, job_id: str, node: str | None = None) -> list[str] | None:
+        """Slurm's GPU indices of the job on ``node`` from its allocation (squeue --json
+        ``gres_detail``), every GPU type together; None when Slurm cannot tell (no such job,
+        a command failed, no ``node`` for a job on several nodes).
+
+        Why: slurmd builds the Prolog's SLURM_JOB_GPUS and CUDA_VISIBLE_DEVICES once per GPU
+        entry of the allocation, each overwriting the last (gres_common_prep_set_env), so a job
+        given two GPU types (``--gres=gpu:a100:1,gpu:h200:1``) sees only the last type's GPUs
+        there (recorded on 25.11: SLURM_JOB_GPUS=2 for ``gpu:ta:1(IDX:0),gpu:tb:1(IDX:2)``).
+        """
+        if not str(job_id).isdigit():
+            return None
+        try:  # 22.05 ignores --jobs (every job): the job is picked by its id below either way
+            jobs = self.squeue_jobs(str(job_id))
+        except SlurmError as exc:
+            log.warning("squeue --json --jobs %s: %s", job_id, exc)
+            return None
+        job = next((j for j in jobs if str(j.get("job_id")) == str(job_id)), None)
+        if job is None or not isinstance(job.get("gres_detail"), list) or not job["gres_detail"]:
+            return None
+        details: list[object] = job["gres_detail"]  # one entry per node of the job, in its order
+        if len(details) == 1:
+            detail = details[0]
+        else:
+            nodes = job.get("nodes")
+            if node is None or not isinstance(nodes, str):
+                return None
+            try:
+                names = self._hostnames(nodes)
+            except SlurmError as exc:
+                log.warning("scontrol show hostnames for job %s: %s", job_id, exc)
+                return None
+            if node not in names or len(names) != len(details):
+                return None
+            detail = details[names.index(node)]
+        return gpu_indices(detail) if isinstance(detail, str) else []
 
     def _hostnames(self, nodelist: str) -> list[str]:
         """Slurm's hostlist expression (``gpu[01-03],login``) as names; scontrol expands ranges."""
