@@ -313,7 +313,7 @@ class Daemon:
         """(rows only in memory, WAL segments not yet in Parquet, set aside ones included); a GPU
         whose last windows could not be closed at stop counts as one row (their number is
         unknown)."""
-        return (len(self.writer.pending) + self.lost_at_stop,
+        return (len(self.writer.pending) + self.writer.carry_rows + self.lost_at_stop,
                 len(self.pending_segments) + len(self.set_aside))
 
     def health(self) -> Health:

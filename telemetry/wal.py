@@ -185,6 +185,7 @@ class WalWriter:
         # Whole records of a segment removed while open, to be written first into the next one
         # (``_rescue``); rows_in_segment counts their rows.
         self._carry = b""
+        self.carry_rows = 0  # rows in ``_carry``: on disk nowhere until written
 
     def _open(self) -> None:
         make_dirs(self.dir, 0o700)  # removed while the daemon runs: made again, appends go on
@@ -243,7 +244,7 @@ class WalWriter:
                 # are converted with it; kept pending too, they were written twice (review finding).
                 log.error("WAL %s: its last record (%d row(s)) is kept as written; not retried",
                           self.path or self._retired[-1], len(batch))
-                self.pending, self._carry = [], b""
+                self.pending, self._carry, self.carry_rows = [], b"", 0
             return False
         if self._failing:
             log.warning("WAL append to %s works again after %d failed append(s): %d held row(s) "
@@ -254,7 +255,7 @@ class WalWriter:
         self.pending = []
         if carried:
             log.warning("WAL: %d byte(s) of a removed segment written again to %s", carried, self.path)
-            self._carry = b""
+            self._carry, self.carry_rows = b"", 0
         return True
 
     def _rescue(self) -> None:
@@ -279,8 +280,9 @@ class WalWriter:
             os.close(self._fd)
         self._fd, self.path = None, None
         self._carry += data
+        self.carry_rows += rows
         self._open()
-        self.rows_in_segment = rows
+        self.rows_in_segment = self.carry_rows
 
     def hold(self, rows: list[dict[str, Any]]) -> None:
         """Keep ``rows`` in memory after the pending ones, for the next ``append`` (no write now)."""

@@ -780,3 +780,30 @@ def test_a_gpu_that_times_out_does_not_slow_the_others_polls(tmp_path: Path) -> 
     assert d.stats.gpu_errors <= 20  # tries during a 90-poll outage
     gpu0_end = max(r["ts_end"] for r in rows if r["gpu_index"] == 0)
     assert (gpu0_end - max(r["ts_end"] for r in rows if r["gpu_index"] == 1)).total_seconds() < 0.1
+
+
+def test_a_rescued_segment_that_cannot_be_written_yet_is_held_and_counted(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The records of a removed segment wait in memory while the disk is full, are counted as not
+    persisted (the stop's exit code says so), and are written first once space is back."""
+    import errno
+    import shutil
+
+    from wattclass.telemetry import wal
+
+    w = wal.WalWriter(tmp_path / "wal")
+    assert w.append([{"a": 1}]) and w.append([{"a": 2}])
+    shutil.rmtree(tmp_path / "wal")
+    real_write = os.write
+
+    def full(fd: int, data: bytes) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "write", full)
+    assert not w.append([{"a": 3}])
+    assert w.carry_rows == 2 and w.pending == [{"a": 3}]
+    monkeypatch.setattr(os, "write", real_write)
+    assert w.append([])
+    assert w.carry_rows == 0 and not w.pending
+    seg = w.roll()
+    assert seg is not None and wal.read_segment(seg) == [{"a": 1}, {"a": 2}, {"a": 3}]
