@@ -807,3 +807,26 @@ def test_a_rescued_segment_that_cannot_be_written_yet_is_held_and_counted(
     assert w.carry_rows == 0 and not w.pending
     seg = w.roll()
     assert seg is not None and wal.read_segment(seg) == [{"a": 1}, {"a": 2}, {"a": 3}]
+
+
+def test_partitions_follow_utc_whatever_the_nodes_time_zone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                            ) -> None:
+    """Windows and date partitions are UTC: a node in a zone with summer time (here on the night
+    its clocks change) files a window by its UTC date, at its UTC bounds."""
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    try:
+        FileStateBackend.create(tmp_path / "g.json", n=1)
+        gpus = SteppedClockGpus(tmp_path / "g.json").configure({}, 200)
+        gpus.real_s = 20891 * 86400.0 - 100.0  # 100 s before 2027-03-14 00:00 UTC; DST starts that night
+        d = Daemon(gpus, DaemonConfig(data_root=tmp_path / "d", host="n1", energy_every_windows=1))
+        assert d.run() == 0
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+    files = sorted((tmp_path / "d" / "telemetry").rglob("*.parquet"))
+    by_date = {f.parent.parent.name: pq.read_table(f).column("ts_start").to_pylist() for f in files}
+    assert set(by_date) == {"date=2027-03-13", "date=2027-03-14"}
+    for name, starts in by_date.items():
+        assert {s.strftime("date=%Y-%m-%d") for s in starts} == {name}  # s is UTC-aware
+    assert all(s.timestamp() % 10 == 0 for s in by_date["date=2027-03-14"][1:])  # on the UTC grid
