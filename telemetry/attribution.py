@@ -86,6 +86,26 @@ def job_from_environ(env: dict[str, str]) -> Job | None:
     return job_id, env.get("SLURM_JOB_USER") or None
 
 
+_WARNED: set[tuple[int, str]] = set()
+
+
+def backend_job(proc: GpuProcess) -> Job | None:
+    """The job a backend names for a process (replay, file-state), as telemetry records it: a job
+    id string, else None (logged). Why: a number (file-state ``"job_id": 7``) reached the rows,
+    crashed the shared-GPU splitter and made Parquet refuse the segment (review finding)."""
+    raw = proc.job_id
+    job_id = str(raw) if isinstance(raw, int | str) and not isinstance(raw, bool) else ""
+    if not is_job_id(job_id):
+        said = (proc.pid, _short(repr(raw)))
+        if said not in _WARNED:  # once per process and value, not every poll
+            if len(_WARNED) > 1000:
+                _WARNED.clear()
+            _WARNED.add(said)
+            log.warning("pid %d: the backend names job %s: not a Slurm job id, ignored", *said)
+        return None
+    return job_id, proc.user if isinstance(proc.user, str) and proc.user else None
+
+
 class Attributor:
     """Resolve the job on each GPU every poll, as cheaply as possible."""
 
@@ -147,7 +167,7 @@ class Attributor:
         another uid is not counted for it (else a user could shift energy onto a neighbour).
         """
         if proc.job_id:
-            return proc.job_id, proc.user
+            return backend_job(proc)
         cache = self._pid_cache.setdefault(gpu, {})
         if proc.pid not in cache:
             job = self._read_pid(proc.pid)
@@ -176,7 +196,9 @@ class Attributor:
         cache = self._pid_cache.setdefault(gpu, {})
         for p in procs:
             if p.job_id:
-                jobs.append((p.job_id, p.user))
+                job = backend_job(p)
+                if job is not None:
+                    jobs.append(job)
                 continue
             live.add(p.pid)
             if p.pid not in cache:

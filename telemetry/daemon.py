@@ -4,7 +4,8 @@ One thread does everything, on a grid of ``poll_s`` in the backend's clock (wall
 recording's on replay): poll each GPU, close the windows that poll completes, append them to
 the WAL (one fsync per poll that closed anything), roll the WAL into Parquet when the roll
 period turns over, and retry rolls that failed (disk full) without ever dropping the WAL.
-Windows whose WAL append failed stay in memory and go first into the next append; while any
+Windows whose WAL append failed stay in memory and go first into the next append (tried every
+``wal_retry_s`` while it fails, with new windows joining them in between); while any
 are held, or a segment waits for its Parquet file, the daemon says so (ERROR log, the
 ``wattclass_wal_*`` metrics), and it exits non-zero if any remain unpersisted at stop. Stopping
 never gives up half-way: whatever fails while the last windows are written, the rest of the stop
@@ -12,13 +13,14 @@ runs (roll, lock release) and rows not in the WAL are reported LOST (ERROR, exit
 The WAL folder is locked (``wattclass.lockfile``) for the daemon's life: a second daemon on the
 same folder would convert and delete the first one's open segment, so it refuses to start.
 A GPU that errors is logged once (and again every few minutes while it stays down) and retried
-each poll; the other GPUs go on.
+after 1, 2, 4... polls, at least every 10 s; the other GPUs go on.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -26,12 +28,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from wattclass.errors import ConfigError, GpuError
-from wattclass.fsutil import ensure_writable_dir
+from wattclass.fsutil import ensure_writable_dir, fsync_dir
 from wattclass.gpu.base import GpmMetrics, GpuBackend, GpuInfo
 from wattclass.jobmap import JobAssignment, JobMapReader
 from wattclass.lockfile import FolderLock
 from wattclass.telemetry import wal
 from wattclass.telemetry.attribution import Attributor
+from wattclass.telemetry.gpudown import DownGpus
 from wattclass.telemetry.sink import ParquetSink
 from wattclass.telemetry.splitter import Splitter, is_composite
 from wattclass.telemetry.windows import Row, WindowBuilder
@@ -41,7 +44,9 @@ if TYPE_CHECKING:  # prometheus_client is only needed with --metrics-port
 
 log = logging.getLogger(__name__)
 
-GPU_ERROR_RELOG_S = 300.0
+#: Appended to the name of a WAL segment that cannot be converted (no longer a segment name).
+BAD_SUFFIX = ".bad"
+
 #: Read the energy counter at every 3rd window close (30 s with 10 s windows). Why: the read costs
 #: 3.5-6 ms of CPU on an H200 against about 0.2 ms for every other field of a poll, so at every
 #: 2nd close it was a quarter of the daemon's CPU, and a one-GPU node sat at the 1 ms line (1.02
@@ -66,6 +71,8 @@ class DaemonConfig:
     proc_root: Path = Path("/proc")
     #: At stop, how long to keep retrying a WAL append that fails (disk full) before giving up.
     stop_retry_s: float = 10.0
+    #: While WAL appends fail (disk full), how often the held rows are written again (s).
+    wal_retry_s: float = 5.0
     #: Read the energy counter at every N-th window close (telemetry.windows, "sparse energy").
     #: 3 (DEFAULT_ENERGY_EVERY_WINDOWS): a third of the reads of 1 for the same per-job accuracy
     #: on the H200 recordings (0.15-0.16 % median, ~1 % worst job: docs/benchmarks.md, "Energy
@@ -153,10 +160,12 @@ class Daemon:
         self.writer = wal.WalWriter(self.wal_dir)
         self.lock = FolderLock(self.wal_dir, "telemetry daemon")
         self.pending_segments: list[Path] = []
+        self.set_aside: list[Path] = []  # segments that cannot become Parquet (``_set_aside``)
         self.lost_at_stop = 0  # GPUs whose last windows could not even be closed at stop
         self.stats = Stats()
-        self._gpu_down: dict[int, float] = {}
+        self.down = DownGpus(cfg.poll_s)  # failing GPUs and when each is tried again
         self._next_retry = 0.0
+        self._next_wal_retry = 0.0  # monotonic: when a failing WAL append is tried again
         self._roll_epoch: int | None = None
         self.gpus: list[GpuInfo] = []
 
@@ -192,18 +201,23 @@ class Daemon:
         rows: list[Row] = []
         self.stats.polls += 1
         for info in self.gpus:
+            if not self.down.due(info.gpu_index, self.backend.now()):
+                continue
             c0 = time.thread_time()
             try:
                 # After an error the counter is read again at once, so the outage is one span.
-                got, read = self._poll_gpu(info, force_energy=info.gpu_index in self._gpu_down)
+                got, read = self._poll_gpu(info, force_energy=info.gpu_index in self.down)
             except GpuError as exc:
                 self._gpu_failed(info, exc)
                 continue
+            except Exception as exc:  # a bug, here or in a backend: the other GPUs go on
+                if info.gpu_index not in self.down:
+                    log.exception("GPU %d (%s): polling failed unexpectedly", info.gpu_index, info.uuid)
+                self._gpu_failed(info, GpuError(f"{type(exc).__name__}: {str(exc)[:200]}"))
+                continue
             dt = time.thread_time() - c0
-            if info.gpu_index in self._gpu_down:
-                down = self._gpu_down.pop(info.gpu_index)
-                log.warning("GPU %d (%s) answers again after %.0f s", info.gpu_index, info.uuid,
-                            self.backend.now() - down)
+            if info.gpu_index in self.down:
+                self.down.answered(info, self.backend.now())
             if got:
                 self.stats.closes += 1
                 self.stats.close_cpu_s += dt
@@ -248,27 +262,31 @@ class Daemon:
 
         return fn
 
-    def _gpu_failed(self, info: GpuInfo, exc: GpuError) -> None:
+    def _gpu_failed(self, info: GpuInfo, exc: Exception) -> None:
         self.stats.gpu_errors += 1
-        now = self.backend.now()
-        since = self._gpu_down.get(info.gpu_index)
-        if since is None:
-            self._gpu_down[info.gpu_index] = now
-            log.error("GPU %d (%s) failed: %s; retrying every poll, other GPUs go on",
-                      info.gpu_index, info.uuid, exc)
-        elif (now - since) // GPU_ERROR_RELOG_S != (now - since - self.cfg.poll_s) // GPU_ERROR_RELOG_S:
-            log.error("GPU %d (%s) still failing after %.0f s: %s", info.gpu_index, info.uuid,
-                      now - since, exc)
+        self.down.failed(info, exc, self.backend.now())
 
     # -- durability -------------------------------------------------------------------------------
     def record(self, rows: list[Row]) -> None:
-        """Append closed windows to the WAL (fsynced) and publish them."""
+        """Append closed windows to the WAL (fsynced) and publish them.
+
+        While appends fail, the held rows are written again at most every ``wal_retry_s`` (the
+        stop's last attempts clear ``_next_wal_retry``); in between new rows join them in memory.
+        Why: each attempt encodes every held row, so retrying at every poll cost CPU in
+        proportion to the outage (1.4 s a poll after 17 hours of a full disk on 8 GPUs, the
+        polls came late and the windows with them: review finding).
+        """
         if not rows and not self.writer.pending:
             return
+        now = time.monotonic()
         c0 = time.thread_time()
-        self.writer.append(rows)
-        self.pending_segments.extend(self.writer.take_retired())
-        self.stats.wal_appends += 1
+        if self.writer.pending and now < self._next_wal_retry:
+            self.writer.hold(rows)
+        else:
+            if not self.writer.append(rows):
+                self._next_wal_retry = now + self.cfg.wal_retry_s
+            self.pending_segments.extend(self.writer.take_retired())
+            self.stats.wal_appends += 1
         self.stats.wal_cpu_s += time.thread_time() - c0
         self.stats.rows += len(rows)
         self.stats.energy_j += sum(r["energy_j"] or 0.0 for r in rows)
@@ -292,9 +310,11 @@ class Daemon:
                                          len(self.pending_segments))
 
     def unpersisted(self) -> tuple[int, int]:
-        """(rows only in memory, WAL segments not yet in Parquet); a GPU whose last windows could
-        not be closed at stop counts as one row (their number is unknown)."""
-        return len(self.writer.pending) + self.lost_at_stop, len(self.pending_segments)
+        """(rows only in memory, WAL segments not yet in Parquet, set aside ones included); a GPU
+        whose last windows could not be closed at stop counts as one row (their number is
+        unknown)."""
+        return (len(self.writer.pending) + self.writer.carry_rows + self.lost_at_stop,
+                len(self.pending_segments) + len(self.set_aside))
 
     def health(self) -> Health:
         """What the exporter reports about the daemon itself."""
@@ -329,12 +349,44 @@ class Daemon:
                 self.sink.convert(seg)
                 self.stats.rolls += 1
                 self.stats.roll_cpu_s += time.thread_time() - c0
+            except FileNotFoundError as exc:
+                if exc.filename is None or Path(exc.filename) != seg:
+                    log.error("PARQUET WRITE FAILED for %s (%s): WAL segment kept, retry in %g s",
+                              seg, exc.strerror or exc, self.cfg.retry_s)
+                    return
+                # Removed by someone else (its folder deleted): retrying it would hold every
+                # later segment back until a restart.
+                log.error("WAL segment %s was removed before it reached Parquet; its rows are LOST "
+                          "unless it was rescued while open", seg)
             except OSError as exc:
                 log.error("PARQUET WRITE FAILED for %s (%s): WAL segment kept, retry in %g s",
                           seg, exc.strerror or exc, self.cfg.retry_s)
                 return
+            except Exception as exc:  # the segment's content, not the disk: no retry can succeed
+                if not self._set_aside(seg, exc):
+                    return
             self.pending_segments.pop(0)
         self._publish_wal_state()
+
+    def _set_aside(self, seg: Path, exc: Exception) -> bool:
+        """Rename a segment that cannot become Parquet to ``<name>.bad`` (kept for the admin, no
+        longer converted); False if even that fails (it stays first in the queue).
+
+        Why: such a segment failed at every roll and every start, so the daemon crashed out of
+        its poll loop and then at each restart, for good: no telemetry at all from one bad row
+        (a job id of the wrong type; review finding). It counts as unpersisted (exit code 1)."""
+        bad = seg.with_name(seg.name + BAD_SUFFIX)
+        try:
+            os.replace(seg, bad)
+            fsync_dir(seg.parent)
+        except OSError as err:
+            log.error("WAL segment %s cannot be converted to Parquet (%s) nor set aside (%s); retry "
+                      "in %g s", seg, str(exc)[:300], err.strerror or err, self.cfg.retry_s)
+            return False
+        self.set_aside.append(bad)
+        log.error("WAL segment %s cannot be converted to Parquet (%s: %s); set aside as %s with its "
+                  "rows, later segments go on", seg, type(exc).__name__, str(exc)[:300], bad.name)
+        return True
 
     # -- main loop --------------------------------------------------------------------------------
     def run(self) -> int:
@@ -378,6 +430,9 @@ class Daemon:
             if self.pending_segments:
                 log.error("shutdown: %d WAL segment(s) not yet in Parquet, kept in %s; converted on "
                           "next start", len(self.pending_segments), self.wal_dir)
+            if self.set_aside:
+                log.error("shutdown: %d WAL segment(s) could not be converted to Parquet and were set "
+                          "aside: %s", len(self.set_aside), ", ".join(str(p) for p in self.set_aside))
             log.info("stopped: %d window row(s), %.1f J", self.stats.rows, self.stats.energy_j)
             log.info("poll-loop CPU: %s", self.stats.summary())
         finally:
@@ -405,6 +460,7 @@ class Daemon:
         deadline = time.monotonic() + self.cfg.stop_retry_s
         while True:
             try:
+                self._next_wal_retry = 0.0  # now, not after wal_retry_s
                 self.record(rows)
             except Exception:  # not a full disk (no exception: retried below); rows stay pending
                 log.exception("shutdown: writing %d window row(s) to the WAL failed",

@@ -15,6 +15,7 @@ import datetime as dt
 import io
 import json
 import logging
+import math
 import os
 import struct
 from collections.abc import Callable
@@ -90,6 +91,59 @@ def rows_to_table(rows: list[dict[str, Any]]) -> pa.Table:
     return pa.Table.from_arrays(cols, schema=TELEMETRY_V1)
 
 
+def _fits(field: pa.Field, v: object) -> bool:
+    """Whether the JSON reader takes ``v`` for ``field`` (``_PARSE_SCHEMA``'s types)."""
+    t = field.type
+    if v is None:
+        return True
+    if pa.types.is_string(t):
+        if not isinstance(v, str):
+            return False
+        try:
+            v.encode("utf-8")
+        except UnicodeEncodeError:
+            return False
+        return True
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return False
+    if pa.types.is_integer(t):
+        bits = t.bit_width - 1
+        return isinstance(v, int) and -(2**bits) <= v < 2**bits
+    return math.isfinite(v)
+
+
+def _seconds(v: object) -> bool:
+    """Whether ``v`` is a time bound as the window builder writes it (finite epoch seconds)."""
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def fit_rows(rows: list[dict[str, Any]], where: str) -> list[dict[str, Any]]:
+    """``rows`` with every value Parquet refuses for its column made null (an integer where a
+    string belongs becomes its text), one ERROR per row naming columns and window; a row without
+    both time bounds is dropped (ERROR). Why: one such value made the whole segment fail at every
+    conversion (review finding); the WAL's own check (``wal.scrub``) only knows JSON's limits."""
+    out = []
+    for r in rows:
+        if not isinstance(r, dict) or not all(_seconds(r.get(k)) for k in _TS):
+            log.error("%s: a WAL row without valid time bounds dropped: %s", where, repr(r)[:200])
+            continue
+        fixed = dict(r)
+        bad = []
+        for f in _PARSE_SCHEMA:
+            v = fixed.get(f.name)
+            if f.name in _TS or _fits(f, v):
+                continue
+            bad.append(f"{f.name}={v!r}"[:80])
+            is_int = isinstance(v, int) and not isinstance(v, bool)
+            fixed[f.name] = str(v) if pa.types.is_string(f.type) and is_int else None
+        if bad:
+            log.error("%s: GPU %s window %s: value(s) Parquet refuses: %s (an integer kept as text, "
+                      "others null)", where, repr(r.get("gpu_index"))[:20], repr(r.get("ts_start"))[:30],
+                      ", ".join(bad))
+        out.append(fixed)
+    return out
+
+
 def _date(ts: float) -> str:
     return dt.datetime.fromtimestamp(ts, tz=dt.UTC).strftime("%Y-%m-%d")
 
@@ -110,16 +164,16 @@ class ParquetSink:
         """Write the segment's rows as Parquet, then delete the segment. Raises OSError on failure."""
         rows = wal.read_segment(segment_path)
         sid = wal.segment_id(segment_path)
-        groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
-        for r in rows:
-            groups.setdefault((_date(float(r["ts_start"])), str(r["host"])), []).append(r)
+        try:
+            tables = self._tables(rows)
+        except (pa.ArrowInvalid, TypeError, ValueError, KeyError, AttributeError):
+            tables = self._tables(fit_rows(rows, segment_path.name))
         written: list[Path] = []
-        for (date, host), grp in sorted(groups.items()):
-            grp.sort(key=lambda r: (r["gpu_index"], r["ts_start"]))
+        for (date, host), (n, table) in tables.items():
             path = self.target(date, host, sid)
-            self.writer(rows_to_table(grp), path)
+            self.writer(table, path)
             written.append(path)
-            self.rows_written += len(grp)
+            self.rows_written += n
         os.unlink(segment_path)
         try:
             fsync_dir(segment_path.parent)
@@ -133,6 +187,19 @@ class ParquetSink:
         log.info("rolled %s: %d row(s) -> %s", segment_path.name, len(rows),
                  ", ".join(str(p) for p in written) or "no rows")
         return written
+
+    @staticmethod
+    def _tables(rows: list[dict[str, Any]]) -> dict[tuple[str, str], tuple[int, pa.Table]]:
+        """One table per (date, host) of the rows, sorted by GPU and time: built before any file
+        is written, so a row Parquet refuses fails the conversion before it has written half."""
+        groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        for r in rows:
+            groups.setdefault((_date(float(r["ts_start"])), str(r["host"])), []).append(r)
+        out = {}
+        for key, grp in sorted(groups.items()):
+            grp.sort(key=lambda r: (r["gpu_index"] if isinstance(r["gpu_index"], int) else -1, r["ts_start"]))
+            out[key] = (len(grp), rows_to_table(grp))
+        return out
 
     def clean_stale_temps(self, host: str) -> int:
         """Remove temporary files a killed writer left in this host's partitions."""

@@ -189,6 +189,9 @@ class Splitter:
         out: list[Row] = []
         for row in rows:
             self.idle.observe(info.uuid, row.get("power_avg_w"))
+        # A set of jobs seen again after another in one window has a row per stretch; what was
+        # gathered for the set covers them all and weighs each of them.
+        taken: dict[str, _Activity] = {}
         for row in rows:
             key = row.get("job_id")
             if key is None or not _composite(key):
@@ -196,7 +199,7 @@ class Splitter:
                            shared_jobs=1 if key is not None else 0, share_basis=None, parent_gpu_uuid=None)
                 out.append(row)
                 continue
-            acc = self._acc.pop((info.gpu_index, key), _Activity())
+            acc = taken.get(key) or taken.setdefault(key, self._acc.pop((info.gpu_index, key), _Activity()))
             if key.startswith(MIG_PREFIX):
                 out += self._split_mig(info, row, key, acc)
             else:

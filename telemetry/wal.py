@@ -21,6 +21,11 @@ it, one NaN made the append raise and the daemon crash at stop with its last row
 (H200 run of 2026-11-30, issue 15). Rows stay in ``pending`` until their record is on disk, so
 whatever else fails in an append, the daemon still knows which rows it has not persisted.
 
+A segment removed while open (its folder deleted while the daemon runs) would keep taking
+appends under no name and vanish with its descriptor: the writer notices (``st_nlink`` 0 at the
+next append or roll), makes the folder again and writes the segment's records into a new
+segment first (``WalWriter._rescue``).
+
 Reading is defensive as well: ``read_segment`` skips a bad record and resynchronises on the
 next valid frame (magic + length + CRC) instead of giving up, so one damaged record never costs
 the records after it; a bad tail (nothing valid after it) is cut off.
@@ -44,7 +49,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from wattclass.fsutil import fsync_dir
+from wattclass.fsutil import fsync_dir, make_dirs
 
 log = logging.getLogger(__name__)
 
@@ -177,8 +182,13 @@ class WalWriter:
         self._failing = 0  # failed appends in a row
         self._last_error_log = 0.0
         self._retired: list[Path] = []
+        # Whole records of a segment removed while open, to be written first into the next one
+        # (``_rescue``); rows_in_segment counts their rows.
+        self._carry = b""
+        self.carry_rows = 0  # rows in ``_carry``: on disk nowhere until written
 
     def _open(self) -> None:
+        make_dirs(self.dir, 0o700)  # removed while the daemon runs: made again, appends go on
         sid = f"{time.time_ns():020d}-{os.getpid()}"
         self.path = self.dir / f"{PREFIX}{sid}{SUFFIX}"
         self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -195,19 +205,23 @@ class WalWriter:
         memory for the next call.
         """
         held, batch = len(self.pending), self.pending + rows
-        if not batch:
+        if not batch and not self._carry:
             return True
         self.pending = batch  # until the record is on disk, whatever fails below
         try:
-            frame = encode_records(batch)
+            frame = encode_records(batch) if batch else b""
         except (TypeError, ValueError):  # a NaN or an object in a row: null it, keep the row
             self.nonfinite_values += scrub(batch)
             frame = encode_records(batch)
         whole = False  # every byte of the frame written (only fsync may have failed)
+        carried = 0  # bytes of a removed segment written first (``_rescue``)
         try:
+            self._rescue()
             if self._fd is None:
                 self._open()
             assert self._fd is not None
+            carried = len(self._carry)
+            frame = self._carry + frame
             view = memoryview(frame)
             while view:  # a short write is not an error yet: write the rest (ENOSPC raises then)
                 n = os.write(self._fd, view)
@@ -222,15 +236,15 @@ class WalWriter:
             now = time.monotonic()
             if self._failing == 1 or now - self._last_error_log >= ERROR_RELOG_S:  # no log flood
                 self._last_error_log = now
-                log.error("WAL append to %s failed (%s): %d row(s) held in memory, retrying every "
-                          "poll (%d failed append(s) in a row)", self.path or self.dir,
+                log.error("WAL append to %s failed (%s): %d row(s) held in memory, retrying "
+                          "(%d failed append(s) in a row)", self.path or self.dir,
                           exc.strerror or exc, len(batch), self._failing)
             if not self._cut_back() and whole:
                 # The retired segment ends in this whole, valid record: its rows are there and
                 # are converted with it; kept pending too, they were written twice (review finding).
                 log.error("WAL %s: its last record (%d row(s)) is kept as written; not retried",
                           self.path or self._retired[-1], len(batch))
-                self.pending = []
+                self.pending, self._carry, self.carry_rows = [], b"", 0
             return False
         if self._failing:
             log.warning("WAL append to %s works again after %d failed append(s): %d held row(s) "
@@ -239,7 +253,40 @@ class WalWriter:
         self._size += len(frame)
         self.rows_in_segment += len(batch)
         self.pending = []
+        if carried:
+            log.warning("WAL: %d byte(s) of a removed segment written again to %s", carried, self.path)
+            self._carry, self.carry_rows = b"", 0
         return True
+
+    def _rescue(self) -> None:
+        """If the open segment was removed (its folder deleted while the daemon runs), keep what it
+        holds for the next segment: the rows in it would vanish with the descriptor, and its name
+        would stall the daemon's conversion queue (review finding). Read back through
+        ``/proc/self/fd`` (the file has no name left)."""
+        if self._fd is None or os.fstat(self._fd).st_nlink > 0:
+            return
+        try:
+            with open(f"/proc/self/fd/{self._fd}", "rb") as fh:
+                data = fh.read(self._size)
+        except OSError as exc:
+            log.error("WAL segment %s was removed while open and cannot be read back (%s): its %d "
+                      "row(s) are LOST", self.path, exc.strerror or exc, self.rows_in_segment)
+            data, rows = b"", 0
+        else:
+            log.error("WAL segment %s was removed while open (its folder deleted?): its %d row(s) go "
+                      "into a new segment", self.path, self.rows_in_segment)
+            rows = self.rows_in_segment
+        with contextlib.suppress(OSError):
+            os.close(self._fd)
+        self._fd, self.path = None, None
+        self._carry += data
+        self.carry_rows += rows
+        self._open()
+        self.rows_in_segment = self.carry_rows
+
+    def hold(self, rows: list[dict[str, Any]]) -> None:
+        """Keep ``rows`` in memory after the pending ones, for the next ``append`` (no write now)."""
+        self.pending = self.pending + rows
 
     def _cut_back(self) -> bool:
         """Remove a partly written record; if that fails, retire the segment so that nothing is
@@ -273,6 +320,9 @@ class WalWriter:
 
     def roll(self) -> Path | None:
         """Close the current segment (if any) and return its path; the next append starts a new one."""
+        if self._fd is not None and os.fstat(self._fd).st_nlink == 0:
+            self._rescue()  # removed while open: its records go into a new segment, rolled here
+            self.append([])
         path = self.path
         if self._fd is not None:
             os.close(self._fd)

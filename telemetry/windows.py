@@ -1,3 +1,4 @@
+# long: one per-GPU state machine (windows, segments, energy points, clock steps), invariants span it
 """Turn 1 s polls of one GPU into telemetry v1 window rows.
 
 Why intervals: each poll after the first closes the interval ``(t_prev, t]``; its readings are
@@ -26,7 +27,8 @@ daemon's composite keys of shared and MIG GPUs, whose per-job split needs the wi
 activity) always closes at an energy point. A backend that returns the counter on every poll
 makes every poll an energy point (exact per interval).
 
-* A job change inside a window gives one row per job (segment). GPM snapshots are taken at a
+* A job change inside a window gives one row per job stretch (segment; a job seen again after
+  another gets a second one, so a GPU's rows never overlap). GPM snapshots are taken at a
   window's first poll, at each job change and at its close: a segment ending at a change gets
   the span up to it, the window's last one the rest. A span under ``MIN_GPM_SPAN_S`` (a stop
   milliseconds after a GPM point) or without a snapshot at its start (a window begun inside a
@@ -40,6 +42,18 @@ makes every poll an energy point (exact per interval).
   ``max_gap_s`` restarts the baseline (its energy is unobserved, logged).
 * The counter going backwards is a wrap (near 2**64) or a driver reload (the interval's
   energy is unknown; counted as 0 and logged).
+* The wall clock stepped forward by more than ``split_gap_s`` against the monotonic one (NTP,
+  a suspend: ``GpuSample.mono_s``, where the backend has it) is a gap past ``max_gap_s``: the
+  windows end at the last poll before it and the time the clock skipped gets no rows (split by
+  time over it, the next poll's counter delta made windows of a running job that never ran, at
+  a 60th of its power for a 60 s step: review finding).
+* The wall clock stepped back by more than ``split_gap_s`` (NTP at boot, an admin's ``date``)
+  ends the GPU's windows at the last poll before the step (that poll's span settled by a
+  counter read at the first poll after it) and drops the polls until the clock passes that
+  poll again; the first one after restarts the baseline. Windows never overlap, and the energy
+  of the stretch the clock repeats is unobserved (logged): counted into the first window after
+  it, it made that window draw the whole stretch's energy (a 60 s step: 700 W rows from a GPU
+  at 100 W; review finding).
 
 Row bounds: a window that follows a closed one (or starts exactly on the grid) begins at the
 grid time ``kP``; the first window after start-up or an outage begins at its first poll; a job
@@ -143,7 +157,9 @@ class _GpuState:
     info: GpuInfo
     prev: GpuSample | None = None
     window: int | None = None
-    segments: dict[str | None, _Segment] = field(default_factory=dict)
+    # The open window's job segments in time order; a job seen again after another gets a new
+    # one (one per job made its row span the other job's time: review finding).
+    segments: list[_Segment] = field(default_factory=list)
     gpm_start: object | None = None
     gpm_ts: float = 0.0  # the poll that took gpm_start
     prev_job: Job = None
@@ -156,6 +172,8 @@ class _GpuState:
     pending: list[tuple[_Segment, float, float | None]] = field(default_factory=list)
     # Windows closed since the last energy point (energy_every_windows > 1), oldest first.
     held: list[_Closed] = field(default_factory=list)
+    # After the clock stepped back: polls up to this time are dropped (module docstring).
+    resume_after: float | None = None
 
 
 @dataclass
@@ -214,6 +232,8 @@ class WindowBuilder:
         that sees another job than the poll before (so each job's segment gets its own GPM,
         not the whole window's: a boundary segment must not borrow its neighbour's activity)."""
         st = self._state(info)
+        if self._held_back(st, sample):
+            return False
         if st.prev is None:
             return True
         if sample.ts <= st.prev.ts:
@@ -223,18 +243,21 @@ class WindowBuilder:
     def needs_energy(self, info: GpuInfo, sample: GpuSample, job: Job) -> bool:
         """Whether this poll must carry the energy counter (is an energy point).
 
-        True for the first poll, a poll after a gap, and a poll that closes a window when that
-        makes ``energy_every_windows`` closed windows since the last energy point (or the window
-        holds an ``exact_key`` job). A job change alone is not an energy point: the span's
-        energy is split by integrated power (module docstring). Ask with the cheap sample
-        (``energy_mj`` None) and the job seen at this poll, before reading the counter.
+        True for the first poll, a poll after a gap or a step back of the clock, and a poll that
+        closes a window when that makes ``energy_every_windows`` closed windows since the last
+        energy point (or the window holds an ``exact_key`` job). A job change alone is not an
+        energy point: the span's energy is split by integrated power (module docstring). Ask
+        with the cheap sample (``energy_mj`` None) and the job seen at this poll, before reading
+        the counter.
         """
         st = self._state(info)
         prev = st.prev
+        if self._held_back(st, sample):
+            return False
         if prev is None:
             return True
         if sample.ts <= prev.ts:
-            return False
+            return self._stepped_back(prev, sample)
         if sample.ts - prev.ts > self.split_gap:
             return True
         closes = self._win(sample.ts) - self._win(prev.ts)
@@ -243,7 +266,7 @@ class WindowBuilder:
         if len(st.held) + closes >= self.energy_every:
             return True
         ex = self.exact_key
-        return ex is not None and (ex(st.prev_job) or any(ex(seg.job) for seg in st.segments.values()))
+        return ex is not None and (ex(st.prev_job) or any(ex(seg.job) for seg in st.segments))
 
     # long: where a poll meets the window, job and energy-point state, whose invariants span it all
     def add(self, info: GpuInfo, sample: GpuSample, job: Job, gpm: object | None,
@@ -258,13 +281,18 @@ class WindowBuilder:
         prev = st.prev
         e = sample.energy_mj
         if prev is None:
+            if self._held_back(st, sample):
+                return []
+            st.resume_after = None
             st.prev = sample
             st.prev_job = job
             st.gpm_start, st.gpm_ts = gpm, sample.ts
             st.anchor_mj = e
             st.pending = []
             return []
-        if sample.ts <= prev.ts:  # the same reading again (replay between samples, clock step)
+        if self._stepped_back(prev, sample):
+            return self._step_back(info, st, sample, gpm_fn)
+        if sample.ts <= prev.ts:  # the same reading again (replay between samples, a small step)
             if e is not None and st.pending:  # ... with the counter: it settles the open span
                 self._settle(info, st, e, [])
             return self._release(st)
@@ -273,12 +301,14 @@ class WindowBuilder:
         rate = interval_power_w(prev, sample)
         st.prev = sample
         job_before, st.prev_job = st.prev_job, job
-        if b - a > self.max_gap:
+        jumped = self._stepped_forward(prev, sample)
+        if b - a > self.max_gap or jumped:
             # The polls before the gap get their measured share of the span (``_settle``); the
             # gap's energy is unobserved.
             gap_mj, known = self._settle(info, st, e, [b - a]) if point else ([0.0], False)
-            log.warning("GPU %d (%s): no poll for %.0f s; %s J in that gap not attributed",
-                        info.gpu_index, info.uuid, b - a, f"{gap_mj[0] / 1e3:.1f}" if known else "?")
+            what = "the clock stepped forward (or the node was suspended) by" if jumped else "no poll for"
+            log.warning("GPU %d (%s): %s %.0f s; %s J in that gap not attributed", info.gpu_index,
+                        info.uuid, what, b - a, f"{gap_mj[0] / 1e3:.1f}" if known else "?")
             if not point:  # no counter after the gap: the span before it stays unknown
                 for before, _, _ in st.pending:
                     before.energy_known = False
@@ -312,9 +342,10 @@ class WindowBuilder:
             # its ends saw a job: pieces after the first keep it only if both ends saw it.
             pjob = job_before if n == 0 or job == job_before else None
             key = pjob[0] if pjob else None
-            seg = st.segments.get(key)
-            if seg is None:
-                seg = st.segments[key] = _Segment(pjob, lo, hi)
+            seg = st.segments[-1] if st.segments else None
+            if seg is None or (seg.job[0] if seg.job else None) != key:
+                seg = _Segment(pjob, lo, hi)
+                st.segments.append(seg)
             seg.b_last = hi
             if shares is not None:
                 seg.energy_mj += shares[n]
@@ -333,13 +364,48 @@ class WindowBuilder:
             # here take the GPM between the last GPM point and this one (none if the window
             # began in a gap, where nothing was measured: not the next job's activity).
             ended = None
-            for seg in st.segments.values():
+            for seg in st.segments:
                 if seg.gpm is None:
                     ended = ended or self._gpm(st, st.gpm_start, gpm, gpm_fn, b - st.gpm_ts)
                     seg.gpm = ended
         if gpm is not None:
             st.gpm_start, st.gpm_ts = gpm, b
         return self._release(st)
+
+    def _stepped_forward(self, prev: GpuSample, sample: GpuSample) -> bool:
+        """Whether the wall clock ran ahead of the monotonic one between two polls by more than a
+        late poll's jitter: a step forward (NTP) or a suspend, time nothing ran in."""
+        if prev.mono_s is None or sample.mono_s is None:
+            return False
+        return (sample.ts - prev.ts) - (sample.mono_s - prev.mono_s) > self.split_gap
+
+    def _stepped_back(self, prev: GpuSample, sample: GpuSample) -> bool:
+        """Whether the clock stepped back between two polls (more than a late poll's jitter)."""
+        return prev.ts - sample.ts > self.split_gap
+
+    @staticmethod
+    def _held_back(st: _GpuState, sample: GpuSample) -> bool:
+        """Whether this poll falls in the stretch a step back of the clock repeats (dropped)."""
+        return st.prev is None and st.resume_after is not None and sample.ts <= st.resume_after
+
+    def _step_back(self, info: GpuInfo, st: _GpuState, sample: GpuSample, gpm_fn: GpmFn) -> list[Row]:
+        """The clock stepped back: settle the span up to the last poll with this poll's counter
+        reading (unknown without one), close the windows there and drop the polls until the
+        clock passes it again (module docstring).
+
+        The counter ran on between the last poll and this one, for a time the stepped clock
+        cannot tell: that stretch is settled as a gap of one poll interval (the polled
+        intervals get their integrated power, the stretch the rest), and its share dropped."""
+        assert st.prev is not None
+        last = st.prev.ts
+        if sample.energy_mj is not None and st.pending:
+            self._settle(info, st, sample.energy_mj, [self.poll])
+        log.warning("GPU %d (%s): the clock stepped back %.1f s; its windows end at the poll before, "
+                    "polls until the clock passes %.3f again are dropped and their energy is not "
+                    "attributed", info.gpu_index, info.uuid, last - sample.ts, last)
+        rows = self.flush(info, None, gpm_fn)
+        st.resume_after = last
+        return rows
 
     def _gpm(self, st: _GpuState, first: object | None, second: object, gpm_fn: GpmFn,
              span_s: float) -> GpmMetrics:
@@ -440,16 +506,16 @@ class WindowBuilder:
     def _close(self, st: _GpuState, gpm_end: object | None, gpm_fn: GpmFn) -> None:
         """Close the open window: its rows wait in ``st.held`` until its energy is settled."""
         if st.window is None or not st.segments:
-            st.segments = {}
+            st.segments = []
             st.window = None
             return
         gpm = GpmMetrics()
         if gpm_end is not None and st.prev is not None:  # the window's GPM span ends at its last poll
             gpm = self._gpm(st, st.gpm_start, gpm_end, gpm_fn, st.prev.ts - st.gpm_ts)
         w0 = st.window * self.period
-        st.held.append(_Closed(list(st.segments.values()), w0, w0 + self.period, st.window_whole,
+        st.held.append(_Closed(list(st.segments), w0, w0 + self.period, st.window_whole,
                                st.window_a, gpm))
-        st.segments = {}
+        st.segments = []
         st.window = None
         st.gpm_start = None
 

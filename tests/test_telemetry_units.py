@@ -347,6 +347,68 @@ def test_nvml_init_failure_is_one_clear_error() -> None:
         NvmlBackend(nvml_module=FakeNvml(init_fails=True))
 
 
+class LostAtStartNvml(FakeNvml):
+    """Three GPUs; GPU 1 fell off the bus before the backend opened (Xid 79): NVML answers
+    ``code`` for its handle."""
+
+    def __init__(self, code: int = 15) -> None:
+        super().__init__()
+        self.code = code
+
+    def nvmlDeviceGetCount(self) -> int:
+        return 3
+
+    def nvmlDeviceGetHandleByIndex(self, i: int) -> str:
+        if i == 1:
+            raise self.NVMLError(self.code)
+        return f"h{i}"
+
+    def nvmlDeviceGetUUID(self, h: str) -> str:
+        return f"GPU-fake-{h}"
+
+    def nvmlDeviceGetComputeRunningProcesses(self, h: str) -> list[Any]:
+        return []
+
+
+@pytest.mark.parametrize("code", [15, 10, 999])  # GPU_IS_LOST, TIMEOUT, UNKNOWN
+def test_a_gpu_lost_at_start_up_leaves_the_others_polled(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, code: int) -> None:
+    """Review finding: one GPU that did not answer while the backend opened made the whole
+    backend fail (GpuLostError from discovery), so the daemon, Prolog and Epilog of a node with
+    one dead GPU did nothing for the healthy ones (the daemon restarted every 5 s, forever). Now
+    that GPU is left out with an ERROR and the others keep their NVML indices."""
+    from wattclass.gpu.nvml import NvmlBackend
+    from wattclass.telemetry.daemon import Daemon, DaemonConfig
+
+    with caplog.at_level(logging.ERROR, logger="wattclass.gpu.nvml"):
+        b = NvmlBackend(nvml_module=LostAtStartNvml(code))
+    assert [(g.gpu_index, g.uuid) for g in b.gpus()] == [(0, "GPU-fake-h0"), (2, "GPU-fake-h2")]
+    assert any("GPU 1: left out" in r.getMessage() for r in caplog.records)
+    assert b.sample(2).power_w == 250.0 and b.energy_mj(2) == 123456
+    assert b.sample(2).mono_s is not None  # the window builder tells clock steps by it
+    for call in (b.sample, b.energy_mj, b.gpm_snapshot):
+        with pytest.raises(GpuLostError, match="GPU 1"):
+            call(1)  # type: ignore[operator]
+    d = Daemon(b, DaemonConfig(data_root=tmp_path / "d", host="n1"))
+    d.prepare()
+    try:
+        d.poll_once()
+        assert [g.gpu_index for g in d.gpus] == [0, 2] and d.stats.gpu_errors == 0
+        assert d.stats.energy_reads == 2  # both healthy GPUs polled (first poll: counter read)
+    finally:
+        d.shutdown()
+
+
+def test_a_gpu_refusing_discovery_for_another_reason_is_still_an_error() -> None:
+    """Only a lost GPU is left out: NO_PERMISSION at discovery (a misconfigured node) stays an
+    error, not a node that silently polls fewer GPUs."""
+    from wattclass.errors import GpuPermissionError
+    from wattclass.gpu.nvml import NvmlBackend
+
+    with pytest.raises(GpuPermissionError, match="NVML _discover"):
+        NvmlBackend(nvml_module=LostAtStartNvml(4))
+
+
 def test_metrics_latest_window_with_job_labels() -> None:
     col = LatestWindows()
     reg = CollectorRegistry()

@@ -247,7 +247,16 @@ def read_job_file(path: Path) -> JobAssignment | None:
 def jobs_on_gpu(spool: Path, gpu_uuid: str) -> list[JobAssignment]:
     """Every job that holds ``gpu_uuid``, ordered by job id: the per-job files plus a legacy
     per-GPU file. A bad file is skipped with a warning naming it (the others still count)."""
+    jobs, problems = _list_jobs(spool, gpu_uuid)
+    for msg in problems:
+        log.warning("%s", msg)
+    return jobs
+
+
+def _list_jobs(spool: Path, gpu_uuid: str) -> tuple[list[JobAssignment], list[str]]:
+    """``jobs_on_gpu`` without the log: the jobs, and why each bad file or folder was skipped."""
     found: dict[str, JobAssignment] = {}
+    problems: list[str] = []
     gdir = _gpu_dir(spool, gpu_uuid)
     try:
         refuse_untrusted_dir(gdir)  # owner root, no symlink, not writable by others
@@ -255,7 +264,7 @@ def jobs_on_gpu(spool: Path, gpu_uuid: str) -> list[JobAssignment]:
     except FileNotFoundError:
         names = []
     except (ConfigError, NotADirectoryError) as exc:
-        log.warning("ignoring job folder %s: %s", gdir, exc)
+        problems.append(f"ignoring job folder {gdir}: {exc}")
         names = []
     for name in names:
         if not name.endswith(".json") or name.startswith("."):
@@ -263,30 +272,41 @@ def jobs_on_gpu(spool: Path, gpu_uuid: str) -> list[JobAssignment]:
         try:
             job = read_job_file(gdir / name)
         except (DataError, ConfigError, OSError) as exc:
-            log.warning("ignoring job file: %s", exc)
+            problems.append(f"ignoring job file: {exc}")
             continue
         if job is not None:
             found.setdefault(job.job_id, job)
     try:
         legacy = read_job_file(legacy_path(spool, gpu_uuid))
     except (DataError, ConfigError, OSError) as exc:
-        log.warning("ignoring job file: %s", exc)
+        problems.append(f"ignoring job file: {exc}")
         legacy = None
     if legacy is not None:
         found.setdefault(legacy.job_id, legacy)
-    return [found[k] for k in sorted(found)]
+    return [found[k] for k in sorted(found)], problems
+
+
+#: A listing of a job folder whose mtime is less than this old (or in the future: the clock
+#: stepped back) is not cached (ns). Why: the kernel stamps changes from its coarse clock, one tick
+#: (1-10 ms) per value, so a change just after a listing, in the same tick (the Prolog's rename
+#: of the temp file the listing saw), leaves the mtime the listing was cached under (review
+#: finding: that job was never seen on the GPU). Costs a listing or two after each change; a
+#: bad file is still logged once (``JobMapReader.jobs``).
+RACY_MTIME_NS = 1_000_000_000
 
 
 class JobMapReader:
     """Cached reader of all jobs on each GPU: re-lists a GPU's folder only when its mtime or the
     legacy file's mtime changes (two ``stat`` calls per GPU per poll otherwise, on path strings
     built once per GPU: building them with pathlib every poll was most of the daemon's own
-    per-poll Python, issue 15)."""
+    per-poll Python, issue 15), or while the last change is too recent to tell
+    (``RACY_MTIME_NS``)."""
 
     def __init__(self, spool: Path = DEFAULT_SPOOL) -> None:
         self.spool = Path(spool)
         self._cache: dict[str, tuple[tuple[int, int], list[JobAssignment]]] = {}
         self._paths: dict[str, tuple[str, str]] = {}  # GPU uuid -> (its folder, legacy file)
+        self._problems: dict[str, set[str]] = {}  # GPU uuid -> what its last listing skipped
 
     @staticmethod
     def _mtime(path: str) -> int:
@@ -307,8 +327,16 @@ class JobMapReader:
         cached = self._cache.get(gpu_uuid)
         if cached is not None and cached[0] == key:
             return cached[1]
-        jobs = jobs_on_gpu(self.spool, gpu_uuid)
-        self._cache[gpu_uuid] = (key, jobs)
+        listed_ns = time.time_ns()
+        jobs, problems = _list_jobs(self.spool, gpu_uuid)
+        for msg in problems:  # once per problem, however often the folder is listed again
+            if msg not in self._problems.get(gpu_uuid, ()):
+                log.warning("%s", msg)
+        self._problems[gpu_uuid] = set(problems)
+        if max(key) < listed_ns - RACY_MTIME_NS:
+            self._cache[gpu_uuid] = (key, jobs)
+        else:  # a change in the listing's clock tick could keep this mtime: list again next time
+            self._cache.pop(gpu_uuid, None)
         return jobs
 
     def lookup(self, gpu_uuid: str) -> JobAssignment | None:

@@ -53,6 +53,10 @@ class GpuSample(NamedTuple):
     #: nvmlDeviceGetPowerUsage returns on Ampere and later): integrated over a 1 s poll interval
     #: it is that interval's energy to ~3 J (docs/benchmarks.md, "Energy split at job changes").
     power_avg_w: float | None = None
+    #: ``time.monotonic()`` when ``ts`` was read, where the backend reads the wall clock (None on
+    #: replay): a wall clock that ran ahead of it was stepped (NTP) or the node suspended, and the
+    #: window builder gives the skipped time no rows (telemetry.windows).
+    mono_s: float | None = None
 
 
 class GpmMetrics(NamedTuple):

@@ -23,7 +23,8 @@ as possible:
 
 All NVML errors go through one decorator (``nvml_errors``): nvmlInit failing becomes one
 ``GpuInitError``; GPU_IS_LOST / TIMEOUT / UNKNOWN become ``GpuLostError`` for that GPU only;
-NOT_SUPPORTED for a single field becomes ``None`` (``_opt``), never a crash.
+NOT_SUPPORTED for a single field becomes ``None`` (``_opt``), never a crash. A GPU already lost
+when the backend opens is left out (logged), so the other GPUs of the node still work.
 The daemon only reads; ``set_power_limit_w`` exists for the Prolog.
 """
 
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import math
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -53,6 +55,8 @@ from wattclass.gpu.base import (
 )
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+log = logging.getLogger(__name__)
 
 #: GPM metric ids (nvml.h NVML_GPM_METRIC_*) in GpmMetrics field order; the ones the H200
 #: probe that recorded wattclass/data/h200 confirmed.
@@ -151,8 +155,8 @@ class NvmlBackend(GpuBackend):
         except OSError as exc:
             raise GpuInitError(f"NVML cannot start: {exc}") from exc
         self._open = True
-        self._handles: list[Any] = []
-        self._infos: list[GpuInfo] = []
+        self._handles: dict[int, Any] = {}  # by NVML index; a GPU lost at start-up has none
+        self._infos: dict[int, GpuInfo] = {}
         self._field_ok: dict[int, bool] = {}
         self._gpm_ring: dict[Any, list[Any]] = {}
         self._gpm_next: dict[Any, int] = {}
@@ -167,35 +171,47 @@ class NvmlBackend(GpuBackend):
     # -- discovery -------------------------------------------------------------------------
     @nvml_errors
     def _discover(self) -> None:
+        """Open every GPU that answers. One that is lost (fallen off the bus, Xid 79: NVML says
+        GPU_IS_LOST, or TIMEOUT / UNKNOWN) is left out with an ERROR: it made the whole backend
+        fail, so a node with one dead GPU had no telemetry, Prolog or Epilog for the others
+        (review finding). Its index stays unused; the others keep theirs."""
+        for i in range(self._nv.nvmlDeviceGetCount()):
+            try:
+                self._discover_one(i)
+            except self._nv.NVMLError as exc:
+                if _code(exc) not in _LOST_CODES:
+                    raise
+                log.error("GPU %d: left out, it does not answer (%s); the other GPUs go on", i,
+                          translate(exc, f"GPU {i}"))
+
+    def _discover_one(self, i: int) -> None:
+        """Open GPU ``i``: its handle and static facts."""
         nv = self._nv
-        for i in range(nv.nvmlDeviceGetCount()):
-            h = nv.nvmlDeviceGetHandleByIndex(i)
-            self._handles.append(h)
-            mem = self._opt(nv.nvmlDeviceGetMemoryInfo, h)
-            cons = self._opt(nv.nvmlDeviceGetPowerManagementLimitConstraints, h)
-            default = self._opt(nv.nvmlDeviceGetPowerManagementDefaultLimit, h)
-            gpm = False
-            if hasattr(nv, "nvmlGpmQueryDeviceSupport"):
-                sup = self._opt(nv.nvmlGpmQueryDeviceSupport, h)
-                gpm = bool(sup is not None and sup.isSupportedDevice)
-            pci = self._opt(nv.nvmlDeviceGetPciInfo, h)
-            bus = getattr(pci, "busId", b"") if pci is not None else b""
-            clk = self._opt(nv.nvmlDeviceGetMaxClockInfo, h, nv.NVML_CLOCK_SM)
-            self._infos.append(
-                GpuInfo(
-                    gpu_index=i,
-                    uuid=_s(nv.nvmlDeviceGetUUID(h)),
-                    model=_s(nv.nvmlDeviceGetName(h)),
-                    pci_bus_id=_s(bus),
-                    fb_total_mib=mem.total / 2**20 if mem is not None else None,
-                    sm_clock_max_mhz=float(clk) if clk is not None else None,
-                    power_limit_default_w=default / 1e3 if default is not None else None,
-                    power_limit_min_w=cons[0] / 1e3 if cons is not None else None,
-                    power_limit_max_w=cons[1] / 1e3 if cons is not None else None,
-                    gpm_supported=gpm,
-                    minor_number=self._opt(nv.nvmlDeviceGetMinorNumber, h),
-                )
-            )
+        h = nv.nvmlDeviceGetHandleByIndex(i)
+        mem = self._opt(nv.nvmlDeviceGetMemoryInfo, h)
+        cons = self._opt(nv.nvmlDeviceGetPowerManagementLimitConstraints, h)
+        default = self._opt(nv.nvmlDeviceGetPowerManagementDefaultLimit, h)
+        gpm = False
+        if hasattr(nv, "nvmlGpmQueryDeviceSupport"):
+            sup = self._opt(nv.nvmlGpmQueryDeviceSupport, h)
+            gpm = bool(sup is not None and sup.isSupportedDevice)
+        pci = self._opt(nv.nvmlDeviceGetPciInfo, h)
+        bus = getattr(pci, "busId", b"") if pci is not None else b""
+        clk = self._opt(nv.nvmlDeviceGetMaxClockInfo, h, nv.NVML_CLOCK_SM)
+        info = GpuInfo(
+            gpu_index=i,
+            uuid=_s(nv.nvmlDeviceGetUUID(h)),
+            model=_s(nv.nvmlDeviceGetName(h)),
+            pci_bus_id=_s(bus),
+            fb_total_mib=mem.total / 2**20 if mem is not None else None,
+            sm_clock_max_mhz=float(clk) if clk is not None else None,
+            power_limit_default_w=default / 1e3 if default is not None else None,
+            power_limit_min_w=cons[0] / 1e3 if cons is not None else None,
+            power_limit_max_w=cons[1] / 1e3 if cons is not None else None,
+            gpm_supported=gpm,
+            minor_number=self._opt(nv.nvmlDeviceGetMinorNumber, h),
+        )
+        self._handles[i], self._infos[i] = h, info
 
     def _opt(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Call ``fn``; None where the GPU does not support it (NOT_SUPPORTED etc.)."""
@@ -207,7 +223,17 @@ class NvmlBackend(GpuBackend):
             raise
 
     def gpus(self) -> list[GpuInfo]:
-        return list(self._infos)
+        return list(self._infos.values())
+
+    def _handle(self, index: int) -> Any:
+        try:
+            return self._handles[index]
+        except KeyError:
+            raise GpuLostError(f"GPU {index}: not opened (lost at start-up, or no such GPU)") from None
+
+    def _info(self, index: int) -> GpuInfo:
+        self._handle(index)
+        return self._infos[index]
 
     # -- polling -------------------------------------------------------------------------------
     def _power(self, index: int, h: Any) -> tuple[float | None, float | None, float | None]:
@@ -242,17 +268,17 @@ class NvmlBackend(GpuBackend):
 
     @nvml_errors
     def energy_mj(self, index: int) -> int | None:
-        e = self._opt(self._nv.nvmlDeviceGetTotalEnergyConsumption, self._handles[index])
+        e = self._opt(self._nv.nvmlDeviceGetTotalEnergyConsumption, self._handle(index))
         return int(e) if e is not None else None
 
     @nvml_errors
     def sample(self, index: int) -> GpuSample:
         """The cheap fields; ``energy_mj`` is None here (read it with ``energy_mj``)."""
         nv = self._nv
-        h = self._handles[index]
+        h = self._handle(index)
         import time
 
-        ts = time.time()
+        ts, mono_s = time.time(), time.monotonic()
         power, limit, avg = self._power(index, h)
         util = self._opt(nv.nvmlDeviceGetUtilizationRates, h)
         sm = self._opt(nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_SM)
@@ -273,15 +299,16 @@ class NvmlBackend(GpuBackend):
             temp_c=float(temp) if temp is not None else None,
             fb_used_mib=mem.used / 2**20 if mem is not None else None,
             power_avg_w=avg,
+            mono_s=mono_s,
         )
 
     # -- GPM -------------------------------------------------------------------------------------
     @nvml_errors
     def gpm_snapshot(self, index: int) -> object | None:
-        if not self._infos[index].gpm_supported:
+        if not self._info(index).gpm_supported:
             return None
         buf = self._gpm_buffer(index)
-        self._nv.nvmlGpmSampleGet(self._handles[index], buf)
+        self._nv.nvmlGpmSampleGet(self._handle(index), buf)
         sample: object = buf
         return sample
 
@@ -299,10 +326,10 @@ class NvmlBackend(GpuBackend):
     @nvml_errors
     def gpm_mig_snapshot(self, index: int, gpu_instance_id: int) -> object | None:
         """A GPM sample of one MIG instance (``nvmlGpmMigSampleGet`` on the parent's handle)."""
-        if not self._infos[index].gpm_supported or not hasattr(self._nv, "nvmlGpmMigSampleGet"):
+        if not self._info(index).gpm_supported or not hasattr(self._nv, "nvmlGpmMigSampleGet"):
             return None
         buf = self._gpm_buffer((index, gpu_instance_id))
-        self._nv.nvmlGpmMigSampleGet(self._handles[index], gpu_instance_id, buf)
+        self._nv.nvmlGpmMigSampleGet(self._handle(index), gpu_instance_id, buf)
         sample: object = buf
         return sample
 
@@ -312,7 +339,7 @@ class NvmlBackend(GpuBackend):
         if index in self._mig:
             return list(self._mig[index])
         nv = self._nv
-        h = self._handles[index]
+        h = self._handle(index)
         out: list[MigInstance] = []
         mode = self._opt(nv.nvmlDeviceGetMigMode, h) if hasattr(nv, "nvmlDeviceGetMigMode") else None
         if mode is not None and int(mode[0]) == 1:  # (current, pending); 1 = NVML_DEVICE_MIG_ENABLE
@@ -328,7 +355,7 @@ class NvmlBackend(GpuBackend):
                 attrs = nv.nvmlDeviceGetAttributes(mh)
                 out.append(MigInstance(
                     uuid=_s(nv.nvmlDeviceGetUUID(mh)), parent_index=index,
-                    parent_uuid=self._infos[index].uuid,
+                    parent_uuid=self._info(index).uuid,
                     gpu_instance_id=int(nv.nvmlDeviceGetGpuInstanceId(mh)),
                     slices=int(attrs.gpuInstanceSliceCount), total_slices=total))
         self._mig[index] = out
@@ -353,7 +380,7 @@ class NvmlBackend(GpuBackend):
     # -- processes and limits ------------------------------------------------------------------
     @nvml_errors
     def processes(self, index: int) -> list[GpuProcess]:
-        procs = self._opt(self._nv.nvmlDeviceGetComputeRunningProcesses, self._handles[index])
+        procs = self._opt(self._nv.nvmlDeviceGetComputeRunningProcesses, self._handle(index))
         out = []
         for p in procs or []:
             used = getattr(p, "usedGpuMemory", None)
@@ -365,7 +392,7 @@ class NvmlBackend(GpuBackend):
         """Samples newer than ``since_us``: the v1 struct API where the driver has it, else the old
         call (decided once); NOT_FOUND means no new sample and is []."""
         nv = self._nv
-        h = self._handles[index]
+        h = self._handle(index)
         names = ("nvmlDeviceGetProcessesUtilizationInfo", "nvmlDeviceGetProcessUtilization")
         for name in names if self._putil_api is None else (self._putil_api,):
             fn = getattr(nv, name, None)
@@ -387,13 +414,13 @@ class NvmlBackend(GpuBackend):
 
     @nvml_errors
     def power_limit_w(self, index: int) -> float | None:
-        lim = self._opt(self._nv.nvmlDeviceGetPowerManagementLimit, self._handles[index])
+        lim = self._opt(self._nv.nvmlDeviceGetPowerManagementLimit, self._handle(index))
         return lim / 1e3 if lim is not None else None
 
     @nvml_errors
     def set_power_limit_w(self, index: int, watts: float) -> None:
         """Set the limit (root only). Used by the Prolog/Epilog, never by the telemetry daemon."""
-        self._nv.nvmlDeviceSetPowerManagementLimit(self._handles[index], round(watts * 1000))
+        self._nv.nvmlDeviceSetPowerManagementLimit(self._handle(index), round(watts * 1000))
 
     def close(self) -> None:
         if not getattr(self, "_open", False):
