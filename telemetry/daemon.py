@@ -13,7 +13,8 @@ runs (roll, lock release) and rows not in the WAL are reported LOST (ERROR, exit
 The WAL folder is locked (``wattclass.lockfile``) for the daemon's life: a second daemon on the
 same folder would convert and delete the first one's open segment, so it refuses to start.
 A GPU that errors is logged once (and again every few minutes while it stays down) and retried
-after 1, 2, 4... polls, at least every 10 s; the other GPUs go on.
+at the next poll, or after 1, 2, 4... polls (at least every 10 s) when its failed calls were slow
+(``gpudown``); the other GPUs go on.
 """
 
 from __future__ import annotations
@@ -201,19 +202,20 @@ class Daemon:
         rows: list[Row] = []
         self.stats.polls += 1
         for info in self.gpus:
-            if not self.down.due(info.gpu_index, self.backend.now()):
+            t0 = self.backend.now()
+            if not self.down.due(info.gpu_index, t0):
                 continue
             c0 = time.thread_time()
             try:
                 # After an error the counter is read again at once, so the outage is one span.
                 got, read = self._poll_gpu(info, force_energy=info.gpu_index in self.down)
             except GpuError as exc:
-                self._gpu_failed(info, exc)
+                self._gpu_failed(info, exc, t0)
                 continue
             except Exception as exc:  # a bug, here or in a backend: the other GPUs go on
                 if info.gpu_index not in self.down:
                     log.exception("GPU %d (%s): polling failed unexpectedly", info.gpu_index, info.uuid)
-                self._gpu_failed(info, GpuError(f"{type(exc).__name__}: {str(exc)[:200]}"))
+                self._gpu_failed(info, GpuError(f"{type(exc).__name__}: {str(exc)[:200]}"), t0)
                 continue
             dt = time.thread_time() - c0
             if info.gpu_index in self.down:
@@ -262,9 +264,12 @@ class Daemon:
 
         return fn
 
-    def _gpu_failed(self, info: GpuInfo, exc: Exception) -> None:
+    def _gpu_failed(self, info: GpuInfo, exc: Exception, t0: float) -> None:
+        """GPU ``info``'s poll begun at ``t0`` (backend clock) failed: how long it took decides
+        when it is tried again (``DownGpus.failed``)."""
         self.stats.gpu_errors += 1
-        self.down.failed(info, exc, self.backend.now())
+        now = self.backend.now()
+        self.down.failed(info, exc, now, took_s=now - t0)
 
     # -- durability -------------------------------------------------------------------------------
     def record(self, rows: list[Row]) -> None:

@@ -2,9 +2,12 @@
 
 Why a retry schedule, not every poll: a GPU off the bus can make each NVML call wait for the
 driver's timeout (seconds), and trying it at every poll delayed every other GPU's poll by that
-much for the whole outage (review finding). A failing GPU is tried after 1, 2, 4... polls, at
-least every ``RETRY_MAX_S``; it is logged when it fails, every ``RELOG_S`` while it stays down,
-and when it answers again.
+much for the whole outage (review finding). A GPU whose failure took that long is tried after 1,
+2, 4... polls, at least every ``RETRY_MAX_S``. A failure that came at once (``QUICK_FAILURE_S``)
+costs the others nothing and is tried again at the next poll, so the GPU's windows resume at the
+first poll it answers (a replayed GPU before its first recorded sample fails this way, and the
+recordings the model is trained from must replay to the same windows). A failing GPU is logged
+when it fails, every ``RELOG_S`` while it stays down, and when it answers again.
 """
 
 from __future__ import annotations
@@ -18,6 +21,9 @@ log = logging.getLogger("wattclass.telemetry.daemon")
 RELOG_S = 300.0
 #: A failing GPU is tried again at least this often (s); more often at first.
 RETRY_MAX_S = 10.0
+#: A failed poll of a GPU that took less than this (s, on the backend's clock) is tried again at
+#: the next poll: the other GPUs did not wait for it.
+QUICK_FAILURE_S = 0.1
 
 
 class DownGpus:
@@ -38,16 +44,21 @@ class DownGpus:
         # a next try further ahead than the longest wait: the clock stepped back, try now
         return retry is None or now >= retry[0] or now < retry[0] - RETRY_MAX_S
 
-    def failed(self, info: GpuInfo, exc: Exception, now: float) -> None:
+    def failed(self, info: GpuInfo, exc: Exception, now: float, took_s: float = 0.0) -> None:
+        """GPU ``info``'s poll failed with ``exc`` at ``now`` after ``took_s`` seconds."""
         i = info.gpu_index
         _, fails = self._retry.get(i, (0.0, 0))
-        wait_s = min(self.poll_s * 2 ** min(fails, 20), RETRY_MAX_S)
-        self._retry[i] = (now + wait_s - self.poll_s / 2, fails + 1)  # half a poll early: that poll
+        if took_s < QUICK_FAILURE_S:
+            self._retry[i] = (now, fails)  # due at the next poll; only slow failures back off
+        else:
+            wait_s = min(self.poll_s * 2 ** min(fails, 20), RETRY_MAX_S)
+            self._retry[i] = (now + wait_s - self.poll_s / 2, fails + 1)  # half a poll early: that poll
         since = self.since.get(i)
         if since is None:
             self.since[i] = self._logged[i] = now
-            log.error("GPU %d (%s) failed: %s; retrying after 1, 2, 4... polls (at least every %g s), "
-                      "other GPUs go on", i, info.uuid, exc, RETRY_MAX_S)
+            when = ("at every poll while it fails at once" if took_s < QUICK_FAILURE_S else
+                    f"after 1, 2, 4... polls (at least every {RETRY_MAX_S:g} s) while it fails slowly")
+            log.error("GPU %d (%s) failed: %s; retrying %s, other GPUs go on", i, info.uuid, exc, when)
         elif now - self._logged.get(i, since) >= RELOG_S:
             self._logged[i] = now
             log.error("GPU %d (%s) still failing after %.0f s: %s", i, info.uuid, now - since, exc)

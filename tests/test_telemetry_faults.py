@@ -782,6 +782,33 @@ def test_a_gpu_that_times_out_does_not_slow_the_others_polls(tmp_path: Path) -> 
     assert (gpu0_end - max(r["ts_end"] for r in rows if r["gpu_index"] == 1)).total_seconds() < 0.1
 
 
+class RefusingGpu1(SteppedClockGpus):
+    """GPU 1 refuses every call at once (NVML answers GPU_IS_LOST without waiting) from poll 10
+    to poll 40."""
+
+    def sample(self, index: int) -> GpuSample:
+        if index == 1 and 10 <= self.polls < 40:
+            raise GpuLostError("GPU 1 sample: NVML error 15: GPU is lost")
+        return super().sample(index)
+
+
+def test_a_gpu_whose_failures_come_at_once_is_tried_at_every_poll(tmp_path: Path) -> None:
+    """A failure that costs the other GPUs no wait is no reason to skip polls: the GPU is tried
+    at each one, so its windows resume at the first poll it answers (not up to 10 s later), and
+    a replayed GPU before its first recorded sample replays to the same windows as before the
+    back-off (the shipped model is rebuilt from such replays byte for byte)."""
+    FileStateBackend.create(tmp_path / "g.json", n=2)
+    gpus = RefusingGpu1(tmp_path / "g.json").configure({}, 80)
+    d = Daemon(gpus, DaemonConfig(data_root=tmp_path / "d", host="n1", energy_every_windows=1))
+    assert d.run() == 0
+    assert d.stats.gpu_errors == 30  # polls 10..39, each tried
+    files = sorted((tmp_path / "d" / "telemetry").rglob("*.parquet"))
+    rows = [r for f in files for r in pq.read_table(f).to_pylist() if r["gpu_index"] == 1]
+    back = min(r["ts_start"] for r in rows if r["ts_start"].timestamp() > START_S + 20)
+    # the first poll it answers is poll 40, at about START_S + 40 s; its window starts there
+    assert back.timestamp() - START_S < 41.5
+
+
 def test_a_rescued_segment_that_cannot_be_written_yet_is_held_and_counted(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The records of a removed segment wait in memory while the disk is full, are counted as not
