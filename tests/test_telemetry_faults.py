@@ -92,6 +92,23 @@ def _run(tmp_path: Path, steps: dict[int, float], stop_after: int = 120, every: 
     return d, rc, rows
 
 
+def _parquet_rows(data_root: Path) -> list[dict[str, Any]]:
+    """Every row the daemon wrote under ``data_root`` (times as datetimes)."""
+    files = sorted((data_root / "telemetry").rglob("*.parquet"))
+    return [r for f in files for r in pq.read_table(f).to_pylist()]
+
+
+def _run_faulty(cls: type[SteppedClockGpus], tmp_path: Path, polls: int
+                ) -> tuple[SteppedClockGpus, Daemon, list[dict[str, Any]]]:
+    """Two file-state GPUs of ``cls`` polled ``polls`` times, the counter read at every window
+    close: the GPUs, the daemon (it exited 0) and its rows."""
+    FileStateBackend.create(tmp_path / "g.json", n=2)
+    gpus = cls(tmp_path / "g.json").configure({}, polls)
+    d = Daemon(gpus, DaemonConfig(data_root=tmp_path / "d", host="n1", energy_every_windows=1))
+    assert d.run() == 0
+    return gpus, d, _parquet_rows(tmp_path / "d")
+
+
 def _assert_no_overlap(rows: list[dict[str, Any]]) -> None:
     for gpu in {r["gpu_index"] for r in rows}:
         mine = sorted((r for r in rows if r["gpu_index"] == gpu), key=lambda r: r["ts_start"])
@@ -707,12 +724,7 @@ def test_an_unexpected_error_of_one_gpu_leaves_the_others_polling(tmp_path: Path
     """Review finding: only GpuError was caught per GPU; anything else one GPU's poll raised
     left the poll loop: the daemon stopped for every GPU, and the rows the GPUs before it had
     closed in that poll never reached the WAL. Now it is that GPU's failure, like a lost GPU."""
-    FileStateBackend.create(tmp_path / "g.json", n=2)
-    gpus = BuggyGpu1(tmp_path / "g.json").configure({}, 80)
-    d = Daemon(gpus, DaemonConfig(data_root=tmp_path / "d", host="n1", energy_every_windows=1))
-    assert d.run() == 0
-    files = sorted((tmp_path / "d" / "telemetry").rglob("*.parquet"))
-    rows = [r for f in files for r in pq.read_table(f).to_pylist()]
+    _, d, rows = _run_faulty(BuggyGpu1, tmp_path, 80)
     gpu0 = sorted((r["ts_start"], r["ts_end"]) for r in rows if r["gpu_index"] == 0)
     assert all(a[1] == b[0] for a, b in itertools.pairwise(gpu0))
     assert (gpu0[-1][1] - gpu0[0][0]).total_seconds() > 70
@@ -769,12 +781,7 @@ def test_a_gpu_that_times_out_does_not_slow_the_others_polls(tmp_path: Path) -> 
     driver's timeout, every other GPU's poll came that much late for the whole outage (a 1 s poll
     every 4 s: windows of 3 polls, gaps). Now it is tried after 1, 2, 4... polls, at least every
     10 s, and comes back within that."""
-    FileStateBackend.create(tmp_path / "g.json", n=2)
-    gpus = HungGpu1(tmp_path / "g.json").configure({}, 160)
-    d = Daemon(gpus, DaemonConfig(data_root=tmp_path / "d", host="n1", energy_every_windows=1))
-    assert d.run() == 0
-    files = sorted((tmp_path / "d" / "telemetry").rglob("*.parquet"))
-    rows = [r for f in files for r in pq.read_table(f).to_pylist()]
+    gpus, d, rows = _run_faulty(HungGpu1, tmp_path, 160)
     # 160 polls of GPU 0 took 160 s and a few timeouts, not 160 s and 90 of them (430 s)
     assert gpus.real_s - START_S < 160 + 20 * 3.0
     assert d.stats.gpu_errors <= 20  # tries during a 90-poll outage
@@ -797,13 +804,9 @@ def test_a_gpu_whose_failures_come_at_once_is_tried_at_every_poll(tmp_path: Path
     at each one, so its windows resume at the first poll it answers (not up to 10 s later), and
     a replayed GPU before its first recorded sample replays to the same windows as before the
     back-off (the shipped model is rebuilt from such replays byte for byte)."""
-    FileStateBackend.create(tmp_path / "g.json", n=2)
-    gpus = RefusingGpu1(tmp_path / "g.json").configure({}, 80)
-    d = Daemon(gpus, DaemonConfig(data_root=tmp_path / "d", host="n1", energy_every_windows=1))
-    assert d.run() == 0
+    _, d, rows = _run_faulty(RefusingGpu1, tmp_path, 80)
     assert d.stats.gpu_errors == 30  # polls 10..39, each tried
-    files = sorted((tmp_path / "d" / "telemetry").rglob("*.parquet"))
-    rows = [r for f in files for r in pq.read_table(f).to_pylist() if r["gpu_index"] == 1]
+    rows = [r for r in rows if r["gpu_index"] == 1]
     back = min(r["ts_start"] for r in rows if r["ts_start"].timestamp() > START_S + 20)
     # the first poll it answers is poll 40, at about START_S + 40 s; its window starts there
     assert back.timestamp() - START_S < 41.5
