@@ -17,6 +17,7 @@ at a random poll. Whatever the seed:
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 import threading
@@ -194,6 +195,16 @@ def _gpm(gpus: ChaosGpus, info: GpuInfo, point: bool) -> object | None:
         return None
 
 
+def _assert_rows_do_not_overlap(rows: list[dict[str, Any]]) -> None:
+    """One GPU's rows cover disjoint time: a row spanning another's time (a job seen again in
+    one window, 9b0007b) counts that time twice and halves its own mean power."""
+    for gpu in {r["gpu_index"] for r in rows}:
+        mine = sorted((r for r in rows if r["gpu_index"] == gpu), key=lambda r: (r["ts_start"], r["ts_end"]))
+        for a, b in itertools.pairwise(mine):
+            assert a["ts_end"] <= b["ts_start"] + 1e-9, (gpu, a["ts_start"], a["ts_end"], a["job_id"],
+                                                         b["ts_start"], b["ts_end"], b["job_id"])
+
+
 def _seeds(n: int) -> list[tuple[int, int]]:
     return [(seed, (1, 2, 3)[seed % 3]) for seed in range(n)]
 
@@ -238,6 +249,7 @@ def test_builder_rows_are_finite_and_telescope(seed: int, every: int) -> None:
         rows += b.flush(info, _gpm(gpus, info, True), lambda a, c, i=i: gpus.gpm_metrics(i, a, c))
     _assert_finite_rows(rows)
     _assert_telescopes(gpus, rows)
+    _assert_rows_do_not_overlap(rows)
 
 
 @pytest.mark.parametrize(("seed", "every"), _seeds(30))
