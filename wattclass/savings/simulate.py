@@ -36,7 +36,7 @@ import pandas as pd
 
 from wattclass.caps import cap_watts
 from wattclass.classifier import rowsql, rules
-from wattclass.classifier.reader import partition_dates, telemetry_root
+from wattclass.classifier.reader import partition_dates, telemetry_files, telemetry_root
 from wattclass.errors import DataError
 from wattclass.fsutil import require_trusted_files
 from wattclass.logsafe import clip
@@ -68,12 +68,9 @@ def telemetry_paths(data_root: Path, date_from: str | None, date_to: str | None)
     root = telemetry_root(Path(data_root))
     if not root.is_dir():
         raise DataError(f"{data_root}: no telemetry folder")
-    out: list[Path] = []
-    for day in partition_dates(root):  # not a date=...bak copy: the nightly never reads one
-        if (date_from and day < date_from) or (date_to and day > date_to):
-            continue
-        out.extend(f for f in sorted((root / f"date={day}").rglob("*.parquet")) if not f.name.startswith("."))
-    return out
+    days = [d for d in partition_dates(root)  # not a date=...bak copy: the nightly never reads one
+            if not (date_from and d < date_from) and not (date_to and d > date_to)]
+    return telemetry_files([root / f"date={d}" for d in days])  # the nightly's listing of a day
 
 
 def _sql(present: set[str], union: bool, dedup: bool = False) -> str:
