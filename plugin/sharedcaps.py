@@ -17,7 +17,6 @@ decision allows; ``previous_w`` is restored when the last job leaves. Version 1 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import logging
 import math
@@ -31,6 +30,7 @@ from wattclass.errors import ConfigError, DataError, GpuError, WattclassError
 from wattclass.fsutil import atomic_write_text, ensure_trusted_dir
 from wattclass.gpu.base import GpuBackend, GpuInfo
 from wattclass.jobmap import jobs_on_gpu, remove_job_files
+from wattclass.lockfile import held_flock
 
 log = logging.getLogger("wattclass.plugin.prolog")
 
@@ -135,12 +135,8 @@ def gpu_lock(record_path: Path) -> Iterator[None]:
     ``<record>.lock`` next to it (the record itself is replaced atomically, so it cannot hold one)."""
     path = Path(record_path).with_suffix(".lock")
     path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with held_flock(path, os.O_RDWR | os.O_CREAT):
         yield
-    finally:
-        os.close(fd)
 
 
 def write_record(path: Path, previous_w: float, jobs: Mapping[str, float | None], set_w: float) -> None:

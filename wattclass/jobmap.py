@@ -26,7 +26,6 @@ only written in the per-job layout.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import logging
 import os
@@ -38,6 +37,7 @@ from typing import NamedTuple
 
 from wattclass.errors import ConfigError, DataError
 from wattclass.fsutil import atomic_write_text, make_dirs, read_trusted_bytes, refuse_untrusted_dir
+from wattclass.lockfile import held_flock
 
 DEFAULT_SPOOL = Path("/run/wattclass/jobs")
 FORMAT_VERSION = 1
@@ -372,12 +372,8 @@ def _hpc_lock(directory: Path) -> Iterator[None]:
     written back after its Epilog removed it, then named on that GPU until the file emptied).
     The folder itself is locked (flock on its descriptor): no lock file among dcgm-exporter's."""
     make_dirs(Path(directory), 0o755)
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with held_flock(Path(directory), os.O_RDONLY | os.O_DIRECTORY):
         yield
-    finally:
-        os.close(fd)
 
 
 def write_hpc_job_file(directory: Path, gpu_index: int, job_id: str) -> Path:

@@ -18,6 +18,7 @@ import json
 import os
 import socket
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 
@@ -26,6 +27,20 @@ from wattclass.errors import LockBusyError
 LOCK_NAME = "wattclass.lock"
 #: How often a waiting process retries a held lock.
 POLL_S = 0.2
+
+
+@contextlib.contextmanager
+def held_flock(path: Path, flags: int, mode: int = 0o600) -> Iterator[None]:
+    """Hold ``flock(LOCK_EX)`` on ``path`` for the block, waiting until it is free: the short
+    exclusive sections of hooks that run at once (``os.open`` ``flags``, always with O_NOFOLLOW:
+    a link planted at the path is refused, never followed). The lock goes with the descriptor."""
+    fd = os.open(path, flags | os.O_NOFOLLOW, mode)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
 
 
 def describe_holder(path: Path) -> str:
