@@ -354,19 +354,16 @@ class Daemon:
                 self.sink.convert(seg)
                 self.stats.rolls += 1
                 self.stats.roll_cpu_s += time.thread_time() - c0
-            except FileNotFoundError as exc:
-                if exc.filename is None or Path(exc.filename) != seg:
+            except OSError as exc:
+                if not (isinstance(exc, FileNotFoundError) and exc.filename is not None
+                        and Path(exc.filename) == seg):
                     log.error("PARQUET WRITE FAILED for %s (%s): WAL segment kept, retry in %g s",
                               seg, exc.strerror or exc, self.cfg.retry_s)
                     return
-                # Removed by someone else (its folder deleted): retrying it would hold every
-                # later segment back until a restart.
+                # The segment itself was removed by someone else (its folder deleted): retrying it
+                # would hold every later segment back until a restart.
                 log.error("WAL segment %s was removed before it reached Parquet; its rows are LOST "
                           "unless it was rescued while open", seg)
-            except OSError as exc:
-                log.error("PARQUET WRITE FAILED for %s (%s): WAL segment kept, retry in %g s",
-                          seg, exc.strerror or exc, self.cfg.retry_s)
-                return
             except Exception as exc:  # the segment's content, not the disk: no retry can succeed
                 if not self._set_aside(seg, exc):
                     return

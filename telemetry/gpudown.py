@@ -48,7 +48,8 @@ class DownGpus:
         """GPU ``info``'s poll failed with ``exc`` at ``now`` after ``took_s`` seconds."""
         i = info.gpu_index
         _, fails = self._retry.get(i, (0.0, 0))
-        if took_s < QUICK_FAILURE_S:
+        quick = took_s < QUICK_FAILURE_S
+        if quick:
             self._retry[i] = (now, fails)  # due at the next poll; only slow failures back off
         else:
             wait_s = min(self.poll_s * 2 ** min(fails, 20), RETRY_MAX_S)
@@ -56,7 +57,7 @@ class DownGpus:
         since = self.since.get(i)
         if since is None:
             self.since[i] = self._logged[i] = now
-            when = ("at every poll while it fails at once" if took_s < QUICK_FAILURE_S else
+            when = ("at every poll while it fails at once" if quick else
                     f"after 1, 2, 4... polls (at least every {RETRY_MAX_S:g} s) while it fails slowly")
             log.error("GPU %d (%s) failed: %s; retrying %s, other GPUs go on", i, info.uuid, exc, when)
         elif now - self._logged.get(i, since) >= RELOG_S:

@@ -258,13 +258,13 @@ class WalWriter:
             self._carry, self.carry_rows = b"", 0
         return True
 
-    def _rescue(self) -> None:
+    def _rescue(self) -> bool:
         """If the open segment was removed (its folder deleted while the daemon runs), keep what it
         holds for the next segment: the rows in it would vanish with the descriptor, and its name
         would stall the daemon's conversion queue (review finding). Read back through
-        ``/proc/self/fd`` (the file has no name left)."""
+        ``/proc/self/fd`` (the file has no name left). Whether it was removed."""
         if self._fd is None or os.fstat(self._fd).st_nlink > 0:
-            return
+            return False
         try:
             with open(f"/proc/self/fd/{self._fd}", "rb") as fh:
                 data = fh.read(self._size)
@@ -283,6 +283,7 @@ class WalWriter:
         self.carry_rows += rows
         self._open()
         self.rows_in_segment = self.carry_rows
+        return True
 
     def hold(self, rows: list[dict[str, Any]]) -> None:
         """Keep ``rows`` in memory after the pending ones, for the next ``append`` (no write now)."""
@@ -320,8 +321,7 @@ class WalWriter:
 
     def roll(self) -> Path | None:
         """Close the current segment (if any) and return its path; the next append starts a new one."""
-        if self._fd is not None and os.fstat(self._fd).st_nlink == 0:
-            self._rescue()  # removed while open: its records go into a new segment, rolled here
+        if self._rescue():  # removed while open: its records go into a new segment, rolled here
             self.append([])
         path = self.path
         if self._fd is not None:
