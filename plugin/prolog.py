@@ -327,13 +327,9 @@ def prolog(
     comment = _decision(job.job_id, admin_comment(job.job_id))
     if comment is not None and comment.cap is not None and job_gpus is not None:
         more = _gpus_beyond_env(backend, job, gpu_map, job_gpus, targets, unresolved)
-        if more and not dry_run:
-            for held, _ in more:
-                write_job_file(jobs_dir, held, JobAssignment(job.display_id, job.user, job.uid,
-                                                             account=job.account))
-            if hpc_job_dir is not None:
-                known = {g.uuid for g in gpus}
-                _write_hpc_job_files(hpc_job_dir, [g for g in _physical(more) if g.uuid not in known], job)
+        if more and not dry_run and hpc_job_dir is not None:  # their job files: with the label, below
+            known = {g.uuid for g in gpus}
+            _write_hpc_job_files(hpc_job_dir, [g for g in _physical(more) if g.uuid not in known], job)
         targets += more
         gpus = _physical(targets)
     if comment is not None and not dry_run:  # the label, for the exporter's wattclass_job_label_info
