@@ -199,7 +199,9 @@ class Splitter:
                            shared_jobs=1 if key is not None else 0, share_basis=None, parent_gpu_uuid=None)
                 out.append(row)
                 continue
-            acc = taken.get(key) or taken.setdefault(key, self._acc.pop((info.gpu_index, key), _Activity()))
+            if key not in taken:
+                taken[key] = self._acc.pop((info.gpu_index, key), _Activity())
+            acc = taken[key]
             if key.startswith(MIG_PREFIX):
                 out += self._split_mig(info, row, key, acc)
             else:
