@@ -3,6 +3,7 @@ the reference that states the assumptions), on the real H200 windows, and reads 
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pandas as pd
@@ -249,3 +250,76 @@ def test_an_unreadable_file_is_skipped_and_named_not_a_traceback(tmp_path: Path,
     (folder / "00.parquet").unlink()
     with pytest.raises(DataError, match=r"no readable telemetry file .*01\.parquet"):
         report_data.load(files=sorted(folder.glob("*.parquet")))
+
+
+def _fleet_files(root: Path, windows: pd.DataFrame, hosts: int, spread: pd.Timedelta) -> list[Path]:
+    """``hosts`` copies of the windows as one day's files (date=2026-11-29/host=H), each window
+    moved later by its row number x ``spread`` (the span the day's data covers)."""
+    w = windows.copy()
+    step = pd.to_timedelta(range(len(w)), unit="s") * spread.total_seconds()
+    base = pd.Timestamp("2026-11-29 00:10", tz="UTC") - w["ts_start"].min()
+    w["ts_start"] = w["ts_start"] + base + step
+    w["ts_end"] = w["ts_end"] + base + step
+    files = []
+    for c in _fleet(w, hosts).groupby("host"):
+        folder = root / "telemetry" / "date=2026-11-29" / f"host={c[0]}"
+        folder.mkdir(parents=True)
+        c[1].to_parquet(folder / "00.parquet")
+        files.append(folder / "00.parquet")
+    return files
+
+
+def _count_window_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The fleet-binning passes over the windows (each builds a bin expression)."""
+    calls: list[str] = []
+    real = report_data._bin_sql
+
+    def spy(width_s: float) -> str:
+        calls.append(str(width_s))
+        return real(width_s)
+
+    monkeypatch.setattr(report_data, "_bin_sql", spy)
+    return calls
+
+
+def test_the_fleet_view_over_a_days_files_comes_from_the_one_scan(
+        tmp_path: Path, windows: pd.DataFrame, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Issue 15: the fleet view read every window a second time (a third of a month's report).
+    # Now the main scan bins windows by the width the files' days allow (a day: 5 min), on the
+    # UTC clock, and the fleet view adds up those bins.
+    files = _fleet_files(tmp_path, windows, 20, pd.Timedelta(minutes=15))  # 77 windows over 19 h
+    passes = _count_window_reads(monkeypatch)
+    agg = report_data.load(files=files, max_gpus=16)
+    assert len(passes) == 1 and agg.fleet_bin_s == 300.0
+    assert agg.fleet_t0.timestamp() % 300 == 0
+    assert agg.fleet_t0 <= agg.t0 < agg.fleet_t0 + pd.Timedelta(minutes=5)
+    per_label = agg.fleet.groupby("label")["energy_j"].sum() / 3.6e6
+    pd.testing.assert_series_equal(per_label.sort_index(), agg.by_label["energy_kwh"].sort_index(),
+                                   check_names=False, rtol=1e-9)
+    assert 200 < agg.fleet["bin"].max() <= report_data.FLEET_BINS
+    # each window in the bin of its midpoint
+    w = pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
+    mid = w["ts_start"] + (w["ts_end"] - w["ts_start"]) / 2
+    want = w.groupby(((mid - agg.fleet_t0) // pd.Timedelta(seconds=300)).to_numpy())["energy_j"].sum()
+    got = agg.fleet.groupby("bin")["energy_j"].sum()
+    pd.testing.assert_series_equal(got, want.rename_axis("bin"), check_names=False, check_index_type=False)
+
+
+def test_a_fleet_covering_an_hour_of_its_day_is_binned_finer_in_a_second_pass(
+        tmp_path: Path, windows: pd.DataFrame, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The day's 5-minute bins would show 13 minutes of data as three bars: the windows are read
+    # again, in bins for the span they cover (13 min / 288: 10 s).
+    files = _fleet_files(tmp_path, windows, 20, pd.Timedelta(0))
+    passes = _count_window_reads(monkeypatch)
+    agg = report_data.load(files=files, max_gpus=16)
+    assert len(passes) == 2 and agg.fleet_bin_s == 10.0
+    assert agg.fleet["energy_j"].sum() == pytest.approx(agg.by_label["energy_kwh"].sum() * 3.6e6, rel=1e-9)
+    assert agg.fleet_t0.timestamp() % 10 == 0 and agg.fleet["bin"].max() > 50
+
+
+def test_fleet_bin_widths_are_round_and_each_divides_the_next() -> None:
+    assert report_data.nice_width_s(86400) == 300 and report_data.nice_width_s(30 * 86400) == 10800
+    assert report_data.nice_width_s(0) == 1 and report_data.nice_width_s(400 * 86400) == 2 * 86400
+    widths = [report_data.nice_width_s(s) for s in (10.0 ** k for k in range(0, 9))]
+    for a, b in itertools.pairwise(widths):
+        assert b % a == 0

@@ -16,7 +16,6 @@ time, or ``slowdown`` longer), per-job totals; tests/test_report_data.py checks 
 from __future__ import annotations
 
 import logging
-import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -47,16 +46,16 @@ class ReportData:
     by_label: pd.DataFrame  # index label: energy_kwh, gpu_hours, kwh_per_gpu_hour
     work_per_energy: pd.DataFrame  # index label: tflop, energy_kj, tflops_per_kw
     savings: est.SavingsResult
-    timeline: pd.DataFrame  # host, gpu_index, ts_start, power_avg_w, label (first GPUs, bucketed)
+    timeline: pd.DataFrame  # host, gpu_index, ts_start, power_avg_w, label (bucketed; empty above max_gpus)
     t0: pd.Timestamp
     t1: pd.Timestamp
     n_hosts: int
     n_gpus: int
-    n_gpus_timeline_of: int
     n_windows: int
     labels_computed: bool  # labels came from the GPM rule here (no label store)
     fleet: pd.DataFrame  # above max_gpus GPUs: bin (int), label, energy_j: the fleet's energy per time bin
     fleet_bin_s: float  # the width of one fleet bin (s)
+    fleet_t0: pd.Timestamp  # where fleet bin 0 starts (a multiple of fleet_bin_s on the UTC clock)
     #: rows left out as the nightly leaves them out, per ``classifier.validity`` reason (none: {})
     rejected_rows: dict[str, int] = field(default_factory=dict)
     #: copies of a window from another file (a file copied, an import over the daemon's span),
@@ -85,12 +84,16 @@ class _Source:
 
         self.con = duckdb.connect(config={"threads": threads or len(os.sched_getaffinity(0))})
         self.files = list(files or []) if windows is None else []
-        self.n_gpus_hint = 0
+        self.span_s: float | None = None  # windows: their span (s), for the fleet bins
         if windows is not None:
             w = windows.copy()
             w["job_id"] = w["job_id"].astype(object).where(w["job_id"].notna(), None)
             w.loc[w["job_id"].notna(), "job_id"] = w.loc[w["job_id"].notna(), "job_id"].astype(str)
             self.con.register("w_df", w)
+            if len(w):
+                lo = pd.to_datetime(w["ts_start"], utc=True).min()
+                hi = pd.to_datetime(w["ts_end"], utc=True).max()
+                self.span_s = (hi - lo).total_seconds() if pd.notna(lo) and pd.notna(hi) else None
         else:
             if not files:
                 raise DataError("report: no telemetry files to read")
@@ -258,32 +261,52 @@ def _load(src: _Source, labels: pd.DataFrame | None, caps: Mapping[str, str] | N
     power = f"coalesce({src.col('power_avg_w')}, {energy} / nullif({secs}, 0))"
     tflops = " + ".join(f"{src.col(c)} / 100.0 * {rate}" for c, rate in est.H200_PEAK_TFLOPS.items())
     gpm = f"{src.col('sm_util_pct')} IS NOT NULL AND ({tflops}) IS NOT NULL AND {energy} > 0"
-    cap_aggs = []
+    cap_aggs: list[tuple[str, str]] = []
     for lab in est.CAPPED_LABELS:
         cw = _cap_sql(caps.get(lab), limit)
         if cw is None:
             continue
-        new_j = _capped_energy_sql(src.col("power_avg_w"), power, cw, secs, energy)
-        cap_aggs += [f"sum({new_j}) AS new_j_{lab}", f"sum(greatest({energy} - {new_j}, 0)) AS saved_j_{lab}"]
+        cap_aggs.append((lab, _capped_energy_sql(src.col("power_avg_w"), power, cw, secs, energy)))
     uuid = src.col("gpu_uuid", "VARCHAR")
     # over files, the same scan gives each file's window-start range per host (rowsql.files_meet)
     by_file = bool(src.files) and not src.dedup
-    per_file = ", (host, file_index)" if by_file else ""
+    grain_s = _fleet_grain_s(src)
+    fb = _bin_sql(grain_s) if grain_s else "0"
+    # Each window's values are computed once (the rule code, the GPM work, the capped energy), then
+    # summed per job, GPU, file, reject code and fleet bin: the finest grouping that every table
+    # of the page is a sum of, a few hundred thousand rows a day. The per-job, per-GPU and per-file
+    # tables are then GROUPING SETS over that small table. GROUPING SETS straight over the windows
+    # evaluated every aggregate once per set, and the fleet view needed a second pass over every
+    # file: a month of 1,000 GPUs took 10 minutes on 2 cores (issue 15).
+    cap_cols = "".join(f", {sql} AS _nj_{lab}" for lab, sql in cap_aggs)
+    src.con.execute(
+        "CREATE OR REPLACE TEMP TABLE fine AS "
+        "SELECT CAST(job_id AS VARCHAR) AS job_id, host, gpu_uuid, "
+        f"{'file_index' if by_file else '0'} AS file_index, "
+        "_bad, _fb, first(user) AS user, count(*) AS n_windows, sum(_e) AS energy_j, sum(_s) AS secs, "
+        "min(ts_start) AS t0, max(ts_start) AS _last_start, max(ts_end) AS t1, "
+        f"count(*) FILTER (WHERE _r = {rules.IDLE}) AS r_idle, "
+        f"count(*) FILTER (WHERE _r = {rules.COMPUTE}) AS r_compute, "
+        f"count(*) FILTER (WHERE _r = {rules.MEMORY}) AS r_memory, "
+        f"count(*) FILTER (WHERE _r = {rules.PIPE_GAP}) AS r_gap, "
+        "sum(_tf * _s) AS tflop, sum(_e) FILTER (WHERE _tf IS NOT NULL) AS gpm_energy_j"
+        + "".join(f", sum(_nj_{lab}) AS new_j_{lab}, sum(greatest(_e - _nj_{lab}, 0)) AS saved_j_{lab}"
+                  for lab, _ in cap_aggs)
+        + f" FROM (SELECT job_id, host, {uuid} AS gpu_uuid, {'file_index, ' if by_file else ''}"
+        "_code AS _bad, "
+        f"{fb} AS _fb, {src.col('user', 'VARCHAR')} AS user, ts_start, ts_end, {secs} AS _s, {energy} AS _e, "
+        f"{code} AS _r, CASE WHEN {gpm} THEN ({tflops}) END AS _tf{cap_cols} FROM w_all) "
+        "GROUP BY ALL")
+    sums = ("sum(n_windows) AS n_windows, sum(energy_j) AS energy_j, sum(secs) AS secs, min(t0) AS t0, "
+            "max(t1) AS t1, sum(r_idle) AS r_idle, sum(r_compute) AS r_compute, sum(r_memory) AS r_memory, "
+            "sum(r_gap) AS r_gap, sum(tflop) AS tflop, sum(gpm_energy_j) AS gpm_energy_j"
+            + "".join(f", sum(new_j_{lab}) AS new_j_{lab}, sum(saved_j_{lab}) AS saved_j_{lab}"
+                      for lab, _ in cap_aggs))
     g = src.df(
         f"SELECT GROUPING(job_id) AS by_gpu, {'GROUPING(file_index)' if by_file else '1'} AS _not_file, "
-        f"_bad, CAST(job_id AS VARCHAR) AS job_id, host, max(ts_start) AS _last_start, "
-        f"{uuid} AS gpu_uuid, "
-        f"first({src.col('user', 'VARCHAR')}) AS user, count(*) AS n_windows, sum({energy}) AS energy_j, "
-        f"sum({secs}) AS secs, min(ts_start) AS t0, max(ts_end) AS t1, "
-        f"count(*) FILTER (WHERE {code} = {rules.IDLE}) AS r_idle, "
-        f"count(*) FILTER (WHERE {code} = {rules.COMPUTE}) AS r_compute, "
-        f"count(*) FILTER (WHERE {code} = {rules.MEMORY}) AS r_memory, "
-        f"count(*) FILTER (WHERE {code} = {rules.PIPE_GAP}) AS r_gap, "
-        f"sum(({tflops}) * {secs}) FILTER (WHERE {gpm}) AS tflop, "
-        f"sum({energy}) FILTER (WHERE {gpm}) AS gpm_energy_j"
-        + "".join(", " + c for c in cap_aggs)
-        + " FROM (SELECT *, _code AS _bad FROM w_all) "
-        f"GROUP BY GROUPING SETS ((job_id, _bad), (host, {uuid}, _bad){per_file})")
+        f"_bad, job_id, host, max(_last_start) AS _last_start, gpu_uuid, first(user) AS user, {sums} "
+        f"FROM fine GROUP BY GROUPING SETS ((job_id, _bad), (host, gpu_uuid, _bad)"
+        f"{', (host, file_index)' if by_file else ''})")
     files = g.loc[g["_not_file"] == 0, ["host", "t0", "_last_start"]]
     if by_file and rowsql.files_meet(files.set_axis(["host", "start", "last_start"], axis=1)):
         raise _FilesMeet
@@ -329,17 +352,18 @@ def _load(src: _Source, labels: pd.DataFrame | None, caps: Mapping[str, str] | N
     savings = _savings(t, sav, caps, slowdown)
     gpus = per_gpu[["host"]].drop_duplicates()
     t0, t1 = pd.Timestamp(per_gpu["t0"].min()), pd.Timestamp(per_gpu["t1"].max())
-    src.n_gpus_hint = len(per_gpu)
-    timeline, n_all = _timeline(src, jobs, max_gpus, t0, t1)
     n_windows = int(per_gpu["n_windows"].sum())
-    fleet, bin_s = pd.DataFrame(columns=["bin", "label", "energy_j"]), 0.0
-    if len(per_gpu) > max_gpus:
-        fleet, bin_s = _fleet(src, jobs, t0, t1, float(per_gpu["secs"].sum()) / max(n_windows, 1))
+    fleet, bin_s, fleet_t0 = pd.DataFrame(columns=["bin", "label", "energy_j"]), 0.0, t0
+    timeline = pd.DataFrame(columns=["host", "gpu_index", "ts_start", "power_avg_w", "label"])
+    if len(per_gpu) > max_gpus:  # the page shows the fleet's power, not a strip per GPU (sections)
+        fleet, bin_s, fleet_t0 = _fleet(src, jobs, grain_s, t0, t1)
+    else:
+        timeline = _timeline(src, jobs, max_gpus, t0, t1)
     return ReportData(
         jobs=_job_savings(jobs), by_label=t, work_per_energy=wpe, savings=savings, timeline=timeline,
         t0=t0, t1=t1,
-        n_hosts=len(gpus), n_gpus=len(per_gpu), n_gpus_timeline_of=n_all,
-        n_windows=n_windows, labels_computed=computed, fleet=fleet, fleet_bin_s=bin_s,
+        n_hosts=len(gpus), n_gpus=len(per_gpu),
+        n_windows=n_windows, labels_computed=computed, fleet=fleet, fleet_bin_s=bin_s, fleet_t0=fleet_t0,
         rejected_rows=rejected,
         duplicate_windows=dups,
     )
@@ -416,26 +440,16 @@ def _savings(by_label: pd.DataFrame, sav: pd.DataFrame, caps: Mapping[str, str],
 
 
 def _timeline(src: _Source, jobs: pd.DataFrame, max_gpus: int, t0: pd.Timestamp, t1: pd.Timestamp
-              ) -> tuple[pd.DataFrame, int]:
+              ) -> pd.DataFrame:
     """Mean power per GPU and time bucket (the first ``max_gpus`` GPUs), with the label that held
     the bucket longest; buckets are one window long unless that would exceed TIMELINE_POINTS.
 
-    Over files, only the files of the first hosts (``host=`` folders, sorted) are read."""
+    Only drawn for a cluster of at most ``max_gpus`` GPUs (above, the fleet view), so this second
+    pass reads few windows."""
     view = "w"
-    if src.files:
-        hosts = sorted({f.parent.name.removeprefix("host=") for f in src.files})
-        first_files = [f for f in src.files if f.parent.name.removeprefix("host=") in set(hosts[:max_gpus])]
-        lst = "[" + ", ".join(_lit(str(f)) for f in first_files) + "]"
-        src.con.execute(f"CREATE OR REPLACE VIEW w_first AS SELECT * EXCLUDE (_code) FROM (SELECT *, "
-                        f"{src.code} AS _code FROM read_parquet({lst}, hive_partitioning = false, "
-                        f"union_by_name = {str(src.by_name).lower()}"
-                        f"{', file_row_number = true' if src.dedup else ''})) "
-                        "WHERE _code = 0")
-        view = "w_first"
     gi = src.col(f"{view}.gpu_index", "INTEGER")
     gpus = src.df(f"SELECT DISTINCT host, {gi} AS gpu_index FROM {view} ORDER BY 1, 2")
     first = gpus.head(max_gpus)
-    n_all = len(gpus) if not src.files else src.n_gpus_hint
     bucket_s = max(1, int(np.ceil((t1 - t0).total_seconds() / TIMELINE_POINTS)))
     src.con.register("tl_gpus", first)
     src.con.register("job_labels", jobs[["job_id", "label"]])
@@ -452,29 +466,73 @@ def _timeline(src: _Source, jobs: pd.DataFrame, max_gpus: int, t0: pd.Timestamp,
         f"sum({power} * {secs}) / nullif(sum({secs}), 0) AS power_avg_w, arg_max(label, {secs}) AS label "
         "FROM lw GROUP BY ALL ORDER BY host, gpu_index, ts_start")
     df["ts_start"] = pd.to_datetime(df["ts_start"], utc=True)
-    return df, n_all
+    return df
 
 
-def _fleet(src: _Source, jobs: pd.DataFrame, t0: pd.Timestamp, t1: pd.Timestamp, window_s: float,
-           bins: int = 288) -> tuple[pd.DataFrame, float]:
-    """The fleet's energy per time bin and label (the view that stays readable at 1,000 GPUs).
+#: About this many bins in the fleet view over the span (a day: 5 min; 30 days: 3 h).
+FLEET_BINS = 288
+#: The fleet bins' widths (s), each a multiple of the one before, then days doubling: round clock
+#: times that windows of 10, 30 or 60 s fill evenly (a bin of a width no whole number of windows
+#: long holds one window more every few bins: stripes).
+_NICE_S = (1, 2, 10, 30, 60, 300, 600, 1800, 3600, 10800, 21600, 43200, 86400)
 
-    Each window's energy goes to the bin of its midpoint; about ``bins`` bins over the span, each
-    a whole number of windows long (``window_s``, the mean window) so each bin holds as many
-    windows per GPU (else stripes): 5 min for a day of 10 s windows, 2.5 h for 30 days."""
-    span = max((t1 - t0).total_seconds(), 1.0)
-    wlen = window_s if window_s > 0 else 1.0
-    width = max(math.ceil(span / bins / wlen), 1) * wlen
-    n = max(math.ceil(span / width), 1)
-    src.con.register("fleet_labels", jobs[["job_id", "label"]])
-    secs0 = f"epoch(ts_start) - {t0.timestamp()!r}"
-    secs1 = f"epoch(ts_end) - {t0.timestamp()!r}"
-    df = src.df(
-        f"SELECT least(greatest(CAST(floor((({secs0}) + ({secs1})) / 2 / {width!r}) AS BIGINT), 0), {n - 1}) "
-        "AS bin, CASE WHEN v.job_id IS NULL THEN 'no job' ELSE coalesce(l.label, 'unlabelled') END AS label, "
-        f"sum(coalesce({src.col('v.energy_j')}, 0)) AS energy_j FROM w v LEFT JOIN fleet_labels l "
-        "ON CAST(v.job_id AS VARCHAR) = l.job_id GROUP BY ALL ORDER BY 1, 2")
-    return df, width
+
+def nice_width_s(span_s: float) -> float:
+    """The shortest width of ``_NICE_S`` (then 2, 4, 8... days) splitting ``span_s`` into at most
+    FLEET_BINS bins."""
+    want = max(span_s, 1.0) / FLEET_BINS
+    w = next((x for x in _NICE_S if x >= want), _NICE_S[-1])
+    while w < want:
+        w *= 2
+    return float(w)
+
+
+def _bin_sql(width_s: float) -> str:
+    """The fleet bin of a window's midpoint, ``width_s`` bins on the UTC clock (epoch 0 starts one)."""
+    return f"CAST(floor((epoch(ts_start) + epoch(ts_end)) / 2 / {width_s!r}) AS BIGINT)"
+
+
+def _fleet_grain_s(src: _Source) -> float | None:
+    """The fleet bins' width, chosen before the scan so that the one pass over the windows also
+    bins them: from the span of the windows, or of the files' ``date=`` days (a window lies
+    within its day, ``rowsql``); None where neither is known (a second pass bins them)."""
+    from wattclass.classifier import rowsql
+
+    if src.span_s is not None:
+        return nice_width_s(src.span_s)
+    days = [rowsql.partition_day_ms(f) for f in src.files]
+    known = [d for d in days if d is not None]
+    if not known or len(known) < len(days):
+        return None
+    return nice_width_s((max(known) - min(known)) / 1000.0 + 86400.0)
+
+
+def _fleet(src: _Source, jobs: pd.DataFrame, grain_s: float | None, t0: pd.Timestamp, t1: pd.Timestamp
+           ) -> tuple[pd.DataFrame, float, pd.Timestamp]:
+    """The fleet's energy per time bin and label (the view that stays readable at 1,000 GPUs):
+    (bin, label, energy_j), the bin width, where bin 0 starts.
+
+    Each window's energy goes to the bin of its midpoint; bins are ``nice_width_s`` of the span
+    long, on the UTC clock (5 min for a day, 3 h for 30 days). The main scan binned the windows
+    by ``grain_s``: those bins are used, merged where the span turned out longer; only where the
+    data covers much less than its days (fewer than a quarter of the bins), or no grain was
+    known, are the windows read again."""
+    width = nice_width_s((t1 - t0).total_seconds())
+    if grain_s is not None and width >= grain_s and (t1 - t0).total_seconds() / grain_s >= FLEET_BINS / 4:
+        width = max(width, grain_s)
+        df = src.df("SELECT _fb, job_id, sum(energy_j) AS energy_j FROM fine WHERE _bad = 0 GROUP BY ALL")
+        df["_fb"] = np.floor_divide(df["_fb"].to_numpy(np.int64), round(width / grain_s))
+    else:
+        df = src.df(f"SELECT {_bin_sql(width)} AS _fb, CAST(job_id AS VARCHAR) AS job_id, "
+                    f"sum({src.col('energy_j')}) AS energy_j FROM w GROUP BY ALL")
+    label = df["job_id"].map(jobs.set_index("job_id")["label"]).fillna("unlabelled")
+    df["label"] = label.where(df["job_id"].notna(), "no job")
+    df["energy_j"] = df["energy_j"].astype(float).fillna(0.0)
+    out = df.groupby(["_fb", "label"])["energy_j"].sum().reset_index()
+    first = int(out["_fb"].min()) if len(out) else 0
+    out["bin"] = out["_fb"] - first
+    start = pd.Timestamp(first * width, unit="s", tz="UTC")
+    return out[["bin", "label", "energy_j"]].sort_values(["bin", "label"], ignore_index=True), width, start
 
 
 def _capped_energy_sql(pavg: str, power: str, cap_w: str, secs: str, energy: str) -> str:

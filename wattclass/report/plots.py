@@ -7,7 +7,6 @@ so a node or CI machine with no display renders the same pictures.
 from __future__ import annotations
 
 import io
-import math
 from collections.abc import Sequence
 
 import matplotlib
@@ -103,15 +102,15 @@ def power_timeline(w: pd.DataFrame, max_gpus: int = 16) -> bytes:
     return to_png(fig)
 
 
-def fleet_power(fleet: pd.DataFrame, t0: pd.Timestamp, t1: pd.Timestamp, width_s: float) -> bytes:
+def fleet_power(fleet: pd.DataFrame, t0: pd.Timestamp, width_s: float) -> bytes:
     """Total power of all GPUs over time, stacked by label: the view that stays readable at 1,000 GPUs.
 
     ``fleet``: energy per time bin (``bin``, ``label``, ``energy_j``; ``report.data``), bins
-    ``width_s`` long from ``t0``; a bin's height is its energy over its length, so the area is
-    the energy.
+    ``width_s`` long from ``t0`` (where bin 0 starts); a bin's height is its energy over its
+    length, so the area is the energy.
     """
     width = max(float(width_s), 1e-9)
-    bins = max(math.ceil(max((t1 - t0).total_seconds(), 1.0) / width), 1)
+    bins = int(fleet["bin"].max()) + 1 if len(fleet) else 1
     labels = set(fleet["label"])
     present = [lab for lab in COLORS if lab in labels] + sorted(labels - set(COLORS))
     b = fleet["bin"].to_numpy(dtype=int)

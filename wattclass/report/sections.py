@@ -153,7 +153,7 @@ def power_over_time(d: ReportData) -> Vars:
         "strips": strips,
         "png": plots.power_timeline(a.timeline, d.max_gpus)
         if strips
-        else plots.fleet_power(a.fleet, a.t0, a.t1, a.fleet_bin_s),
+        else plots.fleet_power(a.fleet, a.fleet_t0, a.fleet_bin_s),
     }
 
 
