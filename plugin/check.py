@@ -188,39 +188,51 @@ def _check_gpu_map(slurm_conf: Path, spec: str, gpu_map: Path | None) -> str:
 
 
 def run_checks(args: argparse.Namespace) -> list[Check]:
-    """Every check; the paths default to what the installed wrappers pass to the hooks."""
+    """Every check of ``args.role``; the paths default to what the installed wrappers pass to the hooks.
+
+    Why roles: a compute node has the hooks but not the policy or the label table (only
+    job_submit.lua on the controller and the nightly read them), so checking everything there
+    failed a correct node."""
     from wattclass.plugin.install import check_hook_args
 
     checks: list[Check] = []
+    node = args.role in ("all", "node")  # what slurmd's Prolog and Epilog use
+    ctld = args.role in ("all", "controller")  # what job_submit.lua and the nightly use
     prolog_sh, epilog_sh = args.hooks_dir / "prolog.sh", args.hooks_dir / "epilog.sh"
     python: str | None = None
     hook_args: list[str] = []
     try:
         python, hook_args = _wrapper_config(prolog_sh)
     except OSError as exc:
-        checks.append(Check("prolog wrapper", False, f"{prolog_sh}: {exc.strerror}"))
+        if node:
+            checks.append(Check("prolog wrapper", False, f"{prolog_sh}: {exc.strerror}"))
     try:  # the paths the hooks will use; wrong arguments fail the wrapper's own check
         hook = check_hook_args(hook_args)
     except WattclassError:
         hook = check_hook_args([])  # the hooks' defaults
     python = args.python or python
-    if prolog_sh.exists():
-        checks.append(_run("prolog wrapper", lambda: _check_wrapper(prolog_sh, python)))
-    checks.append(_run("epilog wrapper", lambda: _check_wrapper(epilog_sh, _wrapper_config(epilog_sh)[0])))
-    checks.append(_run("hook interpreter", lambda: _check_interpreter(python or "(none)")))
-    checks.append(_run("cap state folder", lambda: _check_dir(args.state_dir or hook.state_dir, True)))
-    checks.append(_run("job map spool", lambda: _check_dir(args.jobs_dir or hook.jobs_dir, True)))
-    checks.append(_run("policy", lambda: _check_policy(args.policy)))
-    checks.append(_run("label table", lambda: _check_table(args.table)))
-    checks.append(_run("GPU backend", lambda: _check_backend(args.backend or hook.backend)))
-    if args.job_submit is not None:
+    if node:
+        if prolog_sh.exists():
+            checks.append(_run("prolog wrapper", lambda: _check_wrapper(prolog_sh, python)))
+        checks.append(_run("epilog wrapper",
+                           lambda: _check_wrapper(epilog_sh, _wrapper_config(epilog_sh)[0])))
+        checks.append(_run("hook interpreter", lambda: _check_interpreter(python or "(none)")))
+        checks.append(_run("cap state folder", lambda: _check_dir(args.state_dir or hook.state_dir, True)))
+        checks.append(_run("job map spool", lambda: _check_dir(args.jobs_dir or hook.jobs_dir, True)))
+    if ctld:
+        checks.append(_run("policy", lambda: _check_policy(args.policy)))
+        checks.append(_run("label table", lambda: _check_table(args.table)))
+    if node:
+        checks.append(_run("GPU backend", lambda: _check_backend(args.backend or hook.backend)))
+    if args.job_submit is not None and ctld:
         checks.append(_run("job_submit.lua", lambda: _check_job_submit(args.job_submit, args.table)))
     if args.slurm_conf is not None:
         from wattclass.plugin.slurmconf import check_slurm_conf
 
         checks.append(_run("slurm.conf", lambda: check_slurm_conf(args.slurm_conf)))
-        checks.append(_run("GPU map", lambda: _check_gpu_map(args.slurm_conf, args.backend or hook.backend,
-                                                             hook.gpu_map)))
+        if node:
+            backend = args.backend or hook.backend
+            checks.append(_run("GPU map", lambda: _check_gpu_map(args.slurm_conf, backend, hook.gpu_map)))
     return checks
 
 
@@ -241,6 +253,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "need: job_submit/lua, Prolog, Epilog, proctrack/cgroup, ConstrainDevices=yes, "
                         "AllowSpecResourcesUsage off, and a GPU map as slurmd numbers GPUs (gres.conf "
                         "AutoDetect) (e.g. /etc/slurm/slurm.conf)")
+    p.add_argument("--role", choices=("all", "node", "controller"), default="all",
+                   help="what to check: node = the Prolog/Epilog side (wrappers, interpreter, state and "
+                        "spool folders, GPU backend, GPU map); controller = the policy, the label table and "
+                        "job_submit.lua, which compute nodes do not have; all (default) = both, for a node "
+                        "that is both")
     p.add_argument("--json", action="store_true")
 
 

@@ -323,3 +323,29 @@ def test_an_explicit_gpu_map_must_name_gpus_of_this_node(tmp_path: Path,
               "--table", str(etc / "labels.tsv"), "--json", "--slurm-conf", str(conf)])
         line = next(c for c in json.loads(capsys.readouterr().out)["checks"] if c["name"] == "GPU map")
         assert line["ok"] is ok, line
+
+
+def test_a_compute_node_without_the_controllers_files_passes_as_a_node(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # The Prolog and Epilog read neither the policy nor the label table: on a compute node that
+    # lacks them, `plugin check` failed a correct install. --role node checks what the hooks use.
+    argv = _install(tmp_path)
+    (tmp_path / "etc" / "policy.toml").unlink()
+    (tmp_path / "etc" / "labels.tsv").unlink()
+    capsys.readouterr()
+    assert main(argv) == 1 and not _result(capsys)["policy"]
+    assert main([*argv, "--role", "node"]) == 0
+    got = _result(capsys)
+    assert all(got.values()) and "policy" not in got and "label table" not in got and "GPU backend" in got
+
+
+def test_the_controller_role_checks_the_policy_and_table_not_the_hooks(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = _install(tmp_path)
+    (tmp_path / "etc" / "prolog.sh").unlink()
+    (tmp_path / "etc" / "epilog.sh").unlink()
+    capsys.readouterr()
+    assert main([*argv, "--role", "controller"]) == 0
+    assert set(_result(capsys)) == {"policy", "label table"}
+    (tmp_path / "etc" / "labels.tsv").chmod(0o664)  # group-writable: refused
+    assert main([*argv, "--role", "controller"]) == 1 and not _result(capsys)["label table"]
