@@ -252,12 +252,13 @@ def test_an_unreadable_file_is_skipped_and_named_not_a_traceback(tmp_path: Path,
         report_data.load(files=sorted(folder.glob("*.parquet")))
 
 
-def _fleet_files(root: Path, windows: pd.DataFrame, hosts: int, spread: pd.Timedelta) -> list[Path]:
-    """``hosts`` copies of the windows as one day's files (date=2026-11-29/host=H), each window
-    moved later by its row number x ``spread`` (the span the day's data covers)."""
+def _fleet_files(root: Path, windows: pd.DataFrame, hosts: int, spread: pd.Timedelta,
+                 start: str = "2026-11-29 00:10") -> list[Path]:
+    """``hosts`` copies of the windows as one day's files (date=2026-11-29/host=H), the first
+    window at ``start``, each moved later by its row number x ``spread``."""
     w = windows.copy()
     step = pd.to_timedelta(range(len(w)), unit="s") * spread.total_seconds()
-    base = pd.Timestamp("2026-11-29 00:10", tz="UTC") - w["ts_start"].min()
+    base = pd.Timestamp(start, tz="UTC") - w["ts_start"].min()
     w["ts_start"] = w["ts_start"] + base + step
     w["ts_end"] = w["ts_end"] + base + step
     files = []
@@ -323,3 +324,19 @@ def test_fleet_bin_widths_are_round_and_each_divides_the_next() -> None:
     widths = [report_data.nice_width_s(s) for s in (10.0 ** k for k in range(0, 9))]
     for a, b in itertools.pairwise(widths):
         assert b % a == 0
+
+
+def test_a_day_whose_last_window_ends_past_midnight_keeps_five_minute_bins(
+        tmp_path: Path, windows: pd.DataFrame) -> None:
+    # A window that starts before midnight ends after it: the span is a few seconds over the day.
+    # That must not double the day's bins to 10 minutes (nor read the windows again).
+    w = windows.sort_values("ts_start").reset_index(drop=True)
+    day = pd.Timestamp("2026-11-29", tz="UTC")
+    length = w["ts_end"] - w["ts_start"]
+    starts = day + pd.to_timedelta(range(len(w)), unit="s") * (86395 / (len(w) - 1))
+    w["ts_start"], w["ts_end"] = starts, starts + length
+    assert w["ts_end"].max() > day + pd.Timedelta(days=1)
+    files = _fleet_files(tmp_path, w, 20, pd.Timedelta(0), start="2026-11-29 00:00")
+    agg = report_data.load(files=files, max_gpus=16)
+    assert agg.t1 - agg.t0 > pd.Timedelta(days=1)
+    assert agg.fleet_bin_s == 300.0 and agg.fleet["bin"].max() == 288

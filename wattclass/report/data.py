@@ -514,12 +514,16 @@ def _fleet(src: _Source, jobs: pd.DataFrame, grain_s: float | None, t0: pd.Times
 
     Each window's energy goes to the bin of its midpoint; bins are ``nice_width_s`` of the span
     long, on the UTC clock (5 min for a day, 3 h for 30 days). The main scan binned the windows
-    by ``grain_s``: those bins are used, merged where the span turned out longer; only where the
-    data covers much less than its days (fewer than a quarter of the bins), or no grain was
+    by ``grain_s``: those bins are used, merged where the span turned out much longer; only where
+    the data covers much less than its days (fewer than a quarter of the bins), or no grain was
     known, are the windows read again."""
-    width = nice_width_s((t1 - t0).total_seconds())
-    if grain_s is not None and width >= grain_s and (t1 - t0).total_seconds() / grain_s >= FLEET_BINS / 4:
-        width = max(width, grain_s)
+    span_s = (t1 - t0).total_seconds()
+    width = nice_width_s(span_s)
+    if grain_s is not None and span_s / grain_s >= FLEET_BINS / 4:
+        # the grain's bins unless they come out far more than FLEET_BINS (a day's windows ending a
+        # few seconds past midnight must not double a day's 5 minutes); a wider nice width is a
+        # multiple of the grain (_NICE_S), so its bins are the grain's merged
+        width = grain_s if span_s / grain_s <= FLEET_BINS * 1.25 else width
         df = src.df("SELECT _fb, job_id, sum(energy_j) AS energy_j FROM fine WHERE _bad = 0 GROUP BY ALL")
         df["_fb"] = np.floor_divide(df["_fb"].to_numpy(np.int64), round(width / grain_s))
     else:
