@@ -340,3 +340,14 @@ def test_a_day_whose_last_window_ends_past_midnight_keeps_five_minute_bins(
     agg = report_data.load(files=files, max_gpus=16)
     assert agg.t1 - agg.t0 > pd.Timedelta(days=1)
     assert agg.fleet_bin_s == 300.0 and agg.fleet["bin"].max() == 288
+
+
+@pytest.mark.parametrize("bad", ["no ts_end", "text times"])
+def test_a_dataframe_without_usable_times_is_the_reports_error_not_a_traceback(
+        windows: pd.DataFrame, bad: str) -> None:
+    # The fleet grain of a DataFrame was its span in pandas, taken before DuckDB's scan: a missing
+    # ts_end raised KeyError, a time that is no time pandas' DateParseError, where the scan says
+    # "cannot read the telemetry" (a DataError, what the CLI prints).
+    w = windows.drop(columns="ts_end") if bad == "no ts_end" else windows.assign(ts_start="garbage")
+    with pytest.raises(DataError, match="cannot read the telemetry"):
+        report_data.load(windows=w)

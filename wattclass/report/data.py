@@ -84,16 +84,12 @@ class _Source:
 
         self.con = duckdb.connect(config={"threads": threads or len(os.sched_getaffinity(0))})
         self.files = list(files or []) if windows is None else []
-        self.span_s: float | None = None  # windows: their span (s), for the fleet bins
+        self.from_windows = windows is not None
         if windows is not None:
             w = windows.copy()
             w["job_id"] = w["job_id"].astype(object).where(w["job_id"].notna(), None)
             w.loc[w["job_id"].notna(), "job_id"] = w.loc[w["job_id"].notna(), "job_id"].astype(str)
             self.con.register("w_df", w)
-            if len(w):
-                lo = pd.to_datetime(w["ts_start"], utc=True).min()
-                hi = pd.to_datetime(w["ts_end"], utc=True).max()
-                self.span_s = (hi - lo).total_seconds() if pd.notna(lo) and pd.notna(hi) else None
         else:
             if not files:
                 raise DataError("report: no telemetry files to read")
@@ -494,12 +490,16 @@ def _bin_sql(width_s: float) -> str:
 
 def _fleet_grain_s(src: _Source) -> float | None:
     """The fleet bins' width, chosen before the scan so that the one pass over the windows also
-    bins them: from the span of the windows, or of the files' ``date=`` days (a window lies
-    within its day, ``rowsql``); None where neither is known (a second pass bins them)."""
+    bins them: from the span of a DataFrame's valid windows, or of the files' ``date=`` days (a
+    window lies within its day, ``rowsql``); None where neither is known (a second pass bins them)."""
     from wattclass.classifier import rowsql
 
-    if src.span_s is not None:
-        return nice_width_s(src.span_s)
+    if src.from_windows:
+        # The valid windows' span, in DuckDB: pandas raised its own KeyError or DateParseError (a
+        # traceback) for a DataFrame without ts_end or with text times, where the scan's DuckDB
+        # error is the report's DataError; and the rejected rows no longer stretch the grain.
+        span = src.con.execute("SELECT epoch(max(ts_end)) - epoch(min(ts_start)) FROM w").fetchone()
+        return nice_width_s(float(span[0])) if span is not None and span[0] is not None else None
     days = [rowsql.partition_day_ms(f) for f in src.files]
     known = [d for d in days if d is not None]
     if not known or len(known) < len(days):
