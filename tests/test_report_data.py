@@ -351,3 +351,18 @@ def test_a_dataframe_without_usable_times_is_the_reports_error_not_a_traceback(
     w = windows.drop(columns="ts_end") if bad == "no ts_end" else windows.assign(ts_start="garbage")
     with pytest.raises(DataError, match="cannot read the telemetry"):
         report_data.load(windows=w)
+
+
+def test_a_fleet_whose_span_gets_the_days_bin_width_is_not_read_twice(
+        tmp_path: Path, windows: pd.DataFrame, monkeypatch: pytest.MonkeyPatch) -> None:
+    # 5.5 h of a day's data: its own width (nice_width_s) is the day's 5 minutes, so the main
+    # scan's bins are the view's. It was read a second time (in the same 5-minute bins) because
+    # it covers under a quarter of the day's 288 bins.
+    files = _fleet_files(tmp_path, windows, 20, pd.Timedelta(seconds=260))  # 76 x 260 s: 5.5 h
+    passes = _count_window_reads(monkeypatch)
+    agg = report_data.load(files=files, max_gpus=16)
+    assert agg.fleet_bin_s == 300.0 and 60 < agg.fleet["bin"].max() < report_data.FLEET_BINS / 4
+    assert len(passes) == 1
+    per_label = agg.fleet.groupby("label")["energy_j"].sum() / 3.6e6
+    pd.testing.assert_series_equal(per_label.sort_index(), agg.by_label["energy_kwh"].sort_index(),
+                                   check_names=False, rtol=1e-9)

@@ -515,11 +515,12 @@ def _fleet(src: _Source, jobs: pd.DataFrame, grain_s: float | None, t0: pd.Times
     Each window's energy goes to the bin of its midpoint; bins are ``nice_width_s`` of the span
     long, on the UTC clock (5 min for a day, 3 h for 30 days). The main scan binned the windows
     by ``grain_s``: those bins are used, merged where the span turned out much longer; only where
-    the data covers much less than its days (fewer than a quarter of the bins), or no grain was
-    known, are the windows read again."""
+    the data covers much less than its days (fewer than a quarter of the bins) and its own width
+    is shorter than the grain, or no grain was known, are the windows read again. (Coverage
+    alone read 5 h of a day's data a second time into the very same 5-minute bins.)"""
     span_s = (t1 - t0).total_seconds()
     width = nice_width_s(span_s)
-    if grain_s is not None and span_s / grain_s >= FLEET_BINS / 4:
+    if grain_s is not None and (span_s / grain_s >= FLEET_BINS / 4 or width >= grain_s):
         # the grain's bins unless they come out far more than FLEET_BINS (a day's windows ending a
         # few seconds past midnight must not double a day's 5 minutes); a wider nice width is a
         # multiple of the grain (_NICE_S), so its bins are the grain's merged
