@@ -366,3 +366,19 @@ def test_a_fleet_whose_span_gets_the_days_bin_width_is_not_read_twice(
     per_label = agg.fleet.groupby("label")["energy_j"].sum() / 3.6e6
     pd.testing.assert_series_equal(per_label.sort_index(), agg.by_label["energy_kwh"].sort_index(),
                                    check_names=False, rtol=1e-9)
+
+
+def test_a_job_labelled_twice_counts_once_under_its_last_label(windows: pd.DataFrame) -> None:
+    # A label table naming a job twice (two days of a store, concatenated by a caller of
+    # render_report) doubled the job's row, so its energy was counted twice per label, and the
+    # fleet view (a job -> label map since a626139) failed with pandas' InvalidIndexError.
+    # As the CLI's own reading (load.normalise_labels), the last label holds.
+    two = _fleet(windows, 2)
+    first = est.rule_job_labels(two).assign(label="idle")
+    last = first.assign(label="memory")
+    agg = report_data.load(windows=two, labels=pd.concat([first, last]), max_gpus=1)
+    want = report_data.load(windows=two, labels=last, max_gpus=1)
+    assert set(want.by_label.index) == {"memory", "no job"}
+    pd.testing.assert_frame_equal(agg.by_label, want.by_label)
+    pd.testing.assert_frame_equal(agg.fleet, want.fleet)
+    assert agg.jobs["job_id"].is_unique

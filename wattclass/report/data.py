@@ -403,7 +403,10 @@ def _with_labels(jobs: pd.DataFrame, labels: pd.DataFrame | None) -> pd.DataFram
         labels = pd.DataFrame({"job_id": j["job_id"].astype(str).to_numpy(), "label": rules.label_names(lab),
                                "confidence": np.round(conf, 3), "source": "rule"})
     keep = [c for c in ("job_id", "label", "confidence", "source") if c in labels.columns]
-    jobs = jobs.merge(labels[keep], on="job_id", how="left")
+    # one label per job, the last (as report.load reads a store): a job named twice had its row,
+    # and so its energy, doubled, and the fleet view's job -> label map failed
+    labels = labels[keep].drop_duplicates("job_id", keep="last")
+    jobs = jobs.merge(labels, on="job_id", how="left")
     for c in ("label", "confidence", "source"):
         if c not in jobs.columns:
             jobs[c] = None
