@@ -132,3 +132,29 @@ def test_many_gpus_get_the_fleet_view_not_one_strip_each(windows: pd.DataFrame) 
     n_rows = page.split("<h3>Per user</h3>")[1].split("</table>")[0].count("<tr>") - 1
     assert n_rows <= 16  # top 15 + one "others" row at most
     assert np.isfinite(big["energy_j"].sum())
+
+
+def test_the_fleet_plot_draws_every_bins_energy_the_last_one_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The fleet view's area is its energy: a "post" step draws each value from its x to the next,
+    # and with one x per bin the last bin (on the UTC clock since a626139, often a full one) was
+    # not drawn at all.
+    from matplotlib.axes import Axes
+
+    from wattclass.report import plots
+
+    drawn: list[tuple[np.ndarray, tuple[np.ndarray, ...]]] = []
+    real = Axes.stackplot
+
+    def spy(self: Axes, x: np.ndarray, *ys: np.ndarray, **kw: object) -> object:
+        drawn.append((np.asarray(x), ys))
+        return real(self, x, *ys, **kw)
+
+    monkeypatch.setattr(Axes, "stackplot", spy)
+    fleet = pd.DataFrame({"bin": [0, 1, 2, 2], "label": ["compute", "idle", "compute", "memory"],
+                          "energy_j": [3.0e6, 1.5e6, 6.0e6, 3.0e6]})
+    plots.fleet_power(fleet, pd.Timestamp("2026-11-29 15:30", tz="UTC"), 1800.0)
+    x, ys = drawn[0]
+    x_s = (x - x[0]) / np.timedelta64(1, "s")
+    assert x[0] == np.datetime64("2026-11-29T15:30")
+    area_kj = sum(float(np.sum(y[:-1] * np.diff(x_s))) for y in ys)  # kW x s, step "post"
+    assert area_kj * 1e3 == pytest.approx(fleet["energy_j"].sum())

@@ -109,19 +109,8 @@ def fleet_power(fleet: pd.DataFrame, t0: pd.Timestamp, width_s: float) -> bytes:
     ``width_s`` long from ``t0`` (where bin 0 starts); a bin's height is its energy over its
     length, so the area is the energy.
     """
-    width = max(float(width_s), 1e-9)
-    bins = int(fleet["bin"].max()) + 1 if len(fleet) else 1
-    labels = set(fleet["label"])
-    present = [lab for lab in COLORS if lab in labels] + sorted(labels - set(COLORS))
-    b = fleet["bin"].to_numpy(dtype=int)
-    e = fleet["energy_j"].astype(float).fillna(0).to_numpy()
-    lab = fleet["label"].to_numpy()
+    present, xs, stack = fleet_steps(fleet, t0, width_s)
     fig, ax = plt.subplots(figsize=(13, 3.8))
-    xs = pd.DatetimeIndex(t0 + pd.to_timedelta(np.arange(bins) * width, unit="s"))
-    if xs.tz is not None:
-        xs = xs.tz_convert("UTC").tz_localize(None)
-    stack = [np.bincount(b[lab == n], weights=e[lab == n], minlength=bins)[:bins] / width / 1e3
-             for n in present]
     ax.stackplot(xs.to_numpy(), *stack, labels=present, colors=[color(n) for n in present], step="post")
     ax.set_ylabel("kW (all GPUs)")
     ax.set_xlabel("time (UTC)")
@@ -129,6 +118,28 @@ def fleet_power(fleet: pd.DataFrame, t0: pd.Timestamp, width_s: float) -> bytes:
     ax.spines[["top", "right"]].set_visible(False)
     fig.tight_layout()
     return to_png(fig)
+
+
+def fleet_steps(fleet: pd.DataFrame, t0: pd.Timestamp, width_s: float
+                ) -> tuple[list[str], pd.DatetimeIndex, list[np.ndarray]]:
+    """``fleet_power``'s steps: the labels drawn, the bins' edges (UTC, naive) and per label the
+    power (kW) of each bin, its last value repeated at the last edge: a "post" step draws a
+    value from its x to the next one, so with one x per bin the last bin was not drawn at all."""
+    width = max(float(width_s), 1e-9)
+    bins = int(fleet["bin"].max()) + 1 if len(fleet) else 1
+    labels = set(fleet["label"])
+    present = [lab for lab in COLORS if lab in labels] + sorted(labels - set(COLORS))
+    b = fleet["bin"].to_numpy(dtype=int)
+    e = fleet["energy_j"].astype(float).fillna(0).to_numpy()
+    lab = fleet["label"].to_numpy()
+    xs = pd.DatetimeIndex(t0 + pd.to_timedelta(np.arange(bins + 1) * width, unit="s"))
+    if xs.tz is not None:
+        xs = xs.tz_convert("UTC").tz_localize(None)
+    stack = []
+    for n in present:
+        kw = np.bincount(b[lab == n], weights=e[lab == n], minlength=bins)[:bins] / width / 1e3
+        stack.append(np.append(kw, kw[-1]))
+    return present, xs, stack
 
 
 def work_per_energy(t: pd.DataFrame) -> bytes:
