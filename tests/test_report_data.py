@@ -382,3 +382,20 @@ def test_a_job_labelled_twice_counts_once_under_its_last_label(windows: pd.DataF
     pd.testing.assert_frame_equal(agg.by_label, want.by_label)
     pd.testing.assert_frame_equal(agg.fleet, want.fleet)
     assert agg.jobs["job_id"].is_unique
+
+
+def test_a_timeline_bucket_gets_the_label_that_held_it_longest(windows: pd.DataFrame) -> None:
+    # A day's span: 60 s buckets. One bucket holds two 10 s windows of a memory job and one
+    # 10.5 s window of a compute job: memory held it 20 s of 30.5. arg_max(label, secs) took the
+    # label of the single longest window (compute), and between windows of equal length (the
+    # daemon's 10 s) an arbitrary one, so the strips' colours changed from run to run.
+    w = windows[windows["job_id"].notna()].head(4).copy()
+    t = pd.Timestamp("2026-11-29 10:00", tz="UTC")
+    w["job_id"] = ["m", "m", "c", "m"]
+    w["ts_start"] = t + pd.to_timedelta([0, 10, 20, 89000], unit="s")
+    w["ts_end"] = w["ts_start"] + pd.to_timedelta([10.0, 10.0, 10.5, 10.0], unit="s")
+    w["energy_j"], w["power_avg_w"] = 3000.0, 300.0
+    labels = pd.DataFrame({"job_id": ["m", "c"], "label": ["memory", "compute"]})
+    agg = report_data.load(windows=w, labels=labels)
+    first = agg.timeline.iloc[0]
+    assert first["ts_start"] == t and first["label"] == "memory"

@@ -459,11 +459,15 @@ def _timeline(src: _Source, jobs: pd.DataFrame, max_gpus: int, t0: pd.Timestamp,
         f"WITH lw AS (SELECT v.*, CASE WHEN v.job_id IS NULL THEN 'no job' "
         f"ELSE coalesce(l.label, 'unlabelled') END AS label FROM {view} v LEFT JOIN job_labels l "
         "ON CAST(v.job_id AS VARCHAR) = l.job_id "
-        f"JOIN tl_gpus g ON v.host = g.host AND {src.col('v.gpu_index', 'INTEGER')} = g.gpu_index) "
-        f"SELECT host, {src.col('gpu_index', 'INTEGER')} AS gpu_index, "
-        f"to_timestamp(floor(epoch(ts_start) / {bucket_s}) * {bucket_s}) AS ts_start, "
-        f"sum({power} * {secs}) / nullif(sum({secs}), 0) AS power_avg_w, arg_max(label, {secs}) AS label "
-        "FROM lw GROUP BY ALL ORDER BY host, gpu_index, ts_start")
+        f"JOIN tl_gpus g ON v.host = g.host AND {src.col('v.gpu_index', 'INTEGER')} = g.gpu_index), "
+        # per label first, so the bucket's label is the one that held it longest (the longest
+        # single window's was arbitrary between windows of equal length), ties by name
+        f"bl AS (SELECT host, {src.col('gpu_index', 'INTEGER')} AS gpu_index, "
+        f"to_timestamp(floor(epoch(ts_start) / {bucket_s}) * {bucket_s}) AS ts_start, label, "
+        f"sum({power} * {secs}) AS power_s, sum({secs}) AS secs FROM lw GROUP BY ALL) "
+        "SELECT host, gpu_index, ts_start, sum(power_s) / nullif(sum(secs), 0) AS power_avg_w, "
+        "first(label ORDER BY secs DESC, label) AS label "
+        "FROM bl GROUP BY ALL ORDER BY host, gpu_index, ts_start")
     df["ts_start"] = pd.to_datetime(df["ts_start"], utc=True)
     return df
 
