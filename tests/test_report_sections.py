@@ -158,3 +158,31 @@ def test_the_fleet_plot_draws_every_bins_energy_the_last_one_too(monkeypatch: py
     assert x[0] == np.datetime64("2026-11-29T15:30")
     area_kj = sum(float(np.sum(y[:-1] * np.diff(x_s))) for y in ys)  # kW x s, step "post"
     assert area_kj * 1e3 == pytest.approx(fleet["energy_j"].sum())
+
+
+def test_the_per_gpu_strips_draw_every_bucket_one_bucket_jobs_and_the_last_too(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # fill_between(where=label, step="post") fills a value from its x to the next x of the same
+    # run: a label's last bucket, a job of one bucket and the GPU's last bucket were not drawn.
+    from matplotlib.axes import Axes
+
+    from wattclass.report import plots
+
+    filled: list[float] = []
+    real = Axes.fill_between
+
+    def spy(self: Axes, *args: object, **kw: object) -> object:
+        coll = real(self, *args, **kw)
+        for path in coll.get_paths():  # the polygons' area (shoelace), in days x W
+            x, y = path.vertices[:, 0], path.vertices[:, 1]
+            filled.append(0.5 * abs(float(np.dot(x, np.roll(y, 1)) - np.dot(y, np.roll(x, 1)))))
+        return coll
+
+    monkeypatch.setattr(Axes, "fill_between", spy)
+    t0 = pd.Timestamp("2026-11-29 10:00", tz="UTC")
+    labels = ["memory", "memory", "compute", "memory", "idle", "compute"]
+    power = [300.0, 310.0, 650.0, 320.0, 90.0, 600.0]
+    tl = pd.DataFrame({"host": "n1", "gpu_index": 0, "ts_start": t0 + pd.to_timedelta(range(6), unit="min"),
+                       "power_avg_w": power, "label": labels})
+    plots.power_timeline(tl)
+    assert sum(filled) == pytest.approx(sum(power) * 60 / 86400, rel=1e-6)

@@ -79,11 +79,9 @@ def power_timeline(w: pd.DataFrame, max_gpus: int = 16) -> bytes:
     ymax = float(np.nanmax(w["power_avg_w"].astype(float))) if len(w) else 1.0
     for ax, (host, idx) in zip(axes[:, 0], gpus.itertuples(index=False), strict=True):
         g = w[(w["host"] == host) & (w["gpu_index"] == idx)].sort_values("ts_start")
-        t = g["ts_start"].dt.tz_convert("UTC").dt.tz_localize(None).to_numpy()
-        p = g["power_avg_w"].astype(float).fillna(0).to_numpy()
-        for label in g["label"].unique():
-            mask = (g["label"] == label).to_numpy()
-            ax.fill_between(t, 0, p, where=mask, step="post", color=color(str(label)), linewidth=0)
+        t, heights = _strip_steps(g)
+        for label, h in heights.items():
+            ax.fill_between(t, 0, h, step="post", color=color(label), linewidth=0)
         ax.set_ylim(0, ymax * 1.05)
         ax.set_yticks([0, round(ymax / 100) * 100])
         ax.set_ylabel(f"{host}\nGPU {idx}", rotation=0, ha="right", va="center", fontsize=8)
@@ -100,6 +98,24 @@ def power_timeline(w: pd.DataFrame, max_gpus: int = 16) -> bytes:
     axes[-1, 0].set_xlabel("time (UTC); y: mean power per window (W)")
     fig.tight_layout(rect=(0, 0, 1, 0.97))
     return to_png(fig)
+
+
+def _strip_steps(g: pd.DataFrame) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """One GPU's buckets (``ts_start``, ``power_avg_w``, ``label``, sorted) as "post" steps: the
+    times, with one more at the end (the shortest step on), and per label the power of its
+    buckets (0 elsewhere), the last value repeated at that end. A "post" step draws a value from
+    its x to the next; filled ``where`` the label held, each run of a label lost its last bucket
+    (a one-bucket job was not drawn at all), as did the GPU's last bucket."""
+    t = g["ts_start"].dt.tz_convert("UTC").dt.tz_localize(None).to_numpy()
+    p = g["power_avg_w"].astype(float).fillna(0).to_numpy()
+    step = np.diff(t).min() if len(t) > 1 else np.timedelta64(60, "s")
+    t = np.append(t, t[-1] + step)
+    lab = g["label"].astype(str).to_numpy()
+    heights = {}
+    for label in dict.fromkeys(lab):
+        h = np.where(lab == label, p, 0.0)
+        heights[label] = np.append(h, h[-1])
+    return t, heights
 
 
 def fleet_power(fleet: pd.DataFrame, t0: pd.Timestamp, width_s: float) -> bytes:
