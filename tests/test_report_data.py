@@ -12,6 +12,7 @@ import pytest
 from wattclass.errors import DataError
 from wattclass.report import data as report_data
 from wattclass.report import estimates as est
+from wattclass.report import fleetbins
 from wattclass.report.build import load_inputs, telemetry_day_files
 
 
@@ -273,13 +274,13 @@ def _fleet_files(root: Path, windows: pd.DataFrame, hosts: int, spread: pd.Timed
 def _count_window_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The fleet-binning passes over the windows (each builds a bin expression)."""
     calls: list[str] = []
-    real = report_data._bin_sql
+    real = fleetbins.bin_sql
 
     def spy(width_s: float) -> str:
         calls.append(str(width_s))
         return real(width_s)
 
-    monkeypatch.setattr(report_data, "_bin_sql", spy)
+    monkeypatch.setattr(fleetbins, "bin_sql", spy)
     return calls
 
 
@@ -297,7 +298,7 @@ def test_the_fleet_view_over_a_days_files_comes_from_the_one_scan(
     per_label = agg.fleet.groupby("label")["energy_j"].sum() / 3.6e6
     pd.testing.assert_series_equal(per_label.sort_index(), agg.by_label["energy_kwh"].sort_index(),
                                    check_names=False, rtol=1e-9)
-    assert 200 < agg.fleet["bin"].max() <= report_data.FLEET_BINS
+    assert 200 < agg.fleet["bin"].max() <= fleetbins.FLEET_BINS
     # each window in the bin of its midpoint
     w = pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
     mid = w["ts_start"] + (w["ts_end"] - w["ts_start"]) / 2
@@ -319,9 +320,9 @@ def test_a_fleet_covering_an_hour_of_its_day_is_binned_finer_in_a_second_pass(
 
 
 def test_fleet_bin_widths_are_round_and_each_divides_the_next() -> None:
-    assert report_data.nice_width_s(86400) == 300 and report_data.nice_width_s(30 * 86400) == 10800
-    assert report_data.nice_width_s(0) == 1 and report_data.nice_width_s(400 * 86400) == 2 * 86400
-    widths = [report_data.nice_width_s(s) for s in (10.0 ** k for k in range(0, 9))]
+    assert fleetbins.nice_width_s(86400) == 300 and fleetbins.nice_width_s(30 * 86400) == 10800
+    assert fleetbins.nice_width_s(0) == 1 and fleetbins.nice_width_s(400 * 86400) == 2 * 86400
+    widths = [fleetbins.nice_width_s(s) for s in (10.0 ** k for k in range(0, 9))]
     for a, b in itertools.pairwise(widths):
         assert b % a == 0
 
@@ -361,7 +362,7 @@ def test_a_fleet_whose_span_gets_the_days_bin_width_is_not_read_twice(
     files = _fleet_files(tmp_path, windows, 20, pd.Timedelta(seconds=260))  # 76 x 260 s: 5.5 h
     passes = _count_window_reads(monkeypatch)
     agg = report_data.load(files=files, max_gpus=16)
-    assert agg.fleet_bin_s == 300.0 and 60 < agg.fleet["bin"].max() < report_data.FLEET_BINS / 4
+    assert agg.fleet_bin_s == 300.0 and 60 < agg.fleet["bin"].max() < fleetbins.FLEET_BINS / 4
     assert len(passes) == 1
     per_label = agg.fleet.groupby("label")["energy_j"].sum() / 3.6e6
     pd.testing.assert_series_equal(per_label.sort_index(), agg.by_label["energy_kwh"].sort_index(),

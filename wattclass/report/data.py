@@ -27,6 +27,7 @@ import pandas as pd
 
 from wattclass.errors import DataError
 from wattclass.report import estimates as est
+from wattclass.report import fleetbins
 
 #: At most this many time buckets per GPU in the power timeline (a month of 10 s windows is
 #: 259,200 points per GPU; the plot is 1,100 pixels wide).
@@ -105,6 +106,7 @@ class _Source:
         from wattclass.schema import TELEMETRY_V1
 
         read = "w_df" if windows is not None else "w_read"
+        self.read = read
         self.columns = {r[0] for r in self.con.execute(f"DESCRIBE {read}").fetchall()}
         day = rowsql.partition_day_sql(self.files) if self.files else None
         self.reject = rowsql._reject_sql(frozenset(TELEMETRY_V1.names) - self.columns, day)
@@ -266,8 +268,8 @@ def _load(src: _Source, labels: pd.DataFrame | None, caps: Mapping[str, str] | N
     uuid = src.col("gpu_uuid", "VARCHAR")
     # over files, the same scan gives each file's window-start range per host (rowsql.files_meet)
     by_file = bool(src.files) and not src.dedup
-    grain_s = _fleet_grain_s(src)
-    fb = _bin_sql(grain_s) if grain_s else "0"
+    grain_s = fleetbins.grain_s(src)
+    fb = fleetbins.bin_sql(grain_s) if grain_s else "0"
     # Each window's values are computed once (the rule code, the GPM work, the capped energy), then
     # summed per job, GPU, file, reject code and fleet bin: the finest grouping that every table
     # of the page is a sum of, a few hundred thousand rows a day. The per-job, per-GPU and per-file
@@ -289,9 +291,11 @@ def _load(src: _Source, labels: pd.DataFrame | None, caps: Mapping[str, str] | N
         + "".join(f", sum(_nj_{lab}) AS new_j_{lab}, sum(greatest(_e - _nj_{lab}, 0)) AS saved_j_{lab}"
                   for lab, _ in cap_aggs)
         + f" FROM (SELECT job_id, host, {uuid} AS gpu_uuid, {'file_index, ' if by_file else ''}"
-        "_code AS _bad, "
+        # the reject code in the same projection as the window's length and bin: DuckDB then
+        # computes each row's epoch_ms (costly on TIMESTAMPTZ) once for all of them
+        f"{src.code} AS _bad, "
         f"{fb} AS _fb, {src.col('user', 'VARCHAR')} AS user, ts_start, ts_end, {secs} AS _s, {energy} AS _e, "
-        f"{code} AS _r, CASE WHEN {gpm} THEN ({tflops}) END AS _tf{cap_cols} FROM w_all) "
+        f"{code} AS _r, CASE WHEN {gpm} THEN ({tflops}) END AS _tf{cap_cols} FROM {src.read}) "
         "GROUP BY ALL")
     sums = ("sum(n_windows) AS n_windows, sum(energy_j) AS energy_j, sum(secs) AS secs, min(t0) AS t0, "
             "max(t1) AS t1, sum(r_idle) AS r_idle, sum(r_compute) AS r_compute, sum(r_memory) AS r_memory, "
@@ -352,7 +356,7 @@ def _load(src: _Source, labels: pd.DataFrame | None, caps: Mapping[str, str] | N
     fleet, bin_s, fleet_t0 = pd.DataFrame(columns=["bin", "label", "energy_j"]), 0.0, t0
     timeline = pd.DataFrame(columns=["host", "gpu_index", "ts_start", "power_avg_w", "label"])
     if len(per_gpu) > max_gpus:  # the page shows the fleet's power, not a strip per GPU (sections)
-        fleet, bin_s, fleet_t0 = _fleet(src, jobs, grain_s, t0, t1)
+        fleet, bin_s, fleet_t0 = fleetbins.fleet(src, jobs, grain_s, t0, t1)
     else:
         timeline = _timeline(src, jobs, max_gpus, t0, t1)
     return ReportData(
@@ -470,81 +474,6 @@ def _timeline(src: _Source, jobs: pd.DataFrame, max_gpus: int, t0: pd.Timestamp,
         "FROM bl GROUP BY ALL ORDER BY host, gpu_index, ts_start")
     df["ts_start"] = pd.to_datetime(df["ts_start"], utc=True)
     return df
-
-
-#: About this many bins in the fleet view over the span (a day: 5 min; 30 days: 3 h).
-FLEET_BINS = 288
-#: The fleet bins' widths (s), each a multiple of the one before, then days doubling: round clock
-#: times that windows of 10, 30 or 60 s fill evenly (a bin of a width no whole number of windows
-#: long holds one window more every few bins: stripes).
-_NICE_S = (1, 2, 10, 30, 60, 300, 600, 1800, 3600, 10800, 21600, 43200, 86400)
-
-
-def nice_width_s(span_s: float) -> float:
-    """The shortest width of ``_NICE_S`` (then 2, 4, 8... days) splitting ``span_s`` into at most
-    FLEET_BINS bins."""
-    want = max(span_s, 1.0) / FLEET_BINS
-    w = next((x for x in _NICE_S if x >= want), _NICE_S[-1])
-    while w < want:
-        w *= 2
-    return float(w)
-
-
-def _bin_sql(width_s: float) -> str:
-    """The fleet bin of a window's midpoint, ``width_s`` bins on the UTC clock (epoch 0 starts one)."""
-    return f"CAST(floor((epoch(ts_start) + epoch(ts_end)) / 2 / {width_s!r}) AS BIGINT)"
-
-
-def _fleet_grain_s(src: _Source) -> float | None:
-    """The fleet bins' width, chosen before the scan so that the one pass over the windows also
-    bins them: from the span of a DataFrame's valid windows, or of the files' ``date=`` days (a
-    window lies within its day, ``rowsql``); None where neither is known (a second pass bins them)."""
-    from wattclass.classifier import rowsql
-
-    if src.from_windows:
-        # The valid windows' span, in DuckDB: pandas raised its own KeyError or DateParseError (a
-        # traceback) for a DataFrame without ts_end or with text times, where the scan's DuckDB
-        # error is the report's DataError; and the rejected rows no longer stretch the grain.
-        span = src.con.execute("SELECT epoch(max(ts_end)) - epoch(min(ts_start)) FROM w").fetchone()
-        return nice_width_s(float(span[0])) if span is not None and span[0] is not None else None
-    days = [rowsql.partition_day_ms(f) for f in src.files]
-    known = [d for d in days if d is not None]
-    if not known or len(known) < len(days):
-        return None
-    return nice_width_s((max(known) - min(known)) / 1000.0 + 86400.0)
-
-
-def _fleet(src: _Source, jobs: pd.DataFrame, grain_s: float | None, t0: pd.Timestamp, t1: pd.Timestamp
-           ) -> tuple[pd.DataFrame, float, pd.Timestamp]:
-    """The fleet's energy per time bin and label (the view that stays readable at 1,000 GPUs):
-    (bin, label, energy_j), the bin width, where bin 0 starts.
-
-    Each window's energy goes to the bin of its midpoint; bins are ``nice_width_s`` of the span
-    long, on the UTC clock (5 min for a day, 3 h for 30 days). The main scan binned the windows
-    by ``grain_s``: those bins are used, merged where the span turned out much longer; only where
-    the data covers much less than its days (fewer than a quarter of the bins) and its own width
-    is shorter than the grain, or no grain was known, are the windows read again. (Coverage
-    alone read 5 h of a day's data a second time into the very same 5-minute bins.)"""
-    span_s = (t1 - t0).total_seconds()
-    width = nice_width_s(span_s)
-    if grain_s is not None and (span_s / grain_s >= FLEET_BINS / 4 or width >= grain_s):
-        # the grain's bins unless they come out far more than FLEET_BINS (a day's windows ending a
-        # few seconds past midnight must not double a day's 5 minutes); a wider nice width is a
-        # multiple of the grain (_NICE_S), so its bins are the grain's merged
-        width = grain_s if span_s / grain_s <= FLEET_BINS * 1.25 else width
-        df = src.df("SELECT _fb, job_id, sum(energy_j) AS energy_j FROM fine WHERE _bad = 0 GROUP BY ALL")
-        df["_fb"] = np.floor_divide(df["_fb"].to_numpy(np.int64), round(width / grain_s))
-    else:
-        df = src.df(f"SELECT {_bin_sql(width)} AS _fb, CAST(job_id AS VARCHAR) AS job_id, "
-                    f"sum({src.col('energy_j')}) AS energy_j FROM w GROUP BY ALL")
-    label = df["job_id"].map(jobs.set_index("job_id")["label"]).fillna("unlabelled")
-    df["label"] = label.where(df["job_id"].notna(), "no job")
-    df["energy_j"] = df["energy_j"].astype(float).fillna(0.0)
-    out = df.groupby(["_fb", "label"])["energy_j"].sum().reset_index()
-    first = int(out["_fb"].min()) if len(out) else 0
-    out["bin"] = out["_fb"] - first
-    start = pd.Timestamp(first * width, unit="s", tz="UTC")
-    return out[["bin", "label", "energy_j"]].sort_values(["bin", "label"], ignore_index=True), width, start
 
 
 def _capped_energy_sql(pavg: str, power: str, cap_w: str, secs: str, energy: str) -> str:
