@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from wattclass.argtypes import int_at_least, iso_date, non_negative_float, non_negative_int
 from wattclass.errors import ConfigError
 from wattclass.progress import FileProgress
 
@@ -27,7 +28,8 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     p.add_argument("--source", choices=("auto", "rule", "model"), default="auto",
                    help="auto: rule where GPM exists, model elsewhere (default); rule/model: force one")
     p.add_argument("--model", type=Path, default=None, help="model folder (default: the packaged model)")
-    p.add_argument("--date", default=None, help="only the date=YYYY-MM-DD partition of a data root")
+    p.add_argument("--date", type=iso_date, default=None,
+                   help="only the date=YYYY-MM-DD partition of a data root")
     p.add_argument("--drop-gpm", action="store_true", help="ignore the GPM columns (as on GPUs without GPM)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_classify)
@@ -40,7 +42,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
 def _register_nightly(sub: argparse._SubParsersAction[Any]) -> None:
     n = sub.add_parser("nightly", help="label a day's jobs, retrain, write the submission label table")
     n.add_argument("--data-root", type=Path, required=True)
-    n.add_argument("--date", default=None, help="YYYY-MM-DD (UTC; default: yesterday)")
+    n.add_argument("--date", type=iso_date, default=None, help="YYYY-MM-DD (UTC; default: yesterday)")
     n.add_argument("--jobs-file", type=Path, default=None,
                    help="offline job records (CSV with quoted text fields, or Parquet); default: "
                    "DATA_ROOT/jobs/date=D/jobs.parquet if it exists, else ask Slurm (sacct/squeue)")
@@ -52,7 +54,7 @@ def _register_nightly(sub: argparse._SubParsersAction[Any]) -> None:
                    "table is then 0640 root:GROUP (slurmctld's group, e.g. slurm). 'auto' (default): "
                    "the group 'slurm' if it exists, else 'none'; 'none': 0644, readable by every user")
     n.add_argument("--no-retrain", action="store_true", help="label only; never train a new model")
-    n.add_argument("--workers", type=int, default=0,
+    n.add_argument("--workers", type=non_negative_int, default=0,
                    help="threads of the DuckDB scan (default 0: every core)")
     n.add_argument("--engine", choices=("local", "dask"), default="local",
                    help="local: this machine (default); dask: feature stage and training on dask.distributed")
@@ -60,7 +62,7 @@ def _register_nightly(sub: argparse._SubParsersAction[Any]) -> None:
     n.add_argument("--dask-config", type=Path, default=None,
                    help="with --engine dask: cluster TOML (deploy/dask-slurm.example.toml); "
                    "neither this nor --scheduler: a LocalCluster")
-    n.add_argument("--lock-timeout", type=float, default=0.0, metavar="SECONDS",
+    n.add_argument("--lock-timeout", type=non_negative_float, default=0.0, metavar="SECONDS",
                    help="if another nightly run holds DATA_ROOT/classifier, wait this long for it "
                    "(default 0: exit 6 at once)")
     n.add_argument("--allow-empty", action="store_true",
@@ -96,7 +98,8 @@ def _register_model(sub: argparse._SubParsersAction[Any]) -> None:
     t.add_argument("--version", default=None, help="model version string (default: h200-<date>)")
     t.add_argument("--created", default=None,
                    help="creation stamp stored in model.json (default: none, so rebuilds are identical)")
-    t.add_argument("--folds", type=int, default=5)
+    t.add_argument("--folds", type=int_at_least(2), default=5,
+                   help="cross-validation folds, at least 2 (default 5)")
     t.add_argument("--kind", default=None, help="roofline-margin (default) or lightgbm-window-multiclass")
     t.add_argument("--aggregation", default=None, help="job aggregation: length-weighted (default) or counts")
     t.add_argument("--round2-recipe", action="store_true",
@@ -248,10 +251,6 @@ def cmd_nightly(args: argparse.Namespace) -> int:
     from wattclass.output import emit
 
     date = args.date or (dt.datetime.now(dt.UTC).date() - dt.timedelta(days=1)).isoformat()
-    try:
-        dt.date.fromisoformat(date)
-    except ValueError as exc:
-        raise ConfigError(f"--date {date!r} is not YYYY-MM-DD") from exc
     policy = None
     if args.policy is not None:
         from wattclass.policy import load_policy
@@ -266,8 +265,8 @@ def cmd_nightly(args: argparse.Namespace) -> int:
                                   "--table-out")
     opts = NightlyOptions(data_root=args.data_root, date=date, table_out=table_out, policy=policy,
                           retrain=not args.no_retrain, base_training=tuple(bundled_training_sources()),
-                          workers=max(0, args.workers), engine=args.engine, scheduler=args.scheduler,
-                          dask_config=args.dask_config, lock_timeout_s=max(0.0, args.lock_timeout),
+                          workers=args.workers, engine=args.engine, scheduler=args.scheduler,
+                          dask_config=args.dask_config, lock_timeout_s=args.lock_timeout,
                           table_group=table_group_id(args.table_group))
     if args.engine != "dask" and (args.scheduler or args.dask_config):
         raise ConfigError("--scheduler and --dask-config need --engine dask")

@@ -10,6 +10,8 @@ import socket
 from pathlib import Path
 from typing import Any
 
+from wattclass.argtypes import positive_float, positive_int
+
 log = logging.getLogger(__name__)
 
 
@@ -31,24 +33,27 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     )
     run.add_argument("--backend", default="nvml", help="nvml (default) | replay:DIR | filestate:PATH")
     run.add_argument("--data-root", required=True, type=Path, help="where Parquet files go")
-    run.add_argument("--period", type=float, default=10.0, help="window length, seconds (default 10)")
-    run.add_argument("--poll", type=float, default=1.0, help="poll interval, seconds (default 1)")
+    run.add_argument("--period", type=positive_float, default=10.0,
+                     help="window length, seconds (default 10)")
+    run.add_argument("--poll", type=positive_float, default=1.0,
+                     help="poll interval, seconds (default 1)")
     run.add_argument("--host", default=None, help="host name in the rows (default: this host's name)")
     run.add_argument("--spool", type=Path, default=None,
                      help="folder of Prolog-written GPU->job files (default /run/wattclass/jobs "
                           "if it exists); without a file the GPU's process list is used")
     run.add_argument("--wal-dir", type=Path, default=None,
                      help="write-ahead log folder, on local disk (default DATA_ROOT/wal/HOST)")
-    run.add_argument("--roll-seconds", type=float, default=3600.0,
+    run.add_argument("--roll-seconds", type=positive_float, default=3600.0,
                      help="roll the WAL into Parquet this often (default 3600)")
-    run.add_argument("--energy-every-windows", type=int, default=None, metavar="N",
+    run.add_argument("--energy-every-windows", type=positive_int, default=None, metavar="N",
                      help="read the energy counter (the one costly NVML call) at every N-th window "
                           "close; windows in between wait up to N-1 windows for it and share its delta "
                           "by integrated power (default 3; docs/benchmarks.md, \"Energy split at job "
                           "changes\")")
     run.add_argument("--once", action="store_true",
                      help="replay: play the whole recording as fast as possible, flush, exit")
-    run.add_argument("--speed", type=float, default=1.0, help="replay speed in real-time mode (default 1)")
+    run.add_argument("--speed", type=positive_float, default=1.0,
+                     help="replay speed in real-time mode (default 1)")
     run.add_argument("--metrics-port", type=int, default=None,
                      help="serve Prometheus metrics (energy, power, labels, daemon health) on this port")
     run.add_argument("--metrics-bind", default=None, metavar="ADDR",

@@ -9,11 +9,64 @@ inf`` and ``import --start nan`` were tracebacks. The checks: wattclass/argtypes
 from __future__ import annotations
 
 import argparse
+import json
+from pathlib import Path
 
 import pytest
+from conftest import H200_DATE
 
 from wattclass.argtypes import int_at_least, iso_date, non_negative_float, positive_float
 from wattclass.cli import main
+from wattclass.gpu.filestate import FileStateBackend
+
+REPO = Path(__file__).resolve().parent.parent
+POLICY = REPO / "deploy" / "policy.example.toml"
+
+
+def _tree(root: Path) -> set[Path]:
+    return set(root.rglob("*"))
+
+
+# Each bad value with the option that must be named. {T}: the test's folder (mostly paths that do
+# not exist: the value must be refused before any path is looked at).
+BAD_VALUES: list[tuple[list[str], str, str]] = [
+    (["simulate", "--data-root", "{T}/root", "--policy", str(POLICY), "--top"], "--top", "-1"),
+    (["simulate", "--data-root", "{T}/root", "--policy", str(POLICY), "--top"], "--top", "0"),
+    (["simulate", "--data-root", "{T}/root", "--policy", str(POLICY), "--from"], "--from", "20261129"),
+    (["simulate", "--data-root", "{T}/root", "--policy", str(POLICY), "--to"], "--to", "2026-02-30"),
+    (["nightly", "--data-root", "{T}/root", "--workers"], "--workers", "-2"),
+    (["nightly", "--data-root", "{T}/root", "--lock-timeout"], "--lock-timeout", "-5"),
+    (["nightly", "--data-root", "{T}/root", "--lock-timeout"], "--lock-timeout", "nan"),
+    (["nightly", "--data-root", "{T}/root", "--date"], "--date", "20261129"),
+    (["classify", "--telemetry", "{T}/root", "--out", "{T}/l.parquet", "--date"], "--date", "2026-W48-7"),
+    (["report", "--data-root", "{T}/root", "--out", "{T}/r.html", "--date"], "--date", "20261129"),
+    (["job", "7", "--data-root", "{T}/root", "--date"], "--date", "2026-11-31"),
+    (["model", "train", "--out", "{T}/m", "--folds"], "--folds", "0"),
+    (["model", "train", "--out", "{T}/m", "--folds"], "--folds", "1"),
+    (["calibrate", "--gpu", "0", "--dry-run", "--out", "{T}/r.json", "--kernel-seconds"], "--kernel-seconds",
+     "0"),
+    (["calibrate", "--gpu", "0", "--dry-run", "--out", "{T}/r.json", "--kernel-seconds"], "--kernel-seconds",
+     "-3"),
+    (["calibrate", "--dry-run", "--out", "{T}/r.json", "--gpu"], "--gpu", "-1"),
+    (["telemetry", "run", "--data-root", "{T}/d", "--period"], "--period", "inf"),
+    (["telemetry", "run", "--data-root", "{T}/d", "--roll-seconds"], "--roll-seconds", "inf"),
+    (["telemetry", "run", "--data-root", "{T}/d", "--speed"], "--speed", "inf"),
+    (["telemetry", "run", "--data-root", "{T}/d", "--speed"], "--speed", "0"),
+    (["fleet", "generate", "--gpus", "8", "--date", H200_DATE, "--out", "{T}/f", "--seed"], "--seed", "-1"),
+    (["fleet", "generate", "--gpus", "8", "--out", "{T}/f", "--date"], "--date", "20261129"),
+]
+
+
+@pytest.mark.parametrize(("argv", "option", "value"), BAD_VALUES,
+                         ids=[f"{a[0]} {o} {v}" for a, o, v in BAD_VALUES])
+def test_a_bad_value_is_refused_naming_the_option_and_the_value(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], option: str, value: str) -> None:
+    before = _tree(tmp_path)
+    rc = main([a.replace("{T}", str(tmp_path)) for a in argv] + [value])
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert f"argument {option}: " in err and repr(value) in err and "Traceback" not in err, err
+    assert _tree(tmp_path) == before
 
 
 @pytest.mark.parametrize("text", ["20261129", "2026-11-31", "2026-W48-1", "2026-11-29T00:00", " 2026-11-29",
@@ -37,3 +90,58 @@ def test_a_usage_error_is_returned_as_2_and_help_as_0(capsys: pytest.CaptureFixt
     assert "unrecognized arguments: --no-such-option" in capsys.readouterr().err
     assert main(["simulate", "--help"]) == 0
     assert "--top" in capsys.readouterr().out
+
+
+# -- the known gaps, on real data -------------------------------------------------------------------
+def test_simulate_top_below_one_is_refused_not_a_dropped_row(
+        h200_day_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--top -1`` sliced each user/account table to all rows but the last, silently."""
+    args = ["simulate", "--data-root", str(h200_day_root), "--policy", str(POLICY)]
+    assert main([*args, "--top", "1"]) == 0
+    capsys.readouterr()
+    assert main([*args, "--top", "-1"]) == 2
+    assert "argument --top: expected a whole number >= 1, got '-1'" in capsys.readouterr().err
+
+
+def test_simulate_from_after_to_is_a_usage_error(
+        h200_day_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """It was exit 3, "no job windows in telemetry between 2026-11-30 and 2026-11-01": bad data blamed."""
+    rc = main(["simulate", "--data-root", str(h200_day_root), "--policy", str(POLICY),
+               "--from", "2026-11-30", "--to", "2026-11-01"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--from 2026-11-30 is after --to 2026-11-01" in err, err
+
+
+def test_nightly_workers_below_zero_is_refused(
+        h200_day_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--workers -2`` was clamped to 0 (every core) without a word, and the night ran."""
+    rc = main(["nightly", "--data-root", str(h200_day_root), "--date", H200_DATE, "--workers", "-2",
+               "--no-retrain"])
+    assert rc == 2 and "argument --workers" in capsys.readouterr().err
+    assert not (h200_day_root / "classifier").exists()
+
+
+def test_calibrate_kernel_seconds_zero_is_refused_before_the_gpu(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    gfile = tmp_path / "g.json"
+    FileStateBackend.create(gfile, 1, simulate=True)
+    out = tmp_path / "resp.json"
+    rc = main(["calibrate", "--gpu", "0", "--backend", f"filestate:{gfile}", "--caps", "100,60",
+               "--state-dir", str(tmp_path / "caps"), "--kernel-seconds", "0", "--out", str(out)])
+    assert rc == 2 and "argument --kernel-seconds" in capsys.readouterr().err
+    assert json.loads(gfile.read_text())["gpus"][0]["set_count"] == 0 and not out.exists()
+
+
+# -- the sweep ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("timeout", ["0", "-1", "nan"])
+def test_install_hooks_refuses_a_slurm_timeout_that_times_out_every_squeue(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], timeout: str) -> None:
+    """The Prolog's squeue then failed at once on every job: each job left uncapped, seen only in
+    the hook log. The hooks' parser refuses it, so install-hooks does (plugin/install.py)."""
+    rc = main(["plugin", "install-hooks", "--dest", str(tmp_path / "etc"), "--python", "/usr/bin/python3",
+               "--hook-args", f"--backend nvml --slurm-timeout {timeout}"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--hook-args" in err and "argument --slurm-timeout" in err, err
+    assert not (tmp_path / "etc").exists()
