@@ -9,7 +9,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from wattclass.argtypes import int_at_least, iso_date, non_negative_float, non_negative_int
+from wattclass.argtypes import (
+    existing_dir,
+    existing_file,
+    int_at_least,
+    iso_date,
+    non_negative_float,
+    non_negative_int,
+)
 from wattclass.errors import ConfigError
 from wattclass.progress import FileProgress
 
@@ -251,6 +258,11 @@ def cmd_nightly(args: argparse.Namespace) -> int:
     from wattclass.output import emit
 
     date = args.date or (dt.datetime.now(dt.UTC).date() - dt.timedelta(days=1)).isoformat()
+    # The night reads the data root; a typo there was created (classifier/, a lock, the packaged
+    # model and a summary) and the night ended "no telemetry", as if the cluster had been idle.
+    existing_dir(args.data_root, "--data-root")
+    if args.dask_config is not None:  # refused before the lock is taken in the data root
+        existing_file(args.dask_config, "--dask-config")
     policy = None
     if args.policy is not None:
         from wattclass.policy import load_policy
@@ -259,8 +271,6 @@ def cmd_nightly(args: argparse.Namespace) -> int:
         policy = pol.table_dict(_node_features(pol.feature_names()))
     from wattclass.fsutil import check_output_file
 
-    if args.data_root.exists() and not args.data_root.is_dir():
-        raise ConfigError(f"--data-root {args.data_root}: not a folder")
     table_out = check_output_file(args.table_out or args.data_root / "classifier" / "label_table.tsv",
                                   "--table-out")
     opts = NightlyOptions(data_root=args.data_root, date=date, table_out=table_out, policy=policy,

@@ -18,6 +18,8 @@ from conftest import H200_DATE
 from wattclass.argtypes import int_at_least, iso_date, non_negative_float, positive_float
 from wattclass.cli import main
 from wattclass.gpu.filestate import FileStateBackend
+from wattclass.labeltable import TableEntry, write_label_table
+from wattclass.policy import load_policy
 
 REPO = Path(__file__).resolve().parent.parent
 POLICY = REPO / "deploy" / "policy.example.toml"
@@ -112,6 +114,30 @@ def test_simulate_from_after_to_is_a_usage_error(
     assert rc == 2 and "--from 2026-11-30 is after --to 2026-11-01" in err, err
 
 
+def test_nightly_on_a_mistyped_data_root_creates_nothing(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The night created the typo (classifier/, its lock, the packaged model, a summary) and then
+    said "no usable telemetry", as for an idle day; with --allow-empty it even exited 0."""
+    typo = tmp_path / "wattclas" / "data"
+    rc = main(["nightly", "--data-root", str(typo), "--date", H200_DATE, "--no-retrain", "--allow-empty",
+               "--table-out", str(tmp_path / "labels.tsv")])
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert f"--data-root {typo}: no such folder" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_nightly_checks_the_dask_config_before_taking_the_lock(
+        h200_day_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A missing --dask-config was found only after DATA_ROOT/classifier/ and its lock were made."""
+    missing = tmp_path / "dask.toml"
+    rc = main(["nightly", "--data-root", str(h200_day_root), "--date", H200_DATE, "--engine", "dask",
+               "--dask-config", str(missing), "--no-retrain"])
+    err = capsys.readouterr().err
+    assert rc == 2 and f"--dask-config {missing}: no such file" in err, err
+    assert not (h200_day_root / "classifier").exists()
+
+
 def test_nightly_workers_below_zero_is_refused(
         h200_day_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """``--workers -2`` was clamped to 0 (every core) without a word, and the night ran."""
@@ -133,6 +159,16 @@ def test_calibrate_kernel_seconds_zero_is_refused_before_the_gpu(
 
 
 # -- the sweep ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("option", "value"), [("--start", "nan"), ("--end", "inf"), ("--end", "1e999")])
+def test_import_times_must_be_finite(tmp_path: Path, capsys: pytest.CaptureFixture[str], option: str,
+                                     value: str) -> None:
+    """``--start nan`` was a ValueError traceback; ``--end inf`` a range that never ends."""
+    times = {"--start": "2026-11-29T00:00Z", "--end": "2026-11-29T01:00Z", option: value}
+    rc = main(["telemetry", "import", "--prometheus", "http://127.0.0.1:9", "--start", times["--start"],
+               "--end", times["--end"], "--data-root", str(tmp_path / "d")])
+    err = capsys.readouterr().err
+    assert rc == 2 and f"{option} {value!r}" in err and "not reachable" not in err, err
+    assert not (tmp_path / "d").exists()
 
 
 @pytest.mark.parametrize("timeout", ["0", "-1", "nan"])
@@ -145,3 +181,33 @@ def test_install_hooks_refuses_a_slurm_timeout_that_times_out_every_squeue(
     err = capsys.readouterr().err
     assert rc == 2 and "--hook-args" in err and "argument --slurm-timeout" in err, err
     assert not (tmp_path / "etc").exists()
+
+
+def _table(tmp_path: Path) -> Path:
+    table = tmp_path / "labels.tsv"
+    write_label_table(table, [TableEntry("user", "alice", None, None, "memory", 0.95, 10, "rule")],
+                      load_policy(POLICY).table_dict())
+    return table
+
+
+def test_explain_with_a_mistyped_data_root_says_so(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """It answered "measured effect: none yet (no canary data)" for a root that does not exist."""
+    args = ["policy", "explain", "--policy", str(POLICY), "--table", str(_table(tmp_path)), "--user", "alice",
+            "--name", "x"]
+    assert main(args) == 0
+    capsys.readouterr()
+    typo = tmp_path / "no-such-root"
+    assert main([*args, "--data-root", str(typo)]) == 2
+    assert f"--data-root {typo}: no such folder" in capsys.readouterr().err
+    assert not typo.exists()
+
+
+def test_explain_with_a_folder_for_the_table_names_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """It was an IsADirectoryError traceback."""
+    rc = main(["policy", "explain", "--policy", str(POLICY), "--table", str(tmp_path), "--user", "a",
+               "--name", "b"])
+    err = capsys.readouterr().err
+    assert rc == 3 and f"{tmp_path}: cannot read the label table" in err, err
+

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,9 +29,13 @@ BASELINE_MARGIN_S = 120.0
 def parse_time(text: str, what: str) -> float:
     """Epoch seconds from ISO 8601 (UTC unless an offset is given) or a plain number."""
     try:
-        return float(text)
+        epoch_s = float(text)
     except ValueError:
         pass
+    else:  # "nan" was a ValueError traceback at the first query, "inf" a range that never ends
+        if not math.isfinite(epoch_s):
+            raise ConfigError(f"{what} {text!r}: expected ISO 8601 (2026-11-29T00:00Z) or epoch seconds")
+        return epoch_s
     try:
         t = dt.datetime.fromisoformat(text)
     except ValueError as exc:
