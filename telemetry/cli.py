@@ -10,7 +10,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from wattclass.argtypes import positive_float, positive_int
+from wattclass.argtypes import host_name, positive_float, positive_int
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,8 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
                      help="window length, seconds (default 10)")
     run.add_argument("--poll", type=positive_float, default=1.0,
                      help="poll interval, seconds (default 1)")
-    run.add_argument("--host", default=None, help="host name in the rows (default: this host's name)")
+    run.add_argument("--host", type=host_name, default=None,
+                     help="host name in the rows (default: this host's name)")
     run.add_argument("--spool", type=Path, default=None,
                      help="folder of Prolog-written GPU->job files (default /run/wattclass/jobs "
                           "if it exists); without a file the GPU's process list is used")

@@ -54,6 +54,9 @@ BAD_VALUES: list[tuple[list[str], str, str]] = [
     (["telemetry", "run", "--data-root", "{T}/d", "--roll-seconds"], "--roll-seconds", "inf"),
     (["telemetry", "run", "--data-root", "{T}/d", "--speed"], "--speed", "inf"),
     (["telemetry", "run", "--data-root", "{T}/d", "--speed"], "--speed", "0"),
+    (["telemetry", "run", "--data-root", "{T}/d", "--host"], "--host", "../wal-elsewhere"),
+    (["telemetry", "run", "--data-root", "{T}/d", "--host"], "--host", "gpu 01"),
+    (["telemetry", "run", "--data-root", "{T}/d", "--host"], "--host", ""),
     (["fleet", "generate", "--gpus", "8", "--date", H200_DATE, "--out", "{T}/f", "--seed"], "--seed", "-1"),
     (["fleet", "generate", "--gpus", "8", "--out", "{T}/f", "--date"], "--date", "20261129"),
 ]

@@ -26,6 +26,7 @@ from pathlib import Path
 from wattclass.errors import ConfigError
 
 _ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+_HOST_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,252}")
 
 
 def _int(text: str) -> int:
@@ -94,6 +95,19 @@ def iso_date(text: str) -> str:
     """A ``type=`` for a day, YYYY-MM-DD; the text is kept (it names ``date=`` partitions)."""
     if not is_iso_date(text):
         raise argparse.ArgumentTypeError(f"expected a day YYYY-MM-DD, got {text!r}")
+    return text
+
+
+def host_name(text: str) -> str:
+    """A ``type=`` for a node's short name, as Slurm and the ``host=`` folders use it: letters,
+    digits, '.', '_' and '-', not starting with '.' or '-' (253 characters at most).
+
+    Why: the daemon makes ``wal/HOST`` and ``host=HOST`` folders from it, so ``--host ../x`` put its
+    write-ahead log beside ``wal/`` and a name with '/' or a space made folders no node name
+    matches (the nightly checks windows' hosts against Slurm's)."""
+    if not _HOST_NAME.fullmatch(text):
+        raise argparse.ArgumentTypeError("expected a host name (letters, digits, '.', '_', '-'; not "
+                                         f"starting with '.' or '-'), got {text!r}")
     return text
 
 
