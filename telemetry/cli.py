@@ -133,6 +133,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     if args.energy_every_windows is not None:
         cfg.energy_every_windows = args.energy_every_windows
+    cfg.check()  # --period below --poll refused before the data root is made
     from wattclass.telemetry.stopsignal import STOP_SIGNALS, SignalStop
 
     stop = SignalStop()  # a handler must not set a threading.Event: telemetry/stopsignal.py

@@ -162,6 +162,17 @@ def test_calibrate_kernel_seconds_zero_is_refused_before_the_gpu(
 
 
 # -- the sweep ----------------------------------------------------------------------------------------
+def test_telemetry_run_period_below_poll_is_refused_before_the_data_root_is_made(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    gpus = tmp_path / "gpus.json"
+    FileStateBackend.create(gpus, n=1)
+    rc = main(["telemetry", "run", "--backend", f"filestate:{gpus}", "--data-root", str(tmp_path / "d"),
+               "--host", "n1", "--period", "1", "--poll", "2"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--period (1.0) must be >= --poll (2.0)" in err, err
+    assert not (tmp_path / "d").exists()
+
+
 @pytest.mark.parametrize(("option", "value"), [("--start", "nan"), ("--end", "inf"), ("--end", "1e999")])
 def test_import_times_must_be_finite(tmp_path: Path, capsys: pytest.CaptureFixture[str], option: str,
                                      value: str) -> None:
