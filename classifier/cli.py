@@ -9,14 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from wattclass.argtypes import (
-    existing_dir,
-    existing_file,
-    int_at_least,
-    iso_date,
-    non_negative_float,
-    non_negative_int,
-)
+from wattclass import argtypes
 from wattclass.errors import ConfigError
 from wattclass.progress import FileProgress
 
@@ -35,7 +28,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     p.add_argument("--source", choices=("auto", "rule", "model"), default="auto",
                    help="auto: rule where GPM exists, model elsewhere (default); rule/model: force one")
     p.add_argument("--model", type=Path, default=None, help="model folder (default: the packaged model)")
-    p.add_argument("--date", type=iso_date, default=None,
+    p.add_argument("--date", type=argtypes.iso_date, default=None,
                    help="only the date=YYYY-MM-DD partition of a data root")
     p.add_argument("--drop-gpm", action="store_true", help="ignore the GPM columns (as on GPUs without GPM)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -49,7 +42,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
 def _register_nightly(sub: argparse._SubParsersAction[Any]) -> None:
     n = sub.add_parser("nightly", help="label a day's jobs, retrain, write the submission label table")
     n.add_argument("--data-root", type=Path, required=True)
-    n.add_argument("--date", type=iso_date, default=None, help="YYYY-MM-DD (UTC; default: yesterday)")
+    n.add_argument("--date", type=argtypes.iso_date, help="YYYY-MM-DD (UTC; default: yesterday)")
     n.add_argument("--jobs-file", type=Path, default=None,
                    help="offline job records (CSV with quoted text fields, or Parquet); default: "
                    "DATA_ROOT/jobs/date=D/jobs.parquet if it exists, else ask Slurm (sacct/squeue)")
@@ -61,7 +54,7 @@ def _register_nightly(sub: argparse._SubParsersAction[Any]) -> None:
                    "table is then 0640 root:GROUP (slurmctld's group, e.g. slurm). 'auto' (default): "
                    "the group 'slurm' if it exists, else 'none'; 'none': 0644, readable by every user")
     n.add_argument("--no-retrain", action="store_true", help="label only; never train a new model")
-    n.add_argument("--workers", type=non_negative_int, default=0,
+    n.add_argument("--workers", type=argtypes.non_negative_int, default=0,
                    help="threads of the DuckDB scan (default 0: every core)")
     n.add_argument("--engine", choices=("local", "dask"), default="local",
                    help="local: this machine (default); dask: feature stage and training on dask.distributed")
@@ -69,7 +62,7 @@ def _register_nightly(sub: argparse._SubParsersAction[Any]) -> None:
     n.add_argument("--dask-config", type=Path, default=None,
                    help="with --engine dask: cluster TOML (deploy/dask-slurm.example.toml); "
                    "neither this nor --scheduler: a LocalCluster")
-    n.add_argument("--lock-timeout", type=non_negative_float, default=0.0, metavar="SECONDS",
+    n.add_argument("--lock-timeout", type=argtypes.non_negative_float, default=0.0, metavar="SECONDS",
                    help="if another nightly run holds DATA_ROOT/classifier, wait this long for it "
                    "(default 0: exit 6 at once)")
     n.add_argument("--allow-empty", action="store_true",
@@ -105,7 +98,7 @@ def _register_model(sub: argparse._SubParsersAction[Any]) -> None:
     t.add_argument("--version", default=None, help="model version string (default: h200-<date>)")
     t.add_argument("--created", default=None,
                    help="creation stamp stored in model.json (default: none, so rebuilds are identical)")
-    t.add_argument("--folds", type=int_at_least(2), default=5,
+    t.add_argument("--folds", type=argtypes.int_at_least(2), default=5,
                    help="cross-validation folds, at least 2 (default 5)")
     t.add_argument("--kind", default=None, help="roofline-margin (default) or lightgbm-window-multiclass")
     t.add_argument("--aggregation", default=None, help="job aggregation: length-weighted (default) or counts")
@@ -260,9 +253,9 @@ def cmd_nightly(args: argparse.Namespace) -> int:
     date = args.date or (dt.datetime.now(dt.UTC).date() - dt.timedelta(days=1)).isoformat()
     # The night reads the data root; a typo there was created (classifier/, a lock, the packaged
     # model and a summary) and the night ended "no telemetry", as if the cluster had been idle.
-    existing_dir(args.data_root, "--data-root")
+    argtypes.existing_dir(args.data_root, "--data-root")
     if args.dask_config is not None:  # refused before the lock is taken in the data root
-        existing_file(args.dask_config, "--dask-config")
+        argtypes.existing_file(args.dask_config, "--dask-config")
     policy = None
     if args.policy is not None:
         from wattclass.policy import load_policy

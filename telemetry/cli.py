@@ -19,7 +19,16 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     """Add this component's subcommands to ``wattclass``."""
     p = sub.add_parser("telemetry", help="node telemetry daemon: GPU polls -> 10 s windows -> Parquet")
     tsub = p.add_subparsers(dest="telemetry_command", metavar="ACTION")
+    _register_run(tsub)
+    _register_import(tsub)
+    insp = tsub.add_parser("inspect", help="summarise telemetry Parquet: rows, GPUs, jobs, energy")
+    insp.add_argument("path", type=Path, help="a Parquet file or a folder of them (e.g. DATA_ROOT/telemetry)")
+    insp.add_argument("--json", action="store_true", help="print JSON")
+    insp.set_defaults(func=cmd_inspect)
+    p.set_defaults(func=lambda a: (p.print_help(), 2)[1])
 
+
+def _register_run(tsub: argparse._SubParsersAction[Any]) -> None:
     run = tsub.add_parser(
         "run",
         help="poll every GPU each second and write exact per-job windows to Parquet",
@@ -64,6 +73,8 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     run.add_argument("--proc-root", type=Path, default=Path("/proc"), help=argparse.SUPPRESS)
     run.set_defaults(func=cmd_run)
 
+
+def _register_import(tsub: argparse._SubParsersAction[Any]) -> None:
     imp = tsub.add_parser(
         "import",
         help="import dcgm-exporter series from Prometheus as telemetry windows (no node daemon)",
@@ -92,12 +103,6 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
                           "a query for too many samples)")
     imp.add_argument("--json", action="store_true", help="print the summary as JSON")
     imp.set_defaults(func=cmd_import)
-
-    insp = tsub.add_parser("inspect", help="summarise telemetry Parquet: rows, GPUs, jobs, energy")
-    insp.add_argument("path", type=Path, help="a Parquet file or a folder of them (e.g. DATA_ROOT/telemetry)")
-    insp.add_argument("--json", action="store_true", help="print JSON")
-    insp.set_defaults(func=cmd_inspect)
-    p.set_defaults(func=lambda a: (p.print_help(), 2)[1])
 
 
 def cmd_run(args: argparse.Namespace) -> int:
