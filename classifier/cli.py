@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from wattclass import argtypes
-from wattclass.errors import ConfigError
+from wattclass.errors import ConfigError, DataError
 from wattclass.progress import FileProgress
 
 log = logging.getLogger("wattclass.classifier")
@@ -127,7 +127,6 @@ def _register_model(sub: argparse._SubParsersAction[Any]) -> None:
 
 def _load(model_dir: Path | None, required: bool) -> Any:
     from wattclass.classifier.model import default_model_dir, load_model
-    from wattclass.errors import DataError
 
     d = model_dir or default_model_dir()
     try:
@@ -157,16 +156,12 @@ def cmd_classify(args: argparse.Namespace) -> int:
     check_output_file(args.out, "--out")
     files = telemetry_files(args.telemetry, date=args.date)
     if not files:
-        from wattclass.errors import DataError
-
         raise DataError(f"no telemetry Parquet files under {', '.join(map(str, args.telemetry))}")
     progress = FileProgress()
     progress.set_total(len(files))
     drop = GPM_COLUMNS if args.drop_gpm else ()
     res = label_files_local(files, model, args.source, drop_columns=drop, on_file=progress)
     if res.n_files == 0 and res.report.skipped_files:
-        from wattclass.errors import DataError
-
         reasons = "; ".join(f"{p}: {why}" for p, why in sorted(res.report.skipped_files.items())[:5])
         raise DataError(f"no usable telemetry file ({reasons})")
     write_labels(res.labels, args.out)
@@ -288,8 +283,6 @@ def cmd_nightly(args: argparse.Namespace) -> int:
         log.error("%s (exit %d; --allow-empty accepts such a day)", summary["message"], NoDataError.exit_code)
         return NoDataError.exit_code
     if summary.get("status") == JOB_WINDOWS_REJECTED:
-        from wattclass.errors import DataError
-
         log.error("%s (exit %d)", summary["message"], DataError.exit_code)
         return DataError.exit_code
     return 0
@@ -343,7 +336,6 @@ def cmd_model_train(args: argparse.Namespace) -> int:
         thin,
         training_set,
     )
-    from wattclass.errors import DataError
     from wattclass.fsutil import check_output_dir
     from wattclass.output import emit
 
@@ -407,7 +399,6 @@ def _add_ambiguity(model: Any, full: Any, sources: Sequence[Path], spec: tuple[s
     where the sources have none it is left out with a warning; asked for by flag, that is an error."""
     from wattclass.classifier.ambiguity import fit_ambiguity, training_fingerprints
     from wattclass.classifier.training import workload_configs
-    from wattclass.errors import DataError
 
     keys, truth, fp = training_fingerprints(full)
     configs = workload_configs(sources)
@@ -422,8 +413,7 @@ def _add_ambiguity(model: Any, full: Any, sources: Sequence[Path], spec: tuple[s
 
 def parse_ambiguity(spec: str) -> tuple[str, float, str]:
     """``--ambiguity MODE:VALUE[:LOWERING]`` -> (mode, value, lowering); a DataError names the flag."""
-    from wattclass.classifier.ambiguity import LOWERINGS, MODES
-    from wattclass.errors import DataError
+    from wattclass.classifier.ambiguity import LOWERINGS, MODES, check_value
 
     parts = spec.split(":")
     if len(parts) not in (2, 3) or parts[0] not in MODES or (len(parts) == 3 and parts[2] not in LOWERINGS):
@@ -432,8 +422,11 @@ def parse_ambiguity(spec: str) -> tuple[str, float, str]:
                         "e.g. radius:0.15:cap")
     try:
         value = float(parts[1])
+        check_value(parts[0], value)  # before the training, not after it
     except ValueError:
         raise DataError(f"--ambiguity {spec[:60]!r}: {parts[1][:20]!r} is not a number") from None
+    except DataError as exc:
+        raise DataError(f"--ambiguity {spec[:60]!r}: {exc}") from None
     return parts[0], value, parts[2] if len(parts) == 3 else "cap"
 
 
@@ -464,7 +457,6 @@ def cmd_effects(args: argparse.Namespace) -> int:
     import math
 
     from wattclass.classifier.effects import EFFECT_COLUMNS
-    from wattclass.errors import DataError
     from wattclass.output import emit
 
     if not (Path(args.data_root) / "classifier").is_dir():

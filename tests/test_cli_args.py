@@ -225,3 +225,16 @@ def test_explain_with_a_folder_for_the_table_names_it(
     err = capsys.readouterr().err
     assert rc == 3 and f"{tmp_path}: cannot read the label table" in err, err
 
+
+
+@pytest.mark.parametrize("spec", ["radius:1.5", "radius:0", "radius:nan", "knn:2.5", "knn:0", "knn:inf"])
+def test_model_train_checks_the_ambiguity_value_before_training(
+        tmp_path: Path, h200_telemetry: Path, capsys: pytest.CaptureFixture[str], spec: str) -> None:
+    """The range was checked by fit_ambiguity, after the whole training (knn:inf was an
+    OverflowError traceback there); now while the options are read, naming --ambiguity."""
+    out = tmp_path / "m"
+    rc = main(["model", "train", "--telemetry", str(h200_telemetry), "--out", str(out), "--version", "t",
+               "--ambiguity", spec])
+    err = capsys.readouterr().err
+    assert rc == 3 and f"--ambiguity {spec!r}: ambiguity" in err and "Traceback" not in err, err
+    assert not out.exists()
