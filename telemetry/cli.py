@@ -142,9 +142,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     from wattclass.telemetry.stopsignal import STOP_SIGNALS, SignalStop
 
     stop = SignalStop()  # a handler must not set a threading.Event: telemetry/stopsignal.py
-    # Fail on an unwritable data root before touching the GPUs.
-    from wattclass.fsutil import ensure_writable_dir
+    # Fail on an unwritable data root before touching the GPUs; a file given for a folder is named
+    # by its option, exit 2 (--wal-dir FILE was a FileExistsError traceback at the lock).
+    from wattclass.fsutil import check_output_dir, ensure_writable_dir
 
+    if args.wal_dir is not None:
+        check_output_dir(args.wal_dir, "--wal-dir")
+    if spool is not None and spool.exists() and not spool.is_dir():  # read as "no job files" before
+        raise ConfigError(f"--spool {spool}: not a folder")
     ensure_writable_dir(Path(cfg.data_root) / "telemetry", "data root")
     backend = open_backend(spec, **options)
     collector = LatestWindows() if args.metrics_port is not None else None
@@ -181,9 +186,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
+    from wattclass.fsutil import check_output_dir
     from wattclass.output import emit
     from wattclass.telemetry.prometheus.importer import import_range, parse_time
 
+    check_output_dir(args.data_root, "--data-root")  # before the fetch, not at the first file written
     res = import_range(args.prometheus, parse_time(args.start, "--start"), parse_time(args.end, "--end"),
                        args.data_root, args.job_label, args.user_label, args.period, args.chunk)
     data = {"files": [str(f) for f in res.files], "rows": res.rows, "gpus": res.gpus,

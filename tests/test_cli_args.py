@@ -238,3 +238,30 @@ def test_model_train_checks_the_ambiguity_value_before_training(
     err = capsys.readouterr().err
     assert rc == 3 and f"--ambiguity {spec!r}: ambiguity" in err and "Traceback" not in err, err
     assert not out.exists()
+
+
+@pytest.mark.parametrize("option", ["--wal-dir", "--spool"])
+def test_telemetry_run_refuses_a_file_where_a_folder_goes(
+        tmp_path: Path, h200_raw: Path, capsys: pytest.CaptureFixture[str], option: str) -> None:
+    """--wal-dir FILE was a FileExistsError traceback (exit 1) after the data root was made;
+    --spool FILE was read as "no job files", every window then attributed from the GPU's process
+    list without a word. (--data-root FILE: tests/test_telemetry_replay.py, "not writable".)"""
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    paths = {"--data-root": str(tmp_path / "d"), "--wal-dir": str(tmp_path / "wal"),
+             "--spool": str(tmp_path / "spool"), option: str(a_file)}
+    rc = main(["telemetry", "run", "--backend", f"replay:{h200_raw}", "--once", "--host", "n1",
+               *[w for kv in paths.items() for w in kv]])
+    err = capsys.readouterr().err
+    assert rc == 2 and f"{option} {a_file}" in err and "Traceback" not in err, err
+    assert not (tmp_path / "d").exists() and not (tmp_path / "wal").exists()
+
+
+def test_telemetry_import_refuses_a_file_as_data_root_before_asking_prometheus(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    rc = main(["telemetry", "import", "--prometheus", "http://127.0.0.1:9", "--start", "2026-11-29T00:00Z",
+               "--end", "2026-11-29T01:00Z", "--data-root", str(a_file)])
+    err = capsys.readouterr().err
+    assert rc == 2 and f"--data-root {a_file}" in err and "not reachable" not in err, err
