@@ -265,3 +265,16 @@ def test_telemetry_import_refuses_a_file_as_data_root_before_asking_prometheus(
                "--end", "2026-11-29T01:00Z", "--data-root", str(a_file)])
     err = capsys.readouterr().err
     assert rc == 2 and f"--data-root {a_file}" in err and "not reachable" not in err, err
+
+
+@pytest.mark.parametrize("option", ["--log", "--state-dir", "--jobs-dir", "--gpu-map", "--slurm-bin",
+                                    "--hpc-job-mapping-dir"])
+def test_install_hooks_refuses_a_relative_path_in_the_hook_arguments(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], option: str) -> None:
+    """The wrappers run from / (deploy/slurm/prolog.sh: cd /), so '--log wattclass.log' had the
+    hooks append to /wattclass.log and '--state-dir caps' keep the cap records in /caps."""
+    rc = main(["plugin", "install-hooks", "--dest", str(tmp_path / "etc"), "--python", "/usr/bin/python3",
+               "--hook-args", f"--backend nvml {option} wattclass/x"])
+    err = capsys.readouterr().err
+    assert rc == 2 and f"{option} 'wattclass/x': give an absolute path" in err, err
+    assert not (tmp_path / "etc").exists()
