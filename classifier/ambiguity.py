@@ -162,6 +162,15 @@ def repeat_distances(z: F64, configs: Sequence[str | None]) -> F64:
     return np.concatenate(out) if out else np.zeros(0)
 
 
+def check_value(mode: str, value: float) -> None:
+    """DataError unless ``value`` suits ``mode``: radius's quantile in (0, 1], knn's k a whole
+    number >= 1. ``model train --ambiguity`` checks it before the training, not after it."""
+    if mode == "radius" and not 0.0 < value <= 1.0:  # NaN too
+        raise DataError(f"ambiguity radius quantile must be in (0, 1], got {value:g}")
+    if mode == "knn" and not (math.isfinite(value) and value >= 1 and int(value) == value):
+        raise DataError(f"ambiguity knn: k must be a positive integer, got {value:g}")
+
+
 def fit_ambiguity(fp: npt.ArrayLike, truth: npt.ArrayLike, mode: str, value: float, lowering: str = "cap",
                   configs: Sequence[str | None] | None = None) -> dict[str, Any]:
     """The model.json ``ambiguity`` entry from the training jobs' fingerprints and truth codes.
@@ -179,9 +188,8 @@ def fit_ambiguity(fp: npt.ArrayLike, truth: npt.ArrayLike, mode: str, value: flo
     z = np.round(to_quantiles(f, grids), DIGITS)
     entry: dict[str, Any] = {"format": AMBIGUITY_FORMAT, "mode": mode, "lowering": lowering,
                              "features": list(FEATURES), "grids": grids}
+    check_value(mode, value)
     if mode == "radius":
-        if not 0.0 < value <= 1.0:
-            raise DataError(f"ambiguity radius quantile must be in (0, 1], got {value:g}")
         if configs is None:
             raise DataError("ambiguity radius: needs the training jobs' workload configurations (runs.csv)")
         rep = repeat_distances(z, configs)
@@ -192,8 +200,6 @@ def fit_ambiguity(fp: npt.ArrayLike, truth: npt.ArrayLike, mode: str, value: flo
         entry["radius"] = round(float(np.quantile(rep, value)), DIGITS)
         entry["repeat_pairs"] = len(rep)
     else:
-        if value < 1 or int(value) != value:
-            raise DataError(f"ambiguity knn: k must be a positive integer, got {value:g}")
         entry["k"] = int(value)
     keep = (t == rules.J_COMPUTE) | (t == rules.J_MEMORY)
     entry["reference"] = [[round(float(v), DIGITS) for v in row] for row in z[keep]]

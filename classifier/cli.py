@@ -9,7 +9,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from wattclass.errors import ConfigError
+from wattclass import argtypes
+from wattclass.errors import ConfigError, DataError
 from wattclass.progress import FileProgress
 
 log = logging.getLogger("wattclass.classifier")
@@ -27,7 +28,8 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     p.add_argument("--source", choices=("auto", "rule", "model"), default="auto",
                    help="auto: rule where GPM exists, model elsewhere (default); rule/model: force one")
     p.add_argument("--model", type=Path, default=None, help="model folder (default: the packaged model)")
-    p.add_argument("--date", default=None, help="only the date=YYYY-MM-DD partition of a data root")
+    p.add_argument("--date", type=argtypes.iso_date, default=None,
+                   help="only the date=YYYY-MM-DD partition of a data root")
     p.add_argument("--drop-gpm", action="store_true", help="ignore the GPM columns (as on GPUs without GPM)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_classify)
@@ -40,7 +42,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
 def _register_nightly(sub: argparse._SubParsersAction[Any]) -> None:
     n = sub.add_parser("nightly", help="label a day's jobs, retrain, write the submission label table")
     n.add_argument("--data-root", type=Path, required=True)
-    n.add_argument("--date", default=None, help="YYYY-MM-DD (UTC; default: yesterday)")
+    n.add_argument("--date", type=argtypes.iso_date, help="YYYY-MM-DD (UTC; default: yesterday)")
     n.add_argument("--jobs-file", type=Path, default=None,
                    help="offline job records (CSV with quoted text fields, or Parquet); default: "
                    "DATA_ROOT/jobs/date=D/jobs.parquet if it exists, else ask Slurm (sacct/squeue)")
@@ -52,7 +54,7 @@ def _register_nightly(sub: argparse._SubParsersAction[Any]) -> None:
                    "table is then 0640 root:GROUP (slurmctld's group, e.g. slurm). 'auto' (default): "
                    "the group 'slurm' if it exists, else 'none'; 'none': 0644, readable by every user")
     n.add_argument("--no-retrain", action="store_true", help="label only; never train a new model")
-    n.add_argument("--workers", type=int, default=0,
+    n.add_argument("--workers", type=argtypes.non_negative_int, default=0,
                    help="threads of the DuckDB scan (default 0: every core)")
     n.add_argument("--engine", choices=("local", "dask"), default="local",
                    help="local: this machine (default); dask: feature stage and training on dask.distributed")
@@ -60,7 +62,7 @@ def _register_nightly(sub: argparse._SubParsersAction[Any]) -> None:
     n.add_argument("--dask-config", type=Path, default=None,
                    help="with --engine dask: cluster TOML (deploy/dask-slurm.example.toml); "
                    "neither this nor --scheduler: a LocalCluster")
-    n.add_argument("--lock-timeout", type=float, default=0.0, metavar="SECONDS",
+    n.add_argument("--lock-timeout", type=argtypes.non_negative_float, default=0.0, metavar="SECONDS",
                    help="if another nightly run holds DATA_ROOT/classifier, wait this long for it "
                    "(default 0: exit 6 at once)")
     n.add_argument("--allow-empty", action="store_true",
@@ -96,7 +98,8 @@ def _register_model(sub: argparse._SubParsersAction[Any]) -> None:
     t.add_argument("--version", default=None, help="model version string (default: h200-<date>)")
     t.add_argument("--created", default=None,
                    help="creation stamp stored in model.json (default: none, so rebuilds are identical)")
-    t.add_argument("--folds", type=int, default=5)
+    t.add_argument("--folds", type=argtypes.int_at_least(2), default=5,
+                   help="cross-validation folds, at least 2 (default 5)")
     t.add_argument("--kind", default=None, help="roofline-margin (default) or lightgbm-window-multiclass")
     t.add_argument("--aggregation", default=None, help="job aggregation: length-weighted (default) or counts")
     t.add_argument("--round2-recipe", action="store_true",
@@ -124,7 +127,6 @@ def _register_model(sub: argparse._SubParsersAction[Any]) -> None:
 
 def _load(model_dir: Path | None, required: bool) -> Any:
     from wattclass.classifier.model import default_model_dir, load_model
-    from wattclass.errors import DataError
 
     d = model_dir or default_model_dir()
     try:
@@ -154,16 +156,12 @@ def cmd_classify(args: argparse.Namespace) -> int:
     check_output_file(args.out, "--out")
     files = telemetry_files(args.telemetry, date=args.date)
     if not files:
-        from wattclass.errors import DataError
-
         raise DataError(f"no telemetry Parquet files under {', '.join(map(str, args.telemetry))}")
     progress = FileProgress()
     progress.set_total(len(files))
     drop = GPM_COLUMNS if args.drop_gpm else ()
     res = label_files_local(files, model, args.source, drop_columns=drop, on_file=progress)
     if res.n_files == 0 and res.report.skipped_files:
-        from wattclass.errors import DataError
-
         reasons = "; ".join(f"{p}: {why}" for p, why in sorted(res.report.skipped_files.items())[:5])
         raise DataError(f"no usable telemetry file ({reasons})")
     write_labels(res.labels, args.out)
@@ -248,10 +246,11 @@ def cmd_nightly(args: argparse.Namespace) -> int:
     from wattclass.output import emit
 
     date = args.date or (dt.datetime.now(dt.UTC).date() - dt.timedelta(days=1)).isoformat()
-    try:
-        dt.date.fromisoformat(date)
-    except ValueError as exc:
-        raise ConfigError(f"--date {date!r} is not YYYY-MM-DD") from exc
+    # The night reads the data root; a typo there was created (classifier/, a lock, the packaged
+    # model and a summary) and the night ended "no telemetry", as if the cluster had been idle.
+    argtypes.existing_dir(args.data_root, "--data-root")
+    if args.dask_config is not None:  # refused before the lock is taken in the data root
+        argtypes.existing_file(args.dask_config, "--dask-config")
     policy = None
     if args.policy is not None:
         from wattclass.policy import load_policy
@@ -260,14 +259,12 @@ def cmd_nightly(args: argparse.Namespace) -> int:
         policy = pol.table_dict(_node_features(pol.feature_names()))
     from wattclass.fsutil import check_output_file
 
-    if args.data_root.exists() and not args.data_root.is_dir():
-        raise ConfigError(f"--data-root {args.data_root}: not a folder")
     table_out = check_output_file(args.table_out or args.data_root / "classifier" / "label_table.tsv",
                                   "--table-out")
     opts = NightlyOptions(data_root=args.data_root, date=date, table_out=table_out, policy=policy,
                           retrain=not args.no_retrain, base_training=tuple(bundled_training_sources()),
-                          workers=max(0, args.workers), engine=args.engine, scheduler=args.scheduler,
-                          dask_config=args.dask_config, lock_timeout_s=max(0.0, args.lock_timeout),
+                          workers=args.workers, engine=args.engine, scheduler=args.scheduler,
+                          dask_config=args.dask_config, lock_timeout_s=args.lock_timeout,
                           table_group=table_group_id(args.table_group))
     if args.engine != "dask" and (args.scheduler or args.dask_config):
         raise ConfigError("--scheduler and --dask-config need --engine dask")
@@ -286,8 +283,6 @@ def cmd_nightly(args: argparse.Namespace) -> int:
         log.error("%s (exit %d; --allow-empty accepts such a day)", summary["message"], NoDataError.exit_code)
         return NoDataError.exit_code
     if summary.get("status") == JOB_WINDOWS_REJECTED:
-        from wattclass.errors import DataError
-
         log.error("%s (exit %d)", summary["message"], DataError.exit_code)
         return DataError.exit_code
     return 0
@@ -341,7 +336,6 @@ def cmd_model_train(args: argparse.Namespace) -> int:
         thin,
         training_set,
     )
-    from wattclass.errors import DataError
     from wattclass.fsutil import check_output_dir
     from wattclass.output import emit
 
@@ -405,7 +399,6 @@ def _add_ambiguity(model: Any, full: Any, sources: Sequence[Path], spec: tuple[s
     where the sources have none it is left out with a warning; asked for by flag, that is an error."""
     from wattclass.classifier.ambiguity import fit_ambiguity, training_fingerprints
     from wattclass.classifier.training import workload_configs
-    from wattclass.errors import DataError
 
     keys, truth, fp = training_fingerprints(full)
     configs = workload_configs(sources)
@@ -420,8 +413,7 @@ def _add_ambiguity(model: Any, full: Any, sources: Sequence[Path], spec: tuple[s
 
 def parse_ambiguity(spec: str) -> tuple[str, float, str]:
     """``--ambiguity MODE:VALUE[:LOWERING]`` -> (mode, value, lowering); a DataError names the flag."""
-    from wattclass.classifier.ambiguity import LOWERINGS, MODES
-    from wattclass.errors import DataError
+    from wattclass.classifier.ambiguity import LOWERINGS, MODES, check_value
 
     parts = spec.split(":")
     if len(parts) not in (2, 3) or parts[0] not in MODES or (len(parts) == 3 and parts[2] not in LOWERINGS):
@@ -430,8 +422,11 @@ def parse_ambiguity(spec: str) -> tuple[str, float, str]:
                         "e.g. radius:0.15:cap")
     try:
         value = float(parts[1])
+        check_value(parts[0], value)  # before the training, not after it
     except ValueError:
         raise DataError(f"--ambiguity {spec[:60]!r}: {parts[1][:20]!r} is not a number") from None
+    except DataError as exc:
+        raise DataError(f"--ambiguity {spec[:60]!r}: {exc}") from None
     return parts[0], value, parts[2] if len(parts) == 3 else "cap"
 
 
@@ -462,7 +457,6 @@ def cmd_effects(args: argparse.Namespace) -> int:
     import math
 
     from wattclass.classifier.effects import EFFECT_COLUMNS
-    from wattclass.errors import DataError
     from wattclass.output import emit
 
     if not (Path(args.data_root) / "classifier").is_dir():

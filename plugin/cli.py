@@ -107,6 +107,10 @@ def _policy_explain(args: argparse.Namespace) -> int:
     from wattclass.plugin.decide import decide
     from wattclass.policy import load_policy
 
+    if args.data_root is not None:  # a typo'd root answered "no canary data" for the effect
+        from wattclass.argtypes import existing_dir
+
+        existing_dir(args.data_root, "--data-root")
     pol = load_policy(args.policy)
     table = dict(read_label_table(args.table))
     # The policy file is the sysadmin's current intent; the table's embedded copy may be older.

@@ -86,6 +86,12 @@ def check_hook_args(args: list[str], where: str = "hook arguments") -> argparse.
     for option, dest in (("--dry-run", "dry_run"), ("--admin-comment", "admin_comment")):
         if getattr(ns, dest) not in (False, None):  # for a trial by hand, never for slurmd
             raise ConfigError(f"{where}: {option} makes the hooks set no cap (for a trial by hand only)")
+    # the wrappers run from / (cd /): a relative --log or --state-dir named a file or folder in /
+    for action in parser._actions:
+        value = getattr(ns, action.dest, None)
+        if isinstance(value, Path) and not value.is_absolute():
+            raise ConfigError(f"{where}: {action.option_strings[0]} {str(value)!r}: give an absolute path "
+                              "(the hooks run from /)")
     return ns
 
 

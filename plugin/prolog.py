@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from wattclass.admincomment import COMMENT_PREFIX, Comment, parse_admin_comment
+from wattclass.argtypes import positive_float
 from wattclass.caps import cap_watts
 from wattclass.errors import ConfigError, DataError, GpuError, WattclassError
 from wattclass.fsutil import (
@@ -630,7 +631,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="also write dcgm-exporter's job mapping (one file per GPU index holding the "
                    "job ids) into DIR, the folder given to dcgm-exporter --hpc-job-mapping-dir")
     p.add_argument("--log", type=Path, default=DEFAULT_LOG, help="log file (appended)")
-    p.add_argument("--slurm-timeout", type=float, default=5.0, help="seconds for squeue")
+    # > 0 and finite: 0 or less timed out every squeue at once (every job left uncapped, seen only
+    # in the log), and `install-hooks` refuses what this parser refuses (plugin/install.py)
+    p.add_argument("--slurm-timeout", type=positive_float, default=5.0, help="seconds for squeue")
     p.add_argument("--slurm-bin", type=Path, default=None,
                    help="folder of Slurm's client commands (squeue) when they are not in /usr/bin, e.g. "
                    "/opt/slurm/bin: slurmd gives hooks no PATH, and a client of another Slurm version "

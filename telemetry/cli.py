@@ -10,6 +10,8 @@ import socket
 from pathlib import Path
 from typing import Any
 
+from wattclass.argtypes import host_name, positive_float, positive_int
+
 log = logging.getLogger(__name__)
 
 
@@ -17,7 +19,16 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     """Add this component's subcommands to ``wattclass``."""
     p = sub.add_parser("telemetry", help="node telemetry daemon: GPU polls -> 10 s windows -> Parquet")
     tsub = p.add_subparsers(dest="telemetry_command", metavar="ACTION")
+    _register_run(tsub)
+    _register_import(tsub)
+    insp = tsub.add_parser("inspect", help="summarise telemetry Parquet: rows, GPUs, jobs, energy")
+    insp.add_argument("path", type=Path, help="a Parquet file or a folder of them (e.g. DATA_ROOT/telemetry)")
+    insp.add_argument("--json", action="store_true", help="print JSON")
+    insp.set_defaults(func=cmd_inspect)
+    p.set_defaults(func=lambda a: (p.print_help(), 2)[1])
 
+
+def _register_run(tsub: argparse._SubParsersAction[Any]) -> None:
     run = tsub.add_parser(
         "run",
         help="poll every GPU each second and write exact per-job windows to Parquet",
@@ -31,24 +42,28 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     )
     run.add_argument("--backend", default="nvml", help="nvml (default) | replay:DIR | filestate:PATH")
     run.add_argument("--data-root", required=True, type=Path, help="where Parquet files go")
-    run.add_argument("--period", type=float, default=10.0, help="window length, seconds (default 10)")
-    run.add_argument("--poll", type=float, default=1.0, help="poll interval, seconds (default 1)")
-    run.add_argument("--host", default=None, help="host name in the rows (default: this host's name)")
+    run.add_argument("--period", type=positive_float, default=10.0,
+                     help="window length, seconds (default 10)")
+    run.add_argument("--poll", type=positive_float, default=1.0,
+                     help="poll interval, seconds (default 1)")
+    run.add_argument("--host", type=host_name, default=None,
+                     help="host name in the rows (default: this host's name)")
     run.add_argument("--spool", type=Path, default=None,
                      help="folder of Prolog-written GPU->job files (default /run/wattclass/jobs "
                           "if it exists); without a file the GPU's process list is used")
     run.add_argument("--wal-dir", type=Path, default=None,
                      help="write-ahead log folder, on local disk (default DATA_ROOT/wal/HOST)")
-    run.add_argument("--roll-seconds", type=float, default=3600.0,
+    run.add_argument("--roll-seconds", type=positive_float, default=3600.0,
                      help="roll the WAL into Parquet this often (default 3600)")
-    run.add_argument("--energy-every-windows", type=int, default=None, metavar="N",
+    run.add_argument("--energy-every-windows", type=positive_int, default=None, metavar="N",
                      help="read the energy counter (the one costly NVML call) at every N-th window "
                           "close; windows in between wait up to N-1 windows for it and share its delta "
                           "by integrated power (default 3; docs/benchmarks.md, \"Energy split at job "
                           "changes\")")
     run.add_argument("--once", action="store_true",
                      help="replay: play the whole recording as fast as possible, flush, exit")
-    run.add_argument("--speed", type=float, default=1.0, help="replay speed in real-time mode (default 1)")
+    run.add_argument("--speed", type=positive_float, default=1.0,
+                     help="replay speed in real-time mode (default 1)")
     run.add_argument("--metrics-port", type=int, default=None,
                      help="serve Prometheus metrics (energy, power, labels, daemon health) on this port")
     run.add_argument("--metrics-bind", default=None, metavar="ADDR",
@@ -58,6 +73,8 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     run.add_argument("--proc-root", type=Path, default=Path("/proc"), help=argparse.SUPPRESS)
     run.set_defaults(func=cmd_run)
 
+
+def _register_import(tsub: argparse._SubParsersAction[Any]) -> None:
     imp = tsub.add_parser(
         "import",
         help="import dcgm-exporter series from Prometheus as telemetry windows (no node daemon)",
@@ -86,12 +103,6 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
                           "a query for too many samples)")
     imp.add_argument("--json", action="store_true", help="print the summary as JSON")
     imp.set_defaults(func=cmd_import)
-
-    insp = tsub.add_parser("inspect", help="summarise telemetry Parquet: rows, GPUs, jobs, energy")
-    insp.add_argument("path", type=Path, help="a Parquet file or a folder of them (e.g. DATA_ROOT/telemetry)")
-    insp.add_argument("--json", action="store_true", help="print JSON")
-    insp.set_defaults(func=cmd_inspect)
-    p.set_defaults(func=lambda a: (p.print_help(), 2)[1])
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -127,12 +138,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     if args.energy_every_windows is not None:
         cfg.energy_every_windows = args.energy_every_windows
+    cfg.check()  # --period below --poll refused before the data root is made
     from wattclass.telemetry.stopsignal import STOP_SIGNALS, SignalStop
 
     stop = SignalStop()  # a handler must not set a threading.Event: telemetry/stopsignal.py
-    # Fail on an unwritable data root before touching the GPUs.
-    from wattclass.fsutil import ensure_writable_dir
+    # Fail on an unwritable data root before touching the GPUs; a file given for a folder is named
+    # by its option, exit 2 (--wal-dir FILE was a FileExistsError traceback at the lock).
+    from wattclass.fsutil import check_output_dir, ensure_writable_dir
 
+    if args.wal_dir is not None:
+        check_output_dir(args.wal_dir, "--wal-dir")
+    if spool is not None and spool.exists() and not spool.is_dir():  # read as "no job files" before
+        raise ConfigError(f"--spool {spool}: not a folder")
     ensure_writable_dir(Path(cfg.data_root) / "telemetry", "data root")
     backend = open_backend(spec, **options)
     collector = LatestWindows() if args.metrics_port is not None else None
@@ -169,9 +186,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
+    from wattclass.fsutil import check_output_dir
     from wattclass.output import emit
     from wattclass.telemetry.prometheus.importer import import_range, parse_time
 
+    check_output_dir(args.data_root, "--data-root")  # before the fetch, not at the first file written
     res = import_range(args.prometheus, parse_time(args.start, "--start"), parse_time(args.end, "--end"),
                        args.data_root, args.job_label, args.user_label, args.period, args.chunk)
     data = {"files": [str(f) for f in res.files], "rows": res.rows, "gpus": res.gpus,

@@ -80,6 +80,18 @@ class DaemonConfig:
     #: split at job changes"); windows come out up to two windows (20 s) late.
     energy_every_windows: int = DEFAULT_ENERGY_EVERY_WINDOWS
 
+    def check(self) -> None:
+        """ConfigError (exit 2, "bad configuration or usage"): these are the sysadmin's options.
+        ``wattclass telemetry run`` calls it before it makes the data root (and the Daemon again)."""
+        if not (self.period_s > 0 and self.poll_s > 0 and self.period_s >= self.poll_s):
+            raise ConfigError(
+                f"--period ({self.period_s}) must be >= --poll ({self.poll_s}) and both > 0"
+            )
+        if self.energy_every_windows < 1:
+            raise ConfigError(f"--energy-every-windows must be >= 1, not {self.energy_every_windows}")
+        if not self.roll_s > 0:  # the roll epoch is now / roll_s: 0 divided by zero at the first poll
+            raise ConfigError(f"--roll-seconds must be > 0, not {self.roll_s}")
+
     def resolved_wal_dir(self) -> Path:
         return self.wal_dir if self.wal_dir is not None else Path(self.data_root) / "wal" / self.host
 
@@ -135,15 +147,7 @@ class Daemon:
         collector: LatestWindows | None = None,
         stop: threading.Event | None = None,
     ) -> None:
-        # ConfigError (exit 2, "bad configuration or usage"): these are the sysadmin's options
-        if not (cfg.period_s > 0 and cfg.poll_s > 0 and cfg.period_s >= cfg.poll_s):
-            raise ConfigError(
-                f"--period ({cfg.period_s}) must be >= --poll ({cfg.poll_s}) and both > 0"
-            )
-        if cfg.energy_every_windows < 1:
-            raise ConfigError(f"--energy-every-windows must be >= 1, not {cfg.energy_every_windows}")
-        if not cfg.roll_s > 0:  # the roll epoch is now / roll_s: 0 divided by zero at the first poll
-            raise ConfigError(f"--roll-seconds must be > 0, not {cfg.roll_s}")
+        cfg.check()
         self.backend = backend
         self.cfg = cfg
         self.stop = stop or threading.Event()

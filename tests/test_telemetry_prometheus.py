@@ -207,11 +207,13 @@ def test_prometheus_down_is_a_clear_error(tmp_path: Path, capsys: pytest.Capture
     assert not (tmp_path / "telemetry").exists()
 
 
-@pytest.mark.parametrize(("option", "value"), [("--chunk", "0"), ("--chunk", "-3600"), ("--period", "nan")])
+@pytest.mark.parametrize(("option", "value"), [("--chunk", "0"), ("--chunk", "-3600"), ("--period", "nan"),
+                                               ("--period", "inf"), ("--chunk", "inf")])
 def test_a_chunk_or_period_that_is_not_positive_is_refused_before_asking_prometheus(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], option: str, value: str) -> None:
     """``--chunk 0`` fetched the same empty span forever from a Prometheus that answers (``--chunk``
-    negative walked backwards, ``--period nan`` passed the check): refused first, naming it, exit 2.
+    negative walked backwards, ``--period nan`` passed the check, ``--period inf`` too): refused first,
+    naming it, exit 2.
     The server here is down, so without the check the import said "not reachable" (exit 3)."""
     url = f"http://127.0.0.1:{free_port()}"
     rc = main(["telemetry", "import", "--prometheus", url, "--start", "2026-11-29T00:00Z",

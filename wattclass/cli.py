@@ -127,9 +127,16 @@ def skip_collection_at_exit() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; its exit code (module docstring). A usage error (an unknown option, a value
+    an option's ``type=`` refuses: wattclass/argtypes.py) is argparse's message and 2, returned
+    like a ConfigError's rather than raised as SystemExit, so a caller in-process (the demo, the
+    tests) sees every refusal the same way; ``--help`` and ``--version`` return 0."""
     skip_collection_at_exit()
     parser = build_parser(_command_of(sys.argv[1:] if argv is None else argv))
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse has printed the usage and the error, or the help
+        return exc.code if isinstance(exc.code, int) else 2
     setup_logging(args.verbose, args.quiet)
     func = getattr(args, "func", None)
     if func is None:

@@ -434,4 +434,6 @@ def read_label_table(path: Path) -> dict[str, Any]:
         raise DataError(f"{path}: label table not found") from exc
     except UnicodeDecodeError as exc:
         raise DataError(f"{path}: label table is not UTF-8: {exc}") from exc
+    except OSError as exc:  # a folder given for the table was an IsADirectoryError traceback
+        raise DataError(f"{path}: cannot read the label table: {exc.strerror or exc}") from exc
     return parse_label_table(text, str(path))

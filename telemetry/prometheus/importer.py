@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,9 +29,13 @@ BASELINE_MARGIN_S = 120.0
 def parse_time(text: str, what: str) -> float:
     """Epoch seconds from ISO 8601 (UTC unless an offset is given) or a plain number."""
     try:
-        return float(text)
+        epoch_s = float(text)
     except ValueError:
         pass
+    else:  # "nan" was a ValueError traceback at the first query, "inf" a range that never ends
+        if not math.isfinite(epoch_s):
+            raise ConfigError(f"{what} {text!r}: expected ISO 8601 (2026-11-29T00:00Z) or epoch seconds")
+        return epoch_s
     try:
         t = dt.datetime.fromisoformat(text)
     except ValueError as exc:
@@ -64,10 +69,11 @@ def import_range(
     """Import the DCGM series of [start, end] from the Prometheus at ``url`` into ``data_root``."""
     if end <= start:
         raise ConfigError(f"--end must be after --start ({end} <= {start})")
-    if not period_s > 0:  # NaN too
-        raise ConfigError(f"--period must be positive, not {period_s}")
-    if not chunk_s > 0:  # 0 asked Prometheus for the same empty span forever; a negative chunk walked back
-        raise ConfigError(f"--chunk must be positive seconds, not {chunk_s}")
+    if not (period_s > 0 and math.isfinite(period_s)):  # NaN too; inf: one window for all time
+        raise ConfigError(f"--period must be positive and finite, not {period_s}")
+    # 0 asked Prometheus for the same empty span forever; a negative chunk walked back; inf: no chunks
+    if not (chunk_s > 0 and math.isfinite(chunk_s)):
+        raise ConfigError(f"--chunk must be positive and finite seconds, not {chunk_s}")
     client = PrometheusClient(url)
     gpus = merge(client.raw_chunks(mapping.SELECTOR, start - BASELINE_MARGIN_S, end, chunk_s),
                  job_label, user_label)

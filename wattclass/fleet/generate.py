@@ -38,6 +38,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from wattclass.argtypes import iso_date, non_negative_int
 from wattclass.errors import ConfigError
 from wattclass.fleet.schedule import (
     _EPOCH,
@@ -394,13 +395,6 @@ def _validate(spec: FleetSpec, workers: int, jobs_format: str) -> None:
 # ---------------------------------------------------------------- command line
 
 
-def _date(text: str) -> dt.date:
-    try:
-        return dt.date.fromisoformat(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"not a date (YYYY-MM-DD): {text!r}") from exc
-
-
 def register(sub: argparse._SubParsersAction[Any]) -> None:
     """Add ``wattclass fleet generate``."""
     fleet = sub.add_parser("fleet", help="synthetic fleet-scale telemetry built from real windows")
@@ -413,10 +407,10 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     gen.add_argument("--gpus", type=int, required=True, help="number of GPUs in the fleet")
-    gen.add_argument("--date", type=_date, required=True, help="day to generate, YYYY-MM-DD (UTC)")
+    gen.add_argument("--date", type=iso_date, required=True, help="day to generate, YYYY-MM-DD (UTC)")
     gen.add_argument("--out", type=Path, required=True, metavar="DATA_ROOT", help="data root to write under")
     gen.add_argument("--gpus-per-host", type=int, default=8)
-    gen.add_argument("--seed", type=int, default=0)
+    gen.add_argument("--seed", type=non_negative_int, default=0)
     gen.add_argument("--hours", type=int, default=24, help="only the first HOURS of the day (default 24)")
     gen.add_argument(
         "--source", type=Path, nargs="+", metavar="PARQUET",
@@ -437,7 +431,8 @@ def _cmd_generate(args: argparse.Namespace) -> int:
 
     check_output_dir(args.out, "--out")
     spec = FleetSpec(
-        gpus=args.gpus, date=args.date, gpus_per_host=args.gpus_per_host, seed=args.seed, hours=args.hours
+        gpus=args.gpus, date=dt.date.fromisoformat(args.date), gpus_per_host=args.gpus_per_host,
+        seed=args.seed, hours=args.hours,
     )
     res = generate(spec, args.out, args.source, workers=args.workers, overwrite=args.overwrite,
                    jobs_format=args.jobs_format)  # fmt: skip

@@ -11,6 +11,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from wattclass.argtypes import iso_date
+
 
 def register(sub: argparse._SubParsersAction[Any]) -> None:
     """Add ``wattclass report``."""
@@ -21,7 +23,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         "decisions and estimated savings, from a data root, as one HTML file with inline images.",
     )
     p.add_argument("--data-root", type=Path, required=True, help="root holding telemetry/date=.../host=.../")
-    p.add_argument("--date", help="day to report (YYYY-MM-DD; default: the most recent day)")
+    p.add_argument("--date", type=iso_date, help="day to report (YYYY-MM-DD; default: the most recent day)")
     p.add_argument("--days", type=int, default=1,
                    help="report this many days ending at --date (default 1; e.g. 30 for a month)")
     p.add_argument("--out", type=Path, default=Path("report.html"), help="HTML file to write")
@@ -87,25 +89,18 @@ def register_job(sub: argparse._SubParsersAction[Any]) -> None:
     )
     p.add_argument("job_id", metavar="JOBID", help="Slurm job id (array tasks as 123_4)")
     p.add_argument("--data-root", type=Path, default=Path("."), help="data root (default .)")
-    p.add_argument("--date", help="YYYY-MM-DD to search when the job is in neither the label store "
-                   "nor the job records (otherwise every day is scanned)")
+    p.add_argument("--date", type=iso_date, help="YYYY-MM-DD to search when the job is in neither the "
+                   "label store nor the job records (otherwise every day is scanned)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_cmd_job)
 
 
 def _cmd_job(args: argparse.Namespace) -> int:
     import dataclasses
-    import datetime as dt
 
-    from wattclass.errors import ConfigError
     from wattclass.output import emit
     from wattclass.report.job import human, summarise
 
-    if args.date is not None:
-        try:
-            dt.date.fromisoformat(args.date)
-        except ValueError as exc:
-            raise ConfigError(f"--date {args.date!r}: expected YYYY-MM-DD") from exc
     s = summarise(args.data_root, str(args.job_id).strip(), args.date)
     emit(dataclasses.asdict(s), args.json, human)
     return 0

@@ -15,6 +15,7 @@ from typing import Any
 
 import pandas as pd
 
+from wattclass.argtypes import is_iso_date
 from wattclass.errors import ConfigError, DataError
 from wattclass.labeltable import LABELS
 from wattclass.logsafe import clip
@@ -59,10 +60,8 @@ def telemetry_day_files(root: Path, date: str | None = None, days: int = 1
     if date is None:
         date = dates[-1]
     else:
-        try:
-            dt.date.fromisoformat(date)
-        except ValueError as exc:
-            raise ConfigError(f"--date {date!r}: expected YYYY-MM-DD") from exc
+        if not is_iso_date(date):
+            raise ConfigError(f"--date {date!r}: expected YYYY-MM-DD")
         if date not in dates:
             raise DataError(f"{root / 'telemetry'}: no telemetry for {date} (have {', '.join(dates)})")
     end = dt.date.fromisoformat(date)

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from wattclass.argtypes import iso_date, non_negative_int, positive_float, positive_int
 from wattclass.errors import ConfigError
 from wattclass.logsafe import clip
 from wattclass.output import emit
@@ -28,10 +29,10 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         "account, with a band (lo/hi).")
     s.add_argument("--data-root", type=Path, required=True)
     s.add_argument("--policy", type=Path, required=True, help="policy TOML (its caps and exemptions)")
-    s.add_argument("--from", dest="date_from", help="first day YYYY-MM-DD (default: all)")
-    s.add_argument("--to", dest="date_to", help="last day YYYY-MM-DD (default: all)")
+    s.add_argument("--from", dest="date_from", type=iso_date, help="first day YYYY-MM-DD (default: all)")
+    s.add_argument("--to", dest="date_to", type=iso_date, help="last day YYYY-MM-DD (default: all)")
     s.add_argument("--response", type=Path, help="site calibration file from `wattclass calibrate`")
-    s.add_argument("--top", type=int, default=10, help="rows per user/account table (default 10)")
+    s.add_argument("--top", type=positive_int, default=10, help="rows per user/account table (default 10)")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_simulate)
 
@@ -41,7 +42,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         "measures wall time and energy, ALWAYS restores the original limit (a cap record lets "
         "`wattclass plugin reconcile` restore it even after kill -9) and writes the response file "
         "`wattclass simulate --response` reads.")
-    c.add_argument("--gpu", type=int, required=True, help="GPU index")
+    c.add_argument("--gpu", type=non_negative_int, required=True, help="GPU index")
     c.add_argument("--caps", default="100,85,70,60,50",
                    help="percent of the default limit (default %(default)s)")
     c.add_argument("--workload", default="builtin",
@@ -50,8 +51,9 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     c.add_argument("--backend", default="nvml", help=f"GPU backend: {SPEC_HELP} (default nvml)")
     c.add_argument("--state-dir", type=Path, default=DEFAULT_STATE,
                    help="cap records (the Prolog's; reconcile restores from them)")
-    c.add_argument("--repeats", type=int, default=2, help="measured runs per kernel and cap (default 2)")
-    c.add_argument("--kernel-seconds", type=float, default=2.0,
+    c.add_argument("--repeats", type=positive_int, default=2,
+                   help="measured runs per kernel and cap (default 2)")
+    c.add_argument("--kernel-seconds", type=positive_float, default=2.0,
                    help="builtin kernels: seconds of work per run at full power (default 2)")
     c.add_argument("--force", action="store_true", help="run even if the GPU has processes")
     c.add_argument("--dry-run", action="store_true",
@@ -77,6 +79,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from wattclass.savings.response import load_response
     from wattclass.savings.simulate import GROUPS, simulate
 
+    if args.date_from and args.date_to and args.date_from > args.date_to:  # ISO days order as text
+        raise ConfigError(f"--from {args.date_from} is after --to {args.date_to}")
     policy = load_policy(args.policy)
     response = load_response(args.response) if args.response else None
     res = simulate(args.data_root, policy, args.date_from, args.date_to, response)
@@ -132,8 +136,6 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     caps = parse_caps(args.caps)
     if args.backend == "nvml" and not args.dry_run and os.geteuid() != 0:
         raise ConfigError("calibrate sets power limits: run it as root (or use --dry-run)")
-    if args.repeats < 1:
-        raise ConfigError("--repeats must be at least 1")
     opts = CalibrateOptions(gpu=args.gpu, caps=caps, state_dir=args.state_dir, dry_run=args.dry_run,
                             repeats=args.repeats, force=args.force)
     with open_backend(args.backend) as backend:

@@ -24,7 +24,6 @@ wrong for all), the honest reading for a model error, wider than independent per
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +33,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from wattclass.argtypes import is_iso_date
 from wattclass.caps import cap_watts
 from wattclass.classifier import rowsql, rules
 from wattclass.classifier.reader import partition_dates, telemetry_files, telemetry_root
@@ -334,11 +334,8 @@ def simulate(data_root: Path, policy: Policy, date_from: str | None = None, date
     from wattclass.classifier.store import ClassifierStore
 
     for d, what in ((date_from, "--from"), (date_to, "--to")):
-        if d is not None:
-            try:
-                dt.date.fromisoformat(d)
-            except ValueError as exc:
-                raise DataError(f"{what}: expected YYYY-MM-DD, got {d!r}") from exc
+        if d is not None and not is_iso_date(d):
+            raise DataError(f"{what}: expected YYYY-MM-DD, got {d!r}")
     files = telemetry_paths(data_root, date_from, date_to)
     rejected: dict[str, int] = {}
     skipped: list[tuple[Path, str]] = []
