@@ -11,16 +11,15 @@ benchmarks want to know at once).
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import os
-import re
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from wattclass.argtypes import is_iso_date
 from wattclass.classifier.validity import SKIP_BAD_TYPE, SKIP_MISSING_COLUMN, SKIP_UNREADABLE, InputReport
 from wattclass.errors import DataError
 from wattclass.schema import REQUIRED_COLUMNS, TELEMETRY_V1, conform
@@ -36,9 +35,6 @@ def telemetry_root(path: Path) -> Path:
     return sub if sub.is_dir() else Path(path)
 
 
-_DATE_FOLDER = re.compile(r"date=(\d{4}-\d{2}-\d{2})")
-
-
 def partition_dates(telemetry_dir: Path) -> list[str]:
     """The days (YYYY-MM-DD, oldest first) of the ``date=`` folders under ``telemetry_dir`` whose
     name is a date; others (``date=2026-11-20.bak``, a copy kept aside) are no day.
@@ -46,17 +42,8 @@ def partition_dates(telemetry_dir: Path) -> list[str]:
     Why: the report took such a folder for the most recent day and died in a traceback on its
     name, and simulate read it beside the real day, with no day to check its windows against;
     the nightly reads only ``date=<its date>``."""
-    out = []
-    for p in Path(telemetry_dir).glob("date=*"):
-        m = _DATE_FOLDER.fullmatch(p.name)
-        if m is None or not p.is_dir():
-            continue
-        try:
-            dt.date.fromisoformat(m.group(1))
-        except ValueError:
-            continue
-        out.append(m.group(1))
-    return sorted(out)
+    days = (p.name.removeprefix("date=") for p in Path(telemetry_dir).glob("date=*") if p.is_dir())
+    return sorted(d for d in days if is_iso_date(d))
 
 
 def telemetry_files(paths: Sequence[Path] | Path, date: str | None = None) -> list[Path]:
