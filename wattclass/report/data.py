@@ -449,9 +449,8 @@ def _timeline(src: _Source, jobs: pd.DataFrame, max_gpus: int, t0: pd.Timestamp,
 
     Only drawn for a cluster of at most ``max_gpus`` GPUs (above, the fleet view), so this second
     pass reads few windows."""
-    view = "w"
-    gi = src.col(f"{view}.gpu_index", "INTEGER")
-    gpus = src.df(f"SELECT DISTINCT host, {gi} AS gpu_index FROM {view} ORDER BY 1, 2")
+    gi = src.col("gpu_index", "INTEGER")
+    gpus = src.df(f"SELECT DISTINCT host, {gi} AS gpu_index FROM w ORDER BY 1, 2")
     first = gpus.head(max_gpus)
     bucket_s = max(1, int(np.ceil((t1 - t0).total_seconds() / TIMELINE_POINTS)))
     src.con.register("tl_gpus", first)
@@ -461,7 +460,7 @@ def _timeline(src: _Source, jobs: pd.DataFrame, max_gpus: int, t0: pd.Timestamp,
     power = f"coalesce({src.col('power_avg_w')}, {energy} / nullif({secs}, 0))"
     df = src.df(
         f"WITH lw AS (SELECT v.*, CASE WHEN v.job_id IS NULL THEN 'no job' "
-        f"ELSE coalesce(l.label, 'unlabelled') END AS label FROM {view} v LEFT JOIN job_labels l "
+        "ELSE coalesce(l.label, 'unlabelled') END AS label FROM w v LEFT JOIN job_labels l "
         "ON CAST(v.job_id AS VARCHAR) = l.job_id "
         f"JOIN tl_gpus g ON v.host = g.host AND {src.col('v.gpu_index', 'INTEGER')} = g.gpu_index), "
         # per label first, so the bucket's label is the one that held it longest (the longest
