@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import socket
 import subprocess
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from free_ports import free_port
 
 from wattclass.gpu.replay import JOB_GRACE_S, ReplayBackend
 
@@ -111,12 +112,6 @@ def openmetrics(variants: list[Variant]) -> str:
             out += [f"# TYPE {name} gauge", *fam]
     out.append("# EOF")
     return "\n".join(out) + "\n"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def have_prometheus() -> bool:

@@ -31,13 +31,14 @@ import itertools
 import json
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
+
+from free_ports import free_port
 
 MUNGE_SOCKET = Path("/run/munge/munge.socket.2")
 NODE = "localhost"
@@ -49,12 +50,6 @@ _serial = itertools.count()
 
 class ClusterError(RuntimeError):
     """The cluster could not start or a command failed; the message says which and why."""
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class SlurmInstall:
@@ -129,8 +124,8 @@ class Accounting:
         self.conf_dir = conf_dir
         self.log_dir = log_dir
         self.state_dir = state_dir
-        self.db_port = _free_port()
-        self.dbd_port = _free_port()
+        self.db_port = free_port()
+        self.dbd_port = free_port()
         self.db_root: Path | None = None
         self.procs: list[subprocess.Popen[bytes]] = []
 
@@ -325,7 +320,7 @@ class SlurmCluster:
 
     def _daemon_lines(self) -> list[str]:
         """Ports, files and daemon settings; per-node ports and ``%n`` files with ``nodes``."""
-        ctld_port, d_port = _free_port(), _free_port()
+        ctld_port, d_port = free_port(), free_port()
         n = "-%n" if self.multi_node else ""
         return [
             f"ClusterName={self.name}",
@@ -368,7 +363,7 @@ class SlurmCluster:
         feat = f" Feature={','.join(self.features)}" if self.features else ""
         shard = f",shard:{4 * self.shards}" if self.shards else ""
         gres = ",".join(f"gpu:{t}:2" for t in self.gpu_types) or "gpu:4"
-        where = {n: (f" NodeHostname={n} NodeAddr=127.0.0.1 Port={_free_port()}" if self.multi_node else "")
+        where = {n: (f" NodeHostname={n} NodeAddr=127.0.0.1 Port={free_port()}" if self.multi_node else "")
                  for n in self.nodes}
         nodes = ",".join(self.nodes)
         return [

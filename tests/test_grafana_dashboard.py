@@ -18,7 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from prometheus_server import free_port, have_prometheus, prometheus
+from free_ports import free_port
+from prometheus_server import have_prometheus, prometheus
 
 from wattclass.jobmap import JobAssignment, write_job_file
 

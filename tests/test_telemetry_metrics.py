@@ -6,6 +6,7 @@ import socket
 import urllib.request
 
 import pytest
+from free_ports import free_port
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -72,15 +73,9 @@ def test_finished_jobs_expire_but_gpu_energy_keeps_counting() -> None:
     assert _get(s, "wattclass_gpu_energy_joules_total", uuid="GPU-a") == 3.0
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_endpoint_binds_loopback_by_default() -> None:
     assert DEFAULT_BIND == "127.0.0.1"
-    port = _free_port()
+    port = free_port()
     col = LatestWindows()
     col.update([dict(ROW, ts_end=10.0, energy_j=1.0, job_id="1", user="a")])
     serve(port, col)

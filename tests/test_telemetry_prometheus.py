@@ -18,12 +18,12 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
+from free_ports import free_port
 from prometheus_server import (
     HOST,
     Recorded,
     Variant,
     backfill,
-    free_port,
     have_prometheus,
     openmetrics,
     prometheus,
