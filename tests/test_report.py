@@ -85,6 +85,19 @@ def test_tflops_estimate_is_activity_times_peak(windows: pd.DataFrame) -> None:
     assert estimated_tflops(row.assign(sm_util_pct=None)).isna().all()
 
 
+def test_tflops_estimate_uses_each_boards_own_peaks_and_never_guesses(windows: pd.DataFrame) -> None:
+    """An A100's pipes peak at a third of an H200's; a board the table does not know (a PCIe
+    card, a newer GPU, no name) gets no estimate rather than another board's figures."""
+    row = windows[windows["job_id"] == "5002"].iloc[[1]]
+    h200 = float(estimated_tflops(row).iloc[0])
+    a100 = float(estimated_tflops(row.assign(gpu_model="NVIDIA A100-SXM4-80GB")).iloc[0])
+    want = float((row["tensor_util_pct"] / 100 * 312.0 + row["fp64_util_pct"] / 100 * 9.7
+                  + row["fp32_util_pct"] / 100 * 19.5 + row["fp16_util_pct"] / 100 * 78.0).iloc[0])
+    assert a100 == pytest.approx(want, rel=1e-6) and a100 < h200 / 2
+    for model in ("NVIDIA H100 PCIe", "NVIDIA A100 80GB PCIe", "NVIDIA B300", None, ""):
+        assert estimated_tflops(row.assign(gpu_model=model)).isna().all(), model
+
+
 def _win(job: str, power: float, label: str, seconds: int = 10) -> dict[str, object]:
     t = pd.Timestamp("2026-01-01", tz="UTC")
     return {
@@ -240,6 +253,7 @@ def test_report_on_the_demo_cluster_day(tmp_path: Path, h200_raw: Path) -> None:
                     "host": caps.parent.name,
                     "gpu_index": int(caps.name[3]),
                     "gpu_uuid": caps.name,
+                    "gpu_model": "NVIDIA H200",  # recorded on an H200: its peaks weigh the work estimate
                     "job_id": job or None,
                     "user": None,
                     "energy_j": g["energy_mj"].diff().sum() / 1e3,

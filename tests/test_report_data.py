@@ -12,8 +12,8 @@ import pytest
 from wattclass.errors import DataError
 from wattclass.report import data as report_data
 from wattclass.report import estimates as est
-from wattclass.report import fleetbins
-from wattclass.report.build import load_inputs, telemetry_day_files
+from wattclass.report import fleetbins, peaks
+from wattclass.report.build import load_inputs, render_report, telemetry_day_files
 
 
 @pytest.fixture
@@ -400,3 +400,28 @@ def test_a_timeline_bucket_gets_the_label_that_held_it_longest(windows: pd.DataF
     agg = report_data.load(windows=w, labels=labels)
     first = agg.timeline.iloc[0]
     assert first["ts_start"] == t and first["label"] == "memory"
+
+
+def test_a_mixed_fleets_work_estimate_weighs_each_board_and_names_the_unknown(windows: pd.DataFrame) -> None:
+    """Windows of H200, A100, and boards of unknown peak rates in one scan: the per-label TFLOP is
+    the window-level reference's (each board its own rates), the unknown boards' GPM energy is
+    left out of it and reported by name, and the page says so."""
+    w = windows.copy()
+    jobs = sorted(w["job_id"].dropna().unique())
+    models = {j: m for j, m in zip(jobs, ["NVIDIA H200", "NVIDIA A100-SXM4-80GB", "NVIDIA H100 PCIe",
+                                          "NVIDIA <b>X9</b>", None] * len(jobs), strict=False)}
+    w["gpu_model"] = w["job_id"].map(models).astype(object)
+    w["gpu_uuid"] = w["gpu_uuid"] + "-" + w["job_id"].fillna("none").astype(str)  # a board per job
+    labels = est.rule_job_labels(w)
+    agg = report_data.load(windows=w, labels=labels)
+    ref = est.work_per_energy(est.attach_labels(w.assign(job_id=w["job_id"].astype(object)), labels))
+    pd.testing.assert_frame_equal(agg.work_per_energy, ref, check_names=False, rtol=1e-9)
+    assert agg.work_models == ("NVIDIA A100-SXM4-80GB", "NVIDIA H200")
+    gpm = w[["sm_util_pct", *peaks.PIPES]].notna().all(axis=1) & (w["energy_j"] > 0)
+    for name, model in (("NVIDIA H100 PCIe", "NVIDIA H100 PCIe"), ("NVIDIA <b>X9</b>", "NVIDIA <b>X9</b>"),
+                        ("(no model name)", None)):
+        sel = gpm & (w["gpu_model"].isna() if model is None else w["gpu_model"] == model)
+        assert agg.work_unrated_kwh[name] == pytest.approx(w.loc[sel, "energy_j"].sum() / 3.6e6)
+    page = render_report(w, labels)
+    assert "A100: tensor 312, fp64 9.7, fp32 19.5, fp16 78; H200: tensor 989.5" in page
+    assert "NVIDIA H100 PCIe (" in page and "NVIDIA &lt;b&gt;X9&lt;/b&gt; (" in page and "<b>X9" not in page

@@ -27,7 +27,7 @@ import pandas as pd
 
 from wattclass.errors import DataError
 from wattclass.report import estimates as est
-from wattclass.report import fleetbins
+from wattclass.report import fleetbins, peaks
 
 #: At most this many time buckets per GPU in the power timeline (a month of 10 s windows is
 #: 259,200 points per GPU; the plot is 1,100 pixels wide).
@@ -64,6 +64,10 @@ class ReportData:
     duplicate_windows: int = 0
     #: telemetry files Parquet could not read, skipped: path -> why (``load``)
     skipped_files: dict[str, str] = field(default_factory=dict)
+    #: GPU model names whose peak rates the useful-work estimate used (``peaks``), and the GPM
+    #: energy (kWh) of boards whose rates it does not know, by model name: left out, not guessed
+    work_models: tuple[str, ...] = ()
+    work_unrated_kwh: dict[str, float] = field(default_factory=dict)
 
 
 class _Source:
@@ -257,8 +261,12 @@ def _load(src: _Source, labels: pd.DataFrame | None, caps: Mapping[str, str] | N
     secs, energy, code = _secs(src), src.col("energy_j"), _rule_code(src)
     limit = f"coalesce({src.col('power_limit_w')}, 700.0)"
     power = f"coalesce({src.col('power_avg_w')}, {energy} / nullif({secs}, 0))"
-    tflops = " + ".join(f"{src.col(c)} / 100.0 * {rate}" for c, rate in est.H200_PEAK_TFLOPS.items())
-    gpm = f"{src.col('sm_util_pct')} IS NOT NULL AND ({tflops}) IS NOT NULL AND {energy} > 0"
+    gpm = " AND ".join([f"{src.col('sm_util_pct')} IS NOT NULL",
+                        *(f"isfinite({src.col(c)})" for c in peaks.PIPES), f"{energy} > 0"])
+    # each pipe's activity share where the window has GPM: weighed by the board's peak rates per
+    # GPU model after the scan (``peaks.register_rates``)
+    pipes = ", ".join(f"CASE WHEN {gpm} THEN {src.col(c)} / 100.0 END AS _p{i}"
+                      for i, c in enumerate(peaks.PIPES))
     cap_aggs: list[tuple[str, str]] = []
     for lab in est.CAPPED_LABELS:
         cw = _cap_sql(caps.get(lab), limit)
@@ -279,7 +287,7 @@ def _load(src: _Source, labels: pd.DataFrame | None, caps: Mapping[str, str] | N
     cap_cols = "".join(f", {sql} AS _nj_{lab}" for lab, sql in cap_aggs)
     src.con.execute(
         "CREATE OR REPLACE TEMP TABLE fine AS "
-        "SELECT CAST(job_id AS VARCHAR) AS job_id, host, gpu_uuid, "
+        "SELECT CAST(job_id AS VARCHAR) AS job_id, host, gpu_uuid, gpu_model, "
         f"{'file_index' if by_file else '0'} AS file_index, "
         "_bad, _fb, first(user) AS user, count(*) AS n_windows, sum(_e) AS energy_j, sum(_s) AS secs, "
         "min(ts_start) AS t0, max(ts_start) AS _last_start, max(ts_end) AS t1, "
@@ -287,7 +295,8 @@ def _load(src: _Source, labels: pd.DataFrame | None, caps: Mapping[str, str] | N
         f"count(*) FILTER (WHERE _r = {rules.COMPUTE}) AS r_compute, "
         f"count(*) FILTER (WHERE _r = {rules.MEMORY}) AS r_memory, "
         f"count(*) FILTER (WHERE _r = {rules.PIPE_GAP}) AS r_gap, "
-        "sum(_tf * _s) AS tflop, sum(_e) FILTER (WHERE _tf IS NOT NULL) AS gpm_energy_j"
+        + "".join(f"sum(_p{i} * _s) AS pipe_s{i}, " for i in range(len(peaks.PIPES)))
+        + "sum(_e) FILTER (WHERE _p0 IS NOT NULL) AS gpm_energy_j"
         + "".join(f", sum(_nj_{lab}) AS new_j_{lab}, sum(greatest(_e - _nj_{lab}, 0)) AS saved_j_{lab}"
                   for lab, _ in cap_aggs)
         + f" FROM (SELECT job_id, host, {uuid} AS gpu_uuid, {'file_index, ' if by_file else ''}"
@@ -295,17 +304,21 @@ def _load(src: _Source, labels: pd.DataFrame | None, caps: Mapping[str, str] | N
         # computes each row's epoch_ms (costly on TIMESTAMPTZ) once for all of them
         f"{src.code} AS _bad, "
         f"{fb} AS _fb, {src.col('user', 'VARCHAR')} AS user, ts_start, ts_end, {secs} AS _s, {energy} AS _e, "
-        f"{code} AS _r, CASE WHEN {gpm} THEN ({tflops}) END AS _tf{cap_cols} FROM {src.read}) "
+        f"{code} AS _r, {src.col('gpu_model', 'VARCHAR')} AS gpu_model, "
+        + f"{pipes}{cap_cols} FROM {src.read}) "
         "GROUP BY ALL")
+    rated, unrated_kwh = peaks.register_rates(src.con)
     sums = ("sum(n_windows) AS n_windows, sum(energy_j) AS energy_j, sum(secs) AS secs, min(t0) AS t0, "
             "max(t1) AS t1, sum(r_idle) AS r_idle, sum(r_compute) AS r_compute, sum(r_memory) AS r_memory, "
-            "sum(r_gap) AS r_gap, sum(tflop) AS tflop, sum(gpm_energy_j) AS gpm_energy_j"
+            f"sum(r_gap) AS r_gap, sum({peaks.TFLOP_SQL}) AS tflop, "
+            "sum(gpm_energy_j) FILTER (WHERE r0 IS NOT NULL) AS gpm_energy_j"
             + "".join(f", sum(new_j_{lab}) AS new_j_{lab}, sum(saved_j_{lab}) AS saved_j_{lab}"
                       for lab, _ in cap_aggs))
     g = src.df(
         f"SELECT GROUPING(job_id) AS by_gpu, {'GROUPING(file_index)' if by_file else '1'} AS _not_file, "
         f"_bad, job_id, host, max(_last_start) AS _last_start, gpu_uuid, first(user) AS user, {sums} "
-        f"FROM fine GROUP BY GROUPING SETS ((job_id, _bad), (host, gpu_uuid, _bad)"
+        "FROM fine LEFT JOIN _peaks USING (gpu_model) "
+        f"GROUP BY GROUPING SETS ((job_id, _bad), (host, gpu_uuid, _bad)"
         f"{', (host, file_index)' if by_file else ''})")
     files = g.loc[g["_not_file"] == 0, ["host", "t0", "_last_start"]]
     if by_file and rowsql.files_meet(files.set_axis(["host", "start", "last_start"], axis=1)):
@@ -366,6 +379,8 @@ def _load(src: _Source, labels: pd.DataFrame | None, caps: Mapping[str, str] | N
         n_windows=n_windows, labels_computed=computed, fleet=fleet, fleet_bin_s=bin_s, fleet_t0=fleet_t0,
         rejected_rows=rejected,
         duplicate_windows=dups,
+        work_models=rated,
+        work_unrated_kwh=unrated_kwh,
     )
 
 

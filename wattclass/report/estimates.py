@@ -15,16 +15,6 @@ import pandas as pd
 
 LABEL_ORDER: tuple[str, ...] = ("compute", "memory", "mixed", "idle", "unlabelled", "no job")
 
-#: H200 SXM peak dense rates per GPM pipe, TFLOP/s (NVIDIA H200 datasheet; the with-sparsity
-#: figures halved). The tensor pipe is counted at the BF16/FP16 rate: GPM's "any tensor" activity
-#: does not say which precision ran, so TF32 or FP64 tensor work is overestimated.
-H200_PEAK_TFLOPS: dict[str, float] = {
-    "tensor_util_pct": 989.5,  # BF16/FP16 tensor core, dense
-    "fp64_util_pct": 34.0,  # FP64 (non-tensor)
-    "fp32_util_pct": 67.0,  # FP32
-    "fp16_util_pct": 134.0,  # FP16 non-tensor (2 x FP32 on Hopper)
-}
-
 #: The example policy's caps (deploy/policy.example.toml, docs/design.md): the savings estimate's
 #: caps when no policy or decisions are given.
 DEFAULT_CAPS: dict[str, str] = {"compute": "100%", "memory": "60%", "mixed": "85%", "idle": "40%"}
@@ -118,22 +108,31 @@ def by_label(w: pd.DataFrame) -> pd.DataFrame:
     return t.loc[order]
 
 
-def estimated_tflops(w: pd.DataFrame, peaks: Mapping[str, float] = H200_PEAK_TFLOPS) -> pd.Series:
-    """ESTIMATED achieved TFLOP/s per window: sum over pipes of activity x the pipe's peak rate.
+def estimated_tflops(w: pd.DataFrame) -> pd.Series:
+    """ESTIMATED achieved TFLOP/s per window: sum over pipes of activity x the pipe's peak rate on
+    the window's board (``peaks.board_peaks`` of its gpu_model).
 
-    NA where the window has no GPM data. This is an upper-bound style estimate: pipe activity is
-    the share of cycles a pipe was busy, not the share of its peak throughput reached.
+    NA where the window has no GPM data, or its board is not in ``peaks.PEAK_TFLOPS`` (left out,
+    not guessed). This is an upper-bound style estimate: pipe activity is the share of cycles a
+    pipe was busy, not the share of its peak throughput reached.
     """
-    parts = [w[c].astype(float) / 100.0 * rate for c, rate in peaks.items() if c in w.columns]
-    if not parts:
+    from wattclass.report.peaks import PIPES, board_peaks
+
+    if "gpu_model" not in w.columns or not set(PIPES) <= set(w.columns):
         return pd.Series(np.nan, index=w.index)
-    est = pd.concat(parts, axis=1)
-    return est.sum(axis=1, min_count=len(parts)).where(w["sm_util_pct"].notna())
+    models = w["gpu_model"].astype(object)
+    known = {m: r for m in models.dropna().unique() if (r := board_peaks(m)) is not None}
+    rates = pd.DataFrame.from_dict(known, orient="index", columns=list(PIPES)).reindex(models.to_numpy())
+    activity = w[list(PIPES)].astype(float).to_numpy() / 100.0
+    tf = pd.Series((activity * rates.to_numpy(dtype=float)).sum(axis=1), index=w.index)
+    finite = np.asarray(np.isfinite(activity).all(axis=1), dtype=bool)
+    return tf.where(w["sm_util_pct"].notna().to_numpy() & finite & rates.notna().all(axis=1).to_numpy())
 
 
-def work_per_energy(w: pd.DataFrame, peaks: Mapping[str, float] = H200_PEAK_TFLOPS) -> pd.DataFrame:
-    """Per label: estimated TFLOP per kJ (= TFLOP/s per kW) over windows with GPM data."""
-    ww = w.assign(_s=window_seconds(w), _tf=estimated_tflops(w, peaks))
+def work_per_energy(w: pd.DataFrame) -> pd.DataFrame:
+    """Per label: estimated TFLOP per kJ (= TFLOP/s per kW) over windows with GPM data on a board
+    of known peak rates."""
+    ww = w.assign(_s=window_seconds(w), _tf=estimated_tflops(w))
     ww = ww[ww["_tf"].notna() & (ww["energy_j"] > 0)]
     if ww.empty:
         return pd.DataFrame(columns=["tflop", "energy_kj", "tflops_per_kw"])

@@ -16,7 +16,7 @@ from typing import Any
 
 import pandas as pd
 
-from wattclass.report import data, plots
+from wattclass.report import data, peaks, plots
 from wattclass.report import estimates as est
 from wattclass.report.render import conf, kwh, num, pct, table
 
@@ -159,11 +159,14 @@ def power_over_time(d: ReportData) -> Vars:
 
 def work_per_energy(d: ReportData) -> Vars:
     wpe = d.agg.work_per_energy
+    # GPM energy on boards of unknown peak rates: left out of the estimate, named, not guessed
+    unrated = "; ".join(f"{m} ({kwh:.3g} kWh)" for m, kwh in sorted(d.agg.work_unrated_kwh.items()))
     if wpe.empty:
-        return {"png": None, "table": None, "peaks": ""}
+        return {"png": None, "table": None, "peaks": "", "unrated": unrated}
     return {
         "png": plots.work_per_energy(wpe),
-        "peaks": ", ".join(f"{k.removesuffix('_util_pct')} {v:g}" for k, v in est.H200_PEAK_TFLOPS.items()),
+        "peaks": peaks.describe(d.agg.work_models),
+        "unrated": unrated,
         "table": table(
             wpe.rename(
                 columns={

@@ -1,0 +1,74 @@
+"""Peak dense rates per GPM pipe, by GPU board: the useful-work estimate's only assumption.
+
+Why a table by board, not one GPU's figures: the report's TFLOP/s estimate is pipe activity x the
+pipe's peak rate, and the peaks differ threefold between GPUs (an A100's BF16 tensor pipe peaks at
+312 TFLOP/s, an H200's at 989.5). With one GPU's peaks for every window, a fleet of A100s (whose
+pipe activity comes from DCGM's profiling fields, ``dcgm_import``) was credited three times the
+work it did. A board the table does not know is left out of the estimate and named on the page,
+never guessed: a PCIe or NVL board runs the same GPU at other clocks and power (an H100 PCIe peaks
+at 756 TFLOP/s, not the SXM board's 989.4), so ``caps.board_key`` gives them no key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from wattclass.caps import board_key
+
+#: The GPM pipes whose activity the estimate counts, in this order everywhere (SQL columns too).
+PIPES: tuple[str, ...] = ("tensor_util_pct", "fp64_util_pct", "fp32_util_pct", "fp16_util_pct")
+
+#: TFLOP/s per pipe (``PIPES`` order) of SXM boards, from NVIDIA's datasheets and architecture
+#: whitepapers, the with-sparsity figures halved. The tensor pipe is counted at the BF16/FP16
+#: rate: GPM's "any tensor" activity does not say which precision ran, so TF32 or FP64 tensor
+#: work is overestimated and FP8 work underestimated. FP16 non-tensor is 2x FP32 on Ampere's
+#: and Hopper's SMs (A100 whitepaper: 78 TFLOP/s; H100 SXM5: 133.8).
+PEAK_TFLOPS: dict[str, tuple[float, float, float, float]] = {
+    "H200": (989.5, 34.0, 67.0, 134.0),  # H200 SXM datasheet
+    "H100": (989.5, 34.0, 67.0, 134.0),  # H100 SXM datasheet (BF16 1,979 with sparsity)
+    "GH200": (989.5, 34.0, 67.0, 134.0),  # GH200 datasheet: the H100 SXM's rates
+    "A100": (312.0, 9.7, 19.5, 78.0),  # A100 SXM datasheet (FP64 non-tensor 9.7)
+}
+
+#: A ``fine`` row's TFLOP with ``_peaks`` joined: its pipes' busy seconds x their peak rates.
+TFLOP_SQL = " + ".join(f"pipe_s{i} * r{i}" for i in range(len(PIPES)))
+
+
+def board_peaks(model: object) -> tuple[float, float, float, float] | None:
+    """The peak rates of a GPU model name as NVML writes it ("NVIDIA H200", "NVIDIA
+    A100-SXM4-80GB"), or None for a board the table does not know (or no name)."""
+    if not isinstance(model, str) or not model.strip():
+        return None
+    return PEAK_TFLOPS.get(board_key(model))
+
+
+def describe(models: Iterable[str]) -> str:
+    """The rates used for these model names, for the page: "H200: tensor 989.5, fp64 34, ..."."""
+    keys: dict[str, tuple[float, float, float, float]] = {}
+    for m in models:
+        rates = board_peaks(m)
+        if rates is not None:
+            keys.setdefault(board_key(m), rates)
+    return "; ".join(f"{k}: " + ", ".join(f"{p.removesuffix('_util_pct')} {r:g}"
+                                         for p, r in zip(PIPES, v, strict=True))
+                     for k, v in sorted(keys.items()))
+
+
+def register_rates(con: Any) -> tuple[tuple[str, ...], dict[str, float]]:
+    """Register ``_peaks`` (gpu_model, r0..r3: the pipes' peak TFLOP/s, ``PIPES`` order) on the
+    report's DuckDB connection for the boards its ``fine`` table holds whose rates are known.
+
+    Returns those model names, and the GPM energy (kWh) of valid windows on the other boards, by
+    model name: left out of the estimate, and named on the page."""
+    import pyarrow as pa
+
+    per_model = con.execute("SELECT gpu_model, sum(gpm_energy_j) FROM fine WHERE _bad = 0 "
+                            "GROUP BY gpu_model").fetchall()
+    rated = {str(m): r for m, _ in per_model if (r := board_peaks(m)) is not None}
+    unrated = {("(no model name)" if m is None else str(m)): float(e) / 3.6e6
+               for m, e in per_model if e and board_peaks(m) is None}
+    cols = {"gpu_model": pa.array(list(rated), pa.string())}
+    cols |= {f"r{i}": pa.array([r[i] for r in rated.values()], pa.float64()) for i in range(len(PIPES))}
+    con.register("_peaks", pa.table(cols))
+    return tuple(sorted(rated)), unrated
