@@ -459,6 +459,7 @@ def cmd_effects(args: argparse.Namespace) -> int:
     from wattclass.classifier.effects import EFFECT_COLUMNS
     from wattclass.output import emit
 
+    argtypes.existing_dir(args.data_root, "--data-root")
     if not (Path(args.data_root) / "classifier").is_dir():
         raise DataError(f"{args.data_root}: no classifier store (run `wattclass nightly` first)")
     eff, origin = load_effects(args.data_root, args.recompute)

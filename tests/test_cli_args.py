@@ -130,6 +130,19 @@ def test_nightly_on_a_mistyped_data_root_creates_nothing(
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("argv", [
+    ["report", "--out", "{T}/r.html"], ["job", "7"], ["simulate", "--policy", str(POLICY)], ["effects"]])
+def test_every_reader_of_a_data_root_calls_a_mistyped_one_a_usage_error(
+        argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """report and job said exit 3 ("no telemetry/ folder", unusable data) where the nightly says 2;
+    a folder that is not there is the command line's fault, not the data's."""
+    typo = tmp_path / "wattclas"
+    rc = main([a.replace("{T}", str(tmp_path)) for a in argv] + ["--data-root", str(typo)])
+    err = capsys.readouterr().err
+    assert rc == 2 and f"--data-root {typo}: no such folder" in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_nightly_checks_the_dask_config_before_taking_the_lock(
         h200_day_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A missing --dask-config was found only after DATA_ROOT/classifier/ and its lock were made."""

@@ -11,7 +11,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from wattclass.argtypes import iso_date
+from wattclass.argtypes import existing_dir, iso_date
 
 
 def register(sub: argparse._SubParsersAction[Any]) -> None:
@@ -64,6 +64,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from wattclass.fsutil import check_output_file
     from wattclass.report.build import load_inputs, load_whatif_effects, write_report
 
+    existing_dir(args.data_root, "--data-root")  # a typo is a usage error (2), as for the nightly
     check_output_file(args.out, "--out")
     if args.response is not None and args.policy is None:  # it was read by nothing, silently
         raise ConfigError(f"--response {args.response}: needs --policy (the calibration is used only by "
@@ -101,6 +102,7 @@ def _cmd_job(args: argparse.Namespace) -> int:
     from wattclass.output import emit
     from wattclass.report.job import human, summarise
 
+    existing_dir(args.data_root, "--data-root")
     s = summarise(args.data_root, str(args.job_id).strip(), args.date)
     emit(dataclasses.asdict(s), args.json, human)
     return 0

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from wattclass.argtypes import iso_date, non_negative_int, positive_float, positive_int
+from wattclass.argtypes import existing_dir, iso_date, non_negative_int, positive_float, positive_int
 from wattclass.errors import ConfigError
 from wattclass.logsafe import clip
 from wattclass.output import emit
@@ -79,6 +79,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from wattclass.savings.response import load_response
     from wattclass.savings.simulate import GROUPS, simulate
 
+    existing_dir(args.data_root, "--data-root")  # a typo is a usage error (2), as for the nightly
     if args.date_from and args.date_to and args.date_from > args.date_to:  # ISO days order as text
         raise ConfigError(f"--from {args.date_from} is after --to {args.date_to}")
     policy = load_policy(args.policy)
