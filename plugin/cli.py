@@ -97,9 +97,29 @@ _REASONS = {
     "unknown_job": "no label for this user + name, user or account",
     "low_confidence": "the label's confidence is below its label's min_confidence",
     "no_decision": "the policy has no cap or features for this label",
-    "shadow": "shadow mode: decided and logged, nothing changes",
-    "enforce": "enforce mode: the Prolog caps the job's GPUs",
 }
+
+
+def _why_decided(status: str, admin_comment: str | None) -> str:
+    """What the Prolog does with a decided job, in words.
+
+    Why not the mode alone: with a ``[canary]`` the arm decides (shadow's canary is capped for
+    real, enforce's is the uncapped control), and this is the line an admin reads to judge the
+    rollout; ``Comment.capped_for_real`` is the Prolog's own test.
+    """
+    from wattclass.admincomment import parse_admin_comment
+
+    comment = parse_admin_comment(admin_comment)
+    if comment is None or comment.cap is None:
+        return f"{status} mode: no cap for this label, the GPUs are not capped"
+    if comment.arm == "capped":
+        return f"{status} mode, capped arm of the canary: the Prolog caps the job's GPUs"
+    if comment.arm == "control":
+        return (f"{status} mode, control arm of the canary: decided and logged, the GPUs are not capped"
+                + (" (measures what the caps cost)" if status == "enforce" else ""))
+    if comment.capped_for_real():
+        return "enforce mode: the Prolog caps the job's GPUs"
+    return "shadow mode: decided and logged, the GPUs are not capped"
 
 
 def _policy_explain(args: argparse.Namespace) -> int:
@@ -118,7 +138,9 @@ def _policy_explain(args: argparse.Namespace) -> int:
         (table.get("policy") or {}).get("features_available") if table.get("policy") else None)
     d = decide(table, args.user, args.name, args.account, args.partition, args.constraint,
                gpu_request=not args.no_gpu)
-    data: dict[str, Any] = {**d._asdict(), "why": _REASONS.get(d.reason, d.reason), "cap_w": None,
+    why = (_why_decided(d.status, d.admin_comment) if d.status in ("shadow", "enforce")
+           else _REASONS.get(d.reason, d.reason))
+    data: dict[str, Any] = {**d._asdict(), "why": why, "cap_w": None,
                             "measured_effect": None, "thresholds": pol.effective_thresholds(),
                             "min_confidence_by_label": dict(pol.min_confidence_by_label)}
     if args.gpu_model or args.limits:

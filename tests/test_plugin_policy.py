@@ -300,3 +300,33 @@ def test_a_comma_separated_list_in_one_name_is_refused(tmp_path: Path, text: str
     ``policy check`` said valid. Now it names the key and the list it meant."""
     with pytest.raises(ConfigError, match=f'{where}: .* holds a comma.*one name per string: \\["'):
         load_policy(_write(tmp_path, text))
+
+
+@pytest.mark.parametrize("mode", ["shadow", "enforce"])
+def test_policy_explain_first_line_says_whether_the_prolog_caps(tmp_path: Path, mode: str,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """With a canary the arm, not the mode, decides the cap: the decision line (and ``why`` in
+    --json) said "shadow mode: ... nothing changes" for a shadow job in the capped arm and "the
+    Prolog caps the job's GPUs" for an enforce job in the control arm, the opposite of what the
+    Prolog does, on the one line an admin reads to decide the rollout."""
+    from wattclass.admincomment import parse_admin_comment
+
+    text = GOOD.replace('mode = "enforce"', f'mode = "{mode}"') + "[canary]\nfraction = 0.5\n"
+    pol = _write(tmp_path, text)
+    users = [f"user{i}" for i in range(40)]
+    table = tmp_path / "labels.tsv"
+    write_label_table(table, [TableEntry("user", u, None, None, "memory", 0.93, 4, "rule") for u in users],
+                      {"features_available": {}})
+    seen = set()
+    for user in users:
+        args = ["policy", "explain", "--policy", str(pol), "--table", str(table), "--user", user,
+                "--name", "x"]
+        assert main([*args, "--json"]) == 0
+        out = json.loads(capsys.readouterr().out)
+        capped = parse_admin_comment(out["admin_comment"]).capped_for_real()  # type: ignore[union-attr]
+        seen.add(capped)
+        assert ("not capped" in out["why"]) != capped, out
+        assert main(args) == 0
+        first = capsys.readouterr().out.splitlines()[0]
+        assert ("not capped" in first) != capped, first
+    assert seen == {True, False}  # both arms were met
