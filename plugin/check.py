@@ -231,6 +231,9 @@ def run_checks(args: argparse.Namespace) -> list[Check]:
 
         checks.append(_run("slurm.conf", lambda: check_slurm_conf(args.slurm_conf)))
         if node:
+            from wattclass.plugin.slurmconf import check_hook_squeue
+
+            checks.append(_run("Slurm client", lambda: check_hook_squeue(hook.slurm_bin, args.slurm_conf)))
             backend = args.backend or hook.backend
             checks.append(_run("GPU map", lambda: _check_gpu_map(args.slurm_conf, backend, hook.gpu_map)))
     return checks

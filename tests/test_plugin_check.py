@@ -349,3 +349,41 @@ def test_the_controller_role_checks_the_policy_and_table_not_the_hooks(
     assert set(_result(capsys)) == {"policy", "label table"}
     (tmp_path / "etc" / "labels.tsv").chmod(0o664)  # group-writable: refused
     assert main([*argv, "--role", "controller"]) == 1 and not _result(capsys)["label table"]
+
+
+@pytest.mark.parametrize(("squeue", "daemon", "named"), [
+    ("25.11.7", (25, 11), None),
+    (None, (25, 11), "--slurm-bin"),  # no squeue where the hooks look: every job uncapped
+    ("22.05.8", (25, 11), "22.05"),  # another version than the daemons': fails against slurmctld
+])
+def test_slurm_conf_check_also_finds_the_squeue_the_hooks_run(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+        squeue: str | None, daemon: tuple[int, int], named: str | None) -> None:
+    """The Prolog reads each job's decision with squeue from --slurm-bin (else the wrapper's PATH,
+    /usr/bin): a site whose Slurm lives in /opt/slurm/bin and forgot --slurm-bin, or pointed it at
+    a folder without squeue, had every job on the node uncapped (an ERROR per job in plugin.log)
+    while `plugin check --slurm-conf` printed every line OK."""
+    from wattclass.plugin import slurmconf
+
+    node = tmp_path / "node"
+    node.mkdir()
+    argv = _install(node)
+    slurm_bin = tmp_path / "slurm" / "bin"
+    slurm_bin.mkdir(parents=True)
+    if squeue is not None:
+        (slurm_bin / "squeue").write_text(f"#!/bin/sh\necho 'slurm {squeue}'\n")
+        (slurm_bin / "squeue").chmod(0o755)
+    etc = node / "etc"
+    args = f"--backend filestate:{node / 'gpus.json'} --state-dir {node / 'run' / 'caps'} " \
+           f"--jobs-dir {node / 'run' / 'jobs'} --log {node / 'plugin.log'} --slurm-bin {slurm_bin}"
+    assert main(["plugin", "install-hooks", "--dest", str(etc), "--python", sys.executable,
+                 "--hook-args", args]) == 0
+    conf = _slurm_conf(tmp_path)
+    monkeypatch.setattr(slurmconf, "installed_slurm_version", lambda: daemon)
+    capsys.readouterr()
+    rc = main([*argv, "--role", "node", "--slurm-conf", str(conf)])
+    line = next(c for c in json.loads(capsys.readouterr().out)["checks"] if c["name"] == "Slurm client")
+    assert (rc == 0) is (named is None) and line["ok"] is (named is None), line
+    assert str(slurm_bin / "squeue") in line["detail"]
+    if named is not None:
+        assert named in line["detail"], line
