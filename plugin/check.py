@@ -96,7 +96,45 @@ def _check_policy(path: Path) -> str:
     return f"{path}: valid, mode {pol.mode}, {len(pol.caps)} caps"
 
 
-def _check_table(path: Path) -> str:
+def _group_name(gid: int) -> str:
+    import grp
+
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return str(gid)
+
+
+def _slurmctld_reads(path: Path, slurm_conf: Path) -> None:
+    """WattclassError unless slurm.conf's SlurmUser (slurmctld's user; Slurm's default root) can
+    read the table. Why: a 0640 table of another group is refused by nothing but the kernel, and
+    job_submit.lua then leaves every job as submitted, said only in slurmctld's log."""
+    import grp
+    import pwd
+
+    from wattclass.plugin.slurmconf import read_conf
+
+    user = read_conf(slurm_conf).get("slurmuser") or "root"
+    try:
+        pw = pwd.getpwuid(int(user)) if user.isdigit() else pwd.getpwnam(user)
+    except KeyError:
+        raise WattclassError(f"{slurm_conf}: SlurmUser={user} is not a user on this machine") from None
+    st = path.stat()
+    try:
+        members = grp.getgrgid(st.st_gid).gr_mem
+    except KeyError:
+        members = []
+    in_group = st.st_gid == pw.pw_gid or user in members
+    if pw.pw_uid == 0 or st.st_mode & 0o004 or (st.st_mode & 0o040 and in_group) \
+            or (st.st_mode & 0o400 and st.st_uid == pw.pw_uid):
+        return
+    raise WattclassError(
+        f"{path}: {st.st_mode & 0o777:04o}, group {_group_name(st.st_gid)}: slurmctld runs as "
+        f"SlurmUser={user} ({slurm_conf}), which cannot read it, so job_submit.lua leaves every job as "
+        f"submitted; run the nightly with --table-group {_group_name(pw.pw_gid)}")
+
+
+def _check_table(path: Path, slurm_conf: Path | None = None) -> str:
     from wattclass.fsutil import read_trusted_text
     from wattclass.labeltable import parse_label_table
 
@@ -115,7 +153,10 @@ def _check_table(path: Path) -> str:
     n = sum(len(v) for v in t["by_user_name"].values()) + len(t["by_user"]) + len(t["by_account"])
     perm = path.stat().st_mode & 0o777
     seen_by = ("readable by every user (job names; nightly --table-group hides them)" if perm & 0o004
-               else f"{perm:04o}, group {path.stat().st_gid} only")
+               else f"{perm:04o}, group {_group_name(path.stat().st_gid)} only")
+    if slurm_conf is not None:
+        _slurmctld_reads(path, slurm_conf)
+        seen_by += ", readable by SlurmUser"
     return f"{path}: {n} keys, generated {t['generated_at']}, mode {t['policy'].get('mode')}, {seen_by}"
 
 
@@ -221,7 +262,7 @@ def run_checks(args: argparse.Namespace) -> list[Check]:
         checks.append(_run("job map spool", lambda: _check_dir(args.jobs_dir or hook.jobs_dir, True)))
     if ctld:
         checks.append(_run("policy", lambda: _check_policy(args.policy)))
-        checks.append(_run("label table", lambda: _check_table(args.table)))
+        checks.append(_run("label table", lambda: _check_table(args.table, args.slurm_conf)))
     if node:
         checks.append(_run("GPU backend", lambda: _check_backend(args.backend or hook.backend)))
     if args.job_submit is not None and ctld:

@@ -387,3 +387,29 @@ def test_slurm_conf_check_also_finds_the_squeue_the_hooks_run(
     assert str(slurm_bin / "squeue") in line["detail"]
     if named is not None:
         assert named in line["detail"], line
+
+
+@pytest.mark.parametrize(("slurm_user", "group", "ok"), [
+    ("root", "nogroup", True),  # root reads anything
+    ("nobody", "nogroup", True),  # nobody's primary group is nogroup
+    ("daemon", "nogroup", False),  # the table's group is not daemon's: slurmctld cannot read it
+])
+def test_controller_check_fails_a_table_slurmctld_cannot_read(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], slurm_user: str, group: str, ok: bool) -> None:
+    """A 0640 table whose group is not SlurmUser's leaves every job as submitted (slurmctld logs it
+    at every submission), while `plugin check` said OK ("0640, group 65534 only"): with
+    --slurm-conf the controller check reads SlurmUser and asks whether that user can read it."""
+    import grp
+
+    argv = _install(tmp_path)
+    table = tmp_path / "etc" / "labels.tsv"
+    os.chown(table, 0, grp.getgrnam(group).gr_gid)
+    table.chmod(0o640)
+    conf = _slurm_conf(tmp_path, f"SlurmUser={slurm_user}\n")
+    capsys.readouterr()
+    main([*argv, "--role", "controller", "--slurm-conf", str(conf)])
+    line = next(c for c in json.loads(capsys.readouterr().out)["checks"] if c["name"] == "label table")
+    assert line["ok"] is ok, line
+    assert group in line["detail"], line  # the group by name, not a number
+    if not ok:
+        assert f"SlurmUser={slurm_user}" in line["detail"] and "--table-group" in line["detail"], line
