@@ -242,11 +242,13 @@ def run_checks(args: argparse.Namespace) -> list[Check]:
     prolog_sh, epilog_sh = args.hooks_dir / "prolog.sh", args.hooks_dir / "epilog.sh"
     python: str | None = None
     hook_args: list[str] = []
+    install = (f"install them with `wattclass plugin install-hooks --dest {args.hooks_dir} --python "
+               "/opt/wattclass/bin/python`, or give --hooks-dir where they are")
     try:
         python, hook_args = _wrapper_config(prolog_sh)
     except OSError as exc:
         if node:
-            checks.append(Check("prolog wrapper", False, f"{prolog_sh}: {exc.strerror}"))
+            checks.append(Check("prolog wrapper", False, f"{prolog_sh}: {exc.strerror}: {install}"))
     try:  # the paths the hooks will use; wrong arguments fail the wrapper's own check
         hook = check_hook_args(hook_args)
     except WattclassError:
@@ -255,9 +257,16 @@ def run_checks(args: argparse.Namespace) -> list[Check]:
     if node:
         if prolog_sh.exists():
             checks.append(_run("prolog wrapper", lambda: _check_wrapper(prolog_sh, python)))
-        checks.append(_run("epilog wrapper",
-                           lambda: _check_wrapper(epilog_sh, _wrapper_config(epilog_sh)[0])))
-        checks.append(_run("hook interpreter", lambda: _check_interpreter(python or "(none)")))
+        if epilog_sh.exists():
+            checks.append(_run("epilog wrapper",
+                               lambda: _check_wrapper(epilog_sh, _wrapper_config(epilog_sh)[0])))
+        else:
+            checks.append(Check("epilog wrapper", False, f"{epilog_sh}: No such file: {install}"))
+        if python is not None:
+            checks.append(_run("hook interpreter", lambda: _check_interpreter(python)))
+        else:
+            checks.append(Check("hook interpreter", False, f"no PYTHON= line to read in {prolog_sh} (give "
+                                f"--python to check one): {install}"))
         checks.append(_run("cap state folder", lambda: _check_dir(args.state_dir or hook.state_dir, True)))
         checks.append(_run("job map spool", lambda: _check_dir(args.jobs_dir or hook.jobs_dir, True)))
     if ctld:

@@ -413,3 +413,19 @@ def test_controller_check_fails_a_table_slurmctld_cannot_read(
     assert group in line["detail"], line  # the group by name, not a number
     if not ok:
         assert f"SlurmUser={slurm_user}" in line["detail"] and "--table-group" in line["detail"], line
+
+
+def test_missing_wrappers_say_how_to_install_them(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A node checked before `install-hooks` (or with the wrappers elsewhere) got "[Errno 2] No
+    such file or directory: '(none)'" for the interpreter and a raw errno for the epilog: each
+    line now names the missing file and the command (or --hooks-dir) that fixes it."""
+    argv = _install(tmp_path)
+    (tmp_path / "etc" / "prolog.sh").unlink()
+    (tmp_path / "etc" / "epilog.sh").unlink()
+    capsys.readouterr()
+    assert main([*argv, "--role", "node"]) == 1
+    checks = {c["name"]: c for c in json.loads(capsys.readouterr().out)["checks"]}
+    for name in ("prolog wrapper", "epilog wrapper", "hook interpreter"):
+        line = checks[name]
+        assert not line["ok"] and "install-hooks" in line["detail"] and "--hooks-dir" in line["detail"], line
+        assert "(none)" not in line["detail"] and "Errno" not in line["detail"], line
