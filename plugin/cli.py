@@ -218,9 +218,20 @@ def _install_lua(args: argparse.Namespace) -> int:
 
     # a folder (or a file above the path) was an IsADirectoryError/NotADirectoryError traceback
     check_output_file(args.dest, "--dest")
+    _refuse_untrusted_dest(Path(args.dest).parent)
     atomic_write_text(args.dest, render_job_submit(args.table), mode=0o644)
     print(f"wrote {args.dest} (label table {args.table})")
     return 0
+
+
+def _refuse_untrusted_dest(folder: Path) -> None:
+    """ConfigError unless only root can change ``folder`` (or, not made yet, the folder it will be
+    made in) and every folder above it. Why: slurmd runs the wrappers as root and slurmctld loads
+    job_submit.lua; written where a user can rename or replace them, they run that user's code.
+    ``plugin check`` refuses them too, but only if run: the install said "wrote" and went on."""
+    from wattclass.fsutil import nearest_existing, refuse_untrusted_dir
+
+    refuse_untrusted_dir(nearest_existing(folder), creates=True)
 
 
 def _install_hooks(args: argparse.Namespace) -> int:
@@ -228,6 +239,7 @@ def _install_hooks(args: argparse.Namespace) -> int:
     from wattclass.plugin.install import render_hook
 
     check_output_dir(args.dest, "--dest")  # a file there was a NotADirectoryError traceback
+    _refuse_untrusted_dest(args.dest)
     for kind in ("prolog", "epilog"):
         dest = args.dest / f"{kind}.sh"
         atomic_write_text(dest, render_hook(kind, args.python, args.hook_args.split()), mode=0o755)

@@ -429,3 +429,34 @@ def test_missing_wrappers_say_how_to_install_them(tmp_path: Path, capsys: pytest
         line = checks[name]
         assert not line["ok"] and "install-hooks" in line["detail"] and "--hooks-dir" in line["detail"], line
         assert "(none)" not in line["detail"] and "Errno" not in line["detail"], line
+
+
+@pytest.mark.parametrize("command", ["install-hooks", "install-lua"])
+@pytest.mark.parametrize("where", ["others_write_the_folder", "others_write_a_folder_above", "symlink"])
+def test_install_refuses_a_destination_others_can_change(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                          command: str, where: str) -> None:
+    """slurmd runs the wrappers as root and slurmctld loads job_submit.lua: `install-hooks` and
+    `install-lua` wrote them into a folder any user could write (or rename from above), and said
+    "wrote"; only a later `plugin check` refused it. They now refuse such a --dest, naming it,
+    and write nothing."""
+    tmp_path.chmod(0o755)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    if where == "others_write_the_folder":
+        shared.chmod(0o777)
+        dest = shared
+    elif where == "others_write_a_folder_above":
+        shared.chmod(0o777)
+        dest = shared / "slurm" / "wattclass"  # made by the command: anyone could rename it later
+    else:
+        real = tmp_path / "real"
+        real.mkdir(mode=0o755)
+        (shared / "link").symlink_to(real)
+        dest = shared / "link"
+    argv = (["plugin", "install-hooks", "--dest", str(dest), "--python", sys.executable]
+            if command == "install-hooks" else
+            ["plugin", "install-lua", "--dest", str(dest / "job_submit.lua"), "--table", "/etc/labels.tsv"])
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "refusing" in err and str(shared) in err, err
+    assert not list(tmp_path.rglob("*.sh")) and not list(tmp_path.rglob("*.lua"))
