@@ -74,11 +74,22 @@ def _policy_check(args: argparse.Namespace) -> int:
 
     pol = load_policy(args.file)
     data = {"file": str(args.file), "valid": True, **pol.table_dict(),
-            "thresholds": pol.effective_thresholds()}
+            "thresholds": pol.effective_thresholds(), "canary_fraction": pol.canary_fraction}
     emit(data, args.json, lambda d: f"{d['file']}: valid (mode {d['mode']}, min_confidence "
          f"{d['min_confidence']}, {len(d['decisions'])} labels with decisions)\n"
-         f"{_thresholds_line(d['thresholds'], d['min_confidence_by_label'])}")
+         f"{_thresholds_line(d['thresholds'], d['min_confidence_by_label'])}\n"
+         f"{_canary_line(d['mode'], d['canary_fraction'])}")
     return 0
+
+
+def _canary_line(mode: str, fraction: float) -> str:
+    """What ``[canary] fraction`` does under ``mode``: its meaning flips (docs/admin.md, rollout)."""
+    if fraction <= 0:
+        return "canary: none (rollout steps 4-5 set [canary] fraction to measure the caps' effect)"
+    share = f"{fraction * 100:g}% of capped decisions"
+    if mode == "enforce":
+        return f"canary: {share} left uncapped (control arm); the rest capped"
+    return f"canary: {share} capped for real (canary arm); the rest only logged"
 
 
 def _thresholds_line(thresholds: dict[str, float], by_label: dict[str, float]) -> str:

@@ -330,3 +330,21 @@ def test_policy_explain_first_line_says_whether_the_prolog_caps(tmp_path: Path, 
         first = capsys.readouterr().out.splitlines()[0]
         assert ("not capped" in first) != capped, first
     assert seen == {True, False}  # both arms were met
+
+
+@pytest.mark.parametrize(("mode", "fraction", "says"), [
+    ("shadow", 0.1, "10% of capped decisions capped for real"),
+    ("enforce", 0.05, "5% of capped decisions left uncapped (control arm)"),
+    ("shadow", 0.0, "canary: none"),
+])
+def test_policy_check_says_what_the_canary_does(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                mode: str, fraction: float, says: str) -> None:
+    """Rollout steps 4 and 5 turn on [canary] fraction, whose meaning flips with the mode (capped
+    in shadow, the uncapped control in enforce); `policy check` printed neither the fraction nor
+    what it does, so a typo'd section name or a fraction left at 0 passed unnoticed."""
+    text = GOOD.replace('mode = "enforce"', f'mode = "{mode}"') + f"[canary]\nfraction = {fraction}\n"
+    path = _write(tmp_path, text)
+    assert main(["policy", "check", str(path)]) == 0
+    assert says in capsys.readouterr().out
+    assert main(["policy", "check", str(path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["canary_fraction"] == fraction
