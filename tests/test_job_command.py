@@ -309,3 +309,11 @@ def test_the_decision_comes_from_the_label_store_where_no_jobs_file_is_kept(
     capsys.readouterr()
     d = _json(capsys, "5003", "--data-root", str(root))
     assert d["decision"] == "cap" and "cap 60% for memory" in d["reason"] and d["cap_pct"] == 60, d
+    # a job whose record the nightly had, without a wattclass decision: none, said as none
+    pd.DataFrame({"job_id": ["5003"], "user": [user], "name": ["decode.sh"], "account": ["physics"],
+                  "admin_comment": ["ops note"]}).to_csv(jobs, index=False, quoting=1)
+    assert main(["nightly", "--data-root", str(root), "--date", DAY, "--jobs-file", str(jobs),
+                 "--no-retrain", "--table-out", str(tmp_path / "labels.tsv")]) == 0
+    capsys.readouterr()
+    d = _json(capsys, "5003", "--data-root", str(root))
+    assert d["decision"] == "none" and "no wattclass decision" in d["reason"], d

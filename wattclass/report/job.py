@@ -304,7 +304,10 @@ def summarise(root: Path, job_id: str, date: str | None = None) -> JobSummary:
     comment_text = (rec or {}).get("admin_comment")
     if not isinstance(comment_text, str):
         comment_text = (lab or {}).get("decision_comment")
-    known = rec is not None or isinstance(comment_text, str)
+    # A store row has a user only from its job's record (the nightly's join), so with the column
+    # there and a user, the record had no wattclass decision.
+    joined = lab is not None and "decision_comment" in lab and isinstance(lab.get("user"), str)
+    known = rec is not None or isinstance(comment_text, str) or joined
     s.decision, s.reason, comment = _decision(comment_text, s.label, known)
     if not w.empty and w["power_limit_w"].notna().any():
         s.cap_w = float(w["power_limit_w"].median())
