@@ -111,6 +111,11 @@ _REASONS = {
 }
 
 
+#: The table policy's parts a decision depends on (explain compares the file's with the table's).
+_TABLE_POLICY_KEYS = ("mode", "min_confidence", "min_confidence_by_label", "decisions", "canary_threshold",
+                      "exempt")
+
+
 def _why_decided(status: str, admin_comment: str | None) -> str:
     """What the Prolog does with a decided job, in words.
 
@@ -144,16 +149,19 @@ def _policy_explain(args: argparse.Namespace) -> int:
         existing_dir(args.data_root, "--data-root")
     pol = load_policy(args.policy)
     table = dict(read_label_table(args.table))
+    in_use = table.get("policy") or {}
     # The policy file is the sysadmin's current intent; the table's embedded copy may be older.
-    table["policy"] = pol.table_dict(
-        (table.get("policy") or {}).get("features_available") if table.get("policy") else None)
+    table["policy"] = pol.table_dict(in_use.get("features_available") if in_use else None)
+    written = {"canary_threshold": 0, "min_confidence_by_label": {}, **in_use}  # lines left out when unset
+    differs = [k for k in _TABLE_POLICY_KEYS if written.get(k) != table["policy"].get(k)]
     d = decide(table, args.user, args.name, args.account, args.partition, args.constraint,
                gpu_request=not args.no_gpu)
     why = (_why_decided(d.status, d.admin_comment) if d.status in ("shadow", "enforce")
            else _REASONS.get(d.reason, d.reason))
     data: dict[str, Any] = {**d._asdict(), "why": why, "cap_w": None,
                             "measured_effect": None, "thresholds": pol.effective_thresholds(),
-                            "min_confidence_by_label": dict(pol.min_confidence_by_label)}
+                            "min_confidence_by_label": dict(pol.min_confidence_by_label),
+                            "table_policy_differs": differs, "table_mode": in_use.get("mode")}
     if args.gpu_model or args.limits:
         from wattclass.caps import cap_watts, known_limits, parse_cap, parse_limits
 
@@ -171,6 +179,10 @@ def _policy_explain(args: argparse.Namespace) -> int:
 
     def human(x: dict[str, Any]) -> str:
         lines = [f"decision: {x['status']} ({x['why']})"]
+        if x["table_policy_differs"]:
+            lines.append(f"note: this follows {args.policy}; job_submit.lua decides with the policy in "
+                         f"{args.table} (mode {x['table_mode'] or '-'}), which differs in "
+                         f"{', '.join(x['table_policy_differs'])} until a nightly run rewrites it")
         if x["label"]:
             own = "min_confidence_by_label" if x["label"] in x["min_confidence_by_label"] else \
                 "min_confidence"

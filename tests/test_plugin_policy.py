@@ -348,3 +348,29 @@ def test_policy_check_says_what_the_canary_does(tmp_path: Path, capsys: pytest.C
     assert says in capsys.readouterr().out
     assert main(["policy", "check", str(path), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["canary_fraction"] == fraction
+
+
+def test_policy_explain_says_when_the_table_in_use_has_another_policy(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """explain answers from the policy file, but job_submit.lua decides from the table's copy,
+    written by the last successful nightly run. Rolling back (mode -> shadow) before a nightly run
+    that rewrites the table (or after one that exited 7), explain said "shadow ... not capped"
+    while every new job was still enforced. It now names what differs in the table in use."""
+    from wattclass.policy import load_policy
+
+    enforce = _write(tmp_path, GOOD)
+    table = tmp_path / "labels.tsv"
+    write_label_table(table, [TableEntry("user", "alice", None, None, "memory", 0.93, 4, "rule")],
+                      load_policy(enforce).table_dict())
+    args = ["policy", "explain", "--policy", str(enforce), "--table", str(table), "--user", "alice",
+            "--name", "x"]
+    assert main([*args, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["table_policy_differs"] == []
+    shadow = tmp_path / "shadow.toml"
+    shadow.write_text(GOOD.replace('mode = "enforce"', 'mode = "shadow"'))
+    args[3] = str(shadow)
+    assert main([*args, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["table_policy_differs"] == ["mode"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "mode enforce" in out and str(table) in out and "nightly" in out, out
