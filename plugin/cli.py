@@ -39,6 +39,12 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
                      help="cite the cap's effect measured by the canary on this cluster (wattclass effects)")
     exp.add_argument("--json", action="store_true")
     exp.set_defaults(func=_policy_explain)
+    app = psub.add_parser("apply", help="write the policy into the label table now, keeping its keys "
+                          "(a rollback that needs no nightly run)")
+    app.add_argument("--policy", type=Path, required=True, help="policy TOML")
+    app.add_argument("--table", type=Path, required=True, help="label table job_submit.lua reads")
+    app.add_argument("--json", action="store_true")
+    app.set_defaults(func=_policy_apply)
 
     plug = sub.add_parser("plugin", help="Slurm hooks: prolog, epilog, reconcile, install files")
     gsub = plug.add_subparsers(dest="plugin_command", metavar="ACTION", required=True)
@@ -90,6 +96,38 @@ def _canary_line(mode: str, fraction: float) -> str:
     if mode == "enforce":
         return f"canary: {share} left uncapped (control arm); the rest capped"
     return f"canary: {share} capped for real (canary arm); the rest only logged"
+
+
+def _policy_apply(args: argparse.Namespace) -> int:
+    """Rewrite the table's policy from the file now, keeping its keys, owner group and mode.
+
+    Why: a rollback (mode -> shadow) waited for a whole nightly run, which leaves the old table
+    in place when the day has no usable telemetry (exit 7), every window is rejected (3) or the
+    lock is held (6): every new job stayed enforced. The keys are kept as they are; the features
+    offered stay those the table offered (the last night's sinfo answer), none without a policy."""
+    import datetime as dt
+    import os
+
+    from wattclass.fsutil import read_trusted_text
+    from wattclass.labeltable import parse_table_parts, write_label_table
+    from wattclass.policy import load_policy
+
+    pol = load_policy(args.policy)  # a policy that fails its checks changes nothing
+    entries, old, _ = parse_table_parts(read_trusted_text(args.table), str(args.table))
+    old = old or {}
+    new = pol.table_dict(set(old.get("features_available") or {}))
+    st = os.stat(args.table)
+    group = None if st.st_mode & 0o004 else st.st_gid  # as written: 0640 root:group, or 0644
+    dropped = write_label_table(args.table, entries, new, generated_at=dt.datetime.now(dt.UTC), group=group)
+    written = {"canary_threshold": 0, "min_confidence_by_label": {}, **old}
+    data = {"table": str(args.table), "policy": str(args.policy), "mode_before": old.get("mode"),
+            "mode": new["mode"], "changed": [k for k in _TABLE_POLICY_KEYS if written.get(k) != new.get(k)],
+            "entries": len(entries) - dropped}
+    emit(data, args.json, lambda d: f"{d['table']}: policy from {d['policy']} written, mode "
+         f"{d['mode_before'] or '-'} -> {d['mode']} (changed: {', '.join(d['changed']) or 'nothing'}); "
+         f"{d['entries']} keys kept. Jobs submitted from now on are decided with it; jobs submitted "
+         "before keep their admin_comment (docs/admin.md, rollback)")
+    return 0
 
 
 def _thresholds_line(thresholds: dict[str, float], by_label: dict[str, float]) -> str:

@@ -374,3 +374,42 @@ def test_policy_explain_says_when_the_table_in_use_has_another_policy(
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "mode enforce" in out and str(table) in out and "nightly" in out, out
+
+
+def test_policy_apply_rewrites_the_tables_policy_now_keeping_its_keys(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Rolling back meant a whole nightly run to rewrite the table, and that run leaves the old
+    (enforce) table in place when the day has no usable telemetry (exit 7), its windows are all
+    rejected (3) or the lock is held (6). `policy apply` writes the policy file into the table at
+    once: same keys, same owner, group and mode, atomically; a policy that fails its checks
+    changes nothing."""
+    import grp
+    import os
+
+    from wattclass.labeltable import read_label_table
+    from wattclass.policy import load_policy
+
+    enforce = _write(tmp_path, GOOD)
+    table = tmp_path / "labels.tsv"
+    entries = [TableEntry("user_name", "alice", "train.sh", None, "memory", 0.93, 4, "rule"),
+               TableEntry("account", None, None, "physics", "compute", 0.85, 9, "rule")]
+    gid = grp.getgrnam("nogroup").gr_gid
+    write_label_table(table, entries, load_policy(enforce).table_dict({"hbm"}), group=gid)
+    before = read_label_table(table)
+    shadow = tmp_path / "shadow.toml"
+    shadow.write_text(GOOD.replace('mode = "enforce"', 'mode = "shadow"'))
+    assert main(["policy", "apply", "--policy", str(shadow), "--table", str(table)]) == 0
+    out = capsys.readouterr().out
+    assert "shadow" in out and "enforce" in out and str(table) in out, out
+    after = read_label_table(table)
+    assert after["policy"]["mode"] == "shadow"
+    assert {k: v for k, v in after.items() if k not in ("policy", "generated_at")} == \
+        {k: v for k, v in before.items() if k not in ("policy", "generated_at")}
+    assert after["policy"]["features_available"] == {"hbm": True}  # sinfo's answer kept
+    st = os.stat(table)
+    assert (st.st_mode & 0o777, st.st_gid) == (0o640, gid)
+    bad = tmp_path / "bad.toml"
+    bad.write_text('mode = "enforce"\n[caps]\nmemory = 0.6\n')
+    text = table.read_text()
+    assert main(["policy", "apply", "--policy", str(bad), "--table", str(table)]) == 2
+    assert table.read_text() == text
