@@ -16,6 +16,20 @@ from wattclass.labeltable import TableEntry, write_label_table
 from wattclass.policy import load_policy
 
 
+@pytest.fixture(autouse=True)
+def _a_squeue_on_the_hooks_path(tmp_path_factory: pytest.TempPathFactory,
+                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The wrappers' PATH holds a squeue on every machine these tests run on (one that tells no
+    version, as without a full slurm.conf), so `--slurm-conf` checks do not depend on the host's
+    Slurm; tests of the squeue check itself give --slurm-bin."""
+    from wattclass.plugin import slurmconf
+
+    bin_dir = tmp_path_factory.mktemp("hookpath")
+    (bin_dir / "squeue").write_text("#!/bin/sh\nexit 1\n")
+    (bin_dir / "squeue").chmod(0o755)
+    monkeypatch.setattr(slurmconf, "HOOK_PATH", (str(bin_dir),))
+
+
 def _install(root: Path, python: str = sys.executable) -> list[str]:
     root.chmod(0o755)
     etc = root / "etc"
