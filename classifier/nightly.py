@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from wattclass.admincomment import parse_admin_comment
+from wattclass.admincomment import format_comment, parse_admin_comment
 from wattclass.classifier import rules
 from wattclass.classifier.dasktrain import train_model_dask
 from wattclass.classifier.effects import effects_from_history
@@ -204,7 +204,8 @@ def _join_slurm(labels: pd.DataFrame, recs: pd.DataFrame | None) -> pd.DataFrame
     out = labels.copy()
     out["telemetry_user"] = out["user"]
     out["user"] = None
-    for c in ("name", "account", "partition", "slurm_start", "slurm_end", "decision_label", "cap", "arm"):
+    for c in ("name", "account", "partition", "slurm_start", "slurm_end", "decision_label", "cap", "arm",
+              "decision_comment"):
         out[c] = None
     if recs is None or out.empty:
         return out
@@ -219,6 +220,10 @@ def _join_slurm(labels: pd.DataFrame, recs: pd.DataFrame | None) -> pd.DataFrame
     out["decision_label"] = _nullable(comments.map(lambda c: c.label if c else None))
     out["cap"] = _nullable(comments.map(lambda c: c.cap.text() if c and c.cap else None))
     out["arm"] = _nullable(comments.map(lambda c: c.arm if c else None))
+    # The whole decision (mode too), for `wattclass job`: a site reading sacct keeps no jobs file.
+    out["decision_comment"] = _nullable(comments.map(
+        lambda c: format_comment(c.label, c.confidence, c.cap.text() if c.cap else None, c.source, c.mode,
+                                 c.arm) if c else None))
     return out
 
 

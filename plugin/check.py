@@ -96,7 +96,45 @@ def _check_policy(path: Path) -> str:
     return f"{path}: valid, mode {pol.mode}, {len(pol.caps)} caps"
 
 
-def _check_table(path: Path) -> str:
+def _group_name(gid: int) -> str:
+    import grp
+
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return str(gid)
+
+
+def _slurmctld_reads(path: Path, slurm_conf: Path) -> None:
+    """WattclassError unless slurm.conf's SlurmUser (slurmctld's user; Slurm's default root) can
+    read the table. Why: a 0640 table of another group is refused by nothing but the kernel, and
+    job_submit.lua then leaves every job as submitted, said only in slurmctld's log."""
+    import grp
+    import pwd
+
+    from wattclass.plugin.slurmconf import read_conf
+
+    user = read_conf(slurm_conf).get("slurmuser") or "root"
+    try:
+        pw = pwd.getpwuid(int(user)) if user.isdigit() else pwd.getpwnam(user)
+    except KeyError:
+        raise WattclassError(f"{slurm_conf}: SlurmUser={user} is not a user on this machine") from None
+    st = path.stat()
+    try:
+        members = grp.getgrgid(st.st_gid).gr_mem
+    except KeyError:
+        members = []
+    in_group = st.st_gid == pw.pw_gid or user in members
+    if pw.pw_uid == 0 or st.st_mode & 0o004 or (st.st_mode & 0o040 and in_group) \
+            or (st.st_mode & 0o400 and st.st_uid == pw.pw_uid):
+        return
+    raise WattclassError(
+        f"{path}: {st.st_mode & 0o777:04o}, group {_group_name(st.st_gid)}: slurmctld runs as "
+        f"SlurmUser={user} ({slurm_conf}), which cannot read it, so job_submit.lua leaves every job as "
+        f"submitted; run the nightly with --table-group {_group_name(pw.pw_gid)}")
+
+
+def _check_table(path: Path, slurm_conf: Path | None = None) -> str:
     from wattclass.fsutil import read_trusted_text
     from wattclass.labeltable import parse_label_table
 
@@ -115,7 +153,10 @@ def _check_table(path: Path) -> str:
     n = sum(len(v) for v in t["by_user_name"].values()) + len(t["by_user"]) + len(t["by_account"])
     perm = path.stat().st_mode & 0o777
     seen_by = ("readable by every user (job names; nightly --table-group hides them)" if perm & 0o004
-               else f"{perm:04o}, group {path.stat().st_gid} only")
+               else f"{perm:04o}, group {_group_name(path.stat().st_gid)} only")
+    if slurm_conf is not None:
+        _slurmctld_reads(path, slurm_conf)
+        seen_by += ", readable by SlurmUser"
     return f"{path}: {n} keys, generated {t['generated_at']}, mode {t['policy'].get('mode')}, {seen_by}"
 
 
@@ -201,11 +242,13 @@ def run_checks(args: argparse.Namespace) -> list[Check]:
     prolog_sh, epilog_sh = args.hooks_dir / "prolog.sh", args.hooks_dir / "epilog.sh"
     python: str | None = None
     hook_args: list[str] = []
+    install = (f"install them with `wattclass plugin install-hooks --dest {args.hooks_dir} --python "
+               "/opt/wattclass/bin/python`, or give --hooks-dir where they are")
     try:
         python, hook_args = _wrapper_config(prolog_sh)
     except OSError as exc:
         if node:
-            checks.append(Check("prolog wrapper", False, f"{prolog_sh}: {exc.strerror}"))
+            checks.append(Check("prolog wrapper", False, f"{prolog_sh}: {exc.strerror}: {install}"))
     try:  # the paths the hooks will use; wrong arguments fail the wrapper's own check
         hook = check_hook_args(hook_args)
     except WattclassError:
@@ -214,14 +257,21 @@ def run_checks(args: argparse.Namespace) -> list[Check]:
     if node:
         if prolog_sh.exists():
             checks.append(_run("prolog wrapper", lambda: _check_wrapper(prolog_sh, python)))
-        checks.append(_run("epilog wrapper",
-                           lambda: _check_wrapper(epilog_sh, _wrapper_config(epilog_sh)[0])))
-        checks.append(_run("hook interpreter", lambda: _check_interpreter(python or "(none)")))
+        if epilog_sh.exists():
+            checks.append(_run("epilog wrapper",
+                               lambda: _check_wrapper(epilog_sh, _wrapper_config(epilog_sh)[0])))
+        else:
+            checks.append(Check("epilog wrapper", False, f"{epilog_sh}: No such file: {install}"))
+        if python is not None:
+            checks.append(_run("hook interpreter", lambda: _check_interpreter(python)))
+        else:
+            checks.append(Check("hook interpreter", False, f"no PYTHON= line to read in {prolog_sh} (give "
+                                f"--python to check one): {install}"))
         checks.append(_run("cap state folder", lambda: _check_dir(args.state_dir or hook.state_dir, True)))
         checks.append(_run("job map spool", lambda: _check_dir(args.jobs_dir or hook.jobs_dir, True)))
     if ctld:
         checks.append(_run("policy", lambda: _check_policy(args.policy)))
-        checks.append(_run("label table", lambda: _check_table(args.table)))
+        checks.append(_run("label table", lambda: _check_table(args.table, args.slurm_conf)))
     if node:
         checks.append(_run("GPU backend", lambda: _check_backend(args.backend or hook.backend)))
     if args.job_submit is not None and ctld:
@@ -231,6 +281,9 @@ def run_checks(args: argparse.Namespace) -> list[Check]:
 
         checks.append(_run("slurm.conf", lambda: check_slurm_conf(args.slurm_conf)))
         if node:
+            from wattclass.plugin.slurmconf import check_hook_squeue
+
+            checks.append(_run("Slurm client", lambda: check_hook_squeue(hook.slurm_bin, args.slurm_conf)))
             backend = args.backend or hook.backend
             checks.append(_run("GPU map", lambda: _check_gpu_map(args.slurm_conf, backend, hook.gpu_map)))
     return checks

@@ -39,6 +39,12 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
                      help="cite the cap's effect measured by the canary on this cluster (wattclass effects)")
     exp.add_argument("--json", action="store_true")
     exp.set_defaults(func=_policy_explain)
+    app = psub.add_parser("apply", help="write the policy into the label table now, keeping its keys "
+                          "(a rollback that needs no nightly run)")
+    app.add_argument("--policy", type=Path, required=True, help="policy TOML")
+    app.add_argument("--table", type=Path, required=True, help="label table job_submit.lua reads")
+    app.add_argument("--json", action="store_true")
+    app.set_defaults(func=_policy_apply)
 
     plug = sub.add_parser("plugin", help="Slurm hooks: prolog, epilog, reconcile, install files")
     gsub = plug.add_subparsers(dest="plugin_command", metavar="ACTION", required=True)
@@ -74,10 +80,53 @@ def _policy_check(args: argparse.Namespace) -> int:
 
     pol = load_policy(args.file)
     data = {"file": str(args.file), "valid": True, **pol.table_dict(),
-            "thresholds": pol.effective_thresholds()}
+            "thresholds": pol.effective_thresholds(), "canary_fraction": pol.canary_fraction}
     emit(data, args.json, lambda d: f"{d['file']}: valid (mode {d['mode']}, min_confidence "
          f"{d['min_confidence']}, {len(d['decisions'])} labels with decisions)\n"
-         f"{_thresholds_line(d['thresholds'], d['min_confidence_by_label'])}")
+         f"{_thresholds_line(d['thresholds'], d['min_confidence_by_label'])}\n"
+         f"{_canary_line(d['mode'], d['canary_fraction'])}")
+    return 0
+
+
+def _canary_line(mode: str, fraction: float) -> str:
+    """What ``[canary] fraction`` does under ``mode``: its meaning flips (docs/admin.md, rollout)."""
+    if fraction <= 0:
+        return "canary: none (rollout steps 4-5 set [canary] fraction to measure the caps' effect)"
+    share = f"{fraction * 100:g}% of capped decisions"
+    if mode == "enforce":
+        return f"canary: {share} left uncapped (control arm); the rest capped"
+    return f"canary: {share} capped for real (canary arm); the rest only logged"
+
+
+def _policy_apply(args: argparse.Namespace) -> int:
+    """Rewrite the table's policy from the file now, keeping its keys, owner group and mode.
+
+    Why: a rollback (mode -> shadow) waited for a whole nightly run, which leaves the old table
+    in place when the day has no usable telemetry (exit 7), every window is rejected (3) or the
+    lock is held (6): every new job stayed enforced. The keys are kept as they are; the features
+    offered stay those the table offered (the last night's sinfo answer), none without a policy."""
+    import datetime as dt
+    import os
+
+    from wattclass.fsutil import read_trusted_text
+    from wattclass.labeltable import parse_table_parts, write_label_table
+    from wattclass.policy import load_policy
+
+    pol = load_policy(args.policy)  # a policy that fails its checks changes nothing
+    entries, old, _ = parse_table_parts(read_trusted_text(args.table), str(args.table))
+    old = old or {}
+    new = pol.table_dict(set(old.get("features_available") or {}))
+    st = os.stat(args.table)
+    group = None if st.st_mode & 0o004 else st.st_gid  # as written: 0640 root:group, or 0644
+    dropped = write_label_table(args.table, entries, new, generated_at=dt.datetime.now(dt.UTC), group=group)
+    written = {"canary_threshold": 0, "min_confidence_by_label": {}, **old}
+    data = {"table": str(args.table), "policy": str(args.policy), "mode_before": old.get("mode"),
+            "mode": new["mode"], "changed": [k for k in _TABLE_POLICY_KEYS if written.get(k) != new.get(k)],
+            "entries": len(entries) - dropped}
+    emit(data, args.json, lambda d: f"{d['table']}: policy from {d['policy']} written, mode "
+         f"{d['mode_before'] or '-'} -> {d['mode']} (changed: {', '.join(d['changed']) or 'nothing'}); "
+         f"{d['entries']} keys kept. Jobs submitted from now on are decided with it; jobs submitted "
+         "before keep their admin_comment (docs/admin.md, rollback)")
     return 0
 
 
@@ -97,9 +146,34 @@ _REASONS = {
     "unknown_job": "no label for this user + name, user or account",
     "low_confidence": "the label's confidence is below its label's min_confidence",
     "no_decision": "the policy has no cap or features for this label",
-    "shadow": "shadow mode: decided and logged, nothing changes",
-    "enforce": "enforce mode: the Prolog caps the job's GPUs",
 }
+
+
+#: The table policy's parts a decision depends on (explain compares the file's with the table's).
+_TABLE_POLICY_KEYS = ("mode", "min_confidence", "min_confidence_by_label", "decisions", "canary_threshold",
+                      "exempt")
+
+
+def _why_decided(status: str, admin_comment: str | None) -> str:
+    """What the Prolog does with a decided job, in words.
+
+    Why not the mode alone: with a ``[canary]`` the arm decides (shadow's canary is capped for
+    real, enforce's is the uncapped control), and this is the line an admin reads to judge the
+    rollout; ``Comment.capped_for_real`` is the Prolog's own test.
+    """
+    from wattclass.admincomment import parse_admin_comment
+
+    comment = parse_admin_comment(admin_comment)
+    if comment is None or comment.cap is None:
+        return f"{status} mode: no cap for this label, the GPUs are not capped"
+    if comment.arm == "capped":
+        return f"{status} mode, capped arm of the canary: the Prolog caps the job's GPUs"
+    if comment.arm == "control":
+        return (f"{status} mode, control arm of the canary: decided and logged, the GPUs are not capped"
+                + (" (measures what the caps cost)" if status == "enforce" else ""))
+    if comment.capped_for_real():
+        return "enforce mode: the Prolog caps the job's GPUs"
+    return "shadow mode: decided and logged, the GPUs are not capped"
 
 
 def _policy_explain(args: argparse.Namespace) -> int:
@@ -113,14 +187,19 @@ def _policy_explain(args: argparse.Namespace) -> int:
         existing_dir(args.data_root, "--data-root")
     pol = load_policy(args.policy)
     table = dict(read_label_table(args.table))
+    in_use = table.get("policy") or {}
     # The policy file is the sysadmin's current intent; the table's embedded copy may be older.
-    table["policy"] = pol.table_dict(
-        (table.get("policy") or {}).get("features_available") if table.get("policy") else None)
+    table["policy"] = pol.table_dict(in_use.get("features_available") if in_use else None)
+    written = {"canary_threshold": 0, "min_confidence_by_label": {}, **in_use}  # lines left out when unset
+    differs = [k for k in _TABLE_POLICY_KEYS if written.get(k) != table["policy"].get(k)]
     d = decide(table, args.user, args.name, args.account, args.partition, args.constraint,
                gpu_request=not args.no_gpu)
-    data: dict[str, Any] = {**d._asdict(), "why": _REASONS.get(d.reason, d.reason), "cap_w": None,
+    why = (_why_decided(d.status, d.admin_comment) if d.status in ("shadow", "enforce")
+           else _REASONS.get(d.reason, d.reason))
+    data: dict[str, Any] = {**d._asdict(), "why": why, "cap_w": None,
                             "measured_effect": None, "thresholds": pol.effective_thresholds(),
-                            "min_confidence_by_label": dict(pol.min_confidence_by_label)}
+                            "min_confidence_by_label": dict(pol.min_confidence_by_label),
+                            "table_policy_differs": differs, "table_mode": in_use.get("mode")}
     if args.gpu_model or args.limits:
         from wattclass.caps import cap_watts, known_limits, parse_cap, parse_limits
 
@@ -138,6 +217,10 @@ def _policy_explain(args: argparse.Namespace) -> int:
 
     def human(x: dict[str, Any]) -> str:
         lines = [f"decision: {x['status']} ({x['why']})"]
+        if x["table_policy_differs"]:
+            lines.append(f"note: this follows {args.policy}; job_submit.lua decides with the policy in "
+                         f"{args.table} (mode {x['table_mode'] or '-'}), which differs in "
+                         f"{', '.join(x['table_policy_differs'])} until a nightly run rewrites it")
         if x["label"]:
             own = "min_confidence_by_label" if x["label"] in x["min_confidence_by_label"] else \
                 "min_confidence"
@@ -196,9 +279,20 @@ def _install_lua(args: argparse.Namespace) -> int:
 
     # a folder (or a file above the path) was an IsADirectoryError/NotADirectoryError traceback
     check_output_file(args.dest, "--dest")
+    _refuse_untrusted_dest(Path(args.dest).parent)
     atomic_write_text(args.dest, render_job_submit(args.table), mode=0o644)
     print(f"wrote {args.dest} (label table {args.table})")
     return 0
+
+
+def _refuse_untrusted_dest(folder: Path) -> None:
+    """ConfigError unless only root can change ``folder`` (or, not made yet, the folder it will be
+    made in) and every folder above it. Why: slurmd runs the wrappers as root and slurmctld loads
+    job_submit.lua; written where a user can rename or replace them, they run that user's code.
+    ``plugin check`` refuses them too, but only if run: the install said "wrote" and went on."""
+    from wattclass.fsutil import nearest_existing, refuse_untrusted_dir
+
+    refuse_untrusted_dir(nearest_existing(folder), creates=True)
 
 
 def _install_hooks(args: argparse.Namespace) -> int:
@@ -206,6 +300,7 @@ def _install_hooks(args: argparse.Namespace) -> int:
     from wattclass.plugin.install import render_hook
 
     check_output_dir(args.dest, "--dest")  # a file there was a NotADirectoryError traceback
+    _refuse_untrusted_dest(args.dest)
     for kind in ("prolog", "epilog"):
         dest = args.dest / f"{kind}.sh"
         atomic_write_text(dest, render_hook(kind, args.python, args.hook_args.split()), mode=0o755)

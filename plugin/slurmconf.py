@@ -134,3 +134,41 @@ def check_slurm_conf(slurm_conf: Path) -> str:
         raise WattclassError(f"{slurm_conf}: " + "; ".join(missing))
     return (f"{slurm_conf}: job_submit/lua, Prolog and Epilog set; proctrack/cgroup; ConstrainDevices=yes; "
             "AllowSpecResourcesUsage off; SelectType not select/linear")
+
+
+#: The PATH the shipped wrappers give the hooks (deploy/slurm/prolog.sh): slurmd gives them none.
+HOOK_PATH = ("/usr/sbin", "/usr/bin", "/sbin", "/bin")
+
+
+def check_hook_squeue(slurm_bin: Path | None, slurm_conf: Path) -> str:
+    """The squeue the Prolog will run (``--slurm-bin``, else the wrappers' PATH) exists and, where
+    it tells its version, is the installed daemons' Slurm; WattclassError naming it otherwise.
+
+    Why: the Prolog reads each job's decision with that squeue. Missing (Slurm in /opt/slurm/bin
+    without ``--slurm-bin``, a typo'd folder) or of another version than slurmctld ("Insane
+    message length"), it fails at every job start, which the hook logs and lets the job run
+    uncapped: the whole node off, seen only in plugin.log. ``squeue --version`` needs a slurm.conf
+    it can parse, so a version it cannot tell is not a failure.
+    """
+    dirs = [slurm_bin] if slurm_bin is not None else [Path(d) for d in HOOK_PATH]
+    found = next((d / "squeue" for d in dirs if os.access(d / "squeue", os.X_OK)), None)
+    fix = ("every job on this node runs uncapped; give the wrappers --slurm-bin DIR (the folder of "
+           "this cluster's squeue) with `wattclass plugin install-hooks --hook-args`")
+    if found is None:
+        where = " or ".join(str(d / "squeue") for d in dirs)
+        raise WattclassError(f"the Prolog runs {where} to read each job's decision: not there or not "
+                             f"executable: {fix}")
+    try:
+        run = subprocess.run([str(found), "--version"], capture_output=True, text=True, timeout=10,
+                             check=False, cwd="/", env={**os.environ, "SLURM_CONF": str(slurm_conf)})
+        m = re.search(r"\b(\d+)\.(\d+)\.\d+", run.stdout) if run.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        m = None
+    if m is None:
+        return f"the Prolog runs {found} (its version unknown: `squeue --version` did not answer)"
+    daemon = installed_slurm_version()
+    if daemon is not None and daemon != (int(m.group(1)), int(m.group(2))):
+        raise WattclassError(f"the Prolog runs {found}, Slurm {m.group(0)}, but slurmd/slurmctld here is "
+                             f"{daemon[0]}.{daemon[1]:02d}: a client of another version fails against "
+                             f"slurmctld: {fix}")
+    return f"the Prolog runs {found}, Slurm {m.group(0)}"

@@ -93,7 +93,10 @@ def test_effects_command_reads_the_stored_night_and_recomputes(tmp_path: Path,
     assert main(["effects", "--data-root", str(tmp_path), "--recompute"]) == 0
     out = capsys.readouterr().out
     assert "memory" in out and "60%" in out and "estimated now" in out
-    assert main(["effects", "--data-root", str(tmp_path / "nothing")]) == 3
+    assert main(["effects", "--data-root", str(tmp_path / "nothing")]) == 2  # a typo: usage error
+    assert "nothing" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    assert main(["effects", "--data-root", str(tmp_path / "empty")]) == 3
     assert "no classifier store" in capsys.readouterr().err
 
 

@@ -287,3 +287,33 @@ def test_windows_outside_their_files_day_are_left_out_as_the_nightly_leaves_them
     assert got["energy_kwh"] == pytest.approx(want["energy_kwh"], rel=1e-12)
     assert got["gpu_hours"] == pytest.approx(want["gpu_hours"], rel=1e-12)
     assert got["windows_left_out"] == {REJECT_DAY: len(late)}
+
+
+def test_the_decision_comes_from_the_label_store_where_no_jobs_file_is_kept(
+        root: Path, h200_telemetry: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A site whose nightly reads sacct keeps no ``jobs/date=*/jobs.parquet``: `wattclass job` then
+    said "none: no wattclass decision in the job's admin_comment ..." for a job job_submit.lua had
+    decided and the Prolog capped (its windows at 420 W), the opposite of the truth. The nightly now
+    keeps the wattclass token of each job's admin_comment in the label store, where `job` reads it;
+    a job whose admin_comment is nowhere under the data root is not said to have no decision."""
+    w = pd.read_parquet(h200_telemetry)
+    user = str(w.loc[w["job_id"] == "5003", "user"].iloc[0])
+    jobs = tmp_path / "sacct.csv"  # outside the data root, as sacct's records are
+    pd.DataFrame({"job_id": ["5003"], "user": [user], "name": ["decode.sh"], "account": ["physics"],
+                  "admin_comment": ["ops note wattclass:label=memory;conf=0.93;cap=60%;src=rule;mode=shadow;"
+                                    "arm=capped"]}).to_csv(jobs, index=False, quoting=1)
+    before = _json(capsys, "5003", "--data-root", str(root), "--date", DAY)
+    assert before["decision"] == "none" and "sacct -j" in before["reason"], before
+    assert main(["nightly", "--data-root", str(root), "--date", DAY, "--jobs-file", str(jobs),
+                 "--no-retrain", "--table-out", str(tmp_path / "labels.tsv")]) == 0
+    capsys.readouterr()
+    d = _json(capsys, "5003", "--data-root", str(root))
+    assert d["decision"] == "cap" and "cap 60% for memory" in d["reason"] and d["cap_pct"] == 60, d
+    # a job whose record the nightly had, without a wattclass decision: none, said as none
+    pd.DataFrame({"job_id": ["5003"], "user": [user], "name": ["decode.sh"], "account": ["physics"],
+                  "admin_comment": ["ops note"]}).to_csv(jobs, index=False, quoting=1)
+    assert main(["nightly", "--data-root", str(root), "--date", DAY, "--jobs-file", str(jobs),
+                 "--no-retrain", "--table-out", str(tmp_path / "labels.tsv")]) == 0
+    capsys.readouterr()
+    d = _json(capsys, "5003", "--data-root", str(root))
+    assert d["decision"] == "none" and "no wattclass decision" in d["reason"], d

@@ -265,3 +265,32 @@ def test_a_job_id_with_records_of_two_users_refuses_the_file(tmp_path: Path) -> 
     requeued.write_text("job_id,name,user,account\n9999,train,bob,ml\n9999,train,bob,ml\n9999,train,,ml\n")
     assert [r.user for r in C.JobsFileClient(requeued).jobs(*EVER)] == ["bob", "bob", None]
 
+
+
+def test_a_jobs_file_with_misnamed_columns_is_named_not_silently_empty(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A site's own export with sacct's column names (``JobID``, ``User``, ...): the error said
+    only "missing column job_id", and with ``job_id`` right but ``User``/``JobName`` the file was
+    read with every user and name empty, silently: that night added no user keys to the table.
+    Now the error lists the columns a jobs file has, and a missing user/name/account/start/end
+    column is a WARNING naming it and the columns that were not read."""
+    sacct = tmp_path / "sacct.csv"
+    sacct.write_text('"JobID","User"\n"1","alice"\n')
+    with pytest.raises(DataError) as err:
+        C.JobsFileClient(sacct)
+    assert "job_id" in str(err.value) and "user" in str(err.value) and "JobID" in str(err.value)
+    mixed = tmp_path / "mixed.csv"
+    mixed.write_text('"job_id","User","JobName","account","partition","start","end"\n'
+                     '"1","alice","train","a","p","2026-12-01T00:00:00Z","2026-12-01T01:00:00Z"\n')
+    with caplog.at_level("WARNING"):
+        recs = C.JobsFileClient(mixed).jobs(*EVER)
+    assert recs[0].user is None  # optional columns stay optional
+    text = caplog.text
+    assert str(mixed) in text and "user" in text and "name" in text and "User" in text and "JobName" in text
+    caplog.clear()
+    good = tmp_path / "good.csv"
+    good.write_text('"job_id","user","name","account","partition","start","end","num_gpus"\n'
+                    '"1","alice","train","a","p","2026-12-01T00:00:00Z","2026-12-01T01:00:00Z","2"\n')
+    with caplog.at_level("WARNING"):
+        C.JobsFileClient(good)
+    assert caplog.text == ""  # an extra column alone is no misspelling

@@ -16,6 +16,20 @@ from wattclass.labeltable import TableEntry, write_label_table
 from wattclass.policy import load_policy
 
 
+@pytest.fixture(autouse=True)
+def _a_squeue_on_the_hooks_path(tmp_path_factory: pytest.TempPathFactory,
+                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The wrappers' PATH holds a squeue on every machine these tests run on (one that tells no
+    version, as without a full slurm.conf), so `--slurm-conf` checks do not depend on the host's
+    Slurm; tests of the squeue check itself give --slurm-bin."""
+    from wattclass.plugin import slurmconf
+
+    bin_dir = tmp_path_factory.mktemp("hookpath")
+    (bin_dir / "squeue").write_text("#!/bin/sh\nexit 1\n")
+    (bin_dir / "squeue").chmod(0o755)
+    monkeypatch.setattr(slurmconf, "HOOK_PATH", (str(bin_dir),))
+
+
 def _install(root: Path, python: str = sys.executable) -> list[str]:
     root.chmod(0o755)
     etc = root / "etc"
@@ -349,3 +363,114 @@ def test_the_controller_role_checks_the_policy_and_table_not_the_hooks(
     assert set(_result(capsys)) == {"policy", "label table"}
     (tmp_path / "etc" / "labels.tsv").chmod(0o664)  # group-writable: refused
     assert main([*argv, "--role", "controller"]) == 1 and not _result(capsys)["label table"]
+
+
+@pytest.mark.parametrize(("squeue", "daemon", "named"), [
+    ("25.11.7", (25, 11), None),
+    (None, (25, 11), "--slurm-bin"),  # no squeue where the hooks look: every job uncapped
+    ("22.05.8", (25, 11), "22.05"),  # another version than the daemons': fails against slurmctld
+])
+def test_slurm_conf_check_also_finds_the_squeue_the_hooks_run(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+        squeue: str | None, daemon: tuple[int, int], named: str | None) -> None:
+    """The Prolog reads each job's decision with squeue from --slurm-bin (else the wrapper's PATH,
+    /usr/bin): a site whose Slurm lives in /opt/slurm/bin and forgot --slurm-bin, or pointed it at
+    a folder without squeue, had every job on the node uncapped (an ERROR per job in plugin.log)
+    while `plugin check --slurm-conf` printed every line OK."""
+    from wattclass.plugin import slurmconf
+
+    node = tmp_path / "node"
+    node.mkdir()
+    argv = _install(node)
+    slurm_bin = tmp_path / "slurm" / "bin"
+    slurm_bin.mkdir(parents=True)
+    if squeue is not None:
+        (slurm_bin / "squeue").write_text(f"#!/bin/sh\necho 'slurm {squeue}'\n")
+        (slurm_bin / "squeue").chmod(0o755)
+    etc = node / "etc"
+    args = f"--backend filestate:{node / 'gpus.json'} --state-dir {node / 'run' / 'caps'} " \
+           f"--jobs-dir {node / 'run' / 'jobs'} --log {node / 'plugin.log'} --slurm-bin {slurm_bin}"
+    assert main(["plugin", "install-hooks", "--dest", str(etc), "--python", sys.executable,
+                 "--hook-args", args]) == 0
+    conf = _slurm_conf(tmp_path)
+    monkeypatch.setattr(slurmconf, "installed_slurm_version", lambda: daemon)
+    capsys.readouterr()
+    rc = main([*argv, "--role", "node", "--slurm-conf", str(conf)])
+    line = next(c for c in json.loads(capsys.readouterr().out)["checks"] if c["name"] == "Slurm client")
+    assert (rc == 0) is (named is None) and line["ok"] is (named is None), line
+    assert str(slurm_bin / "squeue") in line["detail"]
+    if named is not None:
+        assert named in line["detail"], line
+
+
+@pytest.mark.parametrize(("slurm_user", "group", "ok"), [
+    ("root", "nogroup", True),  # root reads anything
+    ("nobody", "nogroup", True),  # nobody's primary group is nogroup
+    ("daemon", "nogroup", False),  # the table's group is not daemon's: slurmctld cannot read it
+])
+def test_controller_check_fails_a_table_slurmctld_cannot_read(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], slurm_user: str, group: str, ok: bool) -> None:
+    """A 0640 table whose group is not SlurmUser's leaves every job as submitted (slurmctld logs it
+    at every submission), while `plugin check` said OK ("0640, group 65534 only"): with
+    --slurm-conf the controller check reads SlurmUser and asks whether that user can read it."""
+    import grp
+
+    argv = _install(tmp_path)
+    table = tmp_path / "etc" / "labels.tsv"
+    os.chown(table, 0, grp.getgrnam(group).gr_gid)
+    table.chmod(0o640)
+    conf = _slurm_conf(tmp_path, f"SlurmUser={slurm_user}\n")
+    capsys.readouterr()
+    main([*argv, "--role", "controller", "--slurm-conf", str(conf)])
+    line = next(c for c in json.loads(capsys.readouterr().out)["checks"] if c["name"] == "label table")
+    assert line["ok"] is ok, line
+    assert group in line["detail"], line  # the group by name, not a number
+    if not ok:
+        assert f"SlurmUser={slurm_user}" in line["detail"] and "--table-group" in line["detail"], line
+
+
+def test_missing_wrappers_say_how_to_install_them(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A node checked before `install-hooks` (or with the wrappers elsewhere) got "[Errno 2] No
+    such file or directory: '(none)'" for the interpreter and a raw errno for the epilog: each
+    line now names the missing file and the command (or --hooks-dir) that fixes it."""
+    argv = _install(tmp_path)
+    (tmp_path / "etc" / "prolog.sh").unlink()
+    (tmp_path / "etc" / "epilog.sh").unlink()
+    capsys.readouterr()
+    assert main([*argv, "--role", "node"]) == 1
+    checks = {c["name"]: c for c in json.loads(capsys.readouterr().out)["checks"]}
+    for name in ("prolog wrapper", "epilog wrapper", "hook interpreter"):
+        line = checks[name]
+        assert not line["ok"] and "install-hooks" in line["detail"] and "--hooks-dir" in line["detail"], line
+        assert "(none)" not in line["detail"] and "Errno" not in line["detail"], line
+
+
+@pytest.mark.parametrize("command", ["install-hooks", "install-lua"])
+@pytest.mark.parametrize("where", ["others_write_the_folder", "others_write_a_folder_above", "symlink"])
+def test_install_refuses_a_destination_others_can_change(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                          command: str, where: str) -> None:
+    """slurmd runs the wrappers as root and slurmctld loads job_submit.lua: `install-hooks` and
+    `install-lua` wrote them into a folder any user could write (or rename from above), and said
+    "wrote"; only a later `plugin check` refused it. They now refuse such a --dest, naming it,
+    and write nothing."""
+    tmp_path.chmod(0o755)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    if where == "others_write_the_folder":
+        shared.chmod(0o777)
+        dest = shared
+    elif where == "others_write_a_folder_above":
+        shared.chmod(0o777)
+        dest = shared / "slurm" / "wattclass"  # made by the command: anyone could rename it later
+    else:
+        real = tmp_path / "real"
+        real.mkdir(mode=0o755)
+        (shared / "link").symlink_to(real)
+        dest = shared / "link"
+    argv = (["plugin", "install-hooks", "--dest", str(dest), "--python", sys.executable]
+            if command == "install-hooks" else
+            ["plugin", "install-lua", "--dest", str(dest / "job_submit.lua"), "--table", "/etc/labels.tsv"])
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "refusing" in err and str(shared) in err, err
+    assert not list(tmp_path.rglob("*.sh")) and not list(tmp_path.rglob("*.lua"))

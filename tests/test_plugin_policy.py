@@ -300,3 +300,116 @@ def test_a_comma_separated_list_in_one_name_is_refused(tmp_path: Path, text: str
     ``policy check`` said valid. Now it names the key and the list it meant."""
     with pytest.raises(ConfigError, match=f'{where}: .* holds a comma.*one name per string: \\["'):
         load_policy(_write(tmp_path, text))
+
+
+@pytest.mark.parametrize("mode", ["shadow", "enforce"])
+def test_policy_explain_first_line_says_whether_the_prolog_caps(tmp_path: Path, mode: str,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """With a canary the arm, not the mode, decides the cap: the decision line (and ``why`` in
+    --json) said "shadow mode: ... nothing changes" for a shadow job in the capped arm and "the
+    Prolog caps the job's GPUs" for an enforce job in the control arm, the opposite of what the
+    Prolog does, on the one line an admin reads to decide the rollout."""
+    from wattclass.admincomment import parse_admin_comment
+
+    text = GOOD.replace('mode = "enforce"', f'mode = "{mode}"') + "[canary]\nfraction = 0.5\n"
+    pol = _write(tmp_path, text)
+    users = [f"user{i}" for i in range(40)]
+    table = tmp_path / "labels.tsv"
+    write_label_table(table, [TableEntry("user", u, None, None, "memory", 0.93, 4, "rule") for u in users],
+                      {"features_available": {}})
+    seen = set()
+    for user in users:
+        args = ["policy", "explain", "--policy", str(pol), "--table", str(table), "--user", user,
+                "--name", "x"]
+        assert main([*args, "--json"]) == 0
+        out = json.loads(capsys.readouterr().out)
+        capped = parse_admin_comment(out["admin_comment"]).capped_for_real()  # type: ignore[union-attr]
+        seen.add(capped)
+        assert ("not capped" in out["why"]) != capped, out
+        assert main(args) == 0
+        first = capsys.readouterr().out.splitlines()[0]
+        assert ("not capped" in first) != capped, first
+    assert seen == {True, False}  # both arms were met
+
+
+@pytest.mark.parametrize(("mode", "fraction", "says"), [
+    ("shadow", 0.1, "10% of capped decisions capped for real"),
+    ("enforce", 0.05, "5% of capped decisions left uncapped (control arm)"),
+    ("shadow", 0.0, "canary: none"),
+])
+def test_policy_check_says_what_the_canary_does(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                mode: str, fraction: float, says: str) -> None:
+    """Rollout steps 4 and 5 turn on [canary] fraction, whose meaning flips with the mode (capped
+    in shadow, the uncapped control in enforce); `policy check` printed neither the fraction nor
+    what it does, so a typo'd section name or a fraction left at 0 passed unnoticed."""
+    text = GOOD.replace('mode = "enforce"', f'mode = "{mode}"') + f"[canary]\nfraction = {fraction}\n"
+    path = _write(tmp_path, text)
+    assert main(["policy", "check", str(path)]) == 0
+    assert says in capsys.readouterr().out
+    assert main(["policy", "check", str(path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["canary_fraction"] == fraction
+
+
+def test_policy_explain_says_when_the_table_in_use_has_another_policy(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """explain answers from the policy file, but job_submit.lua decides from the table's copy,
+    written by the last successful nightly run. Rolling back (mode -> shadow) before a nightly run
+    that rewrites the table (or after one that exited 7), explain said "shadow ... not capped"
+    while every new job was still enforced. It now names what differs in the table in use."""
+    from wattclass.policy import load_policy
+
+    enforce = _write(tmp_path, GOOD)
+    table = tmp_path / "labels.tsv"
+    write_label_table(table, [TableEntry("user", "alice", None, None, "memory", 0.93, 4, "rule")],
+                      load_policy(enforce).table_dict())
+    args = ["policy", "explain", "--policy", str(enforce), "--table", str(table), "--user", "alice",
+            "--name", "x"]
+    assert main([*args, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["table_policy_differs"] == []
+    shadow = tmp_path / "shadow.toml"
+    shadow.write_text(GOOD.replace('mode = "enforce"', 'mode = "shadow"'))
+    args[3] = str(shadow)
+    assert main([*args, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["table_policy_differs"] == ["mode"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "mode enforce" in out and str(table) in out and "nightly" in out, out
+
+
+def test_policy_apply_rewrites_the_tables_policy_now_keeping_its_keys(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Rolling back meant a whole nightly run to rewrite the table, and that run leaves the old
+    (enforce) table in place when the day has no usable telemetry (exit 7), its windows are all
+    rejected (3) or the lock is held (6). `policy apply` writes the policy file into the table at
+    once: same keys, same owner, group and mode, atomically; a policy that fails its checks
+    changes nothing."""
+    import grp
+    import os
+
+    from wattclass.labeltable import read_label_table
+    from wattclass.policy import load_policy
+
+    enforce = _write(tmp_path, GOOD)
+    table = tmp_path / "labels.tsv"
+    entries = [TableEntry("user_name", "alice", "train.sh", None, "memory", 0.93, 4, "rule"),
+               TableEntry("account", None, None, "physics", "compute", 0.85, 9, "rule")]
+    gid = grp.getgrnam("nogroup").gr_gid
+    write_label_table(table, entries, load_policy(enforce).table_dict({"hbm"}), group=gid)
+    before = read_label_table(table)
+    shadow = tmp_path / "shadow.toml"
+    shadow.write_text(GOOD.replace('mode = "enforce"', 'mode = "shadow"'))
+    assert main(["policy", "apply", "--policy", str(shadow), "--table", str(table)]) == 0
+    out = capsys.readouterr().out
+    assert "shadow" in out and "enforce" in out and str(table) in out, out
+    after = read_label_table(table)
+    assert after["policy"]["mode"] == "shadow"
+    assert {k: v for k, v in after.items() if k not in ("policy", "generated_at")} == \
+        {k: v for k, v in before.items() if k not in ("policy", "generated_at")}
+    assert after["policy"]["features_available"] == {"hbm": True}  # sinfo's answer kept
+    st = os.stat(table)
+    assert (st.st_mode & 0o777, st.st_gid) == (0o640, gid)
+    bad = tmp_path / "bad.toml"
+    bad.write_text('mode = "enforce"\n[caps]\nmemory = 0.6\n')
+    text = table.read_text()
+    assert main(["policy", "apply", "--policy", str(bad), "--table", str(table)]) == 2
+    assert table.read_text() == text

@@ -361,6 +361,16 @@ def write_label_table(
 # -- reading (policy explain, the demo, tests) ---------------------------------------------------
 def parse_label_table(text: str, source: str = "<label table>") -> dict[str, Any]:
     """Parse a version 2 table into the nested dict ``build_table`` makes; DataError names the line."""
+    entries, policy, when = parse_table_parts(text, source)
+    table = build_table(entries, policy)
+    table["generated_at"] = when
+    return table
+
+
+def parse_table_parts(text: str, source: str = "<label table>"
+                      ) -> tuple[list[TableEntry], dict[str, Any] | None, str]:
+    """A version 2 table's entries, policy (None without one) and generated_at, as written:
+    ``policy apply`` rewrites the policy and keeps the entries."""
     lines = text.split("\n")
     if not lines or lines[0] != f"{HEADER}\t{TABLE_VERSION}":
         raise DataError(f"{source}: not a version {TABLE_VERSION} wattclass label table "
@@ -420,9 +430,7 @@ def parse_label_table(text: str, source: str = "<label table>") -> dict[str, Any
                 raise DataError(f"{where}: unknown or malformed record {f[0]!r} ({len(f)} fields)")
         except ValueError as exc:
             raise DataError(f"{where}: {exc}") from exc
-    table = build_table(entries, policy if has_policy else None)
-    table["generated_at"] = when
-    return table
+    return entries, (policy if has_policy else None), when
 
 
 def read_label_table(path: Path) -> dict[str, Any]:

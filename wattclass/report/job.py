@@ -195,10 +195,16 @@ def _rule_label(w: pd.DataFrame) -> tuple[str | None, float | None, str]:
     return str(rules.label_names(lab)[0]), float(conf[0]), "gpm (computed now; no label store entry)"
 
 
-def _decision(comment_text: Any, label: str | None) -> tuple[str, str, Any]:
+def _decision(comment_text: Any, label: str | None, known: bool = True) -> tuple[str, str, Any]:
+    """``known``: a job record or label store row said what the admin_comment holds; without one
+    the decision is unknown here, not absent (``sacct -j ID -o AdminComment%80`` has it)."""
     from wattclass.admincomment import parse_admin_comment
 
     c = parse_admin_comment(comment_text if isinstance(comment_text, str) else None)
+    if c is None and not known:
+        return ("none", "its admin_comment is not known under this data root (no jobs file; the label "
+                "store keeps wattclass decisions from the nightly run after the job): `sacct -j JOBID -o "
+                "AdminComment%80` shows it", None)
     if c is None:
         return ("none", "no wattclass decision in the job's admin_comment: no label was known for this "
                 "user/job name at submission, or wattclass's job_submit is not enabled", None)
@@ -293,7 +299,16 @@ def summarise(root: Path, job_id: str, date: str | None = None) -> JobSummary:
     elif not w.empty:
         s.label, s.confidence, s.inputs = _rule_label(w)
         s.source = "rule" if s.label else None
-    s.decision, s.reason, comment = _decision((rec or {}).get("admin_comment"), s.label)
+    # The jobs file's admin_comment, else the label store's copy of its decision (sites reading
+    # sacct keep no jobs file); a store row from before that column, or none, knows nothing of it.
+    comment_text = (rec or {}).get("admin_comment")
+    if not isinstance(comment_text, str):
+        comment_text = (lab or {}).get("decision_comment")
+    # A store row has a user only from its job's record (the nightly's join), so with the column
+    # there and a user, the record had no wattclass decision.
+    joined = lab is not None and "decision_comment" in lab and isinstance(lab.get("user"), str)
+    known = rec is not None or isinstance(comment_text, str) or joined
+    s.decision, s.reason, comment = _decision(comment_text, s.label, known)
     if not w.empty and w["power_limit_w"].notna().any():
         s.cap_w = float(w["power_limit_w"].median())
         pct_cap = comment is not None and comment.cap is not None and comment.cap.unit == "%"

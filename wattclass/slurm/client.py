@@ -110,7 +110,10 @@ class JobsFileClient(SlurmClient):
             raise DataError(f"{self.path}: cannot read jobs file: {exc}") from exc
         for col in _REQUIRED:
             if col not in df.columns:
-                raise DataError(f"{self.path}: jobs file is missing column {col}")
+                raise DataError(f"{self.path}: jobs file is missing column {col} (it has "
+                                f"{_names(df.columns)}; a jobs file's columns: {', '.join(JOB_COLUMNS)}, "
+                                "all but job_id optional)")
+        _warn_missing_key_columns(self.path, df.columns)
         row_numbers = range(1, len(df) + 1)  # every row whole (_whole_rows), blank lines skipped
         if marked:
             for col in _TEXT_COLUMNS:  # a CR inside a field (see _whole_rows) back as itself
@@ -252,6 +255,32 @@ _NO_NUMBER = _NA_WORDS
 #: Epoch values at or above this are not seconds (1e11 s is the year 5138; 1.7e12 is a millisecond
 #: epoch of today, a common export mistake).
 _MAX_EPOCH_S = 1e11
+
+
+#: Columns whose absence empties what the nightly needs most: the table's keys and the time checks.
+_KEY_COLUMNS = ("user", "name", "account", "start", "end")
+
+
+def _names(columns: Any, limit: int = 12) -> str:
+    """The header's names, clipped: a jobs file is site input, a header may be anything."""
+    names = [clip(str(c), 40) for c in list(columns)[:limit]]
+    return ", ".join(names) + (f" and {len(columns) - limit} more" if len(columns) > limit else "")
+
+
+def _warn_missing_key_columns(path: Path, columns: Any) -> None:
+    """A WARNING when a key column is missing. Why: optional columns read as null, so an export
+    with sacct's names (``User``, ``JobName``) was read without error and gave the night no
+    user, name or account keys; the columns that were not read are named as the likely cause."""
+    missing = [c for c in _KEY_COLUMNS if c not in columns]
+    if not missing:
+        return
+    unread = [c for c in columns if c not in JOB_COLUMNS]
+    lost = {"user": "no user or account keys", "name": "no user+name keys", "account": "no account keys",
+            "start": "no time checks", "end": "no time checks"}
+    log.warning("%s: jobs file has no column %s: read as empty (%s); columns not read: %s; a jobs "
+                "file's columns: %s", clip(str(path), 300), ", ".join(missing),
+                ", ".join(dict.fromkeys(lost[c] for c in missing)), _names(unread) or "none",
+                ", ".join(JOB_COLUMNS))
 
 
 def _utf8(value: str | None) -> bool:
