@@ -44,6 +44,20 @@ PROF: dict[str, tuple[str, float]] = {
     "DCGM_FI_PROF_PCIE_RX_BYTES": ("pcie_rx_mibs", 1.0 / 2**20),
 }
 
+#: DCGM field of a GPU constant -> (GpuInfo field, scale): the NVML maximum SM clock the daemon
+#: records (``nvmlDeviceGetMaxClockInfo``). Without it every imported row lacked
+#: ``sm_clock_max_mhz`` and the model's clock features (clock / max clock) were unknown.
+INFO: dict[str, tuple[str, float]] = {
+    "DCGM_FI_DEV_MAX_SM_CLOCK": ("sm_clock_max_mhz", 1.0),  # MHz
+}
+
+#: Fields the model's ratio features need (power / limit, clock / max clock), each as the
+#: alternative names that give it; a GPU that exports none of one group is reported by the import.
+MODEL_FIELDS: tuple[tuple[str, ...], ...] = (
+    ("DCGM_FI_DEV_POWER_MGMT_LIMIT", "DCGM_FI_DEV_ENFORCED_POWER_LIMIT"),
+    ("DCGM_FI_DEV_MAX_SM_CLOCK",),
+)
+
 #: Fields the GPM rule needs; a missing one is reported by the import (see module docstring).
 RULE_FIELDS: tuple[str, ...] = (
     "DCGM_FI_PROF_SM_ACTIVE",
@@ -55,7 +69,7 @@ RULE_FIELDS: tuple[str, ...] = (
     "DCGM_FI_PROF_PIPE_INT_ACTIVE",
 )
 
-ALL_FIELDS: tuple[str, ...] = (ENERGY, *GAUGES, *PROF)
+ALL_FIELDS: tuple[str, ...] = (ENERGY, *GAUGES, *INFO, *PROF)
 
 #: The PromQL selector of every field the import reads.
 SELECTOR = '{__name__=~"' + "|".join(ALL_FIELDS) + '"}'
