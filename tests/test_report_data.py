@@ -425,3 +425,56 @@ def test_a_mixed_fleets_work_estimate_weighs_each_board_and_names_the_unknown(wi
     page = render_report(w, labels)
     assert "A100: tensor 312, fp64 9.7, fp32 19.5, fp16 78; H200: tensor 989.5" in page
     assert "NVIDIA H100 PCIe (" in page and "NVIDIA &lt;b&gt;X9&lt;/b&gt; (" in page and "<b>X9" not in page
+
+
+def _board(windows: pd.DataFrame, model: str, limit_w: float | None, scale: float) -> pd.DataFrame:
+    """The recording as another board's: its power and energy scaled, its limit ``limit_w``
+    (None: the row holds none, as an import from an exporter without the limit field)."""
+    w = windows.copy()
+    for c in ("energy_j", "power_avg_w", "power_max_w", "power_std_w"):
+        if c in w:
+            w[c] = w[c] * scale
+    w["gpu_model"] = model
+    w["power_limit_w"] = float("nan") if limit_w is None else limit_w
+    return w
+
+
+def test_a_window_without_a_limit_is_capped_as_its_board_not_as_an_h200(windows: pd.DataFrame) -> None:
+    """A window without ``power_limit_w`` was given an H200's 700 W (found by review): "60%" became
+    420 W on a B200, whose default is 1,000 W (the Prolog sets 600 W), and the report counted
+    savings the cap would never make. Now: the board's default limit by its model name
+    (``savings.response.DEFAULT_LIMIT_W``), and no saving at all where the board is unknown too."""
+    caps = {"memory": "60%", "idle": "300W", "compute": "100%", "mixed": "85%"}
+    labels = est.rule_job_labels(windows).assign(label="memory")
+    b200 = _board(windows, "NVIDIA B200", None, 1000.0 / 700.0)
+    with_limit = report_data.load(windows=b200.assign(power_limit_w=1000.0), labels=labels, caps=caps)
+    got = report_data.load(windows=b200, labels=labels, caps=caps)
+    assert got.savings.saved_kwh == pytest.approx(with_limit.savings.saved_kwh, rel=1e-9)
+    w = est.attach_labels(b200.assign(job_id=b200["job_id"].astype(object)), labels)
+    assert est.estimate_savings(w, caps).saved_kwh == pytest.approx(got.savings.saved_kwh, rel=1e-9)
+    unknown = _board(windows, "NVIDIA L4", None, 72.0 / 700.0)
+    got = report_data.load(windows=unknown, labels=labels, caps=caps)
+    assert got.savings.saved_kwh == 0.0 and got.savings.saved_kwh_slow == 0.0
+    w = est.attach_labels(unknown.assign(job_id=unknown["job_id"].astype(object)), labels)
+    ref = est.estimate_savings(w, caps)
+    assert ref.saved_kwh == 0.0 and ref.saved_kwh_slow == 0.0
+    assert est.window_saved_j(w, caps).sum() == 0.0
+
+
+@pytest.mark.parametrize("model", [
+    "NVIDIA H200", "NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3", "Tesla V100-SXM2-32GB",
+    "NVIDIA A100-PCIE-40GB", "NVIDIA A100 80GB PCIe", "NVIDIA H200 NVL", "NVIDIA H100 NVL", "NVIDIA L40S",
+    "NVIDIA B200", "NVIDIA GH200 480GB", "  nvidia h100 pcie ", "NVIDIA_A100_SXM4", "NVIDIA-H200", "",
+    "NVIDIA",
+])
+def test_the_sql_board_key_is_the_python_one(model: str) -> None:
+    """``limits.board_key_sql`` must read a model name as ``caps.board_key`` does, or the report's
+    SQL and its pandas reference would cap one board two ways."""
+    import duckdb
+
+    from wattclass.caps import board_key
+    from wattclass.report import limits
+
+    with duckdb.connect() as con:
+        got = con.execute(f"SELECT {limits.board_key_sql('$m')}", {"m": model}).fetchone()
+    assert got is not None and got[0] == board_key(model)

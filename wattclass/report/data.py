@@ -27,7 +27,7 @@ import pandas as pd
 
 from wattclass.errors import DataError
 from wattclass.report import estimates as est
-from wattclass.report import fleetbins, peaks
+from wattclass.report import fleetbins, limits, peaks
 
 #: At most this many time buckets per GPU in the power timeline (a month of 10 s windows is
 #: 259,200 points per GPU; the plot is 1,100 pixels wide).
@@ -259,7 +259,7 @@ def _load(src: _Source, labels: pd.DataFrame | None, caps: Mapping[str, str] | N
 
     caps = dict(est.DEFAULT_CAPS if caps is None else caps)
     secs, energy, code = _secs(src), src.col("energy_j"), _rule_code(src)
-    limit = f"coalesce({src.col('power_limit_w')}, 700.0)"
+    limit = limits.limit_sql(src.col("power_limit_w"), src.col("gpu_model", "VARCHAR"))
     power = f"coalesce({src.col('power_avg_w')}, {energy} / nullif({secs}, 0))"
     gpm = " AND ".join([f"{src.col('sm_util_pct')} IS NOT NULL",
                         *(f"isfinite({src.col(c)})" for c in peaks.PIPES), f"{energy} > 0"])
@@ -493,5 +493,6 @@ def _timeline(src: _Source, jobs: pd.DataFrame, max_gpus: int, t0: pd.Timestamp,
 def _capped_energy_sql(pavg: str, power: str, cap_w: str, secs: str, energy: str) -> str:
     """``estimates.capped_energy_j`` in SQL: the energy scaled by min(1, cap / power_avg_w) where
     the row has both, else min(power, cap) x its length (``power``: power_avg_w or energy / length)."""
-    return (f"CASE WHEN {pavg} > 0 AND {energy} IS NOT NULL THEN {energy} * least(1.0, ({cap_w}) / {pavg}) "
+    return (f"CASE WHEN ({cap_w}) IS NULL THEN {energy} "  # no limit known: not capped (report.limits)
+            f"WHEN {pavg} > 0 AND {energy} IS NOT NULL THEN {energy} * least(1.0, ({cap_w}) / {pavg}) "
             f"ELSE coalesce(least({power}, {cap_w}) * {secs}, {energy}) END")

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from wattclass.report.limits import limit_series
+
 LABEL_ORDER: tuple[str, ...] = ("compute", "memory", "mixed", "idle", "unlabelled", "no job")
 
 #: The example policy's caps (deploy/policy.example.toml, docs/design.md): the savings estimate's
@@ -184,15 +186,14 @@ def estimate_savings(
     """
     caps = dict(DEFAULT_CAPS if caps is None else caps)
     ww = w[w["job_id"].notna()].assign(_s=window_seconds(w))
-    limit = ww["power_limit_w"].astype(float).fillna(700.0) if "power_limit_w" in ww else 700.0
+    limit = limit_series(ww)
     rows = []
     for label, g in ww.groupby("label"):
         e_kwh = float(g["energy_j"].sum()) / 3.6e6
         saved = saved_slow = 0.0
         cap = caps.get(str(label))
         if label in CAPPED_LABELS and cap is not None:
-            lim = limit.loc[g.index] if isinstance(limit, pd.Series) else pd.Series(limit, index=g.index)
-            cw = lim.map(lambda lw, c=cap: cap_watts(c, lw))
+            cw = limit.loc[g.index].map(lambda lw, c=cap: cap_watts(c, lw))
             new_j = capped_energy_j(g, cw.astype(float), g["_s"])
             saved = float((g["energy_j"] - new_j).clip(lower=0).sum()) / 3.6e6
             saved_slow = max(0.0, e_kwh - float(new_j.sum()) * (1.0 + slowdown) / 3.6e6)
@@ -232,9 +233,7 @@ def window_saved_j(w: pd.DataFrame, caps: Mapping[str, str] | None = None) -> pd
         return out
     g = w[m]
     s = window_seconds(g)
-    limit = (
-        g["power_limit_w"].astype(float).fillna(700.0) if "power_limit_w" in g else pd.Series(700.0, g.index)
-    )
+    limit = limit_series(g)
     cw = pd.Series([cap_watts(caps[str(lab)], lw) for lab, lw in zip(g["label"], limit, strict=True)],
                    index=g.index, dtype=float)
     new_j = capped_energy_j(g, cw, s)
@@ -255,7 +254,8 @@ def capped_energy_j(g: pd.DataFrame, cap_w: pd.Series, secs: pd.Series) -> pd.Se
     p = g["power_avg_w"].astype(float) if "power_avg_w" in g else pd.Series(np.nan, index=g.index)
     scaled: pd.Series = e * np.minimum(1.0, cap_w / p.where(p > 0))
     by_time = (np.minimum(p.fillna(e / secs.replace(0, np.nan)), cap_w) * secs).fillna(e)
-    return scaled.where(p.gt(0) & e.notna(), by_time)
+    # a window whose limit is unknown (report.limits) is not capped: its energy stays
+    return scaled.where(p.gt(0) & e.notna(), by_time).where(cap_w.notna(), e)
 
 
 def caps_from_decisions(decisions: pd.DataFrame | None) -> dict[str, str] | None:

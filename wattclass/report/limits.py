@@ -1,0 +1,42 @@
+"""The power limit a window's "N%" cap is a share of, in SQL and pandas alike.
+
+Why: the report's savings estimate takes a cap of the window's ``power_limit_w``; a row without
+one (an import from a dcgm-exporter without the limit field, an NVML read that failed) was given
+an H200's 700 W, so "60%" meant 420 W on every board: on a B200 (1,000 W default, the Prolog sets
+600 W) the report counted savings the cap would never make, on an A100 or L40S none at all. Such
+a row now takes its board's default limit by model name (``savings.response.DEFAULT_LIMIT_W``,
+keyed by ``caps.board_key``, whose SQL twin is ``board_key_sql``), and where the board is unknown
+too, no cap: its energy counts as not saved, never as an H200's.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from wattclass.caps import board_key
+from wattclass.savings.response import DEFAULT_LIMIT_W
+
+
+def board_key_sql(model: str) -> str:
+    """``caps.board_key`` as a DuckDB expression over the SQL expression ``model`` (NULL for NULL)."""
+    tokens = (f"regexp_split_to_array(trim(replace(replace(upper({model}), 'NVIDIA', ''), 'TESLA', ''), "
+              "' \t\n\r'), '[\\s_-]+')")
+    return f"CASE WHEN list_has_any({tokens}[2:], ['PCIE', 'NVL']) THEN '' ELSE {tokens}[1] END"
+
+
+def limit_sql(limit: str, model: str) -> str:
+    """The window's limit (SQL expression ``limit``), else its board's default by the SQL
+    expression ``model``; NULL where neither is known."""
+    whens = " ".join(f"WHEN '{k}' THEN {w!r}" for k, w in sorted(DEFAULT_LIMIT_W.items()))
+    return f"coalesce({limit}, CASE {board_key_sql(model)} {whens} END)"
+
+
+def limit_series(w: pd.DataFrame) -> pd.Series:
+    """``limit_sql`` per row of a window table (NaN where neither is known)."""
+    limit = (w["power_limit_w"].astype(float) if "power_limit_w" in w
+             else pd.Series(np.nan, index=w.index, dtype=float))
+    if "gpu_model" not in w:
+        return limit
+    by_model = w["gpu_model"].map(lambda m: DEFAULT_LIMIT_W.get(board_key(m)) if isinstance(m, str) else None)
+    return limit.fillna(by_model.astype(float))
