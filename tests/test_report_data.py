@@ -478,3 +478,47 @@ def test_the_sql_board_key_is_the_python_one(model: str) -> None:
     with duckdb.connect() as con:
         got = con.execute(f"SELECT {limits.board_key_sql('$m')}", {"m": model}).fetchone()
     assert got is not None and got[0] == board_key(model)
+
+
+def _split_rows(windows: pd.DataFrame, basis: str, ratios: tuple[float, ...]) -> pd.DataFrame:
+    """Each window as the daemon's splitter writes a GPU held by ``len(ratios)`` jobs: one row per
+    job with its share of the energy and the same GPM columns (a shared GPU's are the whole GPU's;
+    here the MIG instances' are equal too), ``share_basis`` ``basis``."""
+    parts = []
+    for k, r in enumerate(ratios):
+        p = windows.copy()
+        p["job_id"] = p["job_id"].astype(object).where(p["job_id"].isna(), p["job_id"].astype(str) + f"-{k}")
+        for c in ("energy_j", "power_avg_w"):
+            p[c] = p[c] * r
+        p["share_ratio"], p["shared_jobs"], p["share_basis"] = r, len(ratios), basis
+        if basis == "mig":
+            p["parent_gpu_uuid"] = p["gpu_uuid"]
+            p["gpu_uuid"] = f"MIG-{k}"
+        parts.append(p)
+    return pd.concat(parts, ignore_index=True)
+
+
+def test_a_shared_gpus_work_is_counted_once_and_mig_instances_are_left_out(windows: pd.DataFrame) -> None:
+    """The useful-work estimate credited every row its pipes' activity x the board's peak rates
+    (found by review). A shared GPU's rows all carry the whole GPU's GPM, so two jobs on one GPU
+    were credited its work twice; a MIG instance's activity is relative to its own slices, so a
+    1-of-7 instance was credited 7 times its work at the whole board's peaks. Now a shared row
+    counts its share of the GPU's work (``share_ratio``, as its energy), and MIG rows are left out
+    of the estimate and named, as a board of unknown rates is."""
+    whole = report_data.load(windows=windows)
+    tflop = whole.work_per_energy["tflop"].sum()
+    assert tflop > 0
+    split = _split_rows(windows, "util", (0.25, 0.75))
+    shared = report_data.load(windows=split)
+    assert shared.work_per_energy["tflop"].sum() == pytest.approx(tflop, rel=1e-9)
+    labels = est.rule_job_labels(split)  # the pandas reference says the same
+    ref = est.work_per_energy(est.attach_labels(split.assign(job_id=split["job_id"].astype(object)), labels))
+    assert ref["tflop"].sum() == pytest.approx(tflop, rel=1e-9)
+    assert shared.work_per_energy["energy_kj"].sum() == pytest.approx(
+        whole.work_per_energy["energy_kj"].sum(), rel=1e-9)
+    mig = report_data.load(windows=_split_rows(windows, "mig", (3 / 7, 2 / 7, 2 / 7)))
+    assert mig.work_per_energy.empty or mig.work_per_energy["tflop"].sum() == 0
+    assert list(mig.work_unrated_kwh) == ["NVIDIA H200 MIG"]
+    assert est.estimated_tflops(_split_rows(windows, "mig", (0.5, 0.5))).isna().all()
+    assert mig.work_unrated_kwh["NVIDIA H200 MIG"] == pytest.approx(
+        whole.work_per_energy["energy_kj"].sum() / 3600.0, rel=1e-9)

@@ -264,9 +264,12 @@ def _load(src: _Source, labels: pd.DataFrame | None, caps: Mapping[str, str] | N
     gpm = " AND ".join([f"{src.col('sm_util_pct')} IS NOT NULL",
                         *(f"isfinite({src.col(c)})" for c in peaks.PIPES), f"{energy} > 0"])
     # each pipe's activity share where the window has GPM: weighed by the board's peak rates per
-    # GPU model after the scan (``peaks.register_rates``)
-    pipes = ", ".join(f"CASE WHEN {gpm} THEN {src.col(c)} / 100.0 END AS _p{i}"
+    # GPU model after the scan (``peaks.register_rates``); a shared GPU's row counts its share of
+    # the GPU's work (``peaks.share_sql``), a MIG row is a board of its own that has no rates
+    share = peaks.share_sql(src.col("share_ratio"))
+    pipes = ", ".join(f"CASE WHEN {gpm} THEN {src.col(c)} / 100.0 * {share} END AS _p{i}"
                       for i, c in enumerate(peaks.PIPES))
+    model = peaks.rated_model_sql(src.col("gpu_model", "VARCHAR"), src.col("share_basis", "VARCHAR"))
     cap_aggs: list[tuple[str, str]] = []
     for lab in est.CAPPED_LABELS:
         cw = _cap_sql(caps.get(lab), limit)
@@ -304,7 +307,7 @@ def _load(src: _Source, labels: pd.DataFrame | None, caps: Mapping[str, str] | N
         # computes each row's epoch_ms (costly on TIMESTAMPTZ) once for all of them
         f"{src.code} AS _bad, "
         f"{fb} AS _fb, {src.col('user', 'VARCHAR')} AS user, ts_start, ts_end, {secs} AS _s, {energy} AS _e, "
-        f"{code} AS _r, {src.col('gpu_model', 'VARCHAR')} AS gpu_model, "
+        f"{code} AS _r, {model} AS gpu_model, "
         + f"{pipes}{cap_cols} FROM {src.read}) "
         "GROUP BY ALL")
     rated, unrated_kwh = peaks.register_rates(src.con)

@@ -118,15 +118,18 @@ def estimated_tflops(w: pd.DataFrame) -> pd.Series:
     not guessed). This is an upper-bound style estimate: pipe activity is the share of cycles a
     pipe was busy, not the share of its peak throughput reached.
     """
-    from wattclass.report.peaks import PIPES, board_peaks
+    from wattclass.report.peaks import MIG_SUFFIX, PIPES, board_peaks, share_series
 
     if "gpu_model" not in w.columns or not set(PIPES) <= set(w.columns):
         return pd.Series(np.nan, index=w.index)
     models = w["gpu_model"].astype(object)
+    if "share_basis" in w.columns:  # as report.data's scan: a MIG row is rated as no board
+        mig = w["share_basis"].eq("mig").to_numpy(bool)
+        models = models.where(~mig, models.fillna("").astype(str).str.cat([" " + MIG_SUFFIX] * len(w)))
     known = {m: r for m in models.dropna().unique() if (r := board_peaks(m)) is not None}
     rates = pd.DataFrame.from_dict(known, orient="index", columns=list(PIPES)).reindex(models.to_numpy())
     activity = w[list(PIPES)].astype(float).to_numpy() / 100.0
-    tf = pd.Series((activity * rates.to_numpy(dtype=float)).sum(axis=1), index=w.index)
+    tf = pd.Series((activity * rates.to_numpy(dtype=float)).sum(axis=1), index=w.index) * share_series(w)
     finite = np.asarray(np.isfinite(activity).all(axis=1), dtype=bool)
     return tf.where(w["sm_util_pct"].notna().to_numpy() & finite & rates.notna().all(axis=1).to_numpy())
 
