@@ -522,3 +522,18 @@ def test_a_shared_gpus_work_is_counted_once_and_mig_instances_are_left_out(windo
     assert est.estimated_tflops(_split_rows(windows, "mig", (0.5, 0.5))).isna().all()
     assert mig.work_unrated_kwh["NVIDIA H200 MIG"] == pytest.approx(
         whole.work_per_energy["energy_kj"].sum() / 3600.0, rel=1e-9)
+
+
+@pytest.mark.parametrize("basis", ["util", "mig"])
+def test_a_shared_or_mig_gpu_is_one_gpu_at_its_whole_power(windows: pd.DataFrame, basis: str) -> None:
+    """A GPU split between jobs (or MIG instances) writes one row per job with its share of the
+    energy and power. The report counted each instance as a GPU (a node of 2 GPUs, one of them in
+    MIG mode with 2 instances, was "4 GPU(s)") and drew the GPU's power as the mean of its rows, a
+    third of it for 3 rows (found by review). Now GPUs are physical (``parent_gpu_uuid``) and the
+    strip's power is the GPU's."""
+    whole = report_data.load(windows=windows)
+    split = report_data.load(windows=_split_rows(windows, basis, (3 / 7, 2 / 7, 2 / 7)))
+    assert split.n_gpus == whole.n_gpus == windows["gpu_uuid"].nunique()
+    a = whole.timeline.set_index(["host", "gpu_index", "ts_start"])["power_avg_w"]
+    b = split.timeline.set_index(["host", "gpu_index", "ts_start"])["power_avg_w"]
+    pd.testing.assert_series_equal(b.loc[a.index], a, rtol=1e-9)

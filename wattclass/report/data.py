@@ -276,7 +276,8 @@ def _load(src: _Source, labels: pd.DataFrame | None, caps: Mapping[str, str] | N
         if cw is None:
             continue
         cap_aggs.append((lab, _capped_energy_sql(src.col("power_avg_w"), power, cw, secs, energy)))
-    uuid = src.col("gpu_uuid", "VARCHAR")
+    # a MIG instance's row counts on its physical GPU (its gpu_uuid is the instance's)
+    uuid = f"coalesce({src.col('parent_gpu_uuid', 'VARCHAR')}, {src.col('gpu_uuid', 'VARCHAR')})"
     # over files, the same scan gives each file's window-start range per host (rowsql.files_meet)
     by_file = bool(src.files) and not src.dedup
     grain_s = fleetbins.grain_s(src)
@@ -485,7 +486,10 @@ def _timeline(src: _Source, jobs: pd.DataFrame, max_gpus: int, t0: pd.Timestamp,
         # single window's was arbitrary between windows of equal length), ties by name
         f"bl AS (SELECT host, {src.col('gpu_index', 'INTEGER')} AS gpu_index, "
         f"to_timestamp(floor(epoch(ts_start) / {bucket_s}) * {bucket_s}) AS ts_start, label, "
-        f"sum({power} * {secs}) AS power_s, sum({secs}) AS secs FROM lw GROUP BY ALL) "
+        # a GPU split between jobs or MIG instances writes a row per job with its share of the
+        # power: the rows' time counts by share, or the GPU's power was the mean of its shares
+        f"sum({power} * {secs}) AS power_s, sum({secs} * {peaks.share_sql(src.col('share_ratio'))}) AS secs "
+        "FROM lw GROUP BY ALL) "
         "SELECT host, gpu_index, ts_start, sum(power_s) / nullif(sum(secs), 0) AS power_avg_w, "
         "first(label ORDER BY secs DESC, label) AS label "
         "FROM bl GROUP BY ALL ORDER BY host, gpu_index, ts_start")
