@@ -537,3 +537,13 @@ def test_a_shared_or_mig_gpu_is_one_gpu_at_its_whole_power(windows: pd.DataFrame
     a = whole.timeline.set_index(["host", "gpu_index", "ts_start"])["power_avg_w"]
     b = split.timeline.set_index(["host", "gpu_index", "ts_start"])["power_avg_w"]
     pd.testing.assert_series_equal(b.loc[a.index], a, rtol=1e-9)
+
+
+def test_the_rates_named_are_those_of_boards_with_gpm_windows(windows: pd.DataFrame) -> None:
+    """The page named every known board's rates as the estimate's, an A100 fleet without GPM
+    (no DCGM profiling fields) too, whose windows the estimate never counted (found by review)."""
+    a100 = windows.assign(gpu_model="NVIDIA A100-SXM4-80GB", gpu_uuid="GPU-a100", host="a100-node")
+    for c in ("sm_util_pct", *peaks.PIPES):
+        a100[c] = float("nan")
+    agg = report_data.load(windows=pd.concat([windows, a100], ignore_index=True))
+    assert agg.work_models == ("NVIDIA H200",)

@@ -94,7 +94,8 @@ def describe(models: Iterable[str]) -> str:
 
 def register_rates(con: Any) -> tuple[tuple[str, ...], dict[str, float]]:
     """Register ``_peaks`` (gpu_model, r0..r3: the pipes' peak TFLOP/s, ``PIPES`` order) on the
-    report's DuckDB connection for the boards its ``fine`` table holds whose rates are known.
+    report's DuckDB connection for the boards its ``fine`` table holds GPM windows of whose rates
+    are known.
 
     Returns those model names, and the GPM energy (kWh) of valid windows on the other boards, by
     model name: left out of the estimate, and named on the page."""
@@ -102,7 +103,8 @@ def register_rates(con: Any) -> tuple[tuple[str, ...], dict[str, float]]:
 
     per_model = con.execute("SELECT gpu_model, sum(gpm_energy_j) FROM fine WHERE _bad = 0 "
                             "GROUP BY gpu_model").fetchall()
-    rated = {str(m): r for m, _ in per_model if (r := board_peaks(m)) is not None}
+    # only boards with GPM windows: the page names these rates as the estimate's
+    rated = {str(m): r for m, e in per_model if e and (r := board_peaks(m)) is not None}
     unrated = {("(no model name)" if m is None else str(m)): float(e) / 3.6e6
                for m, e in per_model if e and board_peaks(m) is None}
     cols = {"gpu_model": pa.array(list(rated), pa.string())}
