@@ -134,4 +134,20 @@ def test_model_inputs_an_exporter_lacks_are_named() -> None:
               Series({**LABELS, "__name__": "DCGM_FI_DEV_POWER_USAGE"}, t, [300.0] * N)]
     (tl,) = merge([series], mapping.DEFAULT_JOB_LABEL, None).values()
     miss = missing_fields(tl)
-    assert "DCGM_FI_DEV_MAX_SM_CLOCK" in miss and "DCGM_FI_DEV_POWER_MGMT_LIMIT" in miss
+    assert "DCGM_FI_DEV_MAX_SM_CLOCK" in miss and "DCGM_FI_DEV_ENFORCED_POWER_LIMIT" in miss
+
+
+def test_the_enforced_limit_is_the_rows_limit_where_both_limits_are_exported() -> None:
+    """Telemetry v1's ``power_limit_w`` is the limit enforced during the window, what the daemon
+    reads (``nvmlDeviceGetEnforcedPowerLimit``). The import took DCGM's management limit first: on a
+    board whose enforced limit is below it (a GH200 whose module power is shared with the CPU, a
+    node power budget) the model's power fractions were taken against a limit the GPU never ran
+    under (found by review)."""
+    t = [T0 + i for i in range(N)]
+    series = [Series({**LABELS, "__name__": mapping.ENERGY}, t, [1e9 + 300_000.0 * i for i in range(N)]),
+              Series({**LABELS, "__name__": "DCGM_FI_DEV_POWER_USAGE"}, t, [300.0] * N),
+              Series({**LABELS, "__name__": "DCGM_FI_DEV_POWER_MGMT_LIMIT"}, t, [900.0] * N),
+              Series({**LABELS, "__name__": "DCGM_FI_DEV_ENFORCED_POWER_LIMIT"}, t, [650.0] * N)]
+    (tl,) = merge([series], mapping.DEFAULT_JOB_LABEL, None).values()
+    rows = gpu_rows(tl, T0, 10.0)
+    assert rows and all(r["power_limit_w"] == 650.0 for r in rows)

@@ -14,11 +14,14 @@ from typing import NamedTuple
 ENERGY = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"  # counter, mJ since the driver loaded
 
 #: DCGM gauge -> (GpuSample field, scale to the field's unit). Where two names exist (DCGM renamed
-#: throttle reasons to clock-event reasons), both are listed; the first present wins.
+#: throttle reasons to clock-event reasons), both are listed; the first present wins. The enforced
+#: limit before the management limit: ``power_limit_w`` is the limit in force (the daemon reads
+#: ``nvmlDeviceGetEnforcedPowerLimit``), which is lower where the board's power is shared or
+#: budgeted (a GH200 with its CPU, a node power budget).
 GAUGES: dict[str, tuple[str, float]] = {
     "DCGM_FI_DEV_POWER_USAGE": ("power_w", 1.0),  # W
-    "DCGM_FI_DEV_POWER_MGMT_LIMIT": ("power_limit_w", 1.0),  # W
     "DCGM_FI_DEV_ENFORCED_POWER_LIMIT": ("power_limit_w", 1.0),  # W
+    "DCGM_FI_DEV_POWER_MGMT_LIMIT": ("power_limit_w", 1.0),  # W
     "DCGM_FI_DEV_GPU_UTIL": ("util_gpu_pct", 1.0),  # %
     "DCGM_FI_DEV_MEM_COPY_UTIL": ("util_mem_pct", 1.0),  # %
     "DCGM_FI_DEV_SM_CLOCK": ("sm_clock_mhz", 1.0),  # MHz
@@ -54,7 +57,7 @@ INFO: dict[str, tuple[str, float]] = {
 #: Fields the model's ratio features need (power / limit, clock / max clock), each as the
 #: alternative names that give it; a GPU that exports none of one group is reported by the import.
 MODEL_FIELDS: tuple[tuple[str, ...], ...] = (
-    ("DCGM_FI_DEV_POWER_MGMT_LIMIT", "DCGM_FI_DEV_ENFORCED_POWER_LIMIT"),
+    ("DCGM_FI_DEV_ENFORCED_POWER_LIMIT", "DCGM_FI_DEV_POWER_MGMT_LIMIT"),
     ("DCGM_FI_DEV_MAX_SM_CLOCK",),
 )
 
