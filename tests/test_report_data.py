@@ -466,6 +466,7 @@ def test_a_window_without_a_limit_is_capped_as_its_board_not_as_an_h200(windows:
     "NVIDIA A100-PCIE-40GB", "NVIDIA A100 80GB PCIe", "NVIDIA H200 NVL", "NVIDIA H100 NVL", "NVIDIA L40S",
     "NVIDIA B200", "NVIDIA GH200 480GB", "  nvidia h100 pcie ", "NVIDIA_A100_SXM4", "NVIDIA-H200", "",
     "NVIDIA", "PCIE X", "H200-", "-PCIE", "NVIDIA H100\tPCIe", "TESLA V100 NVL-2", "nvidiA a100 nvlink",
+    "Tesla V100-FHHL-16GB", "Tesla V100-SXM2-32GB-LS", "NVIDIA LS40",
 ])
 def test_the_sql_board_key_is_the_python_one(model: str) -> None:
     """``limits.board_key_sql`` must read a model name as ``caps.board_key`` does, or the report's

@@ -480,6 +480,8 @@ def test_simulate_on_a_day_of_idle_gpus_says_there_are_no_job_windows(tmp_path: 
     ("NVIDIA A100-SXM4-80GB", 400.0, 240.0),
     ("NVIDIA A100-SXM4-80GB", 240.0, 240.0),  # already capped under enforce: the board's default
     ("Tesla V100-SXM2-32GB", 300.0, 180.0),
+    ("Tesla V100-FHHL-16GB", 150.0, 90.0),  # a PCIe card of 150 W, not a 300 W SXM2 board
+    ("Tesla V100-SXM2-32GB-LS", 250.0, 150.0),  # the 250 W low-power SXM2 board
 ])
 def test_simulate_caps_a_share_of_the_boards_own_default_limit(tmp_path: Path, model: str,
                                                                 limit_w: float, cap_w: float) -> None:

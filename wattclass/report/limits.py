@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from wattclass.caps import board_key
+from wattclass.caps import OTHER_BOARD_TOKENS, board_key
 from wattclass.savings.response import DEFAULT_LIMIT_W
 
 
@@ -25,7 +25,8 @@ def board_key_sql(model: str) -> str:
     row whose limit is missing, and a list per row cost 4 s per million rows."""
     name = (f"trim(replace(replace(upper({model}), 'NVIDIA', ''), 'TESLA', ''), "
             "' ' || chr(9) || chr(10) || chr(11) || chr(12) || chr(13))")
-    return (f"CASE WHEN regexp_matches({name}, '[\\s_-]+(PCIE|NVL)([\\s_-]|$)') THEN '' "
+    others = "|".join(sorted(OTHER_BOARD_TOKENS))
+    return (f"CASE WHEN regexp_matches({name}, '[\\s_-]+({others})([\\s_-]|$)') THEN '' "
             f"ELSE regexp_extract({name}, '^[^\\s_-]*') END")
 
 
