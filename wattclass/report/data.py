@@ -233,19 +233,6 @@ def _rule_code(src: _Source) -> str:
     return rowsql.rule_code_sql(dropped, column=src.col)
 
 
-def _cap_sql(cap: str | None, limit: str) -> str | None:
-    """A policy cap as SQL watts (``60%`` of the window's limit, or watts); None if unparsable."""
-    if cap is None:
-        return None
-    t = str(cap).strip()
-    try:
-        if t.endswith("%"):
-            return f"({float(t[:-1]) / 100.0!r} * {limit})"
-        return repr(float(t.removesuffix("W").removesuffix("w")))
-    except ValueError:
-        return None
-
-
 # long: one scan's GROUPING SETS and their split into jobs, GPUs, rejected rows and the span
 def _load(src: _Source, labels: pd.DataFrame | None, caps: Mapping[str, str] | None, slowdown: float,
           max_gpus: int) -> ReportData:
@@ -272,10 +259,10 @@ def _load(src: _Source, labels: pd.DataFrame | None, caps: Mapping[str, str] | N
     model = peaks.rated_model_sql(src.col("gpu_model", "VARCHAR"), src.col("share_basis", "VARCHAR"))
     cap_aggs: list[tuple[str, str]] = []
     for lab in est.CAPPED_LABELS:
-        cw = _cap_sql(caps.get(lab), limit)
+        cw = limits.cap_sql(caps.get(lab), limit)
         if cw is None:
             continue
-        cap_aggs.append((lab, _capped_energy_sql(src.col("power_avg_w"), power, cw, secs, energy)))
+        cap_aggs.append((lab, limits.capped_energy_sql(src.col("power_avg_w"), power, cw, secs, energy)))
     # a MIG instance's row counts on its physical GPU (its gpu_uuid is the instance's)
     uuid = f"coalesce({src.col('parent_gpu_uuid', 'VARCHAR')}, {src.col('gpu_uuid', 'VARCHAR')})"
     # over files, the same scan gives each file's window-start range per host (rowsql.files_meet)
@@ -495,11 +482,3 @@ def _timeline(src: _Source, jobs: pd.DataFrame, max_gpus: int, t0: pd.Timestamp,
         "FROM bl GROUP BY ALL ORDER BY host, gpu_index, ts_start")
     df["ts_start"] = pd.to_datetime(df["ts_start"], utc=True)
     return df
-
-
-def _capped_energy_sql(pavg: str, power: str, cap_w: str, secs: str, energy: str) -> str:
-    """``estimates.capped_energy_j`` in SQL: the energy scaled by min(1, cap / power_avg_w) where
-    the row has both, else min(power, cap) x its length (``power``: power_avg_w or energy / length)."""
-    return (f"CASE WHEN ({cap_w}) IS NULL THEN {energy} "  # no limit known: not capped (report.limits)
-            f"WHEN {pavg} > 0 AND {energy} IS NOT NULL THEN {energy} * least(1.0, ({cap_w}) / {pavg}) "
-            f"ELSE coalesce(least({power}, {cap_w}) * {secs}, {energy}) END")

@@ -252,7 +252,7 @@ def capped_energy_j(g: pd.DataFrame, cap_w: pd.Series, secs: pd.Series) -> pd.Se
     daemon gives a poll interval to the row its start poll lies in; classifier/validity.py
     ENERGY_SPAN_FLOOR_S), and ``power_avg_w`` is that energy over the time it covers. A 0.08 s
     row holding a second at 397 W under a 420 W cap saves nothing; cap x length said 367 J.
-    ``report.data`` computes the same in SQL (``_capped_energy_sql``)."""
+    ``report.data`` computes the same in SQL (``limits.capped_energy_sql``)."""
     e = g["energy_j"].astype(float)
     p = g["power_avg_w"].astype(float) if "power_avg_w" in g else pd.Series(np.nan, index=g.index)
     scaled: pd.Series = e * np.minimum(1.0, cap_w / p.where(p > 0))

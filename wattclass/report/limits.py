@@ -46,3 +46,24 @@ def limit_series(w: pd.DataFrame) -> pd.Series:
         return limit
     by_model = w["gpu_model"].map(lambda m: DEFAULT_LIMIT_W.get(board_key(m)) if isinstance(m, str) else None)
     return limit.fillna(by_model.astype(float))
+
+
+def cap_sql(cap: str | None, limit: str) -> str | None:
+    """A policy cap as SQL watts (``60%`` of the window's limit, or watts); None if unparsable."""
+    if cap is None:
+        return None
+    t = str(cap).strip()
+    try:
+        if t.endswith("%"):
+            return f"({float(t[:-1]) / 100.0!r} * {limit})"
+        return repr(float(t.removesuffix("W").removesuffix("w")))
+    except ValueError:
+        return None
+
+
+def capped_energy_sql(pavg: str, power: str, cap_w: str, secs: str, energy: str) -> str:
+    """``estimates.capped_energy_j`` in SQL: the energy scaled by min(1, cap / power_avg_w) where
+    the row has both, else min(power, cap) x its length (``power``: power_avg_w or energy / length)."""
+    return (f"CASE WHEN ({cap_w}) IS NULL THEN {energy} "  # no limit known: not capped
+            f"WHEN {pavg} > 0 AND {energy} IS NOT NULL THEN {energy} * least(1.0, ({cap_w}) / {pavg}) "
+            f"ELSE coalesce(least({power}, {cap_w}) * {secs}, {energy}) END")
