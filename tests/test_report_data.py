@@ -548,3 +548,19 @@ def test_the_rates_named_are_those_of_boards_with_gpm_windows(windows: pd.DataFr
         a100[c] = float("nan")
     agg = report_data.load(windows=pd.concat([windows, a100], ignore_index=True))
     assert agg.work_models == ("NVIDIA H200",)
+
+
+def test_a_cap_below_the_boards_minimum_is_estimated_at_the_minimum(windows: pd.DataFrame) -> None:
+    """The Prolog clamps a cap to the GPU's NVML minimum; the report's estimate did not, so a
+    "20%" memory cap on an H200 was estimated at 140 W where the GPU runs at 200 W at least (found
+    by review). Boards of known limits (``caps.KNOWN_LIMITS_W``) are clamped; others are not."""
+    labels = est.rule_job_labels(windows).assign(label="memory")
+    at_min = report_data.load(windows=windows, labels=labels, caps={"memory": "200W"})
+    got = report_data.load(windows=windows, labels=labels, caps={"memory": "20%"})
+    assert got.savings.saved_kwh == pytest.approx(at_min.savings.saved_kwh, rel=1e-9)
+    w = est.attach_labels(windows.assign(job_id=windows["job_id"].astype(object)), labels)
+    assert est.estimate_savings(w, {"memory": "20%"}).saved_kwh == pytest.approx(at_min.savings.saved_kwh)
+    assert est.window_saved_j(w, {"memory": "20%"}).sum() / 3.6e6 == pytest.approx(at_min.savings.saved_kwh)
+    unknown = windows.assign(gpu_model="NVIDIA L4")  # no known range: the policy's watts
+    below = report_data.load(windows=unknown, labels=labels, caps={"memory": "20%"})
+    assert below.savings.saved_kwh > at_min.savings.saved_kwh

@@ -259,7 +259,7 @@ def _load(src: _Source, labels: pd.DataFrame | None, caps: Mapping[str, str] | N
     model = peaks.rated_model_sql(src.col("gpu_model", "VARCHAR"), src.col("share_basis", "VARCHAR"))
     cap_aggs: list[tuple[str, str]] = []
     for lab in est.CAPPED_LABELS:
-        cw = limits.cap_sql(caps.get(lab), limit)
+        cw = limits.cap_sql(caps.get(lab), limit, src.col("gpu_model", "VARCHAR"))
         if cw is None:
             continue
         cap_aggs.append((lab, limits.capped_energy_sql(src.col("power_avg_w"), power, cw, secs, energy)))

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from wattclass.report.limits import limit_series
+from wattclass.report.limits import clamp_series, limit_series
 
 LABEL_ORDER: tuple[str, ...] = ("compute", "memory", "mixed", "idle", "unlabelled", "no job")
 
@@ -196,7 +196,8 @@ def estimate_savings(
         saved = saved_slow = 0.0
         cap = caps.get(str(label))
         if label in CAPPED_LABELS and cap is not None:
-            cw = limit.loc[g.index].map(lambda lw, c=cap: cap_watts(c, lw))
+            cw = clamp_series(limit.loc[g.index].map(lambda lw, c=cap: cap_watts(c, lw)).astype(float),
+                              _models(g))
             new_j = capped_energy_j(g, cw.astype(float), g["_s"])
             saved = float((g["energy_j"] - new_j).clip(lower=0).sum()) / 3.6e6
             saved_slow = max(0.0, e_kwh - float(new_j.sum()) * (1.0 + slowdown) / 3.6e6)
@@ -237,11 +238,17 @@ def window_saved_j(w: pd.DataFrame, caps: Mapping[str, str] | None = None) -> pd
     g = w[m]
     s = window_seconds(g)
     limit = limit_series(g)
-    cw = pd.Series([cap_watts(caps[str(lab)], lw) for lab, lw in zip(g["label"], limit, strict=True)],
-                   index=g.index, dtype=float)
+    asked = pd.Series([cap_watts(caps[str(lab)], lw) for lab, lw in zip(g["label"], limit, strict=True)],
+                      index=g.index, dtype=float)
+    cw = clamp_series(asked, _models(g))
     new_j = capped_energy_j(g, cw, s)
     out[m] = (g["energy_j"] - new_j).clip(lower=0).astype(float)
     return out
+
+
+def _models(g: pd.DataFrame) -> pd.Series:
+    """The rows' GPU model names (None where the table has none)."""
+    return g["gpu_model"] if "gpu_model" in g else pd.Series(None, index=g.index, dtype=object)
 
 
 def capped_energy_j(g: pd.DataFrame, cap_w: pd.Series, secs: pd.Series) -> pd.Series:
