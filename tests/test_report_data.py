@@ -564,3 +564,13 @@ def test_a_cap_below_the_boards_minimum_is_estimated_at_the_minimum(windows: pd.
     unknown = windows.assign(gpu_model="NVIDIA L4")  # no known range: the policy's watts
     below = report_data.load(windows=unknown, labels=labels, caps={"memory": "20%"})
     assert below.savings.saved_kwh > at_min.savings.saved_kwh
+
+
+def test_an_empty_model_name_is_named_as_no_model_name(windows: pd.DataFrame) -> None:
+    """An import from a dcgm-exporter without the ``modelName`` label writes an empty model name,
+    which the page named as "" ("Left out...:  (0.02 kWh)")."""
+    agg = report_data.load(windows=windows.assign(gpu_model=""))
+    assert list(agg.work_unrated_kwh) == ["(no model name)"]
+    half = windows.assign(gpu_model=[None if i % 2 else "" for i in range(len(windows))])
+    both = report_data.load(windows=half).work_unrated_kwh  # null and empty: one sum
+    assert both["(no model name)"] == pytest.approx(agg.work_unrated_kwh["(no model name)"], rel=1e-9)

@@ -105,8 +105,11 @@ def register_rates(con: Any) -> tuple[tuple[str, ...], dict[str, float]]:
                             "GROUP BY gpu_model").fetchall()
     # only boards with GPM windows: the page names these rates as the estimate's
     rated = {str(m): r for m, e in per_model if e and (r := board_peaks(m)) is not None}
-    unrated = {("(no model name)" if m is None else str(m)): float(e) / 3.6e6
-               for m, e in per_model if e and board_peaks(m) is None}
+    unrated: dict[str, float] = {}
+    for m, e in per_model:
+        if e and board_peaks(m) is None:  # no name: null, or empty (an import without modelName)
+            name = str(m) if m is not None and str(m).strip() else "(no model name)"
+            unrated[name] = unrated.get(name, 0.0) + float(e) / 3.6e6
     cols = {"gpu_model": pa.array(list(rated), pa.string())}
     cols |= {f"r{i}": pa.array([r[i] for r in rated.values()], pa.float64()) for i in range(len(PIPES))}
     con.register("_peaks", pa.table(cols))
