@@ -246,23 +246,22 @@ def _load(src: _Source, labels: pd.DataFrame | None, caps: Mapping[str, str] | N
 
     caps = dict(est.DEFAULT_CAPS if caps is None else caps)
     secs, energy, code = _secs(src), src.col("energy_j"), _rule_code(src)
-    limit = limits.limit_sql(src.col("power_limit_w"), src.col("gpu_model", "VARCHAR"))
     power = f"coalesce({src.col('power_avg_w')}, {energy} / nullif({secs}, 0))"
     gpm = " AND ".join([f"{src.col('sm_util_pct')} IS NOT NULL",
                         *(f"isfinite({src.col(c)})" for c in peaks.PIPES), f"{energy} > 0"])
     # each pipe's activity share where the window has GPM: weighed by the board's peak rates per
     # GPU model after the scan (``peaks.register_rates``); a shared GPU's row counts its share of
     # the GPU's work (``peaks.share_sql``), a MIG row is a board of its own that has no rates
-    share = peaks.share_sql(src.col("share_ratio"))
-    pipes = ", ".join(f"CASE WHEN {gpm} THEN {src.col(c)} / 100.0 * {share} END AS _p{i}"
+    pipes = ", ".join(f"CASE WHEN {gpm} THEN {src.col(c)} / 100.0 END AS _p{i}"
                       for i, c in enumerate(peaks.PIPES))
+    share_s = f"_s * {peaks.share_sql(src.col('share_ratio'))}"  # _s: the length computed once
     model = peaks.rated_model_sql(src.col("gpu_model", "VARCHAR"), src.col("share_basis", "VARCHAR"))
     cap_aggs: list[tuple[str, str]] = []
     for lab in est.CAPPED_LABELS:
-        cw = limits.cap_sql(caps.get(lab), limit, src.col("gpu_model", "VARCHAR"))
+        cw = limits.cap_sql(caps.get(lab), src.col("power_limit_w"), src.col("gpu_model", "VARCHAR"))
         if cw is None:
             continue
-        cap_aggs.append((lab, limits.capped_energy_sql(src.col("power_avg_w"), power, cw, secs, energy)))
+        cap_aggs.append((lab, cw))
     # a MIG instance's row counts on its physical GPU (its gpu_uuid is the instance's)
     uuid = f"coalesce({src.col('parent_gpu_uuid', 'VARCHAR')}, {src.col('gpu_uuid', 'VARCHAR')})"
     # over files, the same scan gives each file's window-start range per host (rowsql.files_meet)
@@ -275,7 +274,13 @@ def _load(src: _Source, labels: pd.DataFrame | None, caps: Mapping[str, str] | N
     # tables are then GROUPING SETS over that small table. GROUPING SETS straight over the windows
     # evaluated every aggregate once per set, and the fleet view needed a second pass over every
     # file: a month of 1,000 GPUs took 10 minutes on 2 cores (issue 15).
-    cap_cols = "".join(f", {sql} AS _nj_{lab}" for lab, sql in cap_aggs)
+    # each cap's watts once per row, in a projection below (its CASE, repeated in the capped energy,
+    # cost more than the rest of the savings model)
+    pavg = src.col("power_avg_w")
+    cap_cols = "".join(f", {limits.capped_energy_sql(pavg, power, f'_cw_{lab}', secs, energy)} AS _nj_{lab}"
+                       for lab, _ in cap_aggs)
+    read = (f"(SELECT *{''.join(f', {cw} AS _cw_{lab}' for lab, cw in cap_aggs)} FROM {src.read})"
+            if cap_aggs else src.read)
     src.con.execute(
         "CREATE OR REPLACE TEMP TABLE fine AS "
         "SELECT CAST(job_id AS VARCHAR) AS job_id, host, gpu_uuid, gpu_model, "
@@ -286,7 +291,7 @@ def _load(src: _Source, labels: pd.DataFrame | None, caps: Mapping[str, str] | N
         f"count(*) FILTER (WHERE _r = {rules.COMPUTE}) AS r_compute, "
         f"count(*) FILTER (WHERE _r = {rules.MEMORY}) AS r_memory, "
         f"count(*) FILTER (WHERE _r = {rules.PIPE_GAP}) AS r_gap, "
-        + "".join(f"sum(_p{i} * _s) AS pipe_s{i}, " for i in range(len(peaks.PIPES)))
+        + "".join(f"sum(_p{i} * _ss) AS pipe_s{i}, " for i in range(len(peaks.PIPES)))
         + "sum(_e) FILTER (WHERE _p0 IS NOT NULL) AS gpm_energy_j"
         + "".join(f", sum(_nj_{lab}) AS new_j_{lab}, sum(greatest(_e - _nj_{lab}, 0)) AS saved_j_{lab}"
                   for lab, _ in cap_aggs)
@@ -294,9 +299,10 @@ def _load(src: _Source, labels: pd.DataFrame | None, caps: Mapping[str, str] | N
         # the reject code in the same projection as the window's length and bin: DuckDB then
         # computes each row's epoch_ms (costly on TIMESTAMPTZ) once for all of them
         f"{src.code} AS _bad, "
-        f"{fb} AS _fb, {src.col('user', 'VARCHAR')} AS user, ts_start, ts_end, {secs} AS _s, {energy} AS _e, "
+        f"{fb} AS _fb, {src.col('user', 'VARCHAR')} AS user, ts_start, ts_end, {secs} AS _s, "
+        f"{share_s} AS _ss, {energy} AS _e, "
         f"{code} AS _r, {model} AS gpu_model, "
-        + f"{pipes}{cap_cols} FROM {src.read}) "
+        + f"{pipes}{cap_cols} FROM {read}) "
         "GROUP BY ALL")
     rated, unrated_kwh = peaks.register_rates(src.con)
     sums = ("sum(n_windows) AS n_windows, sum(energy_j) AS energy_j, sum(secs) AS secs, min(t0) AS t0, "
