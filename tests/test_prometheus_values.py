@@ -15,7 +15,7 @@ import pytest
 
 from wattclass.telemetry.prometheus import mapping
 from wattclass.telemetry.prometheus.client import Series
-from wattclass.telemetry.prometheus.windows import gpu_rows, merge
+from wattclass.telemetry.prometheus.windows import gpu_rows, merge, missing_fields
 
 LABELS = {"UUID": "GPU-1", "Hostname": "node1", "gpu": "0", "hpc_job": "42"}
 N, T0 = 60, 1_800_000_000.0  # one scrape a second
@@ -100,3 +100,54 @@ def test_a_clock_event_reasons_sample_that_is_no_bitmask_is_missing(bad: float) 
     rows = gpu_rows(tl, T0, 10.0)
     assert len(rows) == 6 and all(r["throttle_power_frac"] == 0.0 for r in rows)
     assert tl.bad_reasons == 1
+
+
+def test_the_max_sm_clock_reaches_the_rows_and_the_models_clock_features() -> None:
+    """Every imported row had ``sm_clock_max_mhz`` null: the import never read DCGM's max SM clock,
+    so the model's clock features (SM clock / max clock, its spread, the clock drop under power
+    throttling) were missing on every dcgm-exporter GPU, A100s above all, whose jobs the model
+    labels where the rule cannot (found by review). ``DCGM_FI_DEV_MAX_SM_CLOCK`` is the NVML
+    maximum the daemon records."""
+    from wattclass.classifier.features import window_features
+    from wattclass.schema import conform
+    from wattclass.telemetry.sink import rows_to_table
+
+    t = [T0 + i for i in range(N)]
+    series = [Series({**LABELS, "__name__": mapping.ENERGY}, t, [1e9 + 300_000.0 * i for i in range(N)]),
+              Series({**LABELS, "__name__": "DCGM_FI_DEV_POWER_USAGE"}, t, [300.0] * N),
+              Series({**LABELS, "__name__": "DCGM_FI_DEV_POWER_MGMT_LIMIT"}, t, [400.0] * N),
+              Series({**LABELS, "__name__": "DCGM_FI_DEV_SM_CLOCK"}, t, [1200.0] * N),
+              Series({**LABELS, "__name__": "DCGM_FI_DEV_MAX_SM_CLOCK"}, t, [1410.0] * N)]
+    (tl,) = merge([series], mapping.DEFAULT_JOB_LABEL, None).values()
+    rows = gpu_rows(tl, T0, 10.0)
+    assert rows and all(r["sm_clock_max_mhz"] == 1410.0 for r in rows)
+    feats = window_features(conform(rows_to_table(rows)))
+    assert feats["clock_frac"] == pytest.approx([1200.0 / 1410.0] * len(rows))
+    assert missing_fields(tl) == [f for f in mapping.RULE_FIELDS]
+
+
+def test_model_inputs_an_exporter_lacks_are_named() -> None:
+    """Without the power limit or the max SM clock the model's power and clock fractions are
+    unknown on every window: the import says so, as it does for the rule's fields."""
+    t = [T0 + i for i in range(N)]
+    series = [Series({**LABELS, "__name__": mapping.ENERGY}, t, [1e9 + 300_000.0 * i for i in range(N)]),
+              Series({**LABELS, "__name__": "DCGM_FI_DEV_POWER_USAGE"}, t, [300.0] * N)]
+    (tl,) = merge([series], mapping.DEFAULT_JOB_LABEL, None).values()
+    miss = missing_fields(tl)
+    assert "DCGM_FI_DEV_MAX_SM_CLOCK" in miss and "DCGM_FI_DEV_ENFORCED_POWER_LIMIT" in miss
+
+
+def test_the_enforced_limit_is_the_rows_limit_where_both_limits_are_exported() -> None:
+    """Telemetry v1's ``power_limit_w`` is the limit enforced during the window, what the daemon
+    reads (``nvmlDeviceGetEnforcedPowerLimit``). The import took DCGM's management limit first: on a
+    board whose enforced limit is below it (a GH200 whose module power is shared with the CPU, a
+    node power budget) the model's power fractions were taken against a limit the GPU never ran
+    under (found by review)."""
+    t = [T0 + i for i in range(N)]
+    series = [Series({**LABELS, "__name__": mapping.ENERGY}, t, [1e9 + 300_000.0 * i for i in range(N)]),
+              Series({**LABELS, "__name__": "DCGM_FI_DEV_POWER_USAGE"}, t, [300.0] * N),
+              Series({**LABELS, "__name__": "DCGM_FI_DEV_POWER_MGMT_LIMIT"}, t, [900.0] * N),
+              Series({**LABELS, "__name__": "DCGM_FI_DEV_ENFORCED_POWER_LIMIT"}, t, [650.0] * N)]
+    (tl,) = merge([series], mapping.DEFAULT_JOB_LABEL, None).values()
+    rows = gpu_rows(tl, T0, 10.0)
+    assert rows and all(r["power_limit_w"] == 650.0 for r in rows)

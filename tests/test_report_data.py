@@ -425,3 +425,152 @@ def test_a_mixed_fleets_work_estimate_weighs_each_board_and_names_the_unknown(wi
     page = render_report(w, labels)
     assert "A100: tensor 312, fp64 9.7, fp32 19.5, fp16 78; H200: tensor 989.5" in page
     assert "NVIDIA H100 PCIe (" in page and "NVIDIA &lt;b&gt;X9&lt;/b&gt; (" in page and "<b>X9" not in page
+
+
+def _board(windows: pd.DataFrame, model: str, limit_w: float | None, scale: float) -> pd.DataFrame:
+    """The recording as another board's: its power and energy scaled, its limit ``limit_w``
+    (None: the row holds none, as an import from an exporter without the limit field)."""
+    w = windows.copy()
+    for c in ("energy_j", "power_avg_w", "power_max_w", "power_std_w"):
+        if c in w:
+            w[c] = w[c] * scale
+    w["gpu_model"] = model
+    w["power_limit_w"] = float("nan") if limit_w is None else limit_w
+    return w
+
+
+def test_a_window_without_a_limit_is_capped_as_its_board_not_as_an_h200(windows: pd.DataFrame) -> None:
+    """A window without ``power_limit_w`` was given an H200's 700 W (found by review): "60%" became
+    420 W on a B200, whose default is 1,000 W (the Prolog sets 600 W), and the report counted
+    savings the cap would never make. Now: the board's default limit by its model name
+    (``savings.response.DEFAULT_LIMIT_W``), and no saving at all where the board is unknown too."""
+    caps = {"memory": "60%", "idle": "300W", "compute": "100%", "mixed": "85%"}
+    labels = est.rule_job_labels(windows).assign(label="memory")
+    b200 = _board(windows, "NVIDIA B200", None, 1000.0 / 700.0)
+    with_limit = report_data.load(windows=b200.assign(power_limit_w=1000.0), labels=labels, caps=caps)
+    got = report_data.load(windows=b200, labels=labels, caps=caps)
+    assert got.savings.saved_kwh == pytest.approx(with_limit.savings.saved_kwh, rel=1e-9)
+    w = est.attach_labels(b200.assign(job_id=b200["job_id"].astype(object)), labels)
+    assert est.estimate_savings(w, caps).saved_kwh == pytest.approx(got.savings.saved_kwh, rel=1e-9)
+    unknown = _board(windows, "NVIDIA L4", None, 72.0 / 700.0)
+    got = report_data.load(windows=unknown, labels=labels, caps=caps)
+    assert got.savings.saved_kwh == 0.0 and got.savings.saved_kwh_slow == 0.0
+    w = est.attach_labels(unknown.assign(job_id=unknown["job_id"].astype(object)), labels)
+    ref = est.estimate_savings(w, caps)
+    assert ref.saved_kwh == 0.0 and ref.saved_kwh_slow == 0.0
+    assert est.window_saved_j(w, caps).sum() == 0.0
+
+
+@pytest.mark.parametrize("model", [
+    "NVIDIA H200", "NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3", "Tesla V100-SXM2-32GB",
+    "NVIDIA A100-PCIE-40GB", "NVIDIA A100 80GB PCIe", "NVIDIA H200 NVL", "NVIDIA H100 NVL", "NVIDIA L40S",
+    "NVIDIA B200", "NVIDIA GH200 480GB", "  nvidia h100 pcie ", "NVIDIA_A100_SXM4", "NVIDIA-H200", "",
+    "NVIDIA", "PCIE X", "H200-", "-PCIE", "NVIDIA H100\tPCIe", "TESLA V100 NVL-2", "nvidiA a100 nvlink",
+    "Tesla V100-FHHL-16GB", "Tesla V100-SXM2-32GB-LS", "NVIDIA LS40",
+])
+def test_the_sql_board_key_is_the_python_one(model: str) -> None:
+    """``limits.board_key_sql`` must read a model name as ``caps.board_key`` does, or the report's
+    SQL and its pandas reference would cap one board two ways."""
+    import duckdb
+
+    from wattclass.caps import board_key
+    from wattclass.report import limits
+
+    with duckdb.connect() as con:
+        got = con.execute(f"SELECT {limits.board_key_sql('$m')}", {"m": model}).fetchone()
+    assert got is not None and got[0] == board_key(model)
+
+
+def _split_rows(windows: pd.DataFrame, basis: str, ratios: tuple[float, ...]) -> pd.DataFrame:
+    """Each window as the daemon's splitter writes a GPU held by ``len(ratios)`` jobs: one row per
+    job with its share of the energy and the same GPM columns (a shared GPU's are the whole GPU's;
+    here the MIG instances' are equal too), ``share_basis`` ``basis``."""
+    parts = []
+    for k, r in enumerate(ratios):
+        p = windows.copy()
+        p["job_id"] = p["job_id"].astype(object).where(p["job_id"].isna(), p["job_id"].astype(str) + f"-{k}")
+        for c in ("energy_j", "power_avg_w"):
+            p[c] = p[c] * r
+        p["share_ratio"], p["shared_jobs"], p["share_basis"] = r, len(ratios), basis
+        if basis == "mig":
+            p["parent_gpu_uuid"] = p["gpu_uuid"]
+            p["gpu_uuid"] = f"MIG-{k}"
+        parts.append(p)
+    return pd.concat(parts, ignore_index=True)
+
+
+def test_a_shared_gpus_work_is_counted_once_and_mig_instances_are_left_out(windows: pd.DataFrame) -> None:
+    """The useful-work estimate credited every row its pipes' activity x the board's peak rates
+    (found by review). A shared GPU's rows all carry the whole GPU's GPM, so two jobs on one GPU
+    were credited its work twice; a MIG instance's activity is relative to its own slices, so a
+    1-of-7 instance was credited 7 times its work at the whole board's peaks. Now a shared row
+    counts its share of the GPU's work (``share_ratio``, as its energy), and MIG rows are left out
+    of the estimate and named, as a board of unknown rates is."""
+    whole = report_data.load(windows=windows)
+    tflop = whole.work_per_energy["tflop"].sum()
+    assert tflop > 0
+    split = _split_rows(windows, "util", (0.25, 0.75))
+    shared = report_data.load(windows=split)
+    assert shared.work_per_energy["tflop"].sum() == pytest.approx(tflop, rel=1e-9)
+    labels = est.rule_job_labels(split)  # the pandas reference says the same
+    ref = est.work_per_energy(est.attach_labels(split.assign(job_id=split["job_id"].astype(object)), labels))
+    assert ref["tflop"].sum() == pytest.approx(tflop, rel=1e-9)
+    assert shared.work_per_energy["energy_kj"].sum() == pytest.approx(
+        whole.work_per_energy["energy_kj"].sum(), rel=1e-9)
+    mig = report_data.load(windows=_split_rows(windows, "mig", (3 / 7, 2 / 7, 2 / 7)))
+    assert mig.work_per_energy.empty or mig.work_per_energy["tflop"].sum() == 0
+    assert list(mig.work_unrated_kwh) == ["NVIDIA H200 MIG"]
+    assert est.estimated_tflops(_split_rows(windows, "mig", (0.5, 0.5))).isna().all()
+    assert mig.work_unrated_kwh["NVIDIA H200 MIG"] == pytest.approx(
+        whole.work_per_energy["energy_kj"].sum() / 3600.0, rel=1e-9)
+
+
+@pytest.mark.parametrize("basis", ["util", "mig"])
+def test_a_shared_or_mig_gpu_is_one_gpu_at_its_whole_power(windows: pd.DataFrame, basis: str) -> None:
+    """A GPU split between jobs (or MIG instances) writes one row per job with its share of the
+    energy and power. The report counted each instance as a GPU (a node of 2 GPUs, one of them in
+    MIG mode with 2 instances, was "4 GPU(s)") and drew the GPU's power as the mean of its rows, a
+    third of it for 3 rows (found by review). Now GPUs are physical (``parent_gpu_uuid``) and the
+    strip's power is the GPU's."""
+    whole = report_data.load(windows=windows)
+    split = report_data.load(windows=_split_rows(windows, basis, (3 / 7, 2 / 7, 2 / 7)))
+    assert split.n_gpus == whole.n_gpus == windows["gpu_uuid"].nunique()
+    a = whole.timeline.set_index(["host", "gpu_index", "ts_start"])["power_avg_w"]
+    b = split.timeline.set_index(["host", "gpu_index", "ts_start"])["power_avg_w"]
+    pd.testing.assert_series_equal(b.loc[a.index], a, rtol=1e-9)
+
+
+def test_the_rates_named_are_those_of_boards_with_gpm_windows(windows: pd.DataFrame) -> None:
+    """The page named every known board's rates as the estimate's, an A100 fleet without GPM
+    (no DCGM profiling fields) too, whose windows the estimate never counted (found by review)."""
+    a100 = windows.assign(gpu_model="NVIDIA A100-SXM4-80GB", gpu_uuid="GPU-a100", host="a100-node")
+    for c in ("sm_util_pct", *peaks.PIPES):
+        a100[c] = float("nan")
+    agg = report_data.load(windows=pd.concat([windows, a100], ignore_index=True))
+    assert agg.work_models == ("NVIDIA H200",)
+
+
+def test_a_cap_below_the_boards_minimum_is_estimated_at_the_minimum(windows: pd.DataFrame) -> None:
+    """The Prolog clamps a cap to the GPU's NVML minimum; the report's estimate did not, so a
+    "20%" memory cap on an H200 was estimated at 140 W where the GPU runs at 200 W at least (found
+    by review). Boards of known limits (``caps.KNOWN_LIMITS_W``) are clamped; others are not."""
+    labels = est.rule_job_labels(windows).assign(label="memory")
+    at_min = report_data.load(windows=windows, labels=labels, caps={"memory": "200W"})
+    got = report_data.load(windows=windows, labels=labels, caps={"memory": "20%"})
+    assert got.savings.saved_kwh == pytest.approx(at_min.savings.saved_kwh, rel=1e-9)
+    w = est.attach_labels(windows.assign(job_id=windows["job_id"].astype(object)), labels)
+    assert est.estimate_savings(w, {"memory": "20%"}).saved_kwh == pytest.approx(at_min.savings.saved_kwh)
+    assert est.window_saved_j(w, {"memory": "20%"}).sum() / 3.6e6 == pytest.approx(at_min.savings.saved_kwh)
+    unknown = windows.assign(gpu_model="NVIDIA L4")  # no known range: the policy's watts
+    below = report_data.load(windows=unknown, labels=labels, caps={"memory": "20%"})
+    assert below.savings.saved_kwh > at_min.savings.saved_kwh
+
+
+def test_an_empty_model_name_is_named_as_no_model_name(windows: pd.DataFrame) -> None:
+    """An import from a dcgm-exporter without the ``modelName`` label writes an empty model name,
+    which the page named as "" ("Left out...:  (0.02 kWh)")."""
+    agg = report_data.load(windows=windows.assign(gpu_model=""))
+    assert list(agg.work_unrated_kwh) == ["(no model name)"]
+    half = windows.assign(gpu_model=[None if i % 2 else "" for i in range(len(windows))])
+    both = report_data.load(windows=half).work_unrated_kwh  # null and empty: one sum
+    assert both["(no model name)"] == pytest.approx(agg.work_unrated_kwh["(no model name)"], rel=1e-9)

@@ -480,6 +480,8 @@ def test_simulate_on_a_day_of_idle_gpus_says_there_are_no_job_windows(tmp_path: 
     ("NVIDIA A100-SXM4-80GB", 400.0, 240.0),
     ("NVIDIA A100-SXM4-80GB", 240.0, 240.0),  # already capped under enforce: the board's default
     ("Tesla V100-SXM2-32GB", 300.0, 180.0),
+    ("Tesla V100-FHHL-16GB", 150.0, 90.0),  # a PCIe card of 150 W, not a 300 W SXM2 board
+    ("Tesla V100-SXM2-32GB-LS", 250.0, 150.0),  # the 250 W low-power SXM2 board
 ])
 def test_simulate_caps_a_share_of_the_boards_own_default_limit(tmp_path: Path, model: str,
                                                                 limit_w: float, cap_w: float) -> None:
@@ -560,3 +562,30 @@ def test_simulate_says_why_a_day_whose_every_row_is_rejected_has_no_job_windows(
     with pytest.raises(DataError, match=r"no job windows in telemetry \(720 impossible row\(s\) left out.*"
                                         r"outside its date= partition's day: 720"):
         simulate(tmp_path, parse_policy({"caps": {"memory": "60%"}}))
+
+
+@pytest.mark.parametrize(("cap", "model", "cap_w"), [
+    ("20%", "NVIDIA H200", 200.0),  # 140 W asked; an H200's NVML minimum is 200 W
+    ("120W", "NVIDIA A100-SXM4-80GB", 120.0),  # within an A100's 100-400 W
+    ("60W", "NVIDIA A100-SXM4-80GB", 100.0),
+    ("20%", "NVIDIA L40S", 70.0),  # a board without known min/max: not clamped, not guessed
+])
+def test_simulate_clamps_a_cap_to_the_boards_known_range_as_the_prolog_does(
+        tmp_path: Path, cap: str, model: str, cap_w: float) -> None:
+    """The Prolog clamps every cap to the GPU's NVML min/max; the what-if did not, so a "20%" memory
+    cap on an H200 was simulated at 140 W, though the GPU never goes below 200 W: savings and
+    slowdown of a cap that cannot be set (found by review). Boards of known limits
+    (``caps.KNOWN_LIMITS_W``) are clamped; others are left as the policy says."""
+    t0 = pd.Timestamp("2026-11-20T00:00:00Z")
+    limit_w = 350.0 if "L40S" in model else (400.0 if "A100" in model else 700.0)
+    p = limit_w * 0.9
+    rows = [_ROW | {"gpu_model": model, "power_limit_w": limit_w, "power_avg_w": p, "power_max_w": p,
+                    "energy_j": p * 10, "dram_bw_util_pct": 80.0,
+                    "ts_start": t0 + pd.Timedelta(seconds=10 * i),
+                    "ts_end": t0 + pd.Timedelta(seconds=10 * (i + 1))} for i in range(6)]
+    t = conform(pa.Table.from_pandas(pd.DataFrame(rows), preserve_index=False), "test")
+    out = tmp_path / "telemetry" / "date=2026-11-20" / "host=n1"
+    out.mkdir(parents=True)
+    pq.write_table(t.cast(TELEMETRY_V1), out / "00.parquet")
+    j = simulate(tmp_path, parse_policy({"caps": {"memory": cap}})).jobs.set_index("job_id").loc["j1"]
+    assert j["label"] == "memory" and j["cap_w"] == pytest.approx(cap_w)

@@ -72,16 +72,24 @@ def parse_limits(text: str, where: str = "--limits") -> tuple[float, float, floa
     return d, lo, hi
 
 
+#: Name tokens of boards whose limits differ from the SXM board's of the same GPU: PCIe and NVL
+#: cards, the V100 FHHL (a 150 W PCIe card) and the low-power V100 SXM2 "-LS" (250 W).
+OTHER_BOARD_TOKENS: frozenset[str] = frozenset({"PCIE", "NVL", "FHHL", "LS"})
+
+
 def board_key(model: str) -> str:
     """The GPU of an SXM board's model name, upper case ("H200", "A100", "V100"), "" for a PCIe or
-    NVL board, whose limits differ from the SXM board's of the same GPU (A100 PCIe 250-300 W, not
-    400 W; H100 PCIe 350 W; H200 NVL 600 W), so a table of SXM limits must not be used for it.
+    NVL board (``OTHER_BOARD_TOKENS``), whose limits differ from the SXM board's of the same GPU
+    (A100 PCIe 250-300 W, not 400 W; H100 PCIe 350 W; H200 NVL 600 W; V100 FHHL 150 W), so a table
+    of SXM limits must not be used for it.
 
     NVML's names: "NVIDIA H200", "NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3",
-    "Tesla V100-SXM2-32GB", "NVIDIA A100-PCIE-40GB", "NVIDIA A100 80GB PCIe", "NVIDIA H200 NVL"."""
+    "Tesla V100-SXM2-32GB", "NVIDIA A100-PCIE-40GB", "NVIDIA A100 80GB PCIe", "NVIDIA H200 NVL",
+    "Tesla V100-FHHL-16GB", "Tesla V100-SXM2-32GB-LS". ``report.limits.board_key_sql`` is its SQL
+    twin."""
     name = model.upper().replace("NVIDIA", "").replace("TESLA", "").strip()
     tokens = re.split(r"[\s_-]+", name)
-    if {"PCIE", "NVL"} & set(tokens[1:]):
+    if OTHER_BOARD_TOKENS & set(tokens[1:]):
         return ""
     return tokens[0]
 

@@ -92,8 +92,7 @@ def import_range(
         if miss:
             res.missing[f"{key.host}/{key.uuid}"] = miss
             log.warning("%s GPU %s: not exported: %s%s", key.host, key.uuid, ", ".join(miss),
-                        "; energy unknown (null)" if mapping.ENERGY in miss else
-                        "; the GPM rule withholds memory-bound verdicts, the model labels these jobs")
+                        _consequence(miss))
         for r in gpu_rows(tl, start, period_s):
             if r["ts_end"] <= start:
                 continue
@@ -109,6 +108,18 @@ def import_range(
         res.energy_j += sum(float(r["energy_j"] or 0.0) for r in rows)
         res.jobs.update(str(r["job_id"]) for r in rows if r.get("job_id"))
     return res
+
+
+def _consequence(missing: list[str]) -> str:
+    """What the fields a GPU did not export cost, for the import's warning."""
+    if mapping.ENERGY in missing:
+        return "; energy unknown (null)"
+    out = ""
+    if set(missing) & set(mapping.RULE_FIELDS):
+        out += "; the GPM rule withholds memory-bound verdicts, the model labels these jobs"
+    if set(missing) & {group[0] for group in mapping.MODEL_FIELDS}:
+        out += "; the model's power or clock fractions are unknown (weaker labels where it decides)"
+    return out
 
 
 def _iso(t: float) -> str:

@@ -14,11 +14,14 @@ from typing import NamedTuple
 ENERGY = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"  # counter, mJ since the driver loaded
 
 #: DCGM gauge -> (GpuSample field, scale to the field's unit). Where two names exist (DCGM renamed
-#: throttle reasons to clock-event reasons), both are listed; the first present wins.
+#: throttle reasons to clock-event reasons), both are listed; the first present wins. The enforced
+#: limit before the management limit: ``power_limit_w`` is the limit in force (the daemon reads
+#: ``nvmlDeviceGetEnforcedPowerLimit``), which is lower where the board's power is shared or
+#: budgeted (a GH200 with its CPU, a node power budget).
 GAUGES: dict[str, tuple[str, float]] = {
     "DCGM_FI_DEV_POWER_USAGE": ("power_w", 1.0),  # W
-    "DCGM_FI_DEV_POWER_MGMT_LIMIT": ("power_limit_w", 1.0),  # W
     "DCGM_FI_DEV_ENFORCED_POWER_LIMIT": ("power_limit_w", 1.0),  # W
+    "DCGM_FI_DEV_POWER_MGMT_LIMIT": ("power_limit_w", 1.0),  # W
     "DCGM_FI_DEV_GPU_UTIL": ("util_gpu_pct", 1.0),  # %
     "DCGM_FI_DEV_MEM_COPY_UTIL": ("util_mem_pct", 1.0),  # %
     "DCGM_FI_DEV_SM_CLOCK": ("sm_clock_mhz", 1.0),  # MHz
@@ -44,6 +47,20 @@ PROF: dict[str, tuple[str, float]] = {
     "DCGM_FI_PROF_PCIE_RX_BYTES": ("pcie_rx_mibs", 1.0 / 2**20),
 }
 
+#: DCGM field of a GPU constant -> (GpuInfo field, scale): the NVML maximum SM clock the daemon
+#: records (``nvmlDeviceGetMaxClockInfo``). Without it every imported row lacked
+#: ``sm_clock_max_mhz`` and the model's clock features (clock / max clock) were unknown.
+INFO: dict[str, tuple[str, float]] = {
+    "DCGM_FI_DEV_MAX_SM_CLOCK": ("sm_clock_max_mhz", 1.0),  # MHz
+}
+
+#: Fields the model's ratio features need (power / limit, clock / max clock), each as the
+#: alternative names that give it; a GPU that exports none of one group is reported by the import.
+MODEL_FIELDS: tuple[tuple[str, ...], ...] = (
+    ("DCGM_FI_DEV_ENFORCED_POWER_LIMIT", "DCGM_FI_DEV_POWER_MGMT_LIMIT"),
+    ("DCGM_FI_DEV_MAX_SM_CLOCK",),
+)
+
 #: Fields the GPM rule needs; a missing one is reported by the import (see module docstring).
 RULE_FIELDS: tuple[str, ...] = (
     "DCGM_FI_PROF_SM_ACTIVE",
@@ -55,7 +72,7 @@ RULE_FIELDS: tuple[str, ...] = (
     "DCGM_FI_PROF_PIPE_INT_ACTIVE",
 )
 
-ALL_FIELDS: tuple[str, ...] = (ENERGY, *GAUGES, *PROF)
+ALL_FIELDS: tuple[str, ...] = (ENERGY, *GAUGES, *INFO, *PROF)
 
 #: The PromQL selector of every field the import reads.
 SELECTOR = '{__name__=~"' + "|".join(ALL_FIELDS) + '"}'

@@ -135,6 +135,17 @@ def _energy(tl: GpuTimeline, times: list[float]) -> list[int | None]:
     return out
 
 
+def _constant(tl: GpuTimeline, name: str) -> float | None:
+    """A GPU constant (``mapping.INFO``) from its series: the largest finite, positive sample
+    (a NaN or 0 is a scrape DCGM could not read), else None."""
+    for dcgm, (col, scale) in mapping.INFO.items():
+        if col == name:
+            vals = [v * scale for v in tl.fields.get(dcgm, {}).values() if math.isfinite(v) and v > 0]
+            if vals:
+                return float(max(vals))
+    return None
+
+
 def _gauge(tl: GpuTimeline, t: float, name: str) -> float | None:
     for dcgm, (col, scale) in mapping.GAUGES.items():
         if col == name:
@@ -186,8 +197,8 @@ def gpu_rows(tl: GpuTimeline, start: float, period_s: float, max_gap_s: float = 
     info = GpuInfo(
         gpu_index=int(lab.get(mapping.INDEX_LABEL, "0") or 0), uuid=tl.key.uuid,
         model=lab.get(mapping.MODEL_LABEL, ""), pci_bus_id=lab.get(mapping.PCI_LABEL, ""),
-        fb_total_mib=None, sm_clock_max_mhz=None, power_limit_default_w=None, power_limit_min_w=None,
-        power_limit_max_w=None, gpm_supported=bool(prof.cum),
+        fb_total_mib=None, sm_clock_max_mhz=_constant(tl, "sm_clock_max_mhz"), power_limit_default_w=None,
+        power_limit_min_w=None, power_limit_max_w=None, gpm_supported=bool(prof.cum),
     )
     builder = WindowBuilder(tl.key.host, period_s, poll, max_gap_s=max_gap_s)
     energy = _energy(tl, times)
@@ -215,4 +226,5 @@ def missing_fields(tl: GpuTimeline) -> list[str]:
     have = {n for n, v in tl.fields.items() if v}
     out = [mapping.ENERGY] if mapping.ENERGY not in have else []
     out += [f for f in mapping.RULE_FIELDS if f not in have]
+    out += [group[0] for group in mapping.MODEL_FIELDS if not have.intersection(group)]
     return out

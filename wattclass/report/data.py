@@ -27,7 +27,7 @@ import pandas as pd
 
 from wattclass.errors import DataError
 from wattclass.report import estimates as est
-from wattclass.report import fleetbins, peaks
+from wattclass.report import fleetbins, limits, peaks
 
 #: At most this many time buckets per GPU in the power timeline (a month of 10 s windows is
 #: 259,200 points per GPU; the plot is 1,100 pixels wide).
@@ -233,19 +233,6 @@ def _rule_code(src: _Source) -> str:
     return rowsql.rule_code_sql(dropped, column=src.col)
 
 
-def _cap_sql(cap: str | None, limit: str) -> str | None:
-    """A policy cap as SQL watts (``60%`` of the window's limit, or watts); None if unparsable."""
-    if cap is None:
-        return None
-    t = str(cap).strip()
-    try:
-        if t.endswith("%"):
-            return f"({float(t[:-1]) / 100.0!r} * {limit})"
-        return repr(float(t.removesuffix("W").removesuffix("w")))
-    except ValueError:
-        return None
-
-
 # long: one scan's GROUPING SETS and their split into jobs, GPUs, rejected rows and the span
 def _load(src: _Source, labels: pd.DataFrame | None, caps: Mapping[str, str] | None, slowdown: float,
           max_gpus: int) -> ReportData:
@@ -259,21 +246,24 @@ def _load(src: _Source, labels: pd.DataFrame | None, caps: Mapping[str, str] | N
 
     caps = dict(est.DEFAULT_CAPS if caps is None else caps)
     secs, energy, code = _secs(src), src.col("energy_j"), _rule_code(src)
-    limit = f"coalesce({src.col('power_limit_w')}, 700.0)"
     power = f"coalesce({src.col('power_avg_w')}, {energy} / nullif({secs}, 0))"
     gpm = " AND ".join([f"{src.col('sm_util_pct')} IS NOT NULL",
                         *(f"isfinite({src.col(c)})" for c in peaks.PIPES), f"{energy} > 0"])
     # each pipe's activity share where the window has GPM: weighed by the board's peak rates per
-    # GPU model after the scan (``peaks.register_rates``)
+    # GPU model after the scan (``peaks.register_rates``); a shared GPU's row counts its share of
+    # the GPU's work (``peaks.share_sql``), a MIG row is a board of its own that has no rates
     pipes = ", ".join(f"CASE WHEN {gpm} THEN {src.col(c)} / 100.0 END AS _p{i}"
                       for i, c in enumerate(peaks.PIPES))
+    share_s = f"_s * {peaks.share_sql(src.col('share_ratio'))}"  # _s: the length computed once
+    model = peaks.rated_model_sql(src.col("gpu_model", "VARCHAR"), src.col("share_basis", "VARCHAR"))
     cap_aggs: list[tuple[str, str]] = []
     for lab in est.CAPPED_LABELS:
-        cw = _cap_sql(caps.get(lab), limit)
+        cw = limits.cap_sql(caps.get(lab), src.col("power_limit_w"), src.col("gpu_model", "VARCHAR"))
         if cw is None:
             continue
-        cap_aggs.append((lab, _capped_energy_sql(src.col("power_avg_w"), power, cw, secs, energy)))
-    uuid = src.col("gpu_uuid", "VARCHAR")
+        cap_aggs.append((lab, cw))
+    # a MIG instance's row counts on its physical GPU (its gpu_uuid is the instance's)
+    uuid = f"coalesce({src.col('parent_gpu_uuid', 'VARCHAR')}, {src.col('gpu_uuid', 'VARCHAR')})"
     # over files, the same scan gives each file's window-start range per host (rowsql.files_meet)
     by_file = bool(src.files) and not src.dedup
     grain_s = fleetbins.grain_s(src)
@@ -284,7 +274,13 @@ def _load(src: _Source, labels: pd.DataFrame | None, caps: Mapping[str, str] | N
     # tables are then GROUPING SETS over that small table. GROUPING SETS straight over the windows
     # evaluated every aggregate once per set, and the fleet view needed a second pass over every
     # file: a month of 1,000 GPUs took 10 minutes on 2 cores (issue 15).
-    cap_cols = "".join(f", {sql} AS _nj_{lab}" for lab, sql in cap_aggs)
+    # each cap's watts once per row, in a projection below (its CASE, repeated in the capped energy,
+    # cost more than the rest of the savings model)
+    pavg = src.col("power_avg_w")
+    cap_cols = "".join(f", {limits.capped_energy_sql(pavg, power, f'_cw_{lab}', secs, energy)} AS _nj_{lab}"
+                       for lab, _ in cap_aggs)
+    read = (f"(SELECT *{''.join(f', {cw} AS _cw_{lab}' for lab, cw in cap_aggs)} FROM {src.read})"
+            if cap_aggs else src.read)
     src.con.execute(
         "CREATE OR REPLACE TEMP TABLE fine AS "
         "SELECT CAST(job_id AS VARCHAR) AS job_id, host, gpu_uuid, gpu_model, "
@@ -295,7 +291,7 @@ def _load(src: _Source, labels: pd.DataFrame | None, caps: Mapping[str, str] | N
         f"count(*) FILTER (WHERE _r = {rules.COMPUTE}) AS r_compute, "
         f"count(*) FILTER (WHERE _r = {rules.MEMORY}) AS r_memory, "
         f"count(*) FILTER (WHERE _r = {rules.PIPE_GAP}) AS r_gap, "
-        + "".join(f"sum(_p{i} * _s) AS pipe_s{i}, " for i in range(len(peaks.PIPES)))
+        + "".join(f"sum(_p{i} * _ss) AS pipe_s{i}, " for i in range(len(peaks.PIPES)))
         + "sum(_e) FILTER (WHERE _p0 IS NOT NULL) AS gpm_energy_j"
         + "".join(f", sum(_nj_{lab}) AS new_j_{lab}, sum(greatest(_e - _nj_{lab}, 0)) AS saved_j_{lab}"
                   for lab, _ in cap_aggs)
@@ -303,9 +299,10 @@ def _load(src: _Source, labels: pd.DataFrame | None, caps: Mapping[str, str] | N
         # the reject code in the same projection as the window's length and bin: DuckDB then
         # computes each row's epoch_ms (costly on TIMESTAMPTZ) once for all of them
         f"{src.code} AS _bad, "
-        f"{fb} AS _fb, {src.col('user', 'VARCHAR')} AS user, ts_start, ts_end, {secs} AS _s, {energy} AS _e, "
-        f"{code} AS _r, {src.col('gpu_model', 'VARCHAR')} AS gpu_model, "
-        + f"{pipes}{cap_cols} FROM {src.read}) "
+        f"{fb} AS _fb, {src.col('user', 'VARCHAR')} AS user, ts_start, ts_end, {secs} AS _s, "
+        f"{share_s} AS _ss, {energy} AS _e, "
+        f"{code} AS _r, {model} AS gpu_model, "
+        + f"{pipes}{cap_cols} FROM {read}) "
         "GROUP BY ALL")
     rated, unrated_kwh = peaks.register_rates(src.con)
     sums = ("sum(n_windows) AS n_windows, sum(energy_j) AS energy_j, sum(secs) AS secs, min(t0) AS t0, "
@@ -482,16 +479,12 @@ def _timeline(src: _Source, jobs: pd.DataFrame, max_gpus: int, t0: pd.Timestamp,
         # single window's was arbitrary between windows of equal length), ties by name
         f"bl AS (SELECT host, {src.col('gpu_index', 'INTEGER')} AS gpu_index, "
         f"to_timestamp(floor(epoch(ts_start) / {bucket_s}) * {bucket_s}) AS ts_start, label, "
-        f"sum({power} * {secs}) AS power_s, sum({secs}) AS secs FROM lw GROUP BY ALL) "
+        # a GPU split between jobs or MIG instances writes a row per job with its share of the
+        # power: the rows' time counts by share, or the GPU's power was the mean of its shares
+        f"sum({power} * {secs}) AS power_s, sum({secs} * {peaks.share_sql(src.col('share_ratio'))}) AS secs "
+        "FROM lw GROUP BY ALL) "
         "SELECT host, gpu_index, ts_start, sum(power_s) / nullif(sum(secs), 0) AS power_avg_w, "
         "first(label ORDER BY secs DESC, label) AS label "
         "FROM bl GROUP BY ALL ORDER BY host, gpu_index, ts_start")
     df["ts_start"] = pd.to_datetime(df["ts_start"], utc=True)
     return df
-
-
-def _capped_energy_sql(pavg: str, power: str, cap_w: str, secs: str, energy: str) -> str:
-    """``estimates.capped_energy_j`` in SQL: the energy scaled by min(1, cap / power_avg_w) where
-    the row has both, else min(power, cap) x its length (``power``: power_avg_w or energy / length)."""
-    return (f"CASE WHEN {pavg} > 0 AND {energy} IS NOT NULL THEN {energy} * least(1.0, ({cap_w}) / {pavg}) "
-            f"ELSE coalesce(least({power}, {cap_w}) * {secs}, {energy}) END")

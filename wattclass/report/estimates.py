@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from wattclass.report.limits import clamp_series, limit_series
+
 LABEL_ORDER: tuple[str, ...] = ("compute", "memory", "mixed", "idle", "unlabelled", "no job")
 
 #: The example policy's caps (deploy/policy.example.toml, docs/design.md): the savings estimate's
@@ -116,15 +118,18 @@ def estimated_tflops(w: pd.DataFrame) -> pd.Series:
     not guessed). This is an upper-bound style estimate: pipe activity is the share of cycles a
     pipe was busy, not the share of its peak throughput reached.
     """
-    from wattclass.report.peaks import PIPES, board_peaks
+    from wattclass.report.peaks import MIG_SUFFIX, PIPES, board_peaks, share_series
 
     if "gpu_model" not in w.columns or not set(PIPES) <= set(w.columns):
         return pd.Series(np.nan, index=w.index)
     models = w["gpu_model"].astype(object)
+    if "share_basis" in w.columns:  # as report.data's scan: a MIG row is rated as no board
+        mig = w["share_basis"].eq("mig").to_numpy(bool)
+        models = models.where(~mig, models.fillna("").astype(str).str.cat([" " + MIG_SUFFIX] * len(w)))
     known = {m: r for m in models.dropna().unique() if (r := board_peaks(m)) is not None}
     rates = pd.DataFrame.from_dict(known, orient="index", columns=list(PIPES)).reindex(models.to_numpy())
     activity = w[list(PIPES)].astype(float).to_numpy() / 100.0
-    tf = pd.Series((activity * rates.to_numpy(dtype=float)).sum(axis=1), index=w.index)
+    tf = pd.Series((activity * rates.to_numpy(dtype=float)).sum(axis=1), index=w.index) * share_series(w)
     finite = np.asarray(np.isfinite(activity).all(axis=1), dtype=bool)
     return tf.where(w["sm_util_pct"].notna().to_numpy() & finite & rates.notna().all(axis=1).to_numpy())
 
@@ -184,15 +189,15 @@ def estimate_savings(
     """
     caps = dict(DEFAULT_CAPS if caps is None else caps)
     ww = w[w["job_id"].notna()].assign(_s=window_seconds(w))
-    limit = ww["power_limit_w"].astype(float).fillna(700.0) if "power_limit_w" in ww else 700.0
+    limit = limit_series(ww)
     rows = []
     for label, g in ww.groupby("label"):
         e_kwh = float(g["energy_j"].sum()) / 3.6e6
         saved = saved_slow = 0.0
         cap = caps.get(str(label))
         if label in CAPPED_LABELS and cap is not None:
-            lim = limit.loc[g.index] if isinstance(limit, pd.Series) else pd.Series(limit, index=g.index)
-            cw = lim.map(lambda lw, c=cap: cap_watts(c, lw))
+            cw = clamp_series(limit.loc[g.index].map(lambda lw, c=cap: cap_watts(c, lw)).astype(float),
+                              _models(g))
             new_j = capped_energy_j(g, cw.astype(float), g["_s"])
             saved = float((g["energy_j"] - new_j).clip(lower=0).sum()) / 3.6e6
             saved_slow = max(0.0, e_kwh - float(new_j.sum()) * (1.0 + slowdown) / 3.6e6)
@@ -232,14 +237,18 @@ def window_saved_j(w: pd.DataFrame, caps: Mapping[str, str] | None = None) -> pd
         return out
     g = w[m]
     s = window_seconds(g)
-    limit = (
-        g["power_limit_w"].astype(float).fillna(700.0) if "power_limit_w" in g else pd.Series(700.0, g.index)
-    )
-    cw = pd.Series([cap_watts(caps[str(lab)], lw) for lab, lw in zip(g["label"], limit, strict=True)],
-                   index=g.index, dtype=float)
+    limit = limit_series(g)
+    asked = pd.Series([cap_watts(caps[str(lab)], lw) for lab, lw in zip(g["label"], limit, strict=True)],
+                      index=g.index, dtype=float)
+    cw = clamp_series(asked, _models(g))
     new_j = capped_energy_j(g, cw, s)
     out[m] = (g["energy_j"] - new_j).clip(lower=0).astype(float)
     return out
+
+
+def _models(g: pd.DataFrame) -> pd.Series:
+    """The rows' GPU model names (None where the table has none)."""
+    return g["gpu_model"] if "gpu_model" in g else pd.Series(None, index=g.index, dtype=object)
 
 
 def capped_energy_j(g: pd.DataFrame, cap_w: pd.Series, secs: pd.Series) -> pd.Series:
@@ -250,12 +259,13 @@ def capped_energy_j(g: pd.DataFrame, cap_w: pd.Series, secs: pd.Series) -> pd.Se
     daemon gives a poll interval to the row its start poll lies in; classifier/validity.py
     ENERGY_SPAN_FLOOR_S), and ``power_avg_w`` is that energy over the time it covers. A 0.08 s
     row holding a second at 397 W under a 420 W cap saves nothing; cap x length said 367 J.
-    ``report.data`` computes the same in SQL (``_capped_energy_sql``)."""
+    ``report.data`` computes the same in SQL (``limits.capped_energy_sql``)."""
     e = g["energy_j"].astype(float)
     p = g["power_avg_w"].astype(float) if "power_avg_w" in g else pd.Series(np.nan, index=g.index)
     scaled: pd.Series = e * np.minimum(1.0, cap_w / p.where(p > 0))
     by_time = (np.minimum(p.fillna(e / secs.replace(0, np.nan)), cap_w) * secs).fillna(e)
-    return scaled.where(p.gt(0) & e.notna(), by_time)
+    # a window whose limit is unknown (report.limits) is not capped: its energy stays
+    return scaled.where(p.gt(0) & e.notna(), by_time).where(cap_w.notna(), e)
 
 
 def caps_from_decisions(decisions: pd.DataFrame | None) -> dict[str, str] | None:

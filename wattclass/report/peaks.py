@@ -11,8 +11,12 @@ at 756 TFLOP/s, not the SXM board's 989.4), so ``caps.board_key`` gives them no 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 from wattclass.caps import board_key
 
@@ -35,12 +39,45 @@ PEAK_TFLOPS: dict[str, tuple[float, float, float, float]] = {
 TFLOP_SQL = " + ".join(f"pipe_s{i} * r{i}" for i in range(len(PIPES)))
 
 
+#: What ``rated_model_sql`` appends to a MIG row's model name: a MIG instance's GPM activity is
+#: relative to its own slices of the GPU (docs/shared-gpus.md), which the row does not record, so
+#: the whole board's peak rates would credit a 1-of-7 instance 7 times its work. Such rows are
+#: left out of the estimate and named, as a board of unknown rates is (the GPU's unused slices'
+#: row too: it carries the whole GPU's activity, the instances' work once more).
+MIG_SUFFIX = "MIG"
+
+
 def board_peaks(model: object) -> tuple[float, float, float, float] | None:
     """The peak rates of a GPU model name as NVML writes it ("NVIDIA H200", "NVIDIA
-    A100-SXM4-80GB"), or None for a board the table does not know (or no name)."""
+    A100-SXM4-80GB"), or None for a board the table does not know (or no name), and for a MIG
+    instance ("NVIDIA A100-SXM4-40GB MIG 1g.5gb", or a name ending in ``MIG_SUFFIX``)."""
     if not isinstance(model, str) or not model.strip():
         return None
+    if MIG_SUFFIX in re.split(r"[\s_-]+", model.upper()):
+        return None
     return PEAK_TFLOPS.get(board_key(model))
+
+
+def rated_model_sql(model: str, share_basis: str) -> str:
+    """The model name the estimate rates a row by (SQL): ``MIG_SUFFIX`` appended on MIG rows."""
+    return f"CASE WHEN {share_basis} = 'mig' THEN concat_ws(' ', {model}, '{MIG_SUFFIX}') ELSE {model} END"
+
+
+def share_sql(share_ratio: str) -> str:
+    """A row's share of its GPU's work (SQL): ``share_ratio`` where it is one (a GPU several jobs
+    shared: every row carries the whole GPU's GPM, so the jobs' rows counted its work once per
+    job), else 1 (a sole job, no job, or a value that is no share)."""
+    return f"(CASE WHEN {share_ratio} >= 0 AND {share_ratio} <= 1 THEN {share_ratio} ELSE 1.0 END)"
+
+
+def share_series(w: pd.DataFrame) -> pd.Series:
+    """``share_sql`` per row of a pandas window table."""
+    import pandas as pd
+
+    if "share_ratio" not in w:
+        return pd.Series(1.0, index=w.index)
+    r = pd.to_numeric(w["share_ratio"], errors="coerce").astype(float)
+    return r.where(r.between(0.0, 1.0), 1.0)
 
 
 def describe(models: Iterable[str]) -> str:
@@ -57,7 +94,8 @@ def describe(models: Iterable[str]) -> str:
 
 def register_rates(con: Any) -> tuple[tuple[str, ...], dict[str, float]]:
     """Register ``_peaks`` (gpu_model, r0..r3: the pipes' peak TFLOP/s, ``PIPES`` order) on the
-    report's DuckDB connection for the boards its ``fine`` table holds whose rates are known.
+    report's DuckDB connection for the boards its ``fine`` table holds GPM windows of whose rates
+    are known.
 
     Returns those model names, and the GPM energy (kWh) of valid windows on the other boards, by
     model name: left out of the estimate, and named on the page."""
@@ -65,9 +103,13 @@ def register_rates(con: Any) -> tuple[tuple[str, ...], dict[str, float]]:
 
     per_model = con.execute("SELECT gpu_model, sum(gpm_energy_j) FROM fine WHERE _bad = 0 "
                             "GROUP BY gpu_model").fetchall()
-    rated = {str(m): r for m, _ in per_model if (r := board_peaks(m)) is not None}
-    unrated = {("(no model name)" if m is None else str(m)): float(e) / 3.6e6
-               for m, e in per_model if e and board_peaks(m) is None}
+    # only boards with GPM windows: the page names these rates as the estimate's
+    rated = {str(m): r for m, e in per_model if e and (r := board_peaks(m)) is not None}
+    unrated: dict[str, float] = {}
+    for m, e in per_model:
+        if e and board_peaks(m) is None:  # no name: null, or empty (an import without modelName)
+            name = str(m) if m is not None and str(m).strip() else "(no model name)"
+            unrated[name] = unrated.get(name, 0.0) + float(e) / 3.6e6
     cols = {"gpu_model": pa.array(list(rated), pa.string())}
     cols |= {f"r{i}": pa.array([r[i] for r in rated.values()], pa.float64()) for i in range(len(PIPES))}
     con.register("_peaks", pa.table(cols))

@@ -34,7 +34,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from wattclass.argtypes import is_iso_date
-from wattclass.caps import cap_watts
+from wattclass.caps import KNOWN_LIMITS_W, board_key, cap_watts
 from wattclass.classifier import rowsql, rules
 from wattclass.classifier.reader import partition_dates, telemetry_files, telemetry_root
 from wattclass.errors import DataError
@@ -278,12 +278,22 @@ def demand_w(need_w: npt.NDArray[np.float64], limit_w: npt.NDArray[np.float64]) 
     return np.where(ok, np.minimum(need_w, np.where(ok, limit_w, 0.0)), need_w)
 
 
+def known_range_w(model: object) -> tuple[float | None, float | None]:
+    """The NVML (min, max) limit of a board ``caps.KNOWN_LIMITS_W`` knows by its model name, else
+    (None, None): the Prolog clamps each cap to its GPU's range, so the what-if clamps where it
+    knows the range (a "20%" cap on an H200 is 200 W, its minimum, not 140 W) and leaves other
+    boards' caps as the policy says rather than guess their range."""
+    lim = KNOWN_LIMITS_W.get(board_key(model)) if isinstance(model, str) else None
+    return (lim[1], lim[2]) if lim is not None else (None, None)
+
+
 def apply_policy(jobs: pd.DataFrame, policy: Policy, response: SiteResponse | None) -> pd.DataFrame:
     """Per job: cap in watts and the effect (module docstring, step 3)."""
     out = jobs.copy()
     n = len(out)
     default_w = np.array([default_limit_w(m, lim) or np.nan for m, lim in
                           zip(out["gpu_model"], out["limit_w"], strict=True)], dtype=float)
+    models = out["gpu_model"].to_numpy(dtype=object)
     cap_w = np.full(n, np.nan)
     cap_text = np.full(n, None, dtype=object)
     # as the hooks exempt them: the partition too (a policy's "debug" partition was simulated as
@@ -292,7 +302,8 @@ def apply_policy(jobs: pd.DataFrame, policy: Policy, response: SiteResponse | No
               | out["partition"].isin(policy.exempt_partitions))
     for label, cap in policy.caps.items():
         m = (out["label"] == label).to_numpy() & ~exempt.to_numpy() & np.isfinite(default_w)
-        cap_w[m] = [cap_watts(cap, d, None, None) for d in default_w[m]]
+        cap_w[m] = [cap_watts(cap, d, *known_range_w(g))
+                    for d, g in zip(default_w[m], models[m], strict=True)]
         cap_text[m] = cap.text()
     out["default_w"], out["cap_w"], out["cap"] = default_w, cap_w, cap_text
     need = demand_w(out["need_w"].to_numpy(float), out["limit_w"].to_numpy(float))
