@@ -215,49 +215,52 @@ def _policy_explain(args: argparse.Namespace) -> int:
         row = lookup(eff, d.label, d.cap)
         data["measured_effect"] = None if row is None else {**row, "origin": origin}
 
-    def human(x: dict[str, Any]) -> str:
-        lines = [f"decision: {x['status']} ({x['why']})"]
-        if x["table_policy_differs"]:
-            lines.append(f"note: this follows {args.policy}; job_submit.lua decides with the policy in "
-                         f"{args.table} (mode {x['table_mode'] or '-'}), which differs in "
-                         f"{', '.join(x['table_policy_differs'])} until a nightly run rewrites it")
-        if x["label"]:
-            own = "min_confidence_by_label" if x["label"] in x["min_confidence_by_label"] else \
-                "min_confidence"
-            lines.append(f"label: {x['label']} confidence {x['confidence']:.2f} from {x['key']} key "
-                         f"(source {x['source']}); {x['label']} needs {x['min_confidence']:g} ({own})")
-        if x["cap"]:
-            lines.append(f"cap: {x['cap']} (per GPU, of its default limit when a %, clamped to min/max)")
-        if x["cap_w"] is not None:
-            lim = x["gpu_limits_w"]
-            on = lim["model"] or "this GPU"
-            lines.append(f"on {on} (default {lim['default']:g} W, min {lim['min']:g} W, "
-                         f"max {lim['max']:g} W): {x['cap']} sets {x['cap_w']:g} W")
-        if x["admin_comment"]:
-            lines.append(f"admin_comment: {x['admin_comment']}")
-        lines.append(f"features added: {x['features'] or 'none'}")
-        if "arm=" in (x["admin_comment"] or ""):
-            arm = x["admin_comment"].rsplit("arm=", 1)[1]
-            lines.append(f"canary arm: {arm} (decided from user + UTC day of submission; this run's "
-                         f"arm may differ) -> {'capped' if arm == 'capped' else 'NOT capped'} by the Prolog")
-        lines.append(_thresholds_line(x["thresholds"], x["min_confidence_by_label"]))
-        m = x["measured_effect"]
-        if m is not None:
-            def ci(k: str) -> str:
-                lo, hi = m.get(f"{k}_lo"), m.get(f"{k}_hi")
-                band = "" if lo is None or lo != lo else f" [{lo:.3f}, {hi:.3f}]"
-                return f"x{m[k]:.3f}{band}"
-
-            lines.append(f"measured on this cluster ({m['origin']}): at {m['cap']} {m['label']} jobs ran "
-                         f"{ci('runtime_ratio')} as long and used {ci('energy_ratio')} the energy "
-                         f"({m['n_capped']} capped vs {m['n_control']} control runs of {m['n_keys']} "
-                         "job keys, 95% intervals)")
-        elif args.data_root is not None and x["cap"]:
-            lines.append("measured effect: none yet for this label and cap (no canary data)")
-        return "\n".join(lines)
-
-    emit(data, args.json, human)
+    emit(data, args.json, lambda x: _explain_text(x, args))
     return 0
+
+
+def _explain_text(x: dict[str, Any], args: argparse.Namespace) -> str:
+    """``policy explain``'s lines for a person (``--json`` prints ``x`` itself)."""
+    lines = [f"decision: {x['status']} ({x['why']})"]
+    if x["table_policy_differs"]:
+        lines.append(f"note: this follows {args.policy}; job_submit.lua decides with the policy in "
+                     f"{args.table} (mode {x['table_mode'] or '-'}), which differs in "
+                     f"{', '.join(x['table_policy_differs'])} until a nightly run or "
+                     "`wattclass policy apply` rewrites it")
+    if x["label"]:
+        own = "min_confidence_by_label" if x["label"] in x["min_confidence_by_label"] else \
+            "min_confidence"
+        lines.append(f"label: {x['label']} confidence {x['confidence']:.2f} from {x['key']} key "
+                     f"(source {x['source']}); {x['label']} needs {x['min_confidence']:g} ({own})")
+    if x["cap"]:
+        lines.append(f"cap: {x['cap']} (per GPU, of its default limit when a %, clamped to min/max)")
+    if x["cap_w"] is not None:
+        lim = x["gpu_limits_w"]
+        on = lim["model"] or "this GPU"
+        lines.append(f"on {on} (default {lim['default']:g} W, min {lim['min']:g} W, "
+                     f"max {lim['max']:g} W): {x['cap']} sets {x['cap_w']:g} W")
+    if x["admin_comment"]:
+        lines.append(f"admin_comment: {x['admin_comment']}")
+    lines.append(f"features added: {x['features'] or 'none'}")
+    if "arm=" in (x["admin_comment"] or ""):
+        arm = x["admin_comment"].rsplit("arm=", 1)[1]
+        lines.append(f"canary arm: {arm} (decided from user + UTC day of submission; this run's "
+                     f"arm may differ) -> {'capped' if arm == 'capped' else 'NOT capped'} by the Prolog")
+    lines.append(_thresholds_line(x["thresholds"], x["min_confidence_by_label"]))
+    m = x["measured_effect"]
+    if m is not None:
+        def ci(k: str) -> str:
+            lo, hi = m.get(f"{k}_lo"), m.get(f"{k}_hi")
+            band = "" if lo is None or lo != lo else f" [{lo:.3f}, {hi:.3f}]"
+            return f"x{m[k]:.3f}{band}"
+
+        lines.append(f"measured on this cluster ({m['origin']}): at {m['cap']} {m['label']} jobs ran "
+                     f"{ci('runtime_ratio')} as long and used {ci('energy_ratio')} the energy "
+                     f"({m['n_capped']} capped vs {m['n_control']} control runs of {m['n_keys']} "
+                     "job keys, 95% intervals)")
+    elif args.data_root is not None and x["cap"]:
+        lines.append("measured effect: none yet for this label and cap (no canary data)")
+    return "\n".join(lines)
 
 
 def _plugin_check(args: argparse.Namespace) -> int:
