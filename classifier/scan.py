@@ -488,7 +488,8 @@ class Scanner:
             # once per row (inner).
             raw = {c: _q(f"s_{c}") for c in SAMPLE_COLUMNS}
             inner = [*self._row_sql(absent, drop_columns, False, drawn),
-                     f"hash(job_id, host, gpu_index, ts_start, {int(seed)}) AS h",
+                     f"CASE WHEN {_sole_gpu_sql(absent)} THEN hash(job_id, host, gpu_index, ts_start, "
+                     f"{int(seed)}) END AS h",
                      *(f"{_raw(c, dropped)} AS {raw[c]}" for c in SAMPLE_COLUMNS)]
             packed = ", ".join([*raw.values(), "CAST(ms AS DOUBLE)", "CAST(code AS DOUBLE)",
                                 "CAST(h >> 32 AS DOUBLE)",
@@ -613,6 +614,22 @@ class Scanner:
         for rb in reader:
             if rb.num_rows:
                 yield pa.Table.from_batches([rb])
+
+
+def _sole_gpu_sql(absent: frozenset[str]) -> str:
+    """SQL true where a row is a whole GPU held by one job: the only rows the retraining sample may
+    draw (its h is NULL elsewhere).
+
+    Why: a shared GPU's row carries the whole GPU's GPM (its rule label) beside the job's share of
+    the power, and a MIG instance's row its share of the parent's energy over the parent's limit;
+    trained on, either pairs a label with power features no whole-GPU window of that work shows
+    (docs/shared-gpus.md). The rows are still labelled and counted; only the sample skips them."""
+    conds = []
+    if "shared_jobs" not in absent:
+        conds.append("coalesce(CAST(shared_jobs AS DOUBLE), 0) <= 1")
+    if "share_basis" not in absent:
+        conds.append("coalesce(CAST(share_basis AS VARCHAR), '') = ''")
+    return " AND ".join(conds) or "TRUE"
 
 
 def _user_sql(absent: frozenset[str]) -> str:

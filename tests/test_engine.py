@@ -516,3 +516,28 @@ def test_preload_starts_once_as_the_first_scan_starts_whatever_the_chunks(
     assert calls.count("preload") == 1 and calls.index("preload") == 1  # after the first query
     assert calls.count("query") == len(chunks_of(files, 4)) > 1
     pd.testing.assert_frame_equal(split.labels, whole, check_exact=False, rtol=1e-9)
+
+
+def test_the_retraining_sample_skips_shared_and_mig_rows(tmp_path: Path, model) -> None:  # type: ignore[no-untyped-def]
+    """A shared GPU's row pairs the whole GPU's GPM (its label) with the job's share of the power,
+    a MIG instance's row its share of the parent's energy over the parent's limit: trained on,
+    neither shows what a whole GPU running that work shows. Such rows are labelled and counted,
+    never drawn into the sample; the other jobs' windows are drawn as before."""
+    spec = FleetSpec(gpus=8, date=DATE, gpus_per_host=8, seed=3, hours=2)
+    generate(spec, tmp_path, workers=1)
+    files = _files(tmp_path)
+    before = label_files_local(files, model, "auto", sample_per_job=2, sample_prefix="d")
+    jobs = sorted({g.removeprefix("d:") for g in before.sample.group})
+    shared, mig = jobs[0], jobs[1]
+    for f in files:
+        t = pq.read_table(f).to_pandas()
+        is_shared, is_mig = t["job_id"] == shared, t["job_id"] == mig
+        t.loc[is_shared, "shared_jobs"], t.loc[is_shared, "share_basis"] = 2, "util"
+        t.loc[is_mig, "shared_jobs"], t.loc[is_mig, "share_basis"] = 1, "mig"
+        pq.write_table(pa.Table.from_pandas(t, schema=pq.read_schema(f)), f)
+    after = label_files_local(files, model, "auto", sample_per_job=2, sample_prefix="d")
+    drawn = {g.removeprefix("d:") for g in after.sample.group}
+    assert drawn == set(jobs) - {shared, mig}
+    assert {shared, mig} <= set(after.labels["job_id"])  # still labelled
+    keep = ~np.isin(before.sample.group, [f"d:{shared}", f"d:{mig}"])
+    assert sorted(after.sample.X[:, 0].tolist()) == sorted(before.sample.X[keep, 0].tolist())
