@@ -108,12 +108,18 @@ def _policy_apply(args: argparse.Namespace) -> int:
     import datetime as dt
     import os
 
+    from wattclass.errors import ConfigError
     from wattclass.fsutil import read_trusted_text
     from wattclass.labeltable import parse_table_parts, write_label_table
     from wattclass.policy import load_policy
 
     pol = load_policy(args.policy)  # a policy that fails its checks changes nothing
-    entries, old, _ = parse_table_parts(read_trusted_text(args.table), str(args.table))
+    try:
+        text = read_trusted_text(args.table)
+    except FileNotFoundError:  # was a traceback; nothing to keep the keys of, so nothing is made
+        raise ConfigError(f"--table {args.table}: no label table there (the nightly run writes it; "
+                          "give the path job_submit.lua reads)") from None
+    entries, old, _ = parse_table_parts(text, str(args.table))
     old = old or {}
     new = pol.table_dict(set(old.get("features_available") or {}))
     st = os.stat(args.table)
