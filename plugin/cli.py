@@ -119,6 +119,8 @@ def _policy_apply(args: argparse.Namespace) -> int:
     except FileNotFoundError:  # was a traceback; nothing to keep the keys of, so nothing is made
         raise ConfigError(f"--table {args.table}: no label table there (the nightly run writes it; "
                           "give the path job_submit.lua reads)") from None
+    except OSError as exc:  # a name too long, a folder root may not search: one line, not a traceback
+        raise ConfigError(f"--table {args.table}: cannot read it: {exc.strerror}") from None
     entries, old, _ = parse_table_parts(text, str(args.table))
     old = old or {}
     new = pol.table_dict(set(old.get("features_available") or {}))

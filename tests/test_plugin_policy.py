@@ -425,3 +425,6 @@ def test_policy_apply_names_a_missing_table(tmp_path: Path, capsys: pytest.Captu
     err = capsys.readouterr().err
     assert "--table" in err and str(table) in err and "Traceback" not in err, err
     assert not table.exists()
+    long = tmp_path / ("x" * 300)  # another OSError (ENAMETOOLONG): named too
+    assert main(["policy", "apply", "--policy", str(pol), "--table", str(long)]) == 2
+    assert "--table" in capsys.readouterr().err
