@@ -586,3 +586,28 @@ def test_an_empty_model_name_is_named_as_no_model_name(windows: pd.DataFrame) ->
     half = windows.assign(gpu_model=[None if i % 2 else "" for i in range(len(windows))])
     both = report_data.load(windows=half).work_unrated_kwh  # null and empty: one sum
     assert both["(no model name)"] == pytest.approx(agg.work_unrated_kwh["(no model name)"], rel=1e-9)
+
+
+def test_a_nan_limit_in_a_file_is_a_missing_limit_as_in_the_reference(
+        windows: pd.DataFrame, tmp_path: Path) -> None:
+    """A Parquet file may hold NaN, not null, where a writer other than the daemon had no limit.
+    DuckDB orders NaN above every number, so the SQL took it as a limit ("60%" of NaN, a cap
+    that never bites: nothing saved) where the pandas reference takes NaN as missing and caps the
+    window as its board (found by the session review). Both now read it as missing."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    t = pa.Table.from_pandas(windows, preserve_index=False)
+    i = t.schema.get_field_index("power_limit_w")
+    t = t.set_column(i, "power_limit_w", pa.array(np.full(t.num_rows, np.nan)))  # NaN, not null
+    path = tmp_path / "part-0.parquet"
+    pq.write_table(t, path)
+    labels = est.rule_job_labels(windows).assign(label="memory")
+    caps = {"memory": "60%"}
+    got = report_data.load(files=[path], labels=labels, caps=caps)
+    w = pd.read_parquet(path)
+    ref = est.estimate_savings(est.attach_labels(w.assign(job_id=w["job_id"].astype(object)), labels), caps)
+    assert ref.saved_kwh > 0 and got.savings.saved_kwh == pytest.approx(ref.saved_kwh, rel=1e-9)
+    at_700 = report_data.load(windows=windows.assign(power_limit_w=700.0), labels=labels, caps=caps)
+    assert got.savings.saved_kwh == pytest.approx(at_700.savings.saved_kwh, rel=1e-9)

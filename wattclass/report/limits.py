@@ -43,9 +43,12 @@ def board_key_sql(model: str) -> str:
 def limit_sql(limit: str, model: str) -> str:
     """The window's limit (SQL expression ``limit``), else its board's default by the SQL
     expression ``model``; NULL where neither is known. The board is read only where the limit is
-    missing (a CASE, not coalesce, which DuckDB evaluates for every row)."""
+    missing (a CASE, not coalesce, which DuckDB evaluates for every row). A NaN limit (a file
+    another writer made) is missing, as pandas takes it (``limit_series``): DuckDB orders NaN above
+    every number, so as a limit it made a cap that never bites."""
     whens = " ".join(f"WHEN '{k}' THEN {w!r}" for k, w in sorted(DEFAULT_LIMIT_W.items()))
-    return f"CASE WHEN {limit} IS NOT NULL THEN {limit} ELSE (CASE {board_key_sql(model)} {whens} END) END"
+    return (f"CASE WHEN NOT isnan({limit}) THEN {limit} "  # NULL: not true either, the board's
+            f"ELSE (CASE {board_key_sql(model)} {whens} END) END")
 
 
 def limit_series(w: pd.DataFrame) -> pd.Series:
@@ -99,7 +102,8 @@ def cap_sql(cap: str | None, limit_w: str, model: str = "NULL") -> str | None:
                f"ELSE greatest({raw}, {_min_clamp_sql(raw, model)}) END")
     if share <= 0:
         return f"({general})"
-    return f"(CASE WHEN {limit_w} >= {_MIN_FLOOR_W / share!r} THEN {share!r} * {limit_w} ELSE {general} END)"
+    return (f"(CASE WHEN {limit_w} >= {_MIN_FLOOR_W / share!r} AND NOT isnan({limit_w}) "
+            f"THEN {share!r} * {limit_w} ELSE {general} END)")
 
 
 def clamp_series(cap_w: pd.Series, models: pd.Series) -> pd.Series:
