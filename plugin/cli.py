@@ -99,7 +99,8 @@ def _canary_line(mode: str, fraction: float) -> str:
 
 
 def _policy_apply(args: argparse.Namespace) -> int:
-    """Rewrite the table's policy from the file now, keeping its keys, owner group and mode.
+    """Rewrite the table's policy from the file now, keeping its keys and its group and mode
+    as the nightly writes them (0640 root:group where others could not read it, else 0644).
 
     Why: a rollback (mode -> shadow) waited for a whole nightly run, which leaves the old table
     in place when the day has no usable telemetry (exit 7), every window is rejected (3) or the
