@@ -590,7 +590,8 @@ def test_an_empty_model_name_is_named_as_no_model_name(windows: pd.DataFrame) ->
 
 def test_a_nan_limit_in_a_file_is_a_missing_limit_as_in_the_reference(
         windows: pd.DataFrame, tmp_path: Path) -> None:
-    """A Parquet file may hold NaN, not null, where a writer other than the daemon had no limit.
+    """A Parquet file may hold NaN (or an infinity), not null, where a writer other than the daemon
+    had no limit.
     DuckDB orders NaN above every number, so the SQL took it as a limit ("60%" of NaN, a cap
     that never bites: nothing saved) where the pandas reference takes NaN as missing and caps the
     window as its board (found by the session review). Both now read it as missing."""
@@ -600,7 +601,9 @@ def test_a_nan_limit_in_a_file_is_a_missing_limit_as_in_the_reference(
 
     t = pa.Table.from_pandas(windows, preserve_index=False)
     i = t.schema.get_field_index("power_limit_w")
-    t = t.set_column(i, "power_limit_w", pa.array(np.full(t.num_rows, np.nan)))  # NaN, not null
+    limit = np.full(t.num_rows, np.nan)  # NaN, not null; an infinity on some rows, 700 W on others:
+    limit[1::3], limit[2::3] = np.inf, 700.0  # the file's statistics then hold numbers (see limit_sql)
+    t = t.set_column(i, "power_limit_w", pa.array(limit))
     path = tmp_path / "part-0.parquet"
     pq.write_table(t, path)
     labels = est.rule_job_labels(windows).assign(label="memory")
@@ -611,3 +614,26 @@ def test_a_nan_limit_in_a_file_is_a_missing_limit_as_in_the_reference(
     assert ref.saved_kwh > 0 and got.savings.saved_kwh == pytest.approx(ref.saved_kwh, rel=1e-9)
     at_700 = report_data.load(windows=windows.assign(power_limit_w=700.0), labels=labels, caps=caps)
     assert got.savings.saved_kwh == pytest.approx(at_700.savings.saved_kwh, rel=1e-9)
+
+
+def test_a_nan_sm_activity_in_a_file_leaves_the_window_out_of_the_work_estimate(
+        windows: pd.DataFrame, tmp_path: Path) -> None:
+    """A window whose ``sm_util_pct`` is NaN (not null) in a Parquet file has no GPM reading: the
+    pandas reference leaves it out of the useful-work estimate; the SQL tested ``IS NOT NULL``,
+    which NaN passes, and counted its energy as GPM energy (found by the session review)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    t = pa.Table.from_pandas(windows, preserve_index=False)
+    sm = t.column("sm_util_pct").to_numpy(zero_copy_only=False).astype(float)
+    sm[::2] = np.nan  # every other window: NaN, not null
+    t = t.set_column(t.schema.get_field_index("sm_util_pct"), "sm_util_pct", pa.array(sm))
+    path = tmp_path / "part-0.parquet"
+    pq.write_table(t, path)
+    w = pd.read_parquet(path)
+    labels = est.rule_job_labels(windows)
+    got = report_data.load(files=[path], labels=labels)
+    ref = est.work_per_energy(est.attach_labels(w.assign(job_id=w["job_id"].astype(object)), labels))
+    assert not ref.empty
+    pd.testing.assert_frame_equal(got.work_per_energy, ref, check_names=False, rtol=1e-9)

@@ -247,7 +247,7 @@ def _load(src: _Source, labels: pd.DataFrame | None, caps: Mapping[str, str] | N
     caps = dict(est.DEFAULT_CAPS if caps is None else caps)
     secs, energy, code = _secs(src), src.col("energy_j"), _rule_code(src)
     power = f"coalesce({src.col('power_avg_w')}, {energy} / nullif({secs}, 0))"
-    gpm = " AND ".join([f"{src.col('sm_util_pct')} IS NOT NULL",
+    gpm = " AND ".join([f"isfinite({src.col('sm_util_pct')})",  # NaN: no GPM reading (estimated_tflops)
                         *(f"isfinite({src.col(c)})" for c in peaks.PIPES), f"{energy} > 0"])
     # each pipe's activity share where the window has GPM: weighed by the board's peak rates per
     # GPU model after the scan (``peaks.register_rates``); a shared GPU's row counts its share of

@@ -43,11 +43,13 @@ def board_key_sql(model: str) -> str:
 def limit_sql(limit: str, model: str) -> str:
     """The window's limit (SQL expression ``limit``), else its board's default by the SQL
     expression ``model``; NULL where neither is known. The board is read only where the limit is
-    missing (a CASE, not coalesce, which DuckDB evaluates for every row). A NaN limit (a file
-    another writer made) is missing, as pandas takes it (``limit_series``): DuckDB orders NaN above
-    every number, so as a limit it made a cap that never bites."""
+    missing (a CASE, not coalesce, which DuckDB evaluates for every row). A limit that is no
+    finite number (NaN or infinite, in a file another writer made) is missing, as in
+    ``limit_series``: DuckDB orders NaN above every number, so as a limit it made a cap that never
+    bites. ``isfinite``, not ``NOT isnan``: DuckDB 2.0 folds ``isnan`` of a Parquet column to
+    false from the file's statistics, which leave NaN out."""
     whens = " ".join(f"WHEN '{k}' THEN {w!r}" for k, w in sorted(DEFAULT_LIMIT_W.items()))
-    return (f"CASE WHEN NOT isnan({limit}) THEN {limit} "  # NULL: not true either, the board's
+    return (f"CASE WHEN isfinite({limit}) THEN {limit} "  # NULL: not true either, the board's
             f"ELSE (CASE {board_key_sql(model)} {whens} END) END")
 
 
@@ -55,6 +57,7 @@ def limit_series(w: pd.DataFrame) -> pd.Series:
     """``limit_sql`` per row of a window table (NaN where neither is known)."""
     limit = (w["power_limit_w"].astype(float) if "power_limit_w" in w
              else pd.Series(np.nan, index=w.index, dtype=float))
+    limit = limit.where(np.isfinite(limit))  # an infinite limit is no limit either (limit_sql)
     if "gpu_model" not in w:
         return limit
     by_model = w["gpu_model"].map(lambda m: DEFAULT_LIMIT_W.get(board_key(m)) if isinstance(m, str) else None)
@@ -102,7 +105,7 @@ def cap_sql(cap: str | None, limit_w: str, model: str = "NULL") -> str | None:
                f"ELSE greatest({raw}, {_min_clamp_sql(raw, model)}) END")
     if share <= 0:
         return f"({general})"
-    return (f"(CASE WHEN {limit_w} >= {_MIN_FLOOR_W / share!r} AND NOT isnan({limit_w}) "
+    return (f"(CASE WHEN {limit_w} >= {_MIN_FLOOR_W / share!r} AND isfinite({limit_w}) "
             f"THEN {share!r} * {limit_w} ELSE {general} END)")
 
 
