@@ -637,3 +637,23 @@ def test_a_nan_sm_activity_in_a_file_leaves_the_window_out_of_the_work_estimate(
     ref = est.work_per_energy(est.attach_labels(w.assign(job_id=w["job_id"].astype(object)), labels))
     assert not ref.empty
     pd.testing.assert_frame_equal(got.work_per_energy, ref, check_names=False, rtol=1e-9)
+
+
+def test_a_nan_share_ratio_in_a_file_counts_the_whole_gpu_as_in_the_reference(
+        windows: pd.DataFrame, tmp_path: Path) -> None:
+    """``share_sql`` took a share between 0 and 1 as it is, else 1; DuckDB decided "between 0 and
+    1" from the Parquet statistics, which leave NaN out, so a NaN share passed, and one NaN row
+    made its label's whole TFLOP NaN (found by the session review). pandas' ``share_series``
+    reads NaN as 1, and so does the SQL now."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    share = np.where(np.arange(len(windows)) % 5 == 0, np.nan, 1.0)  # NaN among numbers in [0, 1]
+    t = pa.Table.from_pandas(windows, preserve_index=False).append_column("share_ratio", pa.array(share))
+    path = tmp_path / "part-0.parquet"
+    pq.write_table(t, path)
+    got = report_data.load(files=[path])
+    whole = report_data.load(windows=windows)
+    assert got.work_per_energy["tflop"].notna().all()
+    pd.testing.assert_frame_equal(got.work_per_energy, whole.work_per_energy, check_names=False, rtol=1e-9)
