@@ -657,3 +657,26 @@ def test_a_nan_share_ratio_in_a_file_counts_the_whole_gpu_as_in_the_reference(
     whole = report_data.load(windows=windows)
     assert got.work_per_energy["tflop"].notna().all()
     pd.testing.assert_frame_equal(got.work_per_energy, whole.work_per_energy, check_names=False, rtol=1e-9)
+
+
+def test_a_nan_mean_power_in_a_file_is_a_missing_one_as_in_the_reference(
+        windows: pd.DataFrame, tmp_path: Path) -> None:
+    """A NaN ``power_avg_w`` among numbers passed the SQL's ``> 0`` (decided from the Parquet
+    statistics, which leave NaN out) and its capped energy was the energy x least(1, NaN): nothing
+    saved, where pandas reads NaN as missing and caps energy / length (found by the session review)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    t = pa.Table.from_pandas(windows, preserve_index=False)
+    p = t.column("power_avg_w").to_numpy(zero_copy_only=False).astype(float)
+    p[::3] = np.nan
+    t = t.set_column(t.schema.get_field_index("power_avg_w"), "power_avg_w", pa.array(p))
+    path = tmp_path / "part-0.parquet"
+    pq.write_table(t, path)
+    labels = est.rule_job_labels(windows).assign(label="memory")
+    caps = {"memory": "60%"}
+    got = report_data.load(files=[path], labels=labels, caps=caps)
+    w = pd.read_parquet(path)
+    ref = est.estimate_savings(est.attach_labels(w.assign(job_id=w["job_id"].astype(object)), labels), caps)
+    assert got.savings.saved_kwh == pytest.approx(ref.saved_kwh, rel=1e-9)
