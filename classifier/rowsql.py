@@ -38,6 +38,16 @@ from wattclass.classifier.validity import (
 )
 
 
+def is_nan_sql(x: str) -> str:
+    """SQL true where the double ``x`` is NaN (NULL where it is NULL), as ``isnan`` should be.
+
+    Why not ``isnan``: DuckDB 2.0 folds ``isnan`` of a Parquet column (and of sums of them) to
+    false where the file's statistics show only numbers, and Parquet statistics leave NaN out: a
+    NaN among numbers was never seen (a NaN energy kept, a NaN rule input not read as missing).
+    ``isfinite`` and ``isinf`` are not folded that way."""
+    return f"(NOT isfinite({x}) AND NOT isinf({x}))"
+
+
 def _q(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
@@ -53,7 +63,7 @@ def _val(col: str, dropped: frozenset[str], column: Callable[[str], str] = _q) -
     if col in dropped:
         return "CAST(NULL AS DOUBLE)"
     c = column(col)
-    return f"CASE WHEN isnan({c}) THEN NULL ELSE CAST({c} AS DOUBLE) END"
+    return f"CASE WHEN {is_nan_sql(c)} THEN NULL ELSE CAST({c} AS DOUBLE) END"
 
 
 def _raw(col: str, dropped: frozenset[str]) -> str:
@@ -105,9 +115,9 @@ def rule_code_sql(dropped: frozenset[str] = frozenset(), column: Callable[[str],
         return f"({full})"
     raw = {c: column(c) for c in rules.RULE_COLUMNS}
     total = " + ".join(f"CAST({c} AS DOUBLE)" for c in raw.values())
-    # all seven present and none NaN: NOT isnan() of the sum (NULL if one is NULL, NaN if one is NaN);
-    # not "sum <= infinity", which DuckDB may decide from the Parquet statistics, which leave NaN out
-    present = f"(NOT isnan({total}))"
+    # all seven present and none NaN: the sum not NaN (NULL if one is NULL, NaN if one is NaN);
+    # not "sum <= infinity" nor isnan, which DuckDB decides from the Parquet statistics (is_nan_sql)
+    present = f"(NOT {is_nan_sql(total)})"
     quick = (f"CASE WHEN {raw['sm_util_pct']} < {rules.SM_ACTIVE_PCT} THEN {rules.IDLE} "
              f"WHEN greatest({', '.join(raw[u] for u in rules.COMPUTE_UNITS)}) >= {raw['dram_bw_util_pct']} "
              f"THEN {rules.COMPUTE} ELSE {rules.MEMORY} END")
@@ -209,10 +219,10 @@ def _reject_sql(absent: frozenset[str], day: str | None = None) -> str:
 
     dur = "((epoch_ms(ts_end) - epoch_ms(ts_start)) / 1000.0)"
     e = f("energy_j")
-    bad_e = f"({e} IS NOT NULL AND (isnan({e}) OR isinf({e}) OR {e} < 0))"
+    bad_e = f"({e} IS NOT NULL AND (NOT isfinite({e}) OR {e} < 0))"  # NaN or an infinity
 
     def over(x: str) -> str:  # NaN and NULL count as 0 (np.nan_to_num), +inf as too much
-        return f"coalesce(CASE WHEN isnan({x}) THEN 0 ELSE {x} END, 0) > {MAX_GPU_POWER_W!r}"
+        return f"coalesce(CASE WHEN {is_nan_sql(x)} THEN 0 ELSE {x} END, 0) > {MAX_GPU_POWER_W!r}"
 
     too_long = f"epoch_ms(ts_end) - epoch_ms(ts_start) > {MAX_WINDOW_S * 1000}"
     span = f"greatest({dur}, {ENERGY_SPAN_FLOOR_S!r})"  # a row's energy may reach past its end
@@ -229,7 +239,10 @@ def _reject_sql(absent: frozenset[str], day: str | None = None) -> str:
     # within its partition's day.
     powers = [f"{f(c)} <= {MAX_GPU_POWER_W!r}" for c in ("power_avg_w", "power_max_w") if c not in absent]
     key = "TRUE" if "gpu_uuid" in absent else "gpu_uuid IS NOT NULL"
-    ok = " AND ".join([key, "epoch_ms(ts_end) > epoch_ms(ts_start)", f"NOT ({too_long})", f"{e} >= 0",
+    # isfinite: DuckDB may decide "e >= 0" and "e / span <= max" from the Parquet statistics, which
+    # leave NaN out, so a NaN energy passed the cheap test (is_nan_sql)
+    ok = " AND ".join([key, "epoch_ms(ts_end) > epoch_ms(ts_start)", f"NOT ({too_long})", f"isfinite({e})",
+                       f"{e} >= 0",
                        f"{e} / {span} <= {MAX_GPU_POWER_W!r}", *powers, *([] if day is None else [in_day])])
     return f"CASE WHEN {ok} THEN 0 ELSE {full} END"
 

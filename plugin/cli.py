@@ -99,7 +99,8 @@ def _canary_line(mode: str, fraction: float) -> str:
 
 
 def _policy_apply(args: argparse.Namespace) -> int:
-    """Rewrite the table's policy from the file now, keeping its keys, owner group and mode.
+    """Rewrite the table's policy from the file now, keeping its keys and its group and mode
+    as the nightly writes them (0640 root:group where others could not read it, else 0644).
 
     Why: a rollback (mode -> shadow) waited for a whole nightly run, which leaves the old table
     in place when the day has no usable telemetry (exit 7), every window is rejected (3) or the
@@ -108,12 +109,20 @@ def _policy_apply(args: argparse.Namespace) -> int:
     import datetime as dt
     import os
 
+    from wattclass.errors import ConfigError
     from wattclass.fsutil import read_trusted_text
     from wattclass.labeltable import parse_table_parts, write_label_table
     from wattclass.policy import load_policy
 
     pol = load_policy(args.policy)  # a policy that fails its checks changes nothing
-    entries, old, _ = parse_table_parts(read_trusted_text(args.table), str(args.table))
+    try:
+        text = read_trusted_text(args.table)
+    except FileNotFoundError:  # was a traceback; nothing to keep the keys of, so nothing is made
+        raise ConfigError(f"--table {args.table}: no label table there (the nightly run writes it; "
+                          "give the path job_submit.lua reads)") from None
+    except OSError as exc:  # a name too long, a folder root may not search: one line, not a traceback
+        raise ConfigError(f"--table {args.table}: cannot read it: {exc.strerror}") from None
+    entries, old, _ = parse_table_parts(text, str(args.table))
     old = old or {}
     new = pol.table_dict(set(old.get("features_available") or {}))
     st = os.stat(args.table)

@@ -541,3 +541,33 @@ def test_the_retraining_sample_skips_shared_and_mig_rows(tmp_path: Path, model) 
     assert {shared, mig} <= set(after.labels["job_id"])  # still labelled
     keep = ~np.isin(before.sample.group, [f"d:{shared}", f"d:{mig}"])
     assert sorted(after.sample.X[:, 0].tolist()) == sorted(before.sample.X[keep, 0].tolist())
+
+
+@pytest.mark.parametrize("column", ["energy_j", "dram_bw_util_pct", "sm_util_pct", "power_max_w"])
+def test_a_nan_among_numbers_in_a_file_reads_as_the_pandas_reference_reads_it(
+        h200_telemetry: Path, tmp_path: Path, column: str) -> None:
+    """DuckDB 2.0 folds ``isnan`` of a Parquet column to false where the file's statistics (which
+    leave NaN out) show only numbers, so the scan's NaN tests never fired on a file holding NaN
+    among numbers (found by the session review): a NaN ``energy_j`` was kept, not rejected as the
+    validity rules say (an infinity was), and a NaN rule input was not read as missing. A NaN
+    now reads as the reference's NaN: the same rejections and labels as the rows computed by
+    ``classifier.validity`` and the pandas rule on the same file."""
+    from wattclass.classifier.validity import REJECT_ENERGY
+
+    t = pq.read_table(h200_telemetry)
+    v = t.column(column).to_numpy(zero_copy_only=False).astype(float)
+    nan = np.arange(len(v)) % 7 == 5
+    v[nan] = np.nan  # NaN, not null, among numbers: the file's statistics show no NaN
+    i = t.schema.get_field_index(column)
+    pq.write_table(t.set_column(i, column, pa.array(v)), tmp_path / "nan.parquet")
+    got = label_chunk([tmp_path / "nan.parquet"], None, "rule")
+    # the same file with null there: NaN reads as missing, as in the pandas rule and validity checks
+    nulls = t.set_column(i, column, pa.array(v, mask=nan))
+    pq.write_table(nulls, tmp_path / "null.parquet")
+    ref = label_chunk([tmp_path / "null.parquet"], None, "rule")
+    assert ref.report.rejected_rows == {}
+    if column == "energy_j":  # a null energy is no reject; a NaN one is (classifier.validity)
+        assert got.report.rejected_rows == {REJECT_ENERGY: int(nan.sum())}
+    else:
+        assert got.report.rejected_rows == {}
+        pd.testing.assert_frame_equal(merged_labels(got), merged_labels(ref))

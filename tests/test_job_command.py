@@ -317,3 +317,30 @@ def test_the_decision_comes_from_the_label_store_where_no_jobs_file_is_kept(
     capsys.readouterr()
     d = _json(capsys, "5003", "--data-root", str(root))
     assert d["decision"] == "none" and "no wattclass decision" in d["reason"], d
+
+
+def test_a_store_day_from_before_the_decision_column_does_not_say_no_decision(
+        root: Path, h200_telemetry: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A label store day written before ``decision_comment`` existed knows nothing of the job's
+    decision. Read beside a newer day (the union of the days' columns gives the old row a null
+    ``decision_comment``), its job with a user was said "none: no wattclass decision in the job's
+    admin_comment", though job_submit.lua had decided it (found by the session review). Such a row
+    says the decision is not known here, as a store without the column does."""
+    w = pd.read_parquet(h200_telemetry)
+    user = str(w.loc[w["job_id"] == "5003", "user"].iloc[0])
+    jobs = tmp_path / "sacct.csv"
+    pd.DataFrame({"job_id": ["5003"], "user": [user], "name": ["decode.sh"], "account": ["physics"],
+                  "admin_comment": ["wattclass:label=memory;conf=0.93;cap=60%;src=rule;mode=shadow"]}
+                 ).to_csv(jobs, index=False, quoting=1)
+    assert main(["nightly", "--data-root", str(root), "--date", DAY, "--jobs-file", str(jobs),
+                 "--no-retrain", "--table-out", str(tmp_path / "labels.tsv")]) == 0
+    capsys.readouterr()
+    day = root / "classifier" / "labels" / f"date={DAY}" / "labels.parquet"
+    stored = pd.read_parquet(day)
+    newer = root / "classifier" / "labels" / "date=2026-11-30" / "labels.parquet"
+    newer.parent.mkdir(parents=True)
+    stored.assign(job_id="9" + stored["job_id"].astype(str), date="2026-11-30").to_parquet(newer, index=False)
+    stored.drop(columns=["decision_comment"]).to_parquet(day, index=False)  # as the version before wrote it
+    d = _json(capsys, "5003", "--data-root", str(root))
+    assert d["decision"] == "none" and "sacct -j" in d["reason"], d
+    assert "no wattclass decision" not in d["reason"], d

@@ -413,3 +413,18 @@ def test_policy_apply_rewrites_the_tables_policy_now_keeping_its_keys(
     text = table.read_text()
     assert main(["policy", "apply", "--policy", str(bad), "--table", str(table)]) == 2
     assert table.read_text() == text
+
+
+def test_policy_apply_names_a_missing_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A rollback given a table path that is not there (a typo, the table moved away to stop
+    deciding) ended in a FileNotFoundError traceback, exit 1 (found by the session review). Now a
+    usage error naming --table and the path, and no file is made there."""
+    pol = _write(tmp_path, GOOD)
+    table = tmp_path / "labels.tsv"
+    assert main(["policy", "apply", "--policy", str(pol), "--table", str(table)]) == 2
+    err = capsys.readouterr().err
+    assert "--table" in err and str(table) in err and "Traceback" not in err, err
+    assert not table.exists()
+    long = tmp_path / ("x" * 300)  # another OSError (ENAMETOOLONG): named too
+    assert main(["policy", "apply", "--policy", str(pol), "--table", str(long)]) == 2
+    assert "--table" in capsys.readouterr().err

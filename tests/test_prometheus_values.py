@@ -151,3 +151,19 @@ def test_the_enforced_limit_is_the_rows_limit_where_both_limits_are_exported() -
     (tl,) = merge([series], mapping.DEFAULT_JOB_LABEL, None).values()
     rows = gpu_rows(tl, T0, 10.0)
     assert rows and all(r["power_limit_w"] == 650.0 for r in rows)
+
+
+def test_a_nan_enforced_limit_falls_back_to_the_management_limit() -> None:
+    """Since the enforced limit is read first, a GPU whose exporter writes it as NaN (a field DCGM
+    could not read) lost its limit on every row although the management limit was there: the
+    model's power fractions unknown, the report's caps taken from the board's default (found by
+    the session review; before the reorder the management limit was read). A non-finite sample
+    of one name now gives way to a finite one of the next."""
+    t = [T0 + i for i in range(N)]
+    series = [Series({**LABELS, "__name__": mapping.ENERGY}, t, [1e9 + 300_000.0 * i for i in range(N)]),
+              Series({**LABELS, "__name__": "DCGM_FI_DEV_POWER_USAGE"}, t, [300.0] * N),
+              Series({**LABELS, "__name__": "DCGM_FI_DEV_POWER_MGMT_LIMIT"}, t, [900.0] * N),
+              Series({**LABELS, "__name__": "DCGM_FI_DEV_ENFORCED_POWER_LIMIT"}, t, [float("nan")] * N)]
+    (tl,) = merge([series], mapping.DEFAULT_JOB_LABEL, None).values()
+    rows = gpu_rows(tl, T0, 10.0)
+    assert rows and all(r["power_limit_w"] == 900.0 for r in rows)

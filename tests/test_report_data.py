@@ -467,6 +467,10 @@ def test_a_window_without_a_limit_is_capped_as_its_board_not_as_an_h200(windows:
     "NVIDIA B200", "NVIDIA GH200 480GB", "  nvidia h100 pcie ", "NVIDIA_A100_SXM4", "NVIDIA-H200", "",
     "NVIDIA", "PCIE X", "H200-", "-PCIE", "NVIDIA H100\tPCIe", "TESLA V100 NVL-2", "nvidiA a100 nvlink",
     "Tesla V100-FHHL-16GB", "Tesla V100-SXM2-32GB-LS", "NVIDIA LS40",
+    # white space Python's str.strip and re's \s take and RE2's \s does not (found by review: the
+    # SQL capped an A100 with a no-break space in its name as no board, the pandas reference as an A100)
+    "NVIDIA\u00a0A100-SXM4-80GB", "NVIDIA A100\x0b80GB", "\u3000H200", "NVIDIA H100\u2028PCIe",
+    "NVIDIA A100\x85NVL", "\x1cH100\x1f", "NVIDIA\u2009B200",
 ])
 def test_the_sql_board_key_is_the_python_one(model: str) -> None:
     """``limits.board_key_sql`` must read a model name as ``caps.board_key`` does, or the report's
@@ -479,6 +483,14 @@ def test_the_sql_board_key_is_the_python_one(model: str) -> None:
     with duckdb.connect() as con:
         got = con.execute(f"SELECT {limits.board_key_sql('$m')}", {"m": model}).fetchone()
     assert got is not None and got[0] == board_key(model)
+
+
+def test_the_sql_board_key_takes_every_white_space_python_takes() -> None:
+    """``board_key_sql`` lists the separators by hand (RE2's ``\\s`` is ASCII only): the list is
+    every character ``str.isspace`` takes, as ``caps.board_key``'s strip and split do."""
+    from wattclass.report import limits
+
+    assert set(limits.WHITESPACE) == {chr(c) for c in range(0x110000) if chr(c).isspace()}
 
 
 def _split_rows(windows: pd.DataFrame, basis: str, ratios: tuple[float, ...]) -> pd.DataFrame:
@@ -574,3 +586,97 @@ def test_an_empty_model_name_is_named_as_no_model_name(windows: pd.DataFrame) ->
     half = windows.assign(gpu_model=[None if i % 2 else "" for i in range(len(windows))])
     both = report_data.load(windows=half).work_unrated_kwh  # null and empty: one sum
     assert both["(no model name)"] == pytest.approx(agg.work_unrated_kwh["(no model name)"], rel=1e-9)
+
+
+def test_a_nan_limit_in_a_file_is_a_missing_limit_as_in_the_reference(
+        windows: pd.DataFrame, tmp_path: Path) -> None:
+    """A Parquet file may hold NaN (or an infinity), not null, where a writer other than the daemon
+    had no limit.
+    DuckDB orders NaN above every number, so the SQL took it as a limit ("60%" of NaN, a cap
+    that never bites: nothing saved) where the pandas reference takes NaN as missing and caps the
+    window as its board (found by the session review). Both now read it as missing."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    t = pa.Table.from_pandas(windows, preserve_index=False)
+    i = t.schema.get_field_index("power_limit_w")
+    limit = np.full(t.num_rows, np.nan)  # NaN, not null; an infinity on some rows, 700 W on others:
+    limit[1::3], limit[2::3] = np.inf, 700.0  # the file's statistics then hold numbers (see limit_sql)
+    t = t.set_column(i, "power_limit_w", pa.array(limit))
+    path = tmp_path / "part-0.parquet"
+    pq.write_table(t, path)
+    labels = est.rule_job_labels(windows).assign(label="memory")
+    caps = {"memory": "60%"}
+    got = report_data.load(files=[path], labels=labels, caps=caps)
+    w = pd.read_parquet(path)
+    ref = est.estimate_savings(est.attach_labels(w.assign(job_id=w["job_id"].astype(object)), labels), caps)
+    assert ref.saved_kwh > 0 and got.savings.saved_kwh == pytest.approx(ref.saved_kwh, rel=1e-9)
+    at_700 = report_data.load(windows=windows.assign(power_limit_w=700.0), labels=labels, caps=caps)
+    assert got.savings.saved_kwh == pytest.approx(at_700.savings.saved_kwh, rel=1e-9)
+
+
+def test_a_nan_sm_activity_in_a_file_leaves_the_window_out_of_the_work_estimate(
+        windows: pd.DataFrame, tmp_path: Path) -> None:
+    """A window whose ``sm_util_pct`` is NaN (not null) in a Parquet file has no GPM reading: the
+    pandas reference leaves it out of the useful-work estimate; the SQL tested ``IS NOT NULL``,
+    which NaN passes, and counted its energy as GPM energy (found by the session review)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    t = pa.Table.from_pandas(windows, preserve_index=False)
+    sm = t.column("sm_util_pct").to_numpy(zero_copy_only=False).astype(float)
+    sm[::2] = np.nan  # every other window: NaN, not null
+    t = t.set_column(t.schema.get_field_index("sm_util_pct"), "sm_util_pct", pa.array(sm))
+    path = tmp_path / "part-0.parquet"
+    pq.write_table(t, path)
+    w = pd.read_parquet(path)
+    labels = est.rule_job_labels(windows)
+    got = report_data.load(files=[path], labels=labels)
+    ref = est.work_per_energy(est.attach_labels(w.assign(job_id=w["job_id"].astype(object)), labels))
+    assert not ref.empty
+    pd.testing.assert_frame_equal(got.work_per_energy, ref, check_names=False, rtol=1e-9)
+
+
+def test_a_nan_share_ratio_in_a_file_counts_the_whole_gpu_as_in_the_reference(
+        windows: pd.DataFrame, tmp_path: Path) -> None:
+    """``share_sql`` took a share between 0 and 1 as it is, else 1; DuckDB decided "between 0 and
+    1" from the Parquet statistics, which leave NaN out, so a NaN share passed, and one NaN row
+    made its label's whole TFLOP NaN (found by the session review). pandas' ``share_series``
+    reads NaN as 1, and so does the SQL now."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    share = np.where(np.arange(len(windows)) % 5 == 0, np.nan, 1.0)  # NaN among numbers in [0, 1]
+    t = pa.Table.from_pandas(windows, preserve_index=False).append_column("share_ratio", pa.array(share))
+    path = tmp_path / "part-0.parquet"
+    pq.write_table(t, path)
+    got = report_data.load(files=[path])
+    whole = report_data.load(windows=windows)
+    assert got.work_per_energy["tflop"].notna().all()
+    pd.testing.assert_frame_equal(got.work_per_energy, whole.work_per_energy, check_names=False, rtol=1e-9)
+
+
+def test_a_nan_mean_power_in_a_file_is_a_missing_one_as_in_the_reference(
+        windows: pd.DataFrame, tmp_path: Path) -> None:
+    """A NaN ``power_avg_w`` among numbers passed the SQL's ``> 0`` (decided from the Parquet
+    statistics, which leave NaN out) and its capped energy was the energy x least(1, NaN): nothing
+    saved, where pandas reads NaN as missing and caps energy / length (found by the session review)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    t = pa.Table.from_pandas(windows, preserve_index=False)
+    p = t.column("power_avg_w").to_numpy(zero_copy_only=False).astype(float)
+    p[::3] = np.nan
+    t = t.set_column(t.schema.get_field_index("power_avg_w"), "power_avg_w", pa.array(p))
+    path = tmp_path / "part-0.parquet"
+    pq.write_table(t, path)
+    labels = est.rule_job_labels(windows).assign(label="memory")
+    caps = {"memory": "60%"}
+    got = report_data.load(files=[path], labels=labels, caps=caps)
+    w = pd.read_parquet(path)
+    ref = est.estimate_savings(est.attach_labels(w.assign(job_id=w["job_id"].astype(object)), labels), caps)
+    assert got.savings.saved_kwh == pytest.approx(ref.saved_kwh, rel=1e-9)

@@ -14,10 +14,10 @@ from typing import NamedTuple
 ENERGY = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"  # counter, mJ since the driver loaded
 
 #: DCGM gauge -> (GpuSample field, scale to the field's unit). Where two names exist (DCGM renamed
-#: throttle reasons to clock-event reasons), both are listed; the first present wins. The enforced
-#: limit before the management limit: ``power_limit_w`` is the limit in force (the daemon reads
-#: ``nvmlDeviceGetEnforcedPowerLimit``), which is lower where the board's power is shared or
-#: budgeted (a GH200 with its CPU, a node power budget).
+#: throttle reasons to clock-event reasons), both are listed; the first with a finite sample wins
+#: (``windows._gauge``). The enforced limit before the management limit: ``power_limit_w`` is the
+#: limit in force (the daemon reads ``nvmlDeviceGetEnforcedPowerLimit``), which is lower where the
+#: board's power is shared or budgeted (a GH200 with its CPU, a node power budget).
 GAUGES: dict[str, tuple[str, float]] = {
     "DCGM_FI_DEV_POWER_USAGE": ("power_w", 1.0),  # W
     "DCGM_FI_DEV_ENFORCED_POWER_LIMIT": ("power_limit_w", 1.0),  # W

@@ -147,12 +147,19 @@ def _constant(tl: GpuTimeline, name: str) -> float | None:
 
 
 def _gauge(tl: GpuTimeline, t: float, name: str) -> float | None:
+    """The field ``name`` at scrape ``t`` from the first of its DCGM names (``mapping.GAUGES``)
+    with a finite sample there, else the first non-finite one (NaN: the daemon's and ``_reasons``'
+    missing-value counts see it), else None. Why not the first present: a NaN enforced limit
+    hid the management limit the exporter also gave."""
+    odd: float | None = None
     for dcgm, (col, scale) in mapping.GAUGES.items():
         if col == name:
             v = tl.fields.get(dcgm, {}).get(t)
-            if v is not None:
+            if v is not None and math.isfinite(v):
                 return float(v * scale)
-    return None
+            if v is not None and odd is None:
+                odd = float(v * scale)
+    return odd
 
 
 #: The clock-event reasons are an NVML bitmask of 64 bits.

@@ -134,6 +134,17 @@ class _Source:
         self.con.close()
 
 
+def _pavg(src: _Source) -> str:
+    """The window's ``power_avg_w``, NULL where NaN, as pandas reads NaN (``estimates``): a NaN among
+    numbers in a Parquet file passed ``> 0`` (DuckDB decides it from the statistics, which leave
+    NaN out), so its capped energy was energy x least(1, NaN), nothing saved, and its mean power
+    NaN instead of energy / length."""
+    from wattclass.classifier import rowsql
+
+    col = src.col("power_avg_w")
+    return f"(CASE WHEN {rowsql.is_nan_sql(col)} THEN NULL ELSE {col} END)"
+
+
 def _secs(src: _Source) -> str:
     return "greatest(epoch_ms(ts_end) - epoch_ms(ts_start), 0) / 1000.0"
 
@@ -246,8 +257,8 @@ def _load(src: _Source, labels: pd.DataFrame | None, caps: Mapping[str, str] | N
 
     caps = dict(est.DEFAULT_CAPS if caps is None else caps)
     secs, energy, code = _secs(src), src.col("energy_j"), _rule_code(src)
-    power = f"coalesce({src.col('power_avg_w')}, {energy} / nullif({secs}, 0))"
-    gpm = " AND ".join([f"{src.col('sm_util_pct')} IS NOT NULL",
+    power = f"coalesce({_pavg(src)}, {energy} / nullif({secs}, 0))"
+    gpm = " AND ".join([f"isfinite({src.col('sm_util_pct')})",  # NaN: no GPM reading (estimated_tflops)
                         *(f"isfinite({src.col(c)})" for c in peaks.PIPES), f"{energy} > 0"])
     # each pipe's activity share where the window has GPM: weighed by the board's peak rates per
     # GPU model after the scan (``peaks.register_rates``); a shared GPU's row counts its share of
@@ -276,7 +287,7 @@ def _load(src: _Source, labels: pd.DataFrame | None, caps: Mapping[str, str] | N
     # file: a month of 1,000 GPUs took 10 minutes on 2 cores (issue 15).
     # each cap's watts once per row, in a projection below (its CASE, repeated in the capped energy,
     # cost more than the rest of the savings model)
-    pavg = src.col("power_avg_w")
+    pavg = _pavg(src)
     cap_cols = "".join(f", {limits.capped_energy_sql(pavg, power, f'_cw_{lab}', secs, energy)} AS _nj_{lab}"
                        for lab, _ in cap_aggs)
     read = (f"(SELECT *{''.join(f', {cw} AS _cw_{lab}' for lab, cw in cap_aggs)} FROM {src.read})"
@@ -469,7 +480,7 @@ def _timeline(src: _Source, jobs: pd.DataFrame, max_gpus: int, t0: pd.Timestamp,
     src.con.register("job_labels", jobs[["job_id", "label"]])
     secs = _secs(src)
     energy = src.col("energy_j")
-    power = f"coalesce({src.col('power_avg_w')}, {energy} / nullif({secs}, 0))"
+    power = f"coalesce({_pavg(src)}, {energy} / nullif({secs}, 0))"
     df = src.df(
         f"WITH lw AS (SELECT v.*, CASE WHEN v.job_id IS NULL THEN 'no job' "
         "ELSE coalesce(l.label, 'unlabelled') END AS label FROM w v LEFT JOIN job_labels l "

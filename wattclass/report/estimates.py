@@ -131,7 +131,8 @@ def estimated_tflops(w: pd.DataFrame) -> pd.Series:
     activity = w[list(PIPES)].astype(float).to_numpy() / 100.0
     tf = pd.Series((activity * rates.to_numpy(dtype=float)).sum(axis=1), index=w.index) * share_series(w)
     finite = np.asarray(np.isfinite(activity).all(axis=1), dtype=bool)
-    return tf.where(w["sm_util_pct"].notna().to_numpy() & finite & rates.notna().all(axis=1).to_numpy())
+    sm_ok = np.isfinite(w["sm_util_pct"].astype(float).to_numpy())  # NaN: no GPM reading (report.data too)
+    return tf.where(sm_ok & finite & rates.notna().all(axis=1).to_numpy())
 
 
 def work_per_energy(w: pd.DataFrame) -> pd.DataFrame:

@@ -105,15 +105,22 @@ def _label_row(root: Path, job_id: str) -> dict[str, Any] | None:
             files.remove(f)
     if not files:
         return None
+    # days written before the decision column: their rows know nothing of the decision, though the
+    # union of the days' columns gives them a null one (read as "no decision", ``summarise``)
+    undecided = {f.parent.name.removeprefix("date=") for f, sc in zip(files, schemas, strict=True)
+                 if "decision_comment" not in sc.names}
     try:
         schema = pa.unify_schemas(schemas, promote_options="permissive")
         t = ds.dataset([str(f) for f in files], schema=schema, format="parquet").to_table(
             filter=ds.field("job_id") == job_id)
+        row = _whole_job(t.to_pandas() if t.num_rows else None)
     except (OSError, pa.ArrowException):
         # days whose columns do not merge (a confidence written as text, job ids as integers)
         # were a traceback: the days one by one
-        return _whole_job(_rows_day_by_day(files, job_id, "label store file"))
-    return _whole_job(t.to_pandas() if t.num_rows else None)
+        row = _whole_job(_rows_day_by_day(files, job_id, "label store file"))
+    if row is not None and str(row.get("date")) in undecided:
+        row.pop("decision_comment", None)
+    return row
 
 
 def _whole_job(rows: pd.DataFrame | None) -> dict[str, Any] | None:

@@ -17,31 +17,47 @@ import pandas as pd
 from wattclass.caps import KNOWN_LIMITS_W, OTHER_BOARD_TOKENS, board_key
 from wattclass.savings.response import DEFAULT_LIMIT_W
 
+#: The characters Python's ``str.strip()`` and ``re``'s ``\\s`` take as white space
+#: (``str.isspace``), which ``caps.board_key`` strips and splits a name at. RE2's ``\\s`` and
+#: DuckDB's one-argument trim take only ASCII ones (not even a vertical tab), so the SQL names them.
+WHITESPACE = "".join(chr(c) for c in (0x9, 0xA, 0xB, 0xC, 0xD, 0x1C, 0x1D, 0x1E, 0x1F, 0x20, 0x85, 0xA0,
+                                      0x1680, *range(0x2000, 0x200B), 0x2028, 0x2029, 0x202F, 0x205F,
+                                      0x3000))
+
 
 def board_key_sql(model: str) -> str:
     """``caps.board_key`` as a DuckDB expression over the SQL expression ``model`` (NULL for NULL).
 
     Two regular expressions over the cleaned name, not a split into a list: this runs on every
-    row whose limit is missing, and a list per row cost 4 s per million rows."""
-    name = (f"trim(replace(replace(upper({model}), 'NVIDIA', ''), 'TESLA', ''), "
-            "' ' || chr(9) || chr(10) || chr(11) || chr(12) || chr(13))")
+    row whose limit is missing, and a list per row cost 4 s per million rows. White space is
+    ``WHITESPACE``, Python's: with RE2's ASCII ``\\s`` a name with a no-break space ("NVIDIA\\u00a0A100")
+    was no board to the SQL and an A100 to the pandas reference and the Prolog."""
+    chars = " || ".join(f"chr({ord(c)})" for c in WHITESPACE)
+    name = f"trim(replace(replace(upper({model}), 'NVIDIA', ''), 'TESLA', ''), {chars})"
+    sep = "[" + "".join(f"\\x{{{ord(c):x}}}" for c in WHITESPACE) + "_-]"
     others = "|".join(sorted(OTHER_BOARD_TOKENS))
-    return (f"CASE WHEN regexp_matches({name}, '[\\s_-]+({others})([\\s_-]|$)') THEN '' "
-            f"ELSE regexp_extract({name}, '^[^\\s_-]*') END")
+    return (f"CASE WHEN regexp_matches({name}, '{sep}+({others})({sep}|$)') THEN '' "
+            f"ELSE regexp_extract({name}, '^[^{sep[1:]}*') END")
 
 
 def limit_sql(limit: str, model: str) -> str:
     """The window's limit (SQL expression ``limit``), else its board's default by the SQL
     expression ``model``; NULL where neither is known. The board is read only where the limit is
-    missing (a CASE, not coalesce, which DuckDB evaluates for every row)."""
+    missing (a CASE, not coalesce, which DuckDB evaluates for every row). A limit that is no
+    finite number (NaN or infinite, in a file another writer made) is missing, as in
+    ``limit_series``: DuckDB orders NaN above every number, so as a limit it made a cap that never
+    bites. ``isfinite``, not ``NOT isnan``: DuckDB 2.0 folds ``isnan`` of a Parquet column to
+    false from the file's statistics, which leave NaN out."""
     whens = " ".join(f"WHEN '{k}' THEN {w!r}" for k, w in sorted(DEFAULT_LIMIT_W.items()))
-    return f"CASE WHEN {limit} IS NOT NULL THEN {limit} ELSE (CASE {board_key_sql(model)} {whens} END) END"
+    return (f"CASE WHEN isfinite({limit}) THEN {limit} "  # NULL: not true either, the board's
+            f"ELSE (CASE {board_key_sql(model)} {whens} END) END")
 
 
 def limit_series(w: pd.DataFrame) -> pd.Series:
     """``limit_sql`` per row of a window table (NaN where neither is known)."""
     limit = (w["power_limit_w"].astype(float) if "power_limit_w" in w
              else pd.Series(np.nan, index=w.index, dtype=float))
+    limit = limit.where(np.isfinite(limit))  # an infinite limit is no limit either (limit_sql)
     if "gpu_model" not in w:
         return limit
     by_model = w["gpu_model"].map(lambda m: DEFAULT_LIMIT_W.get(board_key(m)) if isinstance(m, str) else None)
@@ -89,7 +105,8 @@ def cap_sql(cap: str | None, limit_w: str, model: str = "NULL") -> str | None:
                f"ELSE greatest({raw}, {_min_clamp_sql(raw, model)}) END")
     if share <= 0:
         return f"({general})"
-    return f"(CASE WHEN {limit_w} >= {_MIN_FLOOR_W / share!r} THEN {share!r} * {limit_w} ELSE {general} END)"
+    return (f"(CASE WHEN {limit_w} >= {_MIN_FLOOR_W / share!r} AND isfinite({limit_w}) "
+            f"THEN {share!r} * {limit_w} ELSE {general} END)")
 
 
 def clamp_series(cap_w: pd.Series, models: pd.Series) -> pd.Series:

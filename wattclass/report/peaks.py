@@ -66,8 +66,10 @@ def rated_model_sql(model: str, share_basis: str) -> str:
 def share_sql(share_ratio: str) -> str:
     """A row's share of its GPU's work (SQL): ``share_ratio`` where it is one (a GPU several jobs
     shared: every row carries the whole GPU's GPM, so the jobs' rows counted its work once per
-    job), else 1 (a sole job, no job, or a value that is no share)."""
-    return f"(CASE WHEN {share_ratio} >= 0 AND {share_ratio} <= 1 THEN {share_ratio} ELSE 1.0 END)"
+    job), else 1 (a sole job, no job, or a value that is no share). ``isfinite`` first: DuckDB
+    decides the bounds from a Parquet column's statistics, which leave NaN out, so a NaN passed."""
+    return (f"(CASE WHEN isfinite({share_ratio}) AND {share_ratio} >= 0 AND {share_ratio} <= 1 "
+            f"THEN {share_ratio} ELSE 1.0 END)")
 
 
 def share_series(w: pd.DataFrame) -> pd.Series:
