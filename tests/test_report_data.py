@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -597,20 +598,13 @@ def test_a_nan_limit_in_a_file_is_a_missing_limit_as_in_the_reference(
     window as its board (found by the session review). Both now read it as missing."""
     import numpy as np
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     t = pa.Table.from_pandas(windows, preserve_index=False)
     i = t.schema.get_field_index("power_limit_w")
     limit = np.full(t.num_rows, np.nan)  # NaN, not null; an infinity on some rows, 700 W on others:
     limit[1::3], limit[2::3] = np.inf, 700.0  # the file's statistics then hold numbers (see limit_sql)
     t = t.set_column(i, "power_limit_w", pa.array(limit))
-    path = tmp_path / "part-0.parquet"
-    pq.write_table(t, path)
-    labels = est.rule_job_labels(windows).assign(label="memory")
-    caps = {"memory": "60%"}
-    got = report_data.load(files=[path], labels=labels, caps=caps)
-    w = pd.read_parquet(path)
-    ref = est.estimate_savings(est.attach_labels(w.assign(job_id=w["job_id"].astype(object)), labels), caps)
+    got, ref, labels, caps = _file_savings_and_reference(windows, t, tmp_path)
     assert ref.saved_kwh > 0 and got.savings.saved_kwh == pytest.approx(ref.saved_kwh, rel=1e-9)
     at_700 = report_data.load(windows=windows.assign(power_limit_w=700.0), labels=labels, caps=caps)
     assert got.savings.saved_kwh == pytest.approx(at_700.savings.saved_kwh, rel=1e-9)
@@ -666,17 +660,26 @@ def test_a_nan_mean_power_in_a_file_is_a_missing_one_as_in_the_reference(
     saved, where pandas reads NaN as missing and caps energy / length (found by the session review)."""
     import numpy as np
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     t = pa.Table.from_pandas(windows, preserve_index=False)
     p = t.column("power_avg_w").to_numpy(zero_copy_only=False).astype(float)
     p[::3] = np.nan
     t = t.set_column(t.schema.get_field_index("power_avg_w"), "power_avg_w", pa.array(p))
+    got, ref, _, _ = _file_savings_and_reference(windows, t, tmp_path)
+    assert got.savings.saved_kwh == pytest.approx(ref.saved_kwh, rel=1e-9)
+
+
+def _file_savings_and_reference(windows: pd.DataFrame, table: Any, tmp_path: Path
+                                ) -> tuple[Any, est.SavingsResult, pd.DataFrame, dict[str, str]]:
+    """``table`` written as one Parquet file, every job memory-bound under a 60% cap: the report's
+    load of the file (SQL) and the pandas reference's savings over the same file read back."""
+    import pyarrow.parquet as pq
+
     path = tmp_path / "part-0.parquet"
-    pq.write_table(t, path)
+    pq.write_table(table, path)
     labels = est.rule_job_labels(windows).assign(label="memory")
     caps = {"memory": "60%"}
     got = report_data.load(files=[path], labels=labels, caps=caps)
     w = pd.read_parquet(path)
     ref = est.estimate_savings(est.attach_labels(w.assign(job_id=w["job_id"].astype(object)), labels), caps)
-    assert got.savings.saved_kwh == pytest.approx(ref.saved_kwh, rel=1e-9)
+    return got, ref, labels, caps
