@@ -361,7 +361,7 @@ def _load(src: _Source, labels: pd.DataFrame | None, caps: Mapping[str, str] | N
     order = [x for x in est.LABEL_ORDER if x in t.index] + sorted(set(t.index) - set(est.LABEL_ORDER))
     t = t.loc[order]
     t.index.name = None
-    wpe = _work_per_energy(lg[["tflop", "gpm_energy_j"]].sum(min_count=1))
+    wpe = peaks.work_table(lg[["tflop", "gpm_energy_j"]].sum(min_count=1))
     sav_rows = []
     for lab in est.CAPPED_LABELS:
         if f"new_j_{lab}" in jobs.columns:
@@ -403,16 +403,6 @@ def _job_savings(jobs: pd.DataFrame) -> pd.DataFrame:
             jobs.loc[m, "saved_j"] = jobs.loc[m, f"saved_j_{lab}"].fillna(0.0)
     return jobs[["job_id", "user", "n_windows", "energy_j", "gpu_hours", "label", "confidence", "source",
                  "saved_j"]]
-
-
-def _work_per_energy(tf: pd.DataFrame) -> pd.DataFrame:
-    """Per label: estimated TFLOP, energy (kJ) and TFLOP/s per kW over the windows with GPM."""
-    tf = tf[tf["tflop"].notna() & (tf["gpm_energy_j"] > 0)]
-    wpe = pd.DataFrame({"tflop": tf["tflop"], "energy_kj": tf["gpm_energy_j"] / 1e3})
-    wpe["tflops_per_kw"] = wpe["tflop"] / wpe["energy_kj"]
-    wpe = wpe.loc[[x for x in est.LABEL_ORDER if x in wpe.index]]
-    wpe.index.name = None
-    return wpe
 
 
 def _with_labels(jobs: pd.DataFrame, labels: pd.DataFrame | None) -> pd.DataFrame:

@@ -116,3 +116,19 @@ def register_rates(con: Any) -> tuple[tuple[str, ...], dict[str, float]]:
     cols |= {f"r{i}": pa.array([r[i] for r in rated.values()], pa.float64()) for i in range(len(PIPES))}
     con.register("_peaks", pa.table(cols))
     return tuple(sorted(rated)), unrated
+
+
+def work_table(tf: pd.DataFrame) -> pd.DataFrame:
+    """Per label (the index, in ``estimates.LABEL_ORDER``): estimated TFLOP, energy (kJ) and
+    TFLOP/s per kW over the windows with GPM on boards of known rates (``tf``: tflop and
+    gpm_energy_j summed per label)."""
+    import pandas as pd
+
+    from wattclass.report.estimates import LABEL_ORDER
+
+    tf = tf[tf["tflop"].notna() & (tf["gpm_energy_j"] > 0)]
+    wpe = pd.DataFrame({"tflop": tf["tflop"], "energy_kj": tf["gpm_energy_j"] / 1e3})
+    wpe["tflops_per_kw"] = wpe["tflop"] / wpe["energy_kj"]
+    wpe = wpe.loc[[x for x in LABEL_ORDER if x in wpe.index]]
+    wpe.index.name = None
+    return wpe
