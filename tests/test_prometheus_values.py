@@ -15,7 +15,7 @@ import pytest
 
 from wattclass.telemetry.prometheus import mapping
 from wattclass.telemetry.prometheus.client import Series
-from wattclass.telemetry.prometheus.windows import gpu_rows, merge, missing_fields
+from wattclass.telemetry.prometheus.windows import GpuTimeline, gpu_rows, merge, missing_fields
 
 LABELS = {"UUID": "GPU-1", "Hostname": "node1", "gpu": "0", "hpc_job": "42"}
 N, T0 = 60, 1_800_000_000.0  # one scrape a second
@@ -112,13 +112,8 @@ def test_the_max_sm_clock_reaches_the_rows_and_the_models_clock_features() -> No
     from wattclass.schema import conform
     from wattclass.telemetry.sink import rows_to_table
 
-    t = [T0 + i for i in range(N)]
-    series = [Series({**LABELS, "__name__": mapping.ENERGY}, t, [1e9 + 300_000.0 * i for i in range(N)]),
-              Series({**LABELS, "__name__": "DCGM_FI_DEV_POWER_USAGE"}, t, [300.0] * N),
-              Series({**LABELS, "__name__": "DCGM_FI_DEV_POWER_MGMT_LIMIT"}, t, [400.0] * N),
-              Series({**LABELS, "__name__": "DCGM_FI_DEV_SM_CLOCK"}, t, [1200.0] * N),
-              Series({**LABELS, "__name__": "DCGM_FI_DEV_MAX_SM_CLOCK"}, t, [1410.0] * N)]
-    (tl,) = merge([series], mapping.DEFAULT_JOB_LABEL, None).values()
+    tl = _steady_gpu(DCGM_FI_DEV_POWER_MGMT_LIMIT=400.0, DCGM_FI_DEV_SM_CLOCK=1200.0,
+                     DCGM_FI_DEV_MAX_SM_CLOCK=1410.0)
     rows = gpu_rows(tl, T0, 10.0)
     assert rows and all(r["sm_clock_max_mhz"] == 1410.0 for r in rows)
     feats = window_features(conform(rows_to_table(rows)))
@@ -129,10 +124,7 @@ def test_the_max_sm_clock_reaches_the_rows_and_the_models_clock_features() -> No
 def test_model_inputs_an_exporter_lacks_are_named() -> None:
     """Without the power limit or the max SM clock the model's power and clock fractions are
     unknown on every window: the import says so, as it does for the rule's fields."""
-    t = [T0 + i for i in range(N)]
-    series = [Series({**LABELS, "__name__": mapping.ENERGY}, t, [1e9 + 300_000.0 * i for i in range(N)]),
-              Series({**LABELS, "__name__": "DCGM_FI_DEV_POWER_USAGE"}, t, [300.0] * N)]
-    (tl,) = merge([series], mapping.DEFAULT_JOB_LABEL, None).values()
+    tl = _steady_gpu()
     miss = missing_fields(tl)
     assert "DCGM_FI_DEV_MAX_SM_CLOCK" in miss and "DCGM_FI_DEV_ENFORCED_POWER_LIMIT" in miss
 
@@ -143,12 +135,7 @@ def test_the_enforced_limit_is_the_rows_limit_where_both_limits_are_exported() -
     board whose enforced limit is below it (a GH200 whose module power is shared with the CPU, a
     node power budget) the model's power fractions were taken against a limit the GPU never ran
     under (found by review)."""
-    t = [T0 + i for i in range(N)]
-    series = [Series({**LABELS, "__name__": mapping.ENERGY}, t, [1e9 + 300_000.0 * i for i in range(N)]),
-              Series({**LABELS, "__name__": "DCGM_FI_DEV_POWER_USAGE"}, t, [300.0] * N),
-              Series({**LABELS, "__name__": "DCGM_FI_DEV_POWER_MGMT_LIMIT"}, t, [900.0] * N),
-              Series({**LABELS, "__name__": "DCGM_FI_DEV_ENFORCED_POWER_LIMIT"}, t, [650.0] * N)]
-    (tl,) = merge([series], mapping.DEFAULT_JOB_LABEL, None).values()
+    tl = _steady_gpu(DCGM_FI_DEV_POWER_MGMT_LIMIT=900.0, DCGM_FI_DEV_ENFORCED_POWER_LIMIT=650.0)
     rows = gpu_rows(tl, T0, 10.0)
     assert rows and all(r["power_limit_w"] == 650.0 for r in rows)
 
@@ -159,11 +146,17 @@ def test_a_nan_enforced_limit_falls_back_to_the_management_limit() -> None:
     model's power fractions unknown, the report's caps taken from the board's default (found by
     the session review; before the reorder the management limit was read). A non-finite sample
     of one name now gives way to a finite one of the next."""
+    tl = _steady_gpu(DCGM_FI_DEV_POWER_MGMT_LIMIT=900.0, DCGM_FI_DEV_ENFORCED_POWER_LIMIT=float("nan"))
+    rows = gpu_rows(tl, T0, 10.0)
+    assert rows and all(r["power_limit_w"] == 900.0 for r in rows)
+
+
+def _steady_gpu(**gauges: float) -> GpuTimeline:
+    """One GPU's merged series: its energy counter at 300 W, power 300 W, and each DCGM gauge
+    named in ``gauges`` at its constant value, one scrape a second."""
     t = [T0 + i for i in range(N)]
     series = [Series({**LABELS, "__name__": mapping.ENERGY}, t, [1e9 + 300_000.0 * i for i in range(N)]),
               Series({**LABELS, "__name__": "DCGM_FI_DEV_POWER_USAGE"}, t, [300.0] * N),
-              Series({**LABELS, "__name__": "DCGM_FI_DEV_POWER_MGMT_LIMIT"}, t, [900.0] * N),
-              Series({**LABELS, "__name__": "DCGM_FI_DEV_ENFORCED_POWER_LIMIT"}, t, [float("nan")] * N)]
+              *(Series({**LABELS, "__name__": name}, t, [value] * N) for name, value in gauges.items())]
     (tl,) = merge([series], mapping.DEFAULT_JOB_LABEL, None).values()
-    rows = gpu_rows(tl, T0, 10.0)
-    assert rows and all(r["power_limit_w"] == 900.0 for r in rows)
+    return tl
