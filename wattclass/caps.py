@@ -94,6 +94,15 @@ def board_key(model: str) -> str:
     return tokens[0]
 
 
+def known_range_w(model: object) -> tuple[float | None, float | None]:
+    """The NVML (min, max) limit of a board ``KNOWN_LIMITS_W`` knows by its model name, else
+    (None, None). The Prolog clamps each cap to its GPU's range; the what-if (``simulate``) and the
+    report's savings estimate clamp where they know the range (a "20%" cap on an H200 is 200 W, its
+    minimum, not 140 W) and leave other boards' caps as the policy says rather than guess."""
+    lim = KNOWN_LIMITS_W.get(board_key(model)) if isinstance(model, str) else None
+    return (lim[1], lim[2]) if lim is not None else (None, None)
+
+
 def known_limits(model: str) -> tuple[float, float, float]:
     """NVML limits of a known GPU model ("H200", "NVIDIA H200", "h100"); ConfigError if unknown."""
     key = board_key(model)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from wattclass.caps import KNOWN_LIMITS_W, OTHER_BOARD_TOKENS, board_key
+from wattclass.caps import KNOWN_LIMITS_W, OTHER_BOARD_TOKENS, board_key, known_range_w
 from wattclass.savings.response import DEFAULT_LIMIT_W
 
 #: The characters Python's ``str.strip()`` and ``re``'s ``\\s`` take as white space
@@ -111,8 +111,7 @@ def cap_sql(cap: str | None, limit_w: str, model: str = "NULL") -> str | None:
 
 def clamp_series(cap_w: pd.Series, models: pd.Series) -> pd.Series:
     """``cap_sql``'s clamp per row: each cap raised to its board's known NVML minimum."""
-    lo = models.map(lambda m: KNOWN_LIMITS_W.get(board_key(m), (0.0, 0.0, 0.0))[1]
-                    if isinstance(m, str) else 0.0).astype(float)
+    lo = models.map(lambda m: known_range_w(m)[0] or 0.0).astype(float)
     return cap_w.where(cap_w.isna(), np.maximum(cap_w, lo))
 
 

@@ -34,7 +34,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from wattclass.argtypes import is_iso_date
-from wattclass.caps import KNOWN_LIMITS_W, board_key, cap_watts
+from wattclass.caps import cap_watts, known_range_w
 from wattclass.classifier import rowsql, rules
 from wattclass.classifier.reader import partition_dates, telemetry_files, telemetry_root
 from wattclass.errors import DataError
@@ -276,15 +276,6 @@ def demand_w(need_w: npt.NDArray[np.float64], limit_w: npt.NDArray[np.float64]) 
     """
     ok = np.isfinite(need_w) & np.isfinite(limit_w) & (limit_w > 0)
     return np.where(ok, np.minimum(need_w, np.where(ok, limit_w, 0.0)), need_w)
-
-
-def known_range_w(model: object) -> tuple[float | None, float | None]:
-    """The NVML (min, max) limit of a board ``caps.KNOWN_LIMITS_W`` knows by its model name, else
-    (None, None): the Prolog clamps each cap to its GPU's range, so the what-if clamps where it
-    knows the range (a "20%" cap on an H200 is 200 W, its minimum, not 140 W) and leaves other
-    boards' caps as the policy says rather than guess their range."""
-    lim = KNOWN_LIMITS_W.get(board_key(model)) if isinstance(model, str) else None
-    return (lim[1], lim[2]) if lim is not None else (None, None)
 
 
 def apply_policy(jobs: pd.DataFrame, policy: Policy, response: SiteResponse | None) -> pd.DataFrame:
