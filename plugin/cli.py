@@ -128,10 +128,8 @@ def _policy_apply(args: argparse.Namespace) -> int:
     st = os.stat(args.table)
     group = None if st.st_mode & 0o004 else st.st_gid  # as written: 0640 root:group, or 0644
     dropped = write_label_table(args.table, entries, new, generated_at=dt.datetime.now(dt.UTC), group=group)
-    written = {"canary_threshold": 0, "min_confidence_by_label": {}, **old}
     data = {"table": str(args.table), "policy": str(args.policy), "mode_before": old.get("mode"),
-            "mode": new["mode"], "changed": [k for k in _TABLE_POLICY_KEYS if written.get(k) != new.get(k)],
-            "entries": len(entries) - dropped}
+            "mode": new["mode"], "changed": _policy_differences(old, new), "entries": len(entries) - dropped}
     emit(data, args.json, lambda d: f"{d['table']}: policy from {d['policy']} written, mode "
          f"{d['mode_before'] or '-'} -> {d['mode']} (changed: {', '.join(d['changed']) or 'nothing'}); "
          f"{d['entries']} keys kept. Jobs submitted from now on are decided with it; jobs submitted "
@@ -161,6 +159,13 @@ _REASONS = {
 #: The table policy's parts a decision depends on (explain compares the file's with the table's).
 _TABLE_POLICY_KEYS = ("mode", "min_confidence", "min_confidence_by_label", "decisions", "canary_threshold",
                       "exempt")
+
+
+def _policy_differences(in_table: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """The ``_TABLE_POLICY_KEYS`` in which a table's embedded policy (as parsed) and a policy's
+    ``table_dict`` differ. The table leaves out the lines of unset values, so their defaults fill in."""
+    written = {"canary_threshold": 0, "min_confidence_by_label": {}, **in_table}
+    return [k for k in _TABLE_POLICY_KEYS if written.get(k) != new.get(k)]
 
 
 def _why_decided(status: str, admin_comment: str | None) -> str:
@@ -199,8 +204,7 @@ def _policy_explain(args: argparse.Namespace) -> int:
     in_use = table.get("policy") or {}
     # The policy file is the sysadmin's current intent; the table's embedded copy may be older.
     table["policy"] = pol.table_dict(in_use.get("features_available") if in_use else None)
-    written = {"canary_threshold": 0, "min_confidence_by_label": {}, **in_use}  # lines left out when unset
-    differs = [k for k in _TABLE_POLICY_KEYS if written.get(k) != table["policy"].get(k)]
+    differs = _policy_differences(in_use, table["policy"])
     d = decide(table, args.user, args.name, args.account, args.partition, args.constraint,
                gpu_request=not args.no_gpu)
     why = (_why_decided(d.status, d.admin_comment) if d.status in ("shadow", "enforce")
