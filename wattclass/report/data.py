@@ -149,6 +149,11 @@ def _secs(src: _Source) -> str:
     return "greatest(epoch_ms(ts_end) - epoch_ms(ts_start), 0) / 1000.0"
 
 
+def _power(src: _Source, pavg: str) -> str:
+    """The window's mean power: ``pavg`` (``_pavg``), else its energy over its length."""
+    return f"coalesce({pavg}, {src.col('energy_j')} / nullif({_secs(src)}, 0))"
+
+
 def load(
     files: Sequence[Path] | None = None,
     windows: pd.DataFrame | None = None,
@@ -257,7 +262,8 @@ def _load(src: _Source, labels: pd.DataFrame | None, caps: Mapping[str, str] | N
 
     caps = dict(est.DEFAULT_CAPS if caps is None else caps)
     secs, energy, code = _secs(src), src.col("energy_j"), _rule_code(src)
-    power = f"coalesce({_pavg(src)}, {energy} / nullif({secs}, 0))"
+    pavg = _pavg(src)
+    power = _power(src, pavg)
     gpm = " AND ".join([f"isfinite({src.col('sm_util_pct')})",  # NaN: no GPM reading (estimated_tflops)
                         *(f"isfinite({src.col(c)})" for c in peaks.PIPES), f"{energy} > 0"])
     # each pipe's activity share where the window has GPM: weighed by the board's peak rates per
@@ -287,7 +293,6 @@ def _load(src: _Source, labels: pd.DataFrame | None, caps: Mapping[str, str] | N
     # file: a month of 1,000 GPUs took 10 minutes on 2 cores (issue 15).
     # each cap's watts once per row, in a projection below (its CASE, repeated in the capped energy,
     # cost more than the rest of the savings model)
-    pavg = _pavg(src)
     cap_cols = "".join(f", {limits.capped_energy_sql(pavg, power, f'_cw_{lab}', secs, energy)} AS _nj_{lab}"
                        for lab, _ in cap_aggs)
     read = (f"(SELECT *{''.join(f', {cw} AS _cw_{lab}' for lab, cw in cap_aggs)} FROM {src.read})"
@@ -469,8 +474,7 @@ def _timeline(src: _Source, jobs: pd.DataFrame, max_gpus: int, t0: pd.Timestamp,
     src.con.register("tl_gpus", first)
     src.con.register("job_labels", jobs[["job_id", "label"]])
     secs = _secs(src)
-    energy = src.col("energy_j")
-    power = f"coalesce({_pavg(src)}, {energy} / nullif({secs}, 0))"
+    power = _power(src, _pavg(src))
     df = src.df(
         f"WITH lw AS (SELECT v.*, CASE WHEN v.job_id IS NULL THEN 'no job' "
         "ELSE coalesce(l.label, 'unlabelled') END AS label FROM w v LEFT JOIN job_labels l "

@@ -125,7 +125,7 @@ def estimated_tflops(w: pd.DataFrame) -> pd.Series:
     models = w["gpu_model"].astype(object)
     if "share_basis" in w.columns:  # as report.data's scan: a MIG row is rated as no board
         mig = w["share_basis"].eq("mig").to_numpy(bool)
-        models = models.where(~mig, models.fillna("").astype(str).str.cat([" " + MIG_SUFFIX] * len(w)))
+        models = models.where(~mig, models.fillna("").astype(str) + " " + MIG_SUFFIX)
     known = {m: r for m in models.dropna().unique() if (r := board_peaks(m)) is not None}
     rates = pd.DataFrame.from_dict(known, orient="index", columns=list(PIPES)).reindex(models.to_numpy())
     activity = w[list(PIPES)].astype(float).to_numpy() / 100.0

@@ -106,10 +106,14 @@ def register_rates(con: Any) -> tuple[tuple[str, ...], dict[str, float]]:
     per_model = con.execute("SELECT gpu_model, sum(gpm_energy_j) FROM fine WHERE _bad = 0 "
                             "GROUP BY gpu_model").fetchall()
     # only boards with GPM windows: the page names these rates as the estimate's
-    rated = {str(m): r for m, e in per_model if e and (r := board_peaks(m)) is not None}
+    rated: dict[str, tuple[float, float, float, float]] = {}
     unrated: dict[str, float] = {}
     for m, e in per_model:
-        if e and board_peaks(m) is None:  # no name: null, or empty (an import without modelName)
+        if not e:
+            continue
+        if (r := board_peaks(m)) is not None:
+            rated[str(m)] = r
+        else:  # no name: null, or empty (an import without modelName)
             name = str(m) if m is not None and str(m).strip() else "(no model name)"
             unrated[name] = unrated.get(name, 0.0) + float(e) / 3.6e6
     cols = {"gpu_model": pa.array(list(rated), pa.string())}
