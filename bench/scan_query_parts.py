@@ -20,6 +20,12 @@ printed per round with the 1-minute load average before it, then per query the m
 rounds and the median of its per-round ratios to ``anchor_labels`` of the same round (the rounds
 interleave the queries, so a ratio compares runs seconds apart).
 
+``--operators``: each query also runs under DuckDB's profiler (JSON), and each round's record gets
+the seconds its operators took by kind (the Parquet read, the projections that compute each row's
+expressions, the group-by, the rest; summed over threads, so comparable to CPU seconds), with
+the rows and bytes the read returned: where one query's excess over another goes. The profiler
+costs time of its own: compare these figures with each other, not with a round's wall time.
+
   python bench/scan_query_parts.py --data-root /work/bench-data/fleet-1k-30d --date 2026-11-29
 """
 
@@ -56,13 +62,52 @@ def _with_rule_columns(labels_sql: str) -> str:
     return head + reads + sep + tail
 
 
+def _operator_seconds(profile: dict[str, Any]) -> dict[str, Any]:
+    """Seconds by operator kind in a DuckDB JSON profile, with the rows and bytes the reads returned."""
+    kinds: dict[str, float] = {}
+    rows_read = 0
+
+    def walk(node: dict[str, Any]) -> None:
+        nonlocal rows_read
+        name = str(node.get("operator_name") or node.get("name") or "")
+        kind = name if name in ("READ_PARQUET", "TABLE_SCAN", "PROJECTION", "HASH_GROUP_BY") else "other"
+        took = node.get("operator_timing", node.get("timing", 0.0))
+        kinds[kind] = kinds.get(kind, 0.0) + float(took or 0.0)
+        if name in ("READ_PARQUET", "TABLE_SCAN"):
+            rows_read += int(node.get("operator_cardinality", node.get("intermediate_rows", 0)) or 0)
+        for child in node.get("children", []):
+            walk(child)
+
+    for top in profile.get("operator", profile.get("children", [])):
+        walk(top)
+    return {"operator_s": {k: round(v, 3) for k, v in sorted(kinds.items())}, "rows_read": rows_read,
+            "bytes_read": int(profile.get("io", {}).get("total_bytes_read", 0))}
+
+
+def _profiled(con: Any, sql: str, path: Path) -> dict[str, Any]:
+    """Run ``sql`` on ``con`` under DuckDB's JSON profiler; its ``_operator_seconds``."""
+    import json
+
+    con.execute("PRAGMA enable_profiling = 'json'")
+    con.execute(f"PRAGMA profiling_output = '{path}'")
+    try:
+        con.sql(sql).to_arrow_table()
+    finally:
+        con.execute("PRAGMA disable_profiling")
+    return _operator_seconds(json.loads(path.read_text()))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data-root", type=Path, required=True)
     ap.add_argument("--date", required=True, help="YYYY-MM-DD")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--operators", action="store_true",
+                    help="also run each query under DuckDB's profiler: seconds by operator kind")
     a = ap.parse_args()
+    import tempfile
+
     from wattclass.classifier.engine import SAMPLE_PER_JOB
     from wattclass.classifier.reader import telemetry_files
     from wattclass.classifier.scan import Scanner
@@ -90,7 +135,12 @@ def main() -> int:
             rows = scanner.con.sql(sql).to_arrow_table().num_rows
             raw[r + 1, name] = {"wall_s": time.perf_counter() - t0, "cpu_s": _cpu_s() - c0}
             took = {k: round(v, 3) for k, v in raw[r + 1, name].items()}
-            rounds.append({"round": r + 1, "query": name, **took, "rows": rows, "load_1m": round(load, 2)})
+            rec: dict[str, Any] = {"round": r + 1, "query": name, **took, "rows": rows,
+                                   "load_1m": round(load, 2)}
+            if a.operators:
+                with tempfile.TemporaryDirectory() as tmp:
+                    rec.update(_profiled(scanner.con, sql, Path(tmp) / "profile.json"))
+            rounds.append(rec)
     scanner.close()
     median: dict[str, dict[str, float | None]] = {}
     for name in queries:

@@ -65,6 +65,17 @@ def test_scan_query_parts_tiny(tiny_fleet: Path) -> None:
     assert rows["anchor_labels"] == rows["anchor_labels_rule_columns"] > 0
     assert rows["pass_with_sample"] == rows["pass_without_sample"] >= rows["anchor_labels"]
     assert out["median"]["anchor_labels"]["wall_s_vs_anchor_labels"] == 1.0
+    assert "operator_s" not in out["rounds"][0]  # the profiler only when asked
+
+
+def test_scan_query_parts_operators_tiny(tiny_fleet: Path) -> None:
+    out = json.loads(_run(str(BENCH / "scan_query_parts.py"), "--data-root", str(tiny_fleet),
+                          "--date", "2026-03-01", "--threads", "1", "--rounds", "1", "--operators"))
+    by = {r["query"]: r for r in out["rounds"]}
+    for r in by.values():
+        assert r["operator_s"]["READ_PARQUET"] > 0 and r["bytes_read"] > 0
+    # the labels anchor reads job windows only; the pass reads every window of the day
+    assert by["pass_without_sample"]["rows_read"] > by["anchor_labels"]["rows_read"] > 0
 
 
 def test_nightly_records_latency_tiny(tiny_fleet: Path) -> None:
