@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import functools
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -205,6 +206,14 @@ def _node_features(wanted: set[str]) -> set[str] | None:
     return have
 
 
+def _table_policy(path: Path) -> dict[str, Any]:
+    """The policy file at ``path`` as the table's policy, its features those some node has."""
+    from wattclass.policy import load_policy
+
+    pol = load_policy(path)
+    return pol.table_dict(_node_features(pol.feature_names()))
+
+
 def _slurm_client(jobs_file: Path | None) -> Any:
     from wattclass.slurm.client import JobsFileClient
 
@@ -251,17 +260,16 @@ def cmd_nightly(args: argparse.Namespace) -> int:
     argtypes.existing_dir(args.data_root, "--data-root")
     if args.dask_config is not None:  # refused before the lock is taken in the data root
         argtypes.existing_file(args.dask_config, "--dask-config")
-    policy = None
-    if args.policy is not None:
-        from wattclass.policy import load_policy
-
-        pol = load_policy(args.policy)
-        policy = pol.table_dict(_node_features(pol.feature_names()))
+    policy = reload = None
+    if args.policy is not None:  # a policy that fails its checks stops the night here
+        policy = _table_policy(args.policy)
+        reload = functools.partial(_table_policy, args.policy)  # again at the table write
     from wattclass.fsutil import check_output_file
 
     table_out = check_output_file(args.table_out or args.data_root / "classifier" / "label_table.tsv",
                                   "--table-out")
     opts = NightlyOptions(data_root=args.data_root, date=date, table_out=table_out, policy=policy,
+                          policy_reload=reload,
                           retrain=not args.no_retrain, base_training=tuple(bundled_training_sources()),
                           workers=args.workers, engine=args.engine, scheduler=args.scheduler,
                           dask_config=args.dask_config, lock_timeout_s=args.lock_timeout,

@@ -68,11 +68,11 @@ from wattclass.classifier.model import (
 )
 from wattclass.classifier.reader import telemetry_files
 from wattclass.classifier.store import ClassifierStore, ModelRegistry, utc_day_bounds
-from wattclass.classifier.table import HISTORY_DAYS, build_entries
+from wattclass.classifier.table import HISTORY_DAYS, build_entries, policy_at_write
 from wattclass.classifier.training import cached_training_set, thin
 from wattclass.classifier.validity import REJECT_JOB_HOST, REJECT_JOB_TIME, REJECT_JOB_USER
 from wattclass.errors import ConfigError, SlurmError
-from wattclass.labeltable import write_label_table
+from wattclass.labeltable import table_write_lock, write_label_table
 from wattclass.lockfile import FolderLock
 from wattclass.slurm.client import SlurmClient
 
@@ -96,6 +96,8 @@ class NightlyOptions:
     date: str
     table_out: Path
     policy: Mapping[str, Any] | None = None
+    #: Reads the policy file again for the table write (``table.policy_at_write``).
+    policy_reload: Callable[[], Mapping[str, Any]] | None = None
     retrain: bool = True
     base_training: tuple[Path, ...] = ()
     seed: int = 0
@@ -476,8 +478,9 @@ def _run(
     history = store.label_history(since)
     entries = build_entries(history, now=day_end)
     # Past labeltable's limits (entries, bytes, names) keys are dropped (logged; counted here).
-    dropped = write_label_table(opts.table_out, entries, opts.policy, generated_at=dt.datetime.now(dt.UTC),
-                                group=opts.table_group)
+    with table_write_lock(opts.table_out):  # not between a `policy apply`'s read and write
+        dropped = write_label_table(opts.table_out, entries, policy_at_write(opts.policy, opts.policy_reload),
+                                    generated_at=dt.datetime.now(dt.UTC), group=opts.table_group)
     summary["table"] = {"path": str(opts.table_out), "entries": len(entries) - dropped, "dropped": dropped,
                         "by_level": pd.Series([e.level for e in entries]).value_counts().to_dict()}
     effects_hist = store.label_history((day_end - dt.timedelta(days=EFFECT_DAYS)).strftime("%Y-%m-%d"))

@@ -21,13 +21,18 @@ or account's history says, not a guess of its own (docs/design.md, "Submission-t
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable
+import logging
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from wattclass.errors import WattclassError
 from wattclass.labeltable import LABELS, Level, TableEntry
+from wattclass.logsafe import clip
+
+log = logging.getLogger("wattclass.classifier")
 
 HALF_LIFE_DAYS = 14.0
 PRIOR_WEIGHT = 0.5
@@ -123,3 +128,22 @@ def lookup(
         if e is not None and e.confidence >= min_confidence:
             return e
     return None
+
+
+def policy_at_write(start: Mapping[str, Any] | None, reload: Callable[[], Mapping[str, Any]] | None
+                    ) -> Mapping[str, Any] | None:
+    """The policy to write into the table: the policy file read again now (``reload``), else
+    ``start``, the policy read at the run's start.
+
+    Why: a run takes minutes to hours at a large site. An admin who rolled back meanwhile (mode
+    shadow in the policy file, ``policy apply``) had the rollback undone by the run's table
+    write, which carried the policy read at its start. A file that no longer loads (an edit half
+    done) leaves ``start``, with a warning naming the file's error."""
+    if reload is None:
+        return start
+    try:
+        return reload()
+    except WattclassError as exc:
+        log.warning("the policy file no longer loads (%s); the table gets the policy read at the run's "
+                    "start", clip(str(exc)))
+        return start

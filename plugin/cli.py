@@ -105,29 +105,25 @@ def _policy_apply(args: argparse.Namespace) -> int:
     Why: a rollback (mode -> shadow) waited for a whole nightly run, which leaves the old table
     in place when the day has no usable telemetry (exit 7), every window is rejected (3) or the
     lock is held (6): every new job stayed enforced. The keys are kept as they are; the features
-    offered stay those the table offered (the last night's sinfo answer), none without a policy."""
+    offered stay those the table offered (the last night's sinfo answer), none without a policy.
+    Written under the table's write lock, as the nightly writes it (``table_write_lock``)."""
     import datetime as dt
     import os
 
-    from wattclass.errors import ConfigError
-    from wattclass.fsutil import read_trusted_text
-    from wattclass.labeltable import parse_table_parts, write_label_table
+    from wattclass.labeltable import parse_table_parts, table_write_lock, write_label_table
     from wattclass.policy import load_policy
 
     pol = load_policy(args.policy)  # a policy that fails its checks changes nothing
-    try:
-        text = read_trusted_text(args.table)
-    except FileNotFoundError:  # was a traceback; nothing to keep the keys of, so nothing is made
-        raise ConfigError(f"--table {args.table}: no label table there (the nightly run writes it; "
-                          "give the path job_submit.lua reads)") from None
-    except OSError as exc:  # a name too long, a folder root may not search: one line, not a traceback
-        raise ConfigError(f"--table {args.table}: cannot read it: {exc.strerror}") from None
-    entries, old, _ = parse_table_parts(text, str(args.table))
-    old = old or {}
-    new = pol.table_dict(set(old.get("features_available") or {}))
-    st = os.stat(args.table)
-    group = None if st.st_mode & 0o004 else st.st_gid  # as written: 0640 root:group, or 0644
-    dropped = write_label_table(args.table, entries, new, generated_at=dt.datetime.now(dt.UTC), group=group)
+    _read_table(args.table)  # named errors before anything is made there (the lock file too)
+    with table_write_lock(args.table):  # a nightly run's table write waits, and reads the policy after
+        # read again: a run that held the lock has just written new keys, which are kept
+        entries, old, _ = parse_table_parts(_read_table(args.table), str(args.table))
+        old = old or {}
+        new = pol.table_dict(set(old.get("features_available") or {}))
+        st = os.stat(args.table)
+        group = None if st.st_mode & 0o004 else st.st_gid  # as written: 0640 root:group, or 0644
+        dropped = write_label_table(args.table, entries, new, generated_at=dt.datetime.now(dt.UTC),
+                                    group=group)
     data = {"table": str(args.table), "policy": str(args.policy), "mode_before": old.get("mode"),
             "mode": new["mode"], "changed": _policy_differences(old, new), "entries": len(entries) - dropped}
     emit(data, args.json, lambda d: f"{d['table']}: policy from {d['policy']} written, mode "
@@ -135,6 +131,20 @@ def _policy_apply(args: argparse.Namespace) -> int:
          f"{d['entries']} keys kept. Jobs submitted from now on are decided with it; jobs submitted "
          "before keep their admin_comment (docs/admin.md, rollback)")
     return 0
+
+
+def _read_table(path: Path) -> str:
+    """The label table's text (trusted: root's, no link), or ConfigError naming ``--table``."""
+    from wattclass.errors import ConfigError
+    from wattclass.fsutil import read_trusted_text
+
+    try:
+        return read_trusted_text(path)
+    except FileNotFoundError:  # was a traceback; nothing to keep the keys of, so nothing is made
+        raise ConfigError(f"--table {path}: no label table there (the nightly run writes it; "
+                          "give the path job_submit.lua reads)") from None
+    except OSError as exc:  # a name too long, a folder root may not search: one line, not a traceback
+        raise ConfigError(f"--table {path}: cannot read it: {exc.strerror}") from None
 
 
 def _thresholds_line(thresholds: dict[str, float], by_label: dict[str, float]) -> str:

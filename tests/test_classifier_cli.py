@@ -405,3 +405,54 @@ def test_nightly_offers_only_placement_features_some_node_has(
     assert p["decisions"]["memory"] == {"cap": "60%", "features": offered}
     assert sorted(p["features_available"]) == offered
     assert ("exist on no node" if sinfo else "not offered tonight") in caplog.text and "hmb" in caplog.text
+
+
+@pytest.mark.parametrize("edit", ["shadow", "half-written"])
+def test_nightly_writes_the_policy_file_as_it_is_at_the_table_write(
+        data_root: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture, edit: str) -> None:
+    """A rollback (mode shadow in the policy file, `policy apply`) made while a nightly run was
+    under way was undone by that run's table write, which carried the policy read at its start:
+    every new job enforced again until the next night. The run now reads its policy file again
+    at the table write, under the table's write lock (which `policy apply` takes too). A file
+    that no longer loads then leaves the policy read at the start, with a warning."""
+    import fcntl
+    import os
+
+    import wattclass.classifier.nightly as nightly
+    from wattclass.labeltable import read_label_table
+
+    root, jf = data_root
+    pol = tmp_path / "policy.toml"
+    pol.write_text('mode = "enforce"\n[caps]\nmemory = "60%"\n')
+    table = tmp_path / "label_table.tsv"
+    real_entries, real_write = nightly.build_entries, nightly.write_label_table
+    held: list[bool] = []
+
+    def entries_then_edit(*a: object, **k: object) -> object:  # the admin, while the run works
+        pol.write_text('mode = "shadow"\n[caps]\nmemory = "60%"\n' if edit == "shadow" else 'mode = "sha')
+        return real_entries(*a, **k)  # type: ignore[arg-type]
+
+    def write_checking_the_lock(path: Path, *a: object, **k: object) -> int:
+        fd = os.open(path.with_name(f".{path.name}.lock"), os.O_RDWR)
+        try:  # another holder cannot take it now
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            held.append(False)
+        except BlockingIOError:
+            held.append(True)
+        finally:
+            os.close(fd)
+        return real_write(path, *a, **k)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(nightly, "build_entries", entries_then_edit)
+    monkeypatch.setattr(nightly, "write_label_table", write_checking_the_lock)
+    with caplog.at_level(logging.WARNING, logger="wattclass.classifier"):
+        rc = main(["nightly", "--data-root", str(root), "--date", DATE, "--jobs-file", str(jf),
+                   "--no-retrain", "--policy", str(pol), "--table-out", str(table), "--json"])
+    assert rc == 0
+    assert held == [True]
+    mode = read_label_table(table)["policy"]["mode"]
+    if edit == "shadow":
+        assert mode == "shadow"
+    else:
+        assert mode == "enforce" and "no longer loads" in caplog.text and str(pol) in caplog.text

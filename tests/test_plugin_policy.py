@@ -428,3 +428,31 @@ def test_policy_apply_names_a_missing_table(tmp_path: Path, capsys: pytest.Captu
     long = tmp_path / ("x" * 300)  # another OSError (ENAMETOOLONG): named too
     assert main(["policy", "apply", "--policy", str(pol), "--table", str(long)]) == 2
     assert "--table" in capsys.readouterr().err
+
+
+def test_policy_apply_waits_while_a_nightly_run_writes_the_table(tmp_path: Path) -> None:
+    """`policy apply` and the nightly's table write take the table's write lock: a rollback
+    applied while a run writes the table is written after it (and the run reads the policy file
+    inside the lock: test_nightly_writes_the_policy_file_as_it_is_at_the_table_write). Without
+    the lock the two could interleave, the run's write landing last with the old policy."""
+    import threading
+
+    from wattclass.labeltable import read_label_table, table_write_lock
+    from wattclass.policy import load_policy
+
+    enforce = _write(tmp_path, GOOD)
+    table = tmp_path / "labels.tsv"
+    write_label_table(table, [TableEntry("user_name", "alice", "train.sh", None, "memory", 0.93, 4, "rule")],
+                      load_policy(enforce).table_dict(set()))
+    shadow = tmp_path / "shadow.toml"
+    shadow.write_text(GOOD.replace('mode = "enforce"', 'mode = "shadow"'))
+    rcs: list[int] = []
+    apply = threading.Thread(target=lambda: rcs.append(
+        main(["policy", "apply", "--policy", str(shadow), "--table", str(table)])))
+    with table_write_lock(table):  # a nightly run writing the table
+        apply.start()
+        apply.join(1.0)
+        assert apply.is_alive() and rcs == []  # waiting for the lock, nothing written
+        assert read_label_table(table)["policy"]["mode"] == "enforce"
+    apply.join(30)
+    assert rcs == [0] and read_label_table(table)["policy"]["mode"] == "shadow"

@@ -46,16 +46,19 @@ job_submit.lua, which refuses files others can write, accepts it.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import logging
 import math
+import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
 from wattclass.errors import ConfigError, DataError
-from wattclass.fsutil import atomic_writer
+from wattclass.fsutil import atomic_writer, make_dirs
+from wattclass.lockfile import held_flock
 
 TABLE_VERSION = 2
 HEADER = "wattclass-labels"
@@ -356,6 +359,22 @@ def write_label_table(
     with atomic_writer(Path(path), 0o640 if group is not None else 0o644, group=group, dir_mode=0o755) as fh:
         fh.write(data)
     return dropped
+
+
+@contextlib.contextmanager
+def table_write_lock(path: Path) -> Iterator[None]:
+    """Hold the label table's write lock for the block (``flock`` on ``.<name>.lock`` beside it),
+    waiting while another writer holds it.
+
+    Why: the nightly run and ``policy apply`` both rewrite the table. A rollback applied while a
+    nightly run was under way was undone minutes later, when that run wrote the policy it had
+    read at its start: every new job enforced again. Each now writes under this lock, and the
+    nightly reads its policy file again inside it (``classifier.nightly``), so the table ends
+    with the policy file as it was at the last write, whichever writer came last."""
+    path = Path(path)
+    make_dirs(path.parent, 0o755)  # as write_label_table makes them
+    with held_flock(path.with_name(f".{path.name}.lock"), os.O_RDWR | os.O_CREAT, 0o600):
+        yield
 
 
 # -- reading (policy explain, the demo, tests) ---------------------------------------------------
