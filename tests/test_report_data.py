@@ -683,3 +683,32 @@ def _file_savings_and_reference(windows: pd.DataFrame, table: Any, tmp_path: Pat
     w = pd.read_parquet(path)
     ref = est.estimate_savings(est.attach_labels(w.assign(job_id=w["job_id"].astype(object)), labels), caps)
     return got, ref, labels, caps
+
+
+@pytest.mark.parametrize("basis", ["util", "mig"])
+def test_a_cap_on_a_shared_gpu_is_held_against_the_gpus_power_not_the_jobs_share(
+        windows: pd.DataFrame, basis: str) -> None:
+    """A cap is a limit of the physical GPU, while a shared (or MIG) GPU's row holds the job's
+    share of its power (telemetry/splitter.py). The savings estimate held the cap against that
+    share: two memory-bound jobs splitting a 600 W H200 drew "150 W" and "450 W" under a 420 W
+    cap, so the first saved nothing and the second a third of what the GPU saves (found by a
+    fresh-eyes review of shared GPUs). Each row now saves its share of what the GPU saves, so the
+    split day saves what the whole GPU does, in the SQL and in the pandas reference."""
+    caps = {"memory": "60%"}
+    whole_labels = est.rule_job_labels(windows).assign(label="memory")
+    whole = report_data.load(windows=windows, labels=whole_labels, caps=caps)
+    split_w = _split_rows(windows, basis, (0.25, 0.75))
+    labels = est.rule_job_labels(split_w).assign(label="memory")
+    split = report_data.load(windows=split_w, labels=labels, caps=caps)
+    assert whole.savings.saved_kwh > 0
+    assert split.savings.saved_kwh == pytest.approx(whole.savings.saved_kwh, rel=1e-9)
+    ww = est.attach_labels(split_w.assign(job_id=split_w["job_id"].astype(object)), labels)
+    assert est.estimate_savings(ww, caps).saved_kwh == pytest.approx(whole.savings.saved_kwh, rel=1e-9)
+    assert est.window_saved_j(ww, caps).sum() / 3.6e6 == pytest.approx(whole.savings.saved_kwh, rel=1e-9)
+    # without a mean power the row's energy over its length is its share too
+    no_p = split_w.assign(power_avg_w=float("nan"))
+    whole_no_p = report_data.load(windows=windows.assign(power_avg_w=float("nan")), labels=whole_labels,
+                                  caps=caps)
+    got = report_data.load(windows=no_p, labels=labels, caps=caps)
+    assert whole_no_p.savings.saved_kwh > 0
+    assert got.savings.saved_kwh == pytest.approx(whole_no_p.savings.saved_kwh, rel=1e-9)
