@@ -633,3 +633,25 @@ def test_simulate_runs_a_shared_gpu_at_the_highest_cap_its_jobs_allow(tmp_path: 
     j = res.jobs.set_index("job_id")
     assert list(j["cap_w"]) == [420.0, 420.0] and (j["kwh_saved"] > 0).all()
     assert res.totals["caps_raised_by_neighbours"] == 0
+
+
+def test_a_report_with_a_policy_on_a_day_without_jobs_is_written_without_the_what_if(
+        tmp_path: Path) -> None:
+    """A quiet or maintenance day (every window without a job): ``wattclass report --policy``
+    failed with exit 3 and wrote no report, because its what-if section's ``simulate`` found no
+    job windows, while the same report without ``--policy`` was written (found by a fresh-eyes
+    review of empty days). The page is written and says why the what-if is missing."""
+    import html
+    import re
+
+    _telemetry(tmp_path)
+    f = tmp_path / "telemetry" / "date=2026-11-20" / "host=n1" / "00.parquet"
+    t = pq.read_table(f)
+    pq.write_table(t.set_column(t.schema.get_field_index("job_id"), "job_id",
+                                pa.nulls(t.num_rows, pa.string())), f)
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[caps]\nmemory = "60%"\n')
+    out = tmp_path / "r.html"
+    assert main(["report", "--data-root", str(tmp_path), "--policy", str(policy), "--out", str(out)]) == 0
+    text = html.unescape(re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", out.read_text())))
+    assert "What-if not available: no job windows in telemetry on 2026-11-20" in text

@@ -167,16 +167,22 @@ def load_whatif_effects(root: Path, date: str | None, policy: Path | None, respo
     from wattclass.report.whatif import whatif_effects_vars
 
     whatif = None
+    whatif_why = ""
     if policy is not None:
         from wattclass.policy import load_policy
         from wattclass.savings.response import load_response
-        from wattclass.savings.simulate import simulate
+        from wattclass.savings.simulate import NoJobWindows, simulate
 
-        res = simulate(root, load_policy(policy), date, date, load_response(response) if response else None)
-        whatif = {"span": f"{date}", "policy": str(policy), "model": res.model, "totals": res.totals,
-                  "by_label": res.by["label"].to_dict("records")}
-        prov["what-if"] = f"wattclass simulate --policy {policy}" + (
-            f" --response {response}" if response else "")
+        pol, resp = load_policy(policy), load_response(response) if response else None
+        try:
+            res = simulate(root, pol, date, date, resp)
+        except NoJobWindows:  # a quiet day: the rest of the page still stands
+            whatif_why = f"no job windows in telemetry on {date}, nothing to re-run under {policy}"
+        else:
+            whatif = {"span": f"{date}", "policy": str(policy), "model": res.model, "totals": res.totals,
+                      "by_label": res.by["label"].to_dict("records")}
+            prov["what-if"] = f"wattclass simulate --policy {policy}" + (
+                f" --response {response}" if response else "")
     effects = None
     if (Path(root) / "classifier").is_dir():
         eff, origin = load_effects(root)
@@ -190,7 +196,7 @@ def load_whatif_effects(root: Path, date: str | None, policy: Path | None, respo
             truth_doc = json.loads(Path(truth).read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
             raise DataError(f"{truth}: cannot read the injected effects: {exc}") from exc
-    return whatif_effects_vars(whatif, effects, truth_doc)
+    return whatif_effects_vars(whatif, effects, truth_doc, whatif_why)
 
 
 def write_report(

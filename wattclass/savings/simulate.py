@@ -53,6 +53,11 @@ GROUPS: tuple[str, ...] = ("label", "user", "account")
 log = logging.getLogger(__name__)
 
 
+class NoJobWindows(DataError):
+    """The range holds no valid job window (a quiet or maintenance day): nothing to simulate.
+    Its own class so that the report leaves out only its what-if section, not the whole page."""
+
+
 @dataclass
 class SimResult:
     """Per-job results and the summaries per label, user and account."""
@@ -406,7 +411,7 @@ def simulate(data_root: Path, policy: Policy, date_from: str | None = None, date
         # every row rejected (a clock step's day) said only "no job windows": say why
         why = (f" ({sum(rejected.values())} impossible row(s) left out, as the nightly leaves them out: "
                + "; ".join(f"{k}: {v}" for k, v in rejected.items()) + ")") if rejected else ""
-        raise DataError(f"{data_root}: no job windows in telemetry{span}{why}")
+        raise NoJobWindows(f"{data_root}: no job windows in telemetry{span}{why}")
     labels = ClassifierStore(data_root).label_history(date_from)
     jobs = apply_policy(attach_labels(jobs, labels), policy, response)
     totals: dict[str, Any] = {c: float(jobs[c].sum()) for c in ("kwh_saved", "kwh_saved_lo", "kwh_saved_hi",
