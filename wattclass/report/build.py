@@ -158,8 +158,10 @@ def policy_caps(path: Path) -> tuple[dict[str, str], str]:
 
 
 def load_whatif_effects(root: Path, date: str | None, policy: Path | None, response: Path | None,
-                        truth: Path | None, prov: dict[str, str]) -> dict[str, Any]:
-    """The what-if (if a policy is given) and the stored canary effects: the section's variables."""
+                        truth: Path | None, prov: dict[str, str], date_from: str | None = None
+                        ) -> dict[str, Any]:
+    """The what-if (if a policy is given) over ``date_from`` (default ``date``) to ``date``, the
+    report's span, and the stored canary effects: the section's variables."""
     import json
     import math
 
@@ -174,12 +176,14 @@ def load_whatif_effects(root: Path, date: str | None, policy: Path | None, respo
         from wattclass.savings.simulate import NoJobWindows, simulate
 
         pol, resp = load_policy(policy), load_response(response) if response else None
+        first = date_from or date
+        span = f"{first}..{date}" if first != date else f"{date}"
         try:
-            res = simulate(root, pol, date, date, resp)
+            res = simulate(root, pol, first, date, resp)
         except NoJobWindows:  # a quiet day: the rest of the page still stands
-            whatif_why = f"no job windows in telemetry on {date}, nothing to re-run under {policy}"
+            whatif_why = f"no job windows in telemetry on {span}, nothing to re-run under {policy}"
         else:
-            whatif = {"span": f"{date}", "policy": str(policy), "model": res.model, "totals": res.totals,
+            whatif = {"span": span, "policy": str(policy), "model": res.model, "totals": res.totals,
                       "by_label": res.by["label"].to_dict("records")}
             prov["what-if"] = f"wattclass simulate --policy {policy}" + (
                 f" --response {response}" if response else "")
