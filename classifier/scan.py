@@ -311,7 +311,7 @@ class Scanner:
         hook, self._on_scan = self._on_scan, None
         if hook is not None:
             hook()
-        return rel.to_arrow_table()
+        return text_job_ids(rel.to_arrow_table())
 
     # -- the one pass -------------------------------------------------------------------------
     def partials(self, files: Sequence[Path], drop_columns: Sequence[str] = (), sample_per_job: int = 0,
@@ -613,7 +613,7 @@ class Scanner:
             reader = self.con.sql(sql()).to_arrow_reader(MODEL_BATCH_ROWS)
         for rb in reader:
             if rb.num_rows:
-                yield pa.Table.from_batches([rb])
+                yield text_job_ids(pa.Table.from_batches([rb]))
 
 
 def _sole_gpu_sql(absent: frozenset[str]) -> str:
@@ -673,6 +673,20 @@ def _dedup_sql(rows: str) -> str:
             f"FROM ({rows}))")
 
 
+def text_job_ids(table: pa.Table) -> pa.Table:
+    """``table`` with an integer ``job_id`` column (another writer's plain Slurm ids) as text, the
+    schema's type; any other table as it is (bytes stay bytes: ``_run`` skips such a file by name).
+
+    Why: the passes read each set of files with its first file's type, so a day mixing text and
+    integer ids gave the scan text and the model pass, over the files without GPM, integers; their
+    tables did not join and the night failed (ArrowInvalid), or such a file was read on one night
+    and skipped as a bad type on the next, by the order and columns of the day's files."""
+    i = table.schema.get_field_index("job_id")
+    if i < 0 or not pa.types.is_integer(table.schema.field(i).type):
+        return table
+    return table.set_column(i, pa.field("job_id", pa.string()), pc.cast(table.column(i), pa.string()))
+
+
 def _bad_types(schema: pa.Schema) -> list[str]:
     """Columns of ``schema`` whose type cannot stand for the v1 column's (``ts_start`` of strings)."""
     from wattclass.schema import TELEMETRY_V1
@@ -690,7 +704,8 @@ def _bad_types(schema: pa.Schema) -> list[str]:
             # not nanoseconds: DuckDB's epoch_ms has no form for them, and the whole scan failed
             ok = (pa.types.is_timestamp(got) and got.unit != "ns") or pa.types.is_date(got)
         elif pa.types.is_string(want) or pa.types.is_large_string(want):
-            ok = pa.types.is_string(got) or pa.types.is_large_string(got)
+            ok = (pa.types.is_string(got) or pa.types.is_large_string(got)
+                    or (col.name == "job_id" and pa.types.is_integer(got)))  # text_job_ids
         else:
             ok = pa.types.is_integer(got) or pa.types.is_floating(got) or pa.types.is_boolean(got)
         if not ok:

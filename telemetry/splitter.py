@@ -273,6 +273,19 @@ class Splitter:
         return out
 
 
+def split_equally(row: Row, users: dict[str, str | None]) -> list[Row]:
+    """A ``shared:`` row (``is_composite``) as one row per job, each with an equal share of its
+    energy (``share_basis`` ``equal``): for a writer that knows which jobs hold a GPU but not how
+    much each uses it (the dcgm-exporter import: DCGM has no per-process activity). Any other
+    row is returned as it is."""
+    key = row.get("job_id")
+    if key is None or not key.startswith(SHARED_PREFIX):
+        return [row]
+    jobs = key[len(SHARED_PREFIX):].split(",")
+    ratios = {j: 1.0 / len(jobs) for j in jobs}
+    return Splitter._emit(row, {j: (j, users.get(j)) for j in jobs}, ratios, "equal", len(jobs), {})
+
+
 def _composite(job_id: str) -> bool:
     return job_id.startswith((SHARED_PREFIX, MIG_PREFIX))
 
@@ -282,4 +295,4 @@ def is_composite(job: Job | None) -> bool:
     return job is not None and _composite(job[0])
 
 
-__all__ = ["SHARE_COLUMNS", "Splitter"]
+__all__ = ["SHARED_PREFIX", "SHARE_COLUMNS", "Splitter", "split_equally"]

@@ -160,3 +160,29 @@ def _steady_gpu(**gauges: float) -> GpuTimeline:
               *(Series({**LABELS, "__name__": name}, t, [value] * N) for name, value in gauges.items())]
     (tl,) = merge([series], mapping.DEFAULT_JOB_LABEL, None).values()
     return tl
+
+
+def test_a_gpu_two_jobs_share_splits_its_windows_between_both_jobs() -> None:
+    """dcgm-exporter gives a GPU whose job-mapping file names two jobs (a shared GPU: the Prolog
+    writes every job on it, docs/admin.md) one copy of each series per job, differing only in
+    ``hpc_job``. Merged by GPU, the last copy's job overwrote the other's at every scrape: one job
+    got the whole GPU's windows and energy, unshared, and the other none at all (found by a
+    fresh-eyes review of shared GPUs in the import). Each window is now split between the jobs
+    equally (DCGM has no per-process activity), marked shared, and adds up to the counter."""
+    t = [T0 + i for i in range(N)]
+    series = []
+    for job, user in (("101", "alice"), ("202", "bob")):
+        lab = {**LABELS, "hpc_job": job, "user": user}
+        series += [Series({**lab, "__name__": mapping.ENERGY}, t, [1e9 + 300_000.0 * i for i in range(N)]),
+                   Series({**lab, "__name__": "DCGM_FI_DEV_POWER_USAGE"}, t, [300.0] * N)]
+    (tl,) = merge([series], mapping.DEFAULT_JOB_LABEL, "user").values()
+    rows = gpu_rows(tl, T0, 10.0)
+    by_job: dict[str, float] = {}
+    for r in rows:
+        by_job[r["job_id"]] = by_job.get(r["job_id"], 0.0) + r["energy_j"]
+    assert sorted(by_job) == ["101", "202"]
+    assert by_job["101"] == pytest.approx(by_job["202"], abs=1e-3)
+    assert sum(by_job.values()) == pytest.approx(300.0 * (N - 1))  # the counter's delta, once
+    assert {(r["job_id"], r["user"]) for r in rows} == {("101", "alice"), ("202", "bob")}
+    assert all(r["shared_jobs"] == 2 and r["share_basis"] == "equal" and r["share_ratio"] == 0.5
+               and r["power_avg_w"] == pytest.approx(150.0) for r in rows)

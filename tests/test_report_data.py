@@ -683,3 +683,63 @@ def _file_savings_and_reference(windows: pd.DataFrame, table: Any, tmp_path: Pat
     w = pd.read_parquet(path)
     ref = est.estimate_savings(est.attach_labels(w.assign(job_id=w["job_id"].astype(object)), labels), caps)
     return got, ref, labels, caps
+
+
+@pytest.mark.parametrize("basis", ["util", "mig"])
+def test_a_cap_on_a_shared_gpu_is_held_against_the_gpus_power_not_the_jobs_share(
+        windows: pd.DataFrame, basis: str) -> None:
+    """A cap is a limit of the physical GPU, while a shared (or MIG) GPU's row holds the job's
+    share of its power (telemetry/splitter.py). The savings estimate held the cap against that
+    share: two memory-bound jobs splitting a 600 W H200 drew "150 W" and "450 W" under a 420 W
+    cap, so the first saved nothing and the second a third of what the GPU saves (found by a
+    fresh-eyes review of shared GPUs). Each row now saves its share of what the GPU saves, so the
+    split day saves what the whole GPU does, in the SQL and in the pandas reference."""
+    caps = {"memory": "60%"}
+    whole_labels = est.rule_job_labels(windows).assign(label="memory")
+    whole = report_data.load(windows=windows, labels=whole_labels, caps=caps)
+    split_w = _split_rows(windows, basis, (0.25, 0.75))
+    labels = est.rule_job_labels(split_w).assign(label="memory")
+    split = report_data.load(windows=split_w, labels=labels, caps=caps)
+    assert whole.savings.saved_kwh > 0
+    assert split.savings.saved_kwh == pytest.approx(whole.savings.saved_kwh, rel=1e-9)
+    ww = est.attach_labels(split_w.assign(job_id=split_w["job_id"].astype(object)), labels)
+    assert est.estimate_savings(ww, caps).saved_kwh == pytest.approx(whole.savings.saved_kwh, rel=1e-9)
+    assert est.window_saved_j(ww, caps).sum() / 3.6e6 == pytest.approx(whole.savings.saved_kwh, rel=1e-9)
+    # without a mean power the row's energy over its length is its share too
+    no_p = split_w.assign(power_avg_w=float("nan"))
+    whole_no_p = report_data.load(windows=windows.assign(power_avg_w=float("nan")), labels=whole_labels,
+                                  caps=caps)
+    got = report_data.load(windows=no_p, labels=labels, caps=caps)
+    assert whole_no_p.savings.saved_kwh > 0
+    assert got.savings.saved_kwh == pytest.approx(whole_no_p.savings.saved_kwh, rel=1e-9)
+
+
+def test_the_what_if_of_a_report_over_days_covers_every_day(tmp_path: Path, h200_telemetry: Path) -> None:
+    """``wattclass report --days 2 --policy P``: the page covers both days, but its what-if section
+    ran ``simulate`` over the last day alone (found by a fresh-eyes review of reports over days:
+    a month's report set one day's kWh saved beside the month's energy). It covers the span now."""
+    import html
+    import re
+
+    from wattclass.cli import main
+    from wattclass.policy import load_policy
+    from wattclass.savings.simulate import simulate
+
+    t = pd.read_parquet(h200_telemetry)
+    for k, d in enumerate(("2026-11-01", "2026-11-02")):
+        folder = tmp_path / "telemetry" / f"date={d}" / "host=n1"
+        folder.mkdir(parents=True)
+        shift = pd.Timestamp(d, tz="UTC") - t["ts_start"].min().floor("D")
+        t.assign(ts_start=t["ts_start"] + shift, ts_end=t["ts_end"] + shift,
+                 job_id=t["job_id"].astype(str) + f"-{k}").to_parquet(folder / "00.parquet")
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[caps]\nmemory = "60%"\nidle = "40%"\n')
+    out = tmp_path / "r.html"
+    assert main(["report", "--data-root", str(tmp_path), "--days", "2", "--policy", str(policy),
+                 "--out", str(out)]) == 0
+    text = html.unescape(re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", out.read_text())))
+    both = simulate(tmp_path, load_policy(policy), "2026-11-01", "2026-11-02").totals
+    one = simulate(tmp_path, load_policy(policy), "2026-11-02", "2026-11-02").totals
+    assert f"{both['energy_kwh']:.1f}" != f"{one['energy_kwh']:.1f}"
+    assert (f"Every job of 2026-11-01..2026-11-02 re-run under {policy}" in text
+            and f"of {both['energy_kwh']:.1f} kWh" in text), text[text.find("What-if"):][:400]

@@ -589,3 +589,69 @@ def test_simulate_clamps_a_cap_to_the_boards_known_range_as_the_prolog_does(
     pq.write_table(t.cast(TELEMETRY_V1), out / "00.parquet")
     j = simulate(tmp_path, parse_policy({"caps": {"memory": cap}})).jobs.set_index("job_id").loc["j1"]
     assert j["label"] == "memory" and j["cap_w"] == pytest.approx(cap_w)
+
+
+def _shared_gpu_day(root: Path, labels: dict[str, str]) -> None:
+    """Jobs j1 and j2 on one 600 W H200 for an hour, each with half its energy (a shared GPU:
+    both rows carry the GPU's activity), labelled ``labels`` in the label store."""
+    t0 = pd.Timestamp("2026-11-20T00:00:00Z")
+    rows = [_ROW | {"job_id": job, "user": user, "ts_start": t0 + pd.Timedelta(seconds=10 * i),
+                    "ts_end": t0 + pd.Timedelta(seconds=10 * i + 10), "energy_j": 3000.0,
+                    "power_avg_w": 300.0, "power_max_w": 605.0, "dram_bw_util_pct": 80.0,
+                    "share_ratio": 0.5, "shared_jobs": 2, "share_basis": "util"}
+            for i in range(360) for job, user in (("j1", "ann"), ("j2", "bo"))]
+    t = conform(pa.Table.from_pandas(pd.DataFrame(rows), preserve_index=False), "test")
+    out = root / "telemetry" / "date=2026-11-20" / "host=n1"
+    out.mkdir(parents=True)
+    pq.write_table(t.cast(TELEMETRY_V1), out / "00.parquet")
+    store = root / "classifier" / "labels" / "date=2026-11-20"
+    store.mkdir(parents=True)
+    pd.DataFrame({"job_id": list(labels), "label": list(labels.values())}
+                 ).to_parquet(store / "labels.parquet")
+
+
+def test_simulate_runs_a_shared_gpu_at_the_highest_cap_its_jobs_allow(tmp_path: Path) -> None:
+    """Power limits exist per physical GPU: on one several jobs share, the Prolog enforces the
+    highest cap any of them allows (docs/shared-gpus.md), and a neighbour without a cap holds the
+    GPU at its limit. The what-if capped each job at its own label's cap: a memory-bound job
+    sharing its H200 with a compute-bound one (100%) was simulated at 420 W, saving energy that no
+    enforced limit would save (found by a fresh-eyes review of shared GPUs)."""
+    _shared_gpu_day(tmp_path, {"j1": "memory", "j2": "compute"})
+    res = simulate(tmp_path, parse_policy({"caps": {"memory": "60%", "compute": "100%"}}))
+    j = res.jobs.set_index("job_id")
+    assert j.loc["j1", "cap"] == "60%" and j.loc["j1", "cap_w"] == 700.0  # held at j2's 100%
+    assert j.loc["j1", "kwh_saved"] == 0.0 and j.loc["j1", "gpu_hours_added"] == 0.0
+    assert res.totals["caps_raised_by_neighbours"] == 1
+    # a neighbour the policy leaves uncapped (no cap for its label) holds the GPU at its limit
+    j = simulate(tmp_path, parse_policy({"caps": {"memory": "60%"}})).jobs.set_index("job_id")
+    assert np.isnan(j.loc["j1", "cap_w"]) and j.loc["j1", "kwh_saved"] == 0.0
+    # both memory-bound: the GPU runs at 60% and both save
+    shutil.rmtree(tmp_path / "telemetry")
+    shutil.rmtree(tmp_path / "classifier")
+    _shared_gpu_day(tmp_path, {"j1": "memory", "j2": "memory"})
+    res = simulate(tmp_path, parse_policy({"caps": {"memory": "60%", "compute": "100%"}}))
+    j = res.jobs.set_index("job_id")
+    assert list(j["cap_w"]) == [420.0, 420.0] and (j["kwh_saved"] > 0).all()
+    assert res.totals["caps_raised_by_neighbours"] == 0
+
+
+def test_a_report_with_a_policy_on_a_day_without_jobs_is_written_without_the_what_if(
+        tmp_path: Path) -> None:
+    """A quiet or maintenance day (every window without a job): ``wattclass report --policy``
+    failed with exit 3 and wrote no report, because its what-if section's ``simulate`` found no
+    job windows, while the same report without ``--policy`` was written (found by a fresh-eyes
+    review of empty days). The page is written and says why the what-if is missing."""
+    import html
+    import re
+
+    _telemetry(tmp_path)
+    f = tmp_path / "telemetry" / "date=2026-11-20" / "host=n1" / "00.parquet"
+    t = pq.read_table(f)
+    pq.write_table(t.set_column(t.schema.get_field_index("job_id"), "job_id",
+                                pa.nulls(t.num_rows, pa.string())), f)
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[caps]\nmemory = "60%"\n')
+    out = tmp_path / "r.html"
+    assert main(["report", "--data-root", str(tmp_path), "--policy", str(policy), "--out", str(out)]) == 0
+    text = html.unescape(re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", out.read_text())))
+    assert "What-if not available: no job windows in telemetry on 2026-11-20" in text

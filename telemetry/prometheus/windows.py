@@ -2,9 +2,11 @@
 
 Each GPU's series (one per field, split further wherever the job label changed) are merged into
 one timeline keyed by scrape time: every scrape is a poll that carries the energy counter, the
-gauges, the job seen at that scrape and a "GPM mark". The builder then does exactly what it does
-for the daemon: an interval belongs to the job seen at its start; window and job energy are
-counter deltas; gaps are split by time or, past ``max_gap_s``, not attributed.
+gauges, the job(s) seen at that scrape and a "GPM mark"; a scrape of a GPU several jobs share
+(dcgm-exporter repeats its series per job) has one ``shared:`` key whose rows are split equally.
+The builder then does exactly what it does for the daemon: an interval belongs to the job seen at
+its start; window and job energy are counter deltas; gaps are split by time or, past
+``max_gap_s``, not attributed.
 
 Counter resets (a driver reload, a GPU reset) follow Prometheus's counter convention: a value
 below the previous one means the counter restarted at 0, so the interval's energy is the new value.
@@ -30,7 +32,8 @@ from typing import Any
 from wattclass.gpu.base import GpmMetrics, GpuInfo, GpuSample
 from wattclass.telemetry.prometheus import mapping
 from wattclass.telemetry.prometheus.client import Series
-from wattclass.telemetry.windows import Row, WindowBuilder
+from wattclass.telemetry.splitter import SHARED_PREFIX, split_equally
+from wattclass.telemetry.windows import Job, Row, WindowBuilder
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +45,9 @@ class GpuTimeline:
     key: mapping.GpuKey
     labels: dict[str, str] = field(default_factory=dict)  # identity labels of the first series seen
     fields: dict[str, dict[float, float]] = field(default_factory=dict)
-    jobs: dict[float, str] = field(default_factory=dict)
-    users: dict[float, str] = field(default_factory=dict)
+    #: scrape time -> the jobs seen there (job id -> user): dcgm-exporter gives a GPU that several
+    #: jobs share one copy of each series per job, differing only in the job label
+    jobs: dict[float, dict[str, str | None]] = field(default_factory=dict)
     #: series of MIG instances (``GPU_I_ID``) left out: the import cannot split a MIG GPU per instance
     mig_series: int = 0
     #: clock-event reasons samples that are no 64-bit mask (NaN, infinite, negative), taken as missing
@@ -72,10 +76,11 @@ def merge(series_chunks: Iterable[list[Series]], job_label: str, user_label: str
             vals.update(zip(s.t, s.v, strict=True))
             job = s.labels.get(job_label)
             if job:
-                tl.jobs.update(dict.fromkeys(s.t, job))
-                user = s.labels.get(user_label) if user_label else None
-                if user:
-                    tl.users.update(dict.fromkeys(s.t, user))
+                user = (s.labels.get(user_label) if user_label else None) or None
+                for t in s.t:
+                    seen = tl.jobs.setdefault(t, {})
+                    if user is not None or job not in seen:
+                        seen[job] = user
     return gpus
 
 
@@ -210,22 +215,40 @@ def gpu_rows(tl: GpuTimeline, start: float, period_s: float, max_gap_s: float = 
     builder = WindowBuilder(tl.key.host, period_s, poll, max_gap_s=max_gap_s)
     energy = _energy(tl, times)
     rows: list[Row] = []
+    users: dict[str, str | None] = {}
     for i, t in enumerate(times):
         g: dict[str, Any] = {c: _gauge(tl, t, c) for c in (
             "power_w", "power_limit_w", "util_gpu_pct", "util_mem_pct", "sm_clock_mhz", "mem_clock_mhz",
             "temp_c", "fb_used_mib")}
         sample = GpuSample(ts=t, energy_mj=energy[i], clock_event_reasons=_reasons(tl, t), **g)
-        job_id = tl.jobs.get(t)
-        job = (job_id, tl.users.get(t)) if job_id else None
+        job = _job_at(tl, t, users)
         mark = _Mark(i) if info.gpm_supported and builder.needs_gpm(info, sample, job) else None
         rows += builder.add(info, sample, job, mark, prof.metrics)
     rows += builder.flush(info, _Mark(len(times) - 1) if info.gpm_supported else None, prof.metrics)
     if tl.bad_reasons:
         log.warning("GPU %s on %s: %d clock-event reasons sample(s) that are no bitmask (NaN, infinite or "
                     "negative) taken as missing", tl.key.uuid, tl.key.host, tl.bad_reasons)
-    for r in rows:
+    out = [part for r in rows for part in split_equally(r, users)]
+    for r in out:
         r.pop("n_polls", None)
-    return rows
+    return out
+
+
+def _job_at(tl: GpuTimeline, t: float, users: dict[str, str | None]) -> Job:
+    """The builder's job at scrape ``t``: the one job seen there, or for several (a shared GPU)
+    one ``shared:`` key of them all, in a fixed order, which ``split_equally`` splits later
+    (``users`` collects each job's user for it). Why: with the last series' job taken, one job
+    of a shared GPU got all its windows and energy and the other none."""
+    seen = tl.jobs.get(t)
+    if not seen:
+        return None
+    if len(seen) == 1:
+        ((job, user),) = seen.items()
+        return job, user
+    for job, user in seen.items():
+        if user is not None or job not in users:
+            users[job] = user
+    return SHARED_PREFIX + ",".join(sorted(seen)), None
 
 
 def missing_fields(tl: GpuTimeline) -> list[str]:

@@ -158,8 +158,10 @@ def policy_caps(path: Path) -> tuple[dict[str, str], str]:
 
 
 def load_whatif_effects(root: Path, date: str | None, policy: Path | None, response: Path | None,
-                        truth: Path | None, prov: dict[str, str]) -> dict[str, Any]:
-    """The what-if (if a policy is given) and the stored canary effects: the section's variables."""
+                        truth: Path | None, prov: dict[str, str], date_from: str | None = None
+                        ) -> dict[str, Any]:
+    """The what-if (if a policy is given) over ``date_from`` (default ``date``) to ``date``, the
+    report's span, and the stored canary effects: the section's variables."""
     import json
     import math
 
@@ -167,16 +169,24 @@ def load_whatif_effects(root: Path, date: str | None, policy: Path | None, respo
     from wattclass.report.whatif import whatif_effects_vars
 
     whatif = None
+    whatif_why = ""
     if policy is not None:
         from wattclass.policy import load_policy
         from wattclass.savings.response import load_response
-        from wattclass.savings.simulate import simulate
+        from wattclass.savings.simulate import NoJobWindows, simulate
 
-        res = simulate(root, load_policy(policy), date, date, load_response(response) if response else None)
-        whatif = {"span": f"{date}", "policy": str(policy), "model": res.model, "totals": res.totals,
-                  "by_label": res.by["label"].to_dict("records")}
-        prov["what-if"] = f"wattclass simulate --policy {policy}" + (
-            f" --response {response}" if response else "")
+        pol, resp = load_policy(policy), load_response(response) if response else None
+        first = date_from or date
+        span = f"{first}..{date}" if first != date else f"{date}"
+        try:
+            res = simulate(root, pol, first, date, resp)
+        except NoJobWindows:  # a quiet day: the rest of the page still stands
+            whatif_why = f"no job windows in telemetry on {span}, nothing to re-run under {policy}"
+        else:
+            whatif = {"span": span, "policy": str(policy), "model": res.model, "totals": res.totals,
+                      "by_label": res.by["label"].to_dict("records")}
+            prov["what-if"] = f"wattclass simulate --policy {policy}" + (
+                f" --response {response}" if response else "")
     effects = None
     if (Path(root) / "classifier").is_dir():
         eff, origin = load_effects(root)
@@ -190,7 +200,7 @@ def load_whatif_effects(root: Path, date: str | None, policy: Path | None, respo
             truth_doc = json.loads(Path(truth).read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
             raise DataError(f"{truth}: cannot read the injected effects: {exc}") from exc
-    return whatif_effects_vars(whatif, effects, truth_doc)
+    return whatif_effects_vars(whatif, effects, truth_doc, whatif_why)
 
 
 def write_report(

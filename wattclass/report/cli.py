@@ -49,7 +49,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         type=Path,
         help="policy TOML: its caps for the savings estimate and the capped shares (default: the caps "
         "seen in the decisions, else the example policy deploy/policy.example.toml), and the what-if "
-        "section (wattclass simulate over the reported day)",
+        "section (wattclass simulate over the reported days)",
     )
     p.add_argument("--response", type=Path, help="with --policy: a site calibration (wattclass calibrate)")
     p.add_argument("--effects-truth", type=Path,
@@ -73,7 +73,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
         args.data_root, args.date, args.labels, args.label_column, args.metrics, args.decisions, args.days
     )
     inputs.whatif_effects = load_whatif_effects(args.data_root, inputs.date, args.policy, args.response,
-                                                args.effects_truth, inputs.provenance)
+                                                args.effects_truth, inputs.provenance, inputs.first_date)
     path = write_report(inputs, args.out, args.title, args.policy)
     print(f"wrote {path} ({path.stat().st_size / 1024:.0f} KiB)")
     return 0

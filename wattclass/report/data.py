@@ -293,8 +293,9 @@ def _load(src: _Source, labels: pd.DataFrame | None, caps: Mapping[str, str] | N
     # file: a month of 1,000 GPUs took 10 minutes on 2 cores (issue 15).
     # each cap's watts once per row, in a projection below (its CASE, repeated in the capped energy,
     # cost more than the rest of the savings model)
-    cap_cols = "".join(f", {limits.capped_energy_sql(pavg, power, f'_cw_{lab}', secs, energy)} AS _nj_{lab}"
-                       for lab, _ in cap_aggs)
+    share = peaks.share_sql(src.col("share_ratio"))
+    cap_cols = "".join(f", {limits.capped_energy_sql(pavg, power, f'_cw_{lab}', secs, energy, share)} "
+                       f"AS _nj_{lab}" for lab, _ in cap_aggs)
     read = (f"(SELECT *{''.join(f', {cw} AS _cw_{lab}' for lab, cw in cap_aggs)} FROM {src.read})"
             if cap_aggs else src.read)
     src.con.execute(

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from wattclass.report import peaks
 from wattclass.report.limits import clamp_series, limit_series
 
 LABEL_ORDER: tuple[str, ...] = ("compute", "memory", "mixed", "idle", "unlabelled", "no job")
@@ -260,11 +261,19 @@ def capped_energy_j(g: pd.DataFrame, cap_w: pd.Series, secs: pd.Series) -> pd.Se
     daemon gives a poll interval to the row its start poll lies in; classifier/validity.py
     ENERGY_SPAN_FLOOR_S), and ``power_avg_w`` is that energy over the time it covers. A 0.08 s
     row holding a second at 397 W under a 420 W cap saves nothing; cap x length said 367 J.
-    ``report.data`` computes the same in SQL (``limits.capped_energy_sql``)."""
+    ``report.data`` computes the same in SQL (``limits.capped_energy_sql``).
+
+    On a GPU several jobs share (or a MIG instance) a row's energy and power are the job's share
+    (``share_ratio``) while the cap limits the whole GPU: the cap is held against the GPU's power,
+    the row's over its share, and the row keeps its share of the GPU's capped energy. Held
+    against the share, a job drawing 150 W of a 600 W GPU saved nothing under a 420 W cap."""
     e = g["energy_j"].astype(float)
     p = g["power_avg_w"].astype(float) if "power_avg_w" in g else pd.Series(np.nan, index=g.index)
-    scaled: pd.Series = e * np.minimum(1.0, cap_w / p.where(p > 0))
-    by_time = (np.minimum(p.fillna(e / secs.replace(0, np.nan)), cap_w) * secs).fillna(e)
+    share = peaks.share_series(g)
+    share = share.where(share > 0, 1.0)
+    gpu_p = p / share
+    scaled: pd.Series = e * np.minimum(1.0, cap_w / gpu_p.where(gpu_p > 0))
+    by_time = (np.minimum(gpu_p.fillna(e / secs.replace(0, np.nan) / share), cap_w) * secs * share).fillna(e)
     # a window whose limit is unknown (report.limits) is not capped: its energy stays
     return scaled.where(p.gt(0) & e.notna(), by_time).where(cap_w.notna(), e)
 

@@ -115,9 +115,12 @@ def clamp_series(cap_w: pd.Series, models: pd.Series) -> pd.Series:
     return cap_w.where(cap_w.isna(), np.maximum(cap_w, lo))
 
 
-def capped_energy_sql(pavg: str, power: str, cap_w: str, secs: str, energy: str) -> str:
-    """``estimates.capped_energy_j`` in SQL: the energy scaled by min(1, cap / power_avg_w) where
-    the row has both, else min(power, cap) x its length (``power``: power_avg_w or energy / length)."""
+def capped_energy_sql(pavg: str, power: str, cap_w: str, secs: str, energy: str, share: str) -> str:
+    """``estimates.capped_energy_j`` in SQL: the energy scaled by min(1, cap / GPU power) where
+    the row has both, else min(GPU power, cap) x its length x its share (``power``: power_avg_w or
+    energy / length; ``share``: the row's share of its GPU, ``peaks.share_sql``, whose power is
+    the row's over it)."""
+    s = f"(CASE WHEN {share} > 0 THEN {share} ELSE 1.0 END)"
     return (f"CASE WHEN ({cap_w}) IS NULL THEN {energy} "  # no limit known: not capped
-            f"WHEN {pavg} > 0 AND {energy} IS NOT NULL THEN {energy} * least(1.0, ({cap_w}) / {pavg}) "
-            f"ELSE coalesce(least({power}, {cap_w}) * {secs}, {energy}) END")
+            f"WHEN {pavg} > 0 AND {energy} IS NOT NULL THEN {energy} * least(1.0, ({cap_w}) * {s} / {pavg}) "
+            f"ELSE coalesce(least({power} / {s}, {cap_w}) * {secs} * {s}, {energy}) END")

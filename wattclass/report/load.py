@@ -35,6 +35,7 @@ class ReportInputs:
     date: str | None = None
     job_records: pd.DataFrame | None = None  # Slurm records (job_id, user, account...) of the day
     whatif_effects: dict[str, Any] | None = None  # wattclass.report.whatif (issue 12)
+    first_date: str | None = None  # the span's first day read (``date`` with one day)
 
 
 def telemetry_dates(root: Path) -> list[str]:
@@ -212,4 +213,4 @@ def load_inputs(
         if "job_id" in records.columns:
             records = records.drop_duplicates("job_id", keep="last")
         prov["job records"] = f"{rfiles[0] if len(rfiles) == 1 else f'{len(rfiles)} days'} (accounts)"
-    return ReportInputs(files, labels, metrics, decisions, prov, day, records)
+    return ReportInputs(files, labels, metrics, decisions, prov, day, records, first_date=read[0])

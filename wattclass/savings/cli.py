@@ -97,6 +97,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                  f"{t['kwh_saved']:.1f} kWh saved [{t['kwh_saved_lo']:.1f}, {t['kwh_saved_hi']:.1f}] of "
                  f"{t['energy_kwh']:.1f} kWh; {t['gpu_hours_added']:.2f} GPU-hours added "
                  f"[{t['gpu_hours_added_lo']:.2f}, {t['gpu_hours_added_hi']:.2f}] to {t['gpu_hours']:.1f}"]
+        if t.get("caps_raised_by_neighbours"):
+            lines.append(f"{t['caps_raised_by_neighbours']} job(s) on shared GPUs simulated at a "
+                         "neighbour's higher cap or none (a GPU runs at the highest cap its jobs allow)")
         if t.get("rejected_rows"):
             lines.append(f"{sum(t['rejected_rows'].values())} impossible telemetry row(s) left out (as the "
                          "nightly does): " + "; ".join(f"{k}: {v}" for k, v in t["rejected_rows"].items()))

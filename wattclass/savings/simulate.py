@@ -13,9 +13,9 @@
 2. Label each job: the label store's label where the nightly run stored one; else the GPM rule on
    the job's own windows (the classifier's rule, same thresholds); else ``unlabelled``.
 3. Look up the policy's cap for the label (exempt accounts, partitions and users, from the
-   store's Slurm fields, are left uncapped) and apply the response model (``response``): the
-   default per-job model or a site calibration, with the job's demand at most the limit it ran
-   under (``demand_w``).
+   store's Slurm fields, are left uncapped); on a GPU the job shared, the highest cap of its jobs
+   (``shared_gpu_caps``); and apply the response model (``response``): the default per-job model
+   or a site calibration, with the job's demand at most the limit it ran under (``demand_w``).
 4. Sum kWh saved and GPU-hours added (mid and band) per label, user and account.
 
 The band sums each job's lo and hi: it treats the model error as shared by all jobs (one curve
@@ -51,6 +51,11 @@ from wattclass.schema import TELEMETRY_V1, column_names, first_schema_reads_all
 
 GROUPS: tuple[str, ...] = ("label", "user", "account")
 log = logging.getLogger(__name__)
+
+
+class NoJobWindows(DataError):
+    """The range holds no valid job window (a quiet or maintenance day): nothing to simulate.
+    Its own class so that the report leaves out only its what-if section, not the whole page."""
 
 
 @dataclass
@@ -118,13 +123,13 @@ SELECT GROUPING(job_id) AS by_file, job_id, bad, host, fname, max(ts_start) AS l
   count(CASE WHEN code = {rules.COMPUTE} THEN 1 END) AS n_comp,
   count(CASE WHEN code = {rules.MEMORY} THEN 1 END) AS n_mem,
   count(CASE WHEN code = {rules.PIPE_GAP} THEN 1 END) AS n_gap, count(*) AS n_windows,
-  min(ts_start) AS "start", max(ts_end) AS "end"
+  min(ts_start) AS "start", max(ts_end) AS "end", max(sh) AS on_shared
 FROM (
   SELECT job_id, host, fname, {col("user")} AS "user", {col("gpu_model")} AS gpu_model, energy_j,
     epoch_ms(ts_end) - epoch_ms(ts_start) AS ms, ts_start, ts_end, {col("power_max_w")} AS pmax,
     {col("power_avg_w")} / coalesce(nullif({col("share_ratio")}, 0), 1) AS pavg,
     {col("power_limit_w")} AS plim, c, dram,
-    {code} AS code, bad
+    {code} AS code, bad, {_shared_row_sql(present)} AS sh
   FROM (SELECT *, file_index AS fname, {reject} AS bad, {x.comp} AS c, {x.dram} AS dram, {x.sm} AS sm,
           ({x.gap}) AS gap
         FROM read_parquet($files{opts})
@@ -132,6 +137,35 @@ FROM (
 )
 GROUP BY GROUPING SETS ((job_id, bad), (host, fname))
 """
+
+
+def _shared_row_sql(present: set[str]) -> str:
+    """1 for a row of a GPU several jobs hold (``shared_jobs`` > 1) or of a MIG instance (its
+    power limit is its parent's), else 0; 0 where a file has neither column (older writers)."""
+    conds = []
+    if "shared_jobs" in present:
+        conds.append("coalesce(CAST(shared_jobs AS DOUBLE), 0) > 1")
+    if "parent_gpu_uuid" in present:
+        conds.append("parent_gpu_uuid IS NOT NULL")
+    return f"CAST(({' OR '.join(conds)}) AS INTEGER)" if conds else "0"
+
+
+def _neighbours(con: Any, params: dict[str, Any], present: set[str], union: bool) -> dict[str, set[str]]:
+    """Per job that shared a physical GPU (a shared GPU, or MIG instances of one GPU): the other
+    jobs whose rows cover the same window start on that GPU, at any time of its run. The rows of
+    one window of a shared or MIG GPU are the split of one segment (telemetry/splitter.py), so
+    they share ``ts_start``."""
+    gpu = "coalesce(parent_gpu_uuid, gpu_uuid)" if "parent_gpu_uuid" in present else "gpu_uuid"
+    opts = ", hive_partitioning = false" + (", union_by_name = true" if union else "")
+    rows = con.execute(
+        f"SELECT list(DISTINCT CAST(job_id AS VARCHAR)) AS jobs FROM read_parquet($files{opts}) "
+        f"WHERE job_id IS NOT NULL AND {_shared_row_sql(present)} = 1 "
+        f"GROUP BY host, {gpu}, ts_start HAVING count(DISTINCT job_id) > 1", params).fetchall()
+    out: dict[str, set[str]] = {}
+    for (jobs,) in rows:
+        for j in jobs:
+            out.setdefault(j, set()).update(k for k in jobs if k != j)
+    return out
 
 
 class _UnreadableEnd(Exception):
@@ -167,9 +201,15 @@ def _aggregate(files: list[Path], threads: int | None) -> pd.DataFrame:
             # two files that may hold the same windows: each window counted once, as the nightly
             # counts it (both copies' energy was summed)
             df = con.execute(_sql(present, union=union, dedup=True), params).df()
+        out: pd.DataFrame = df.loc[df["by_file"] == 0].drop(
+            columns=["by_file", "host", "fname", "last_start"])
+        shared = out["on_shared"].fillna(0).to_numpy(np.int64) > 0
+        nb = _neighbours(con, params, present, union) if shared.any() else {}
     finally:
         con.close()
-    out: pd.DataFrame = df.loc[df["by_file"] == 0].drop(columns=["by_file", "host", "fname", "last_start"])
+    ids = out["job_id"].astype(str)
+    out = out.drop(columns="on_shared")
+    out["neighbours"] = [tuple(sorted(nb.get(j, ()))) for j in ids]
     return out
 
 
@@ -296,6 +336,10 @@ def apply_policy(jobs: pd.DataFrame, policy: Policy, response: SiteResponse | No
         cap_w[m] = [cap_watts(cap, d, *known_range_w(g))
                     for d, g in zip(default_w[m], models[m], strict=True)]
         cap_text[m] = cap.text()
+    own_w = cap_w
+    if "neighbours" in out.columns:
+        cap_w = shared_gpu_caps(out["job_id"].astype(str).tolist(), own_w, out["neighbours"].tolist())
+    out["cap_raised_by_neighbours"] = np.isfinite(own_w) & ~(cap_w <= own_w)
     out["default_w"], out["cap_w"], out["cap"] = default_w, cap_w, cap_text
     need = demand_w(out["need_w"].to_numpy(float), out["limit_w"].to_numpy(float))
     if response is None:
@@ -314,6 +358,26 @@ def apply_policy(jobs: pd.DataFrame, policy: Policy, response: SiteResponse | No
     out["gpu_hours_added"] = h * (eff.runtime - 1)
     out["gpu_hours_added_lo"] = h * (eff.runtime_lo - 1)
     out["gpu_hours_added_hi"] = h * (eff.runtime_hi - 1)
+    return out
+
+
+def shared_gpu_caps(job_ids: list[str], cap_w: npt.NDArray[np.float64], neighbours: list[tuple[str, ...]]
+                    ) -> npt.NDArray[np.float64]:
+    """The limit each job would run under: on a GPU it shared, the highest cap of its jobs, NaN
+    (none) where one of them has no cap (no label the policy caps, exempt, or not in the scan).
+
+    Why: power limits exist per physical GPU, and the Prolog enforces the highest cap the jobs on
+    it allow, a job without a cap holding the GPU at its limit (docs/shared-gpus.md); each job at
+    its own label's cap counted savings of a memory-bound job beside a compute-bound one that no
+    enforced limit gives. A job is held at its neighbours' highest cap over its whole run, also
+    where it shared the GPU for part of it: the what-if errs toward saving less."""
+    where = {j: i for i, j in enumerate(job_ids)}
+    out = cap_w.copy()
+    for i, others in enumerate(neighbours):
+        if not others or not np.isfinite(cap_w[i]):
+            continue
+        caps = [cap_w[where[j]] if j in where else np.nan for j in others]
+        out[i] = np.nan if not np.isfinite(caps).all() else max(cap_w[i], *caps)
     return out
 
 
@@ -347,7 +411,7 @@ def simulate(data_root: Path, policy: Policy, date_from: str | None = None, date
         # every row rejected (a clock step's day) said only "no job windows": say why
         why = (f" ({sum(rejected.values())} impossible row(s) left out, as the nightly leaves them out: "
                + "; ".join(f"{k}: {v}" for k, v in rejected.items()) + ")") if rejected else ""
-        raise DataError(f"{data_root}: no job windows in telemetry{span}{why}")
+        raise NoJobWindows(f"{data_root}: no job windows in telemetry{span}{why}")
     labels = ClassifierStore(data_root).label_history(date_from)
     jobs = apply_policy(attach_labels(jobs, labels), policy, response)
     totals: dict[str, Any] = {c: float(jobs[c].sum()) for c in ("kwh_saved", "kwh_saved_lo", "kwh_saved_hi",
@@ -356,6 +420,7 @@ def simulate(data_root: Path, policy: Policy, date_from: str | None = None, date
     totals["energy_kwh"] = float(jobs["energy_j"].sum() / 3.6e6)
     totals["jobs"] = len(jobs)
     totals["capped_jobs"] = int(jobs["cap"].notna().sum())
+    totals["caps_raised_by_neighbours"] = int(jobs["cap_raised_by_neighbours"].sum())
     totals["rejected_rows"] = rejected
     totals["skipped_files"] = {str(f): why for f, why in skipped}
     return SimResult(jobs, {g: summarise(jobs, g) for g in GROUPS}, totals,
