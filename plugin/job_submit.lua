@@ -562,14 +562,26 @@ local function desc_requests_gpu(job_desc)
   return false
 end
 
+-- True when `--ntasks-per-gpu` (ntasks_per_tres) is set: with no GPU field Slurm still gives the
+-- job GPUs, task count / ntasks_per_tres of them (gres_job_state_validate derives
+-- "gres/gpu:<n>", 22.05 to 25.11), so `sbatch --ntasks-per-gpu=1 -n 4` ran on 4 GPUs as "no GPU
+-- request", uncapped. Unset is NO_VAL16 (65534) or 0. Mirrored by decide.tasks_per_gpu_set.
+local NO_VAL16 = 65534
+local function tasks_per_gpu_set(v)
+  local n = tonumber(v)
+  return n ~= nil and n > 0 and n ~= NO_VAL16
+end
+
 -- The fields as Slurm will resolve them: no -p means the default partition; no -A means the
 -- user's default account (nil without slurmdbd, so account keys and exemptions need -A then).
 -- Each job_desc field is a C call inside slurmctld (one submission is a few ms, and this runs
--- in it): a job without a GPU request reads nothing else, and the account and partition are
--- read only when the table can use them (decide() gives the same answer without them then), and
--- the user's constraint only when the table may add placement features.
+-- in it): a job without a GPU request reads only what tells whether it gets GPUs anyway
+-- (ntasks_per_tres, whole_node's fields), the account and partition are read only when the table
+-- can use them (decide() gives the same answer without them then), and the user's constraint
+-- only when the table may add placement features.
 local function resolve_submit(t, job_desc, part_list, name)
   local j = { user = job_desc.user_name, name = name, gpu = desc_requests_gpu(job_desc) }
+  if not j.gpu and tasks_per_gpu_set(job_desc.ntasks_per_tres) then j.gpu = true end
   if not j.gpu then
     local part = nonempty(job_desc.partition)
     if not whole_node(job_desc, part_list, part) then return j end
@@ -669,6 +681,9 @@ local function modify(job_desc, job_rec, part_list, modify_uid)
   local specs = gpu_specs(job_desc, job_rec)
   local old_token, rest = split_token(job_rec.admin_comment)
   j.gpu = requests_gpu(specs)
+  -- GPUs no GPU field names (`--ntasks-per-gpu`, which job_rec does not show): the requested TRES
+  -- list has them ("...,gres/gpu=2") where slurm.conf's AccountingStorageTRES tracks gres/gpu
+  if not j.gpu and requests_gpu({ job_rec.tres_fmt_req_str }) then j.gpu = true end
   -- whole-node now (moved to an exclusive partition), or decided at submission without any GPU
   -- field, which only a whole-node job is (job_rec does not say it is exclusive). An operator's
   -- OverSubscribe=no is neither: Slurm's update sets share_res, not whole_node (_update_job), so

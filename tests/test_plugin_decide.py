@@ -315,8 +315,8 @@ def test_submission_reads_only_the_job_fields_the_table_can_use(tmp_path: Path) 
     assert rows[0][0].startswith("wattclass:label=memory;"), rows[0]
     for _comment, _, reads in (rows[0], rows[2]):
         assert not reads & {"account", "default_account", "partition", "part.flag_default"}, reads
-    # a job without a GPU request reads only what says whether it gets its nodes' GPUs anyway
-    # (a whole-node job: --exclusive, an OverSubscribe=EXCLUSIVE partition)
+    # a job without a GPU request reads only what says whether it gets GPUs anyway (a whole-node
+    # job: --exclusive, an OverSubscribe=EXCLUSIVE partition; --ntasks-per-gpu)
     assert rows[1][0] == "nil" and reads_beyond_gpu(rows[1][2]) <= WHOLE_NODE_FIELDS, rows[1]
     assert rows[2][0] == "nil", rows[2]
 
@@ -335,8 +335,9 @@ def test_submission_reads_only_the_job_fields_the_table_can_use(tmp_path: Path) 
     assert rows[0][0].startswith("wattclass:label=memory;") and "default_account" in rows[0][2], rows
 
 
-#: What job_submit.lua reads of a job without a GPU request: whether it is a whole-node job.
-WHOLE_NODE_FIELDS = {"shared", "partition", "part.flag_default", "part.max_share"}
+#: What job_submit.lua reads of a job without a GPU field: whether it gets GPUs anyway, as a
+#: whole-node job (--exclusive, an OverSubscribe=EXCLUSIVE partition) or by --ntasks-per-gpu.
+WHOLE_NODE_FIELDS = {"shared", "partition", "part.flag_default", "part.max_share", "ntasks_per_tres"}
 
 
 def reads_beyond_gpu(reads: set[str]) -> set[str]:
@@ -808,3 +809,53 @@ def test_job_submit_lua_reads_only_fields_slurm_gives_it() -> None:
     assert {(o, f) for o, f in reads if f not in known[o]} == set()
     # job_desc[k] / job_rec[k] for k in GPU_FIELDS
     assert set(GPU_FIELDS) <= SLURM_JOB_DESC_FIELDS & SLURM_JOB_REC_FIELDS
+
+
+# -- GPUs that no GPU field names: --ntasks-per-gpu -------------------------------------------------
+TASKS_PER_GPU_DRIVER = SLURM_SILENT + r"""
+dofile(SCRIPT)
+local PARTS = { main = { flag_default = 1, max_share = 1 }, debug = { flag_default = 0, max_share = 1 } }
+for i, c in ipairs(CASES) do
+  local jd = { user_name = "bob", name = "x", shared = 65534, partition = c.partition,
+               ntasks_per_tres = c.ntasks_per_tres or 65534, tres_per_node = c.gpus }
+  slurm_job_submit(jd, PARTS, 1000)
+  local rc = "-"
+  if c.modify_to then  -- then uid 1000 moves the pending job
+    local rec = { job_id = 7, user_name = "bob", name = "x", partition = c.partition or "main",
+                  admin_comment = jd.admin_comment, tres_fmt_req_str = c.req }
+    local upd = { partition = c.modify_to, shared = 65534, ntasks_per_tres = 65534 }
+    rc = tostring(slurm_job_modify(upd, rec, PARTS, 1000))
+  end
+  print(i .. " " .. tostring(jd.admin_comment) .. " " .. tostring(jd.features) .. " " .. rc)
+end
+"""
+
+
+def test_gpus_implied_by_ntasks_per_gpu_are_decided(tmp_path: Path) -> None:
+    """``sbatch --ntasks-per-gpu=1 -n 4`` names no GPU field, yet slurmctld gives the job 4 GPUs
+    (gres_job_state_validate derives ``gres/gpu:4`` from the task count, 22.05 to 25.11): read as
+    "no GPU request" a memory job ran uncapped, a cap escape open to every user. And a pending job
+    whose requested TRES lists GPUs is one, for a user's ``scontrol update`` too."""
+    from wattclass.plugin.decide import tasks_per_gpu_set
+
+    pol = parse_policy({"mode": "enforce", "min_confidence": 0.8, "caps": {"memory": "60%"},
+                        "placement": {"memory": {"features": ["hbm"]}}, "exempt": {"partitions": ["debug"]}})
+    table = tmp_path / "labels.tsv"
+    write_label_table(table, [TableEntry("user", "bob", None, None, "memory", 0.9, 3, "rule")],
+                      pol.table_dict({"hbm"}))
+    req = "cpu=1,mem=1000M,node=1,billing=1,gres/gpu=1"
+    cases = [{"ntasks_per_tres": 1},  # --ntasks-per-gpu=1
+             {"ntasks_per_tres": 4},
+             {},  # unset (NO_VAL16): a CPU job, unchanged
+             {"ntasks_per_tres": 0},
+             # exempt at submission, then moved by its user to a capped partition: refused
+             {"ntasks_per_tres": 1, "partition": "debug", "modify_to": "main", "req": req},
+             # a CPU job may still move (its requested TRES has no GPU)
+             {"partition": "debug", "modify_to": "main", "req": "cpu=1,mem=1000M,node=1,billing=1"}]
+    rows = _run_lua(render_job_submit(table), cases, tmp_path, driver=TASKS_PER_GPU_DRIVER)
+    assert [r[1].startswith("wattclass:label=memory;") for r in rows] == [True, True, False, False, False,
+                                                                        False], rows
+    assert [r[2] for r in rows[:4]] == ["hbm", "hbm", "nil", "nil"], rows  # placement: a GPU job
+    assert [r[3] for r in rows[4:]] == ["-1", "0"], rows  # slurm.ERROR, slurm.SUCCESS
+    python = [tasks_per_gpu_set(c.get("ntasks_per_tres", 65534)) for c in cases[:4]]  # the mirror agrees
+    assert python == [True, True, False, False]

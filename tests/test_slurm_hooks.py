@@ -546,3 +546,17 @@ def test_job_file_of_an_ended_job_no_longer_holds_the_gpu_uncapped(fresh: Wattcl
         for p in [*fresh.jobs_dir.rglob("*.json"), *fresh.caps_dir.glob("*.json")]:
             p.unlink(missing_ok=True)
         wait_restored(fresh)
+
+
+@pytest.mark.parametrize("args", [["--ntasks-per-gpu=1", "-n", "2"], ["--ntasks-per-gpu=2", "-n", "2"]])
+def test_gpus_implied_by_ntasks_per_gpu_are_decided_and_capped(fresh: WattclassRig, args: list[str]) -> None:
+    """``--ntasks-per-gpu=N -n M`` names no GPU field, yet slurmctld gives the job M/N GPUs
+    (gres_job_state_validate derives ``gres/gpu:M/N`` from the task count): read as no GPU request
+    it ran a memory job on its GPUs uncapped, a cap escape open to every user."""
+    job_id, job = run_job(fresh, "-J", "mem-train", *args)
+    seen, gpus = fresh.seen(job_id)
+    assert gpus, "Slurm gave the job GPUs"
+    assert job["admin_comment"] == MEM
+    assert [seen[g] for g in gpus] == [420.0] * len(gpus)
+    wait_restored(fresh)
+
