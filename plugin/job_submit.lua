@@ -627,6 +627,8 @@ end
 -- -- slurm_job_modify --------------------------------------------------------------------------
 local function changes_decision_inputs(job_desc)
   if nonempty(job_desc.partition) or nonempty(job_desc.account) then return true end
+  -- scontrol has no NtasksPerTRES, but an update RPC (libslurm) may carry one: GPUs for a CPU job
+  if tasks_per_gpu_set(job_desc.ntasks_per_tres) then return true end
   for _, k in ipairs(GPU_FIELDS) do
     if nonempty(job_desc[k]) then return true end
   end
@@ -682,8 +684,12 @@ local function modify(job_desc, job_rec, part_list, modify_uid)
   local old_token, rest = split_token(job_rec.admin_comment)
   j.gpu = requests_gpu(specs)
   -- GPUs no GPU field names (`--ntasks-per-gpu`, which job_rec does not show): the requested TRES
-  -- list has them ("...,gres/gpu=2") where slurm.conf's AccountingStorageTRES tracks gres/gpu
-  if not j.gpu and requests_gpu({ job_rec.tres_fmt_req_str }) then j.gpu = true end
+  -- list has them ("...,gres/gpu=2") where slurm.conf's AccountingStorageTRES tracks gres/gpu;
+  -- or the update itself sets ntasks_per_tres
+  if not j.gpu and (tasks_per_gpu_set(job_desc.ntasks_per_tres)
+                    or requests_gpu({ job_rec.tres_fmt_req_str })) then
+    j.gpu = true
+  end
   -- whole-node now (moved to an exclusive partition), or decided at submission without any GPU
   -- field, which only a whole-node job is (job_rec does not say it is exclusive). An operator's
   -- OverSubscribe=no is neither: Slurm's update sets share_res, not whole_node (_update_job), so

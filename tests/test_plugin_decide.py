@@ -820,10 +820,10 @@ for i, c in ipairs(CASES) do
                ntasks_per_tres = c.ntasks_per_tres or 65534, tres_per_node = c.gpus }
   slurm_job_submit(jd, PARTS, 1000)
   local rc = "-"
-  if c.modify_to then  -- then uid 1000 moves the pending job
+  if c.modify_to or c.modify_tasks_per_gpu then  -- then uid 1000 changes the pending job
     local rec = { job_id = 7, user_name = "bob", name = "x", partition = c.partition or "main",
                   admin_comment = jd.admin_comment, tres_fmt_req_str = c.req }
-    local upd = { partition = c.modify_to, shared = 65534, ntasks_per_tres = 65534 }
+    local upd = { partition = c.modify_to, shared = 65534, ntasks_per_tres = c.modify_tasks_per_gpu or 65534 }
     rc = tostring(slurm_job_modify(upd, rec, PARTS, 1000))
   end
   print(i .. " " .. tostring(jd.admin_comment) .. " " .. tostring(jd.features) .. " " .. rc)
@@ -851,11 +851,12 @@ def test_gpus_implied_by_ntasks_per_gpu_are_decided(tmp_path: Path) -> None:
              # exempt at submission, then moved by its user to a capped partition: refused
              {"ntasks_per_tres": 1, "partition": "debug", "modify_to": "main", "req": req},
              # a CPU job may still move (its requested TRES has no GPU)
-             {"partition": "debug", "modify_to": "main", "req": "cpu=1,mem=1000M,node=1,billing=1"}]
+             {"partition": "debug", "modify_to": "main", "req": "cpu=1,mem=1000M,node=1,billing=1"},
+             # but not gain GPUs by an update RPC carrying ntasks_per_tres (libslurm; scontrol has none)
+             {"modify_tasks_per_gpu": 1, "req": "cpu=1,mem=1000M,node=1,billing=1"}]
     rows = _run_lua(render_job_submit(table), cases, tmp_path, driver=TASKS_PER_GPU_DRIVER)
-    assert [r[1].startswith("wattclass:label=memory;") for r in rows] == [True, True, False, False, False,
-                                                                        False], rows
+    assert [r[1].startswith("wattclass:label=memory;") for r in rows] == [True, True] + [False] * 5, rows
     assert [r[2] for r in rows[:4]] == ["hbm", "hbm", "nil", "nil"], rows  # placement: a GPU job
-    assert [r[3] for r in rows[4:]] == ["-1", "0"], rows  # slurm.ERROR, slurm.SUCCESS
+    assert [r[3] for r in rows[4:]] == ["-1", "0", "-1"], rows  # slurm.ERROR, slurm.SUCCESS
     python = [tasks_per_gpu_set(c.get("ntasks_per_tres", 65534)) for c in cases[:4]]  # the mirror agrees
     assert python == [True, True, False, False]
