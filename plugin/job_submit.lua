@@ -518,6 +518,33 @@ local function nonempty(v)
   return v
 end
 
+-- The partitions a job submitted to `parts` (a comma list) lands in: slurmctld hands a job whose
+-- partition takes no submissions (State=DRAIN or INACTIVE: no PARTITION_SUBMIT bit in state_up)
+-- to that partition's Alternate= chain (_alt_part_test, 22.05 to 25.11), after job_submit. A job
+-- sent to a drained exempt partition with Alternate=main ran in main as exempt, uncapped. A
+-- partition this user cannot see, or a chain Slurm would refuse (a loop), is kept as named.
+local PARTITION_SUBMIT = 1
+local function landing_partitions(parts, part_list)
+  if parts == nil or type(part_list) ~= "table" then return parts end
+  local out = {}
+  for _, named in ipairs(split_commas(parts)) do
+    local name, seen = named, {}
+    while true do
+      local part = part_list[name]
+      local up = part and tonumber(part.state_up)
+      if up == nil or up % (2 * PARTITION_SUBMIT) >= PARTITION_SUBMIT then break end  -- lands here
+      seen[name] = true
+      name = nonempty(part.alternate)
+      if name == nil or seen[name] then  -- no partition takes it: Slurm refuses the job
+        name = named
+        break
+      end
+    end
+    out[#out + 1] = name
+  end
+  return table.concat(out, ",")
+end
+
 -- True when the job may run in a partition with OverSubscribe=EXCLUSIVE (max_share 0): any of
 -- its comma list, or the default partition when it names none.
 local function exclusive_partition(parts, part_list)
@@ -593,7 +620,8 @@ local function resolve_submit(t, job_desc, part_list, name)
     j.account = nonempty(job_desc.account) or nonempty(job_desc.default_account)
   end
   if t.uses_partition then
-    j.partition = j.partition or nonempty(job_desc.partition) or default_partition(part_list)
+    j.partition = landing_partitions(j.partition or nonempty(job_desc.partition)
+                                     or default_partition(part_list), part_list)
   end
   return j
 end
@@ -677,7 +705,7 @@ local function modify(job_desc, job_rec, part_list, modify_uid)
   local j = {
     user = owner_name(job_desc, job_rec), name = nonempty(job_desc.name) or job_rec.name,
     account = nonempty(job_desc.account) or nonempty(job_rec.account),
-    partition = nonempty(job_desc.partition) or nonempty(job_rec.partition),
+    partition = landing_partitions(nonempty(job_desc.partition), part_list) or nonempty(job_rec.partition),
     features = nonempty(job_desc.features) or job_rec.features,
   }
   local specs = gpu_specs(job_desc, job_rec)

@@ -860,3 +860,44 @@ def test_gpus_implied_by_ntasks_per_gpu_are_decided(tmp_path: Path) -> None:
     assert [r[3] for r in rows[4:]] == ["-1", "0", "-1"], rows  # slurm.ERROR, slurm.SUCCESS
     python = [tasks_per_gpu_set(c.get("ntasks_per_tres", 65534)) for c in cases[:4]]  # the mirror agrees
     assert python == [True, True, False, False]
+
+
+ALTERNATE_DRIVER = SLURM_SILENT + r"""
+dofile(SCRIPT)
+-- state_up: 3 UP (submit + schedule), 2 DRAIN, 1 DOWN (submit only), 0 INACTIVE
+local PARTS = { main = { flag_default = 1, max_share = 1, state_up = 3 },
+                debug = { flag_default = 0, max_share = 1, state_up = DEBUG_STATE, alternate = DEBUG_ALT },
+                spare = { flag_default = 0, max_share = 1, state_up = 2, alternate = "debug" } }
+for i, c in ipairs(CASES) do
+  local jd = { user_name = "bob", name = "x", shared = 65534, ntasks_per_tres = 65534,
+               partition = c.partition, tres_per_node = "gres/gpu:1" }
+  slurm_job_submit(jd, PARTS, 1000)
+  print(i .. " " .. tostring(jd.admin_comment))
+end
+"""
+
+
+@pytest.mark.parametrize(("state_up", "alternate", "exempt"), [
+    (3, "main", True),  # UP: the job runs in debug, exempt
+    (1, "main", True),  # DOWN still takes submissions: stays in debug
+    (2, "main", False),  # DRAIN: handed to main, decided
+    (0, "main", False),  # INACTIVE: likewise
+    (2, None, True),  # DRAIN without an alternate: Slurm refuses the job; nothing to decide here
+    (2, "spare", True),  # an alternate loop (debug -> spare -> debug): Slurm refuses it
+])
+def test_a_drained_exempt_partition_hands_its_jobs_to_its_alternate(
+        tmp_path: Path, state_up: int, alternate: str | None, exempt: bool) -> None:
+    """A partition that takes no submissions (DRAIN, INACTIVE) passes a job submitted to it on to
+    its ``Alternate=`` chain (slurmctld's _alt_part_test, after job_submit): a memory job sent to a
+    drained exempt partition with Alternate=main ran in main without a decision, uncapped."""
+    pol = parse_policy({"mode": "enforce", "min_confidence": 0.8, "caps": {"memory": "60%"},
+                        "exempt": {"partitions": ["debug"]}})
+    table = tmp_path / "labels.tsv"
+    write_label_table(table, [TableEntry("user", "bob", None, None, "memory", 0.9, 3, "rule")],
+                      pol.table_dict(set()))
+    driver = f"DEBUG_STATE = {state_up}\nDEBUG_ALT = {lua_value(alternate)}\n" + ALTERNATE_DRIVER
+    rows = _run_lua(render_job_submit(table), [{"partition": "debug"}, {"partition": "main"}], tmp_path,
+                    driver=driver)
+    decided = "wattclass:label=memory;conf=0.90;cap=60%;src=rule;mode=enforce"
+    assert rows[0][1] == ("nil" if exempt else decided)
+    assert rows[1][1].startswith("wattclass:label=memory;")

@@ -560,3 +560,20 @@ def test_gpus_implied_by_ntasks_per_gpu_are_decided_and_capped(fresh: WattclassR
     assert [seen[g] for g in gpus] == [420.0] * len(gpus)
     wait_restored(fresh)
 
+
+
+def test_exempt_partition_that_sends_jobs_to_its_alternate_is_no_exemption(fresh: WattclassRig) -> None:
+    """A partition that takes no submissions (State=DRAIN or INACTIVE) hands a job submitted to it
+    to its ``Alternate=`` partition (slurmctld's _alt_part_test, after job_submit): a memory job
+    submitted to the drained exempt partition ran in the capped one, uncapped."""
+    c = fresh.cluster
+    c.run(["scontrol", "update", "PartitionName=debug", "State=DRAIN", "Alternate=main"])
+    try:
+        job_id, job = run_job(fresh, "-J", "mem-train", "--gres=gpu:1", "-p", "debug")
+        assert job["partition"] == "main"
+        assert job["admin_comment"] == MEM
+        seen, gpus = fresh.seen(job_id)
+        assert [seen[g] for g in gpus] == [420.0]
+    finally:
+        c.run(["scontrol", "update", "PartitionName=debug", "State=UP", "Alternate=NONE"])
+    wait_restored(fresh)
