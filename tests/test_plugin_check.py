@@ -369,6 +369,8 @@ def test_the_controller_role_checks_the_policy_and_table_not_the_hooks(
     ("25.11.7", (25, 11), None),
     (None, (25, 11), "--slurm-bin"),  # no squeue where the hooks look: every job uncapped
     ("22.05.8", (25, 11), "22.05"),  # another version than the daemons': fails against slurmctld
+    # a squeue a non-root user owns: the hooks refuse to run it as root (every job uncapped)
+    ("25.11.7 user", (25, 11), "refuses to run"),
 ])
 def test_slurm_conf_check_also_finds_the_squeue_the_hooks_run(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
@@ -385,8 +387,10 @@ def test_slurm_conf_check_also_finds_the_squeue_the_hooks_run(
     slurm_bin = tmp_path / "slurm" / "bin"
     slurm_bin.mkdir(parents=True)
     if squeue is not None:
-        (slurm_bin / "squeue").write_text(f"#!/bin/sh\necho 'slurm {squeue}'\n")
+        (slurm_bin / "squeue").write_text(f"#!/bin/sh\necho 'slurm {squeue.split()[0]}'\n")
         (slurm_bin / "squeue").chmod(0o755)
+        if squeue.endswith(" user"):
+            os.chown(slurm_bin / "squeue", 65534, 65534)
     etc = node / "etc"
     args = f"--backend filestate:{node / 'gpus.json'} --state-dir {node / 'run' / 'caps'} " \
            f"--jobs-dir {node / 'run' / 'jobs'} --log {node / 'plugin.log'} --slurm-bin {slurm_bin}"
