@@ -518,6 +518,16 @@ local function nonempty(v)
   return v
 end
 
+-- A job that names no partition but a reservation runs in the reservation's partition (slurmctld's
+-- _get_job_parts, 22.05 to 25.11), not the default one; nil when the reservation names none.
+-- slurm.reservations: what job_submit/lua gives the script (name -> record with `partition`).
+local function reservation_partition(resv)
+  resv = nonempty(resv)
+  local all = type(slurm.reservations) == "table" and slurm.reservations or nil
+  local r = resv and all and all[resv]
+  return r and nonempty(r.partition) or nil
+end
+
 -- The partitions a job submitted to `parts` (a comma list) lands in: slurmctld hands a job whose
 -- partition takes no submissions (State=DRAIN or INACTIVE: no PARTITION_SUBMIT bit in state_up)
 -- to that partition's Alternate= chain (_alt_part_test, 22.05 to 25.11), after job_submit. A job
@@ -621,6 +631,7 @@ local function resolve_submit(t, job_desc, part_list, name)
   end
   if t.uses_partition then
     j.partition = landing_partitions(j.partition or nonempty(job_desc.partition)
+                                     or reservation_partition(job_desc.reservation)
                                      or default_partition(part_list), part_list)
   end
   return j

@@ -901,3 +901,40 @@ def test_a_drained_exempt_partition_hands_its_jobs_to_its_alternate(
     decided = "wattclass:label=memory;conf=0.90;cap=60%;src=rule;mode=enforce"
     assert rows[0][1] == ("nil" if exempt else decided)
     assert rows[1][1].startswith("wattclass:label=memory;")
+
+
+RESERVATION_DRIVER = SLURM_SILENT + r"""
+dofile(SCRIPT)
+slurm.reservations = { bench = { partition = "debug" }, plain = { partition = nil } }
+local PARTS = { main = { flag_default = 1, max_share = 1, state_up = 3 },
+                debug = { flag_default = 0, max_share = 1, state_up = 3 } }
+for i, c in ipairs(CASES) do
+  local jd = { user_name = "bob", name = "x", shared = 65534, ntasks_per_tres = 65534,
+               partition = c.partition, reservation = c.reservation, tres_per_node = "gres/gpu:1" }
+  slurm_job_submit(jd, PARTS, 1000)
+  print(i .. " " .. tostring(jd.admin_comment ~= nil))
+end
+"""
+
+
+@pytest.mark.parametrize(("exempt", "want"), [
+    # debug exempt: a job of reservation bench (PartitionName=debug) without -p runs in debug
+    ("debug", ["false", "true", "true", "true"]),
+    # main, the default, exempt: the same job runs in debug, capped (it ran uncapped as "main")
+    ("main", ["true", "false", "false", "false"]),
+])
+def test_a_job_without_a_partition_runs_in_its_reservations_partition(
+        tmp_path: Path, exempt: str, want: list[str]) -> None:
+    """slurmctld puts a job that names no partition but a reservation into the reservation's
+    partition (_get_job_parts), not the default one; job_submit.lua judged the default one."""
+    pol = parse_policy({"mode": "enforce", "min_confidence": 0.8, "caps": {"memory": "60%"},
+                        "exempt": {"partitions": [exempt]}})
+    table = tmp_path / "labels.tsv"
+    write_label_table(table, [TableEntry("user", "bob", None, None, "memory", 0.9, 3, "rule")],
+                      pol.table_dict(set()))
+    cases = [{"reservation": "bench"},
+             {"reservation": "bench", "partition": "main"},  # an explicit -p wins
+             {"reservation": "plain"},  # a reservation without a partition: the default
+             {"reservation": "gone"}]  # unknown here: the default (slurmctld refuses it anyway)
+    rows = _run_lua(render_job_submit(table), cases, tmp_path, driver=RESERVATION_DRIVER)
+    assert [r[1] for r in rows] == want, rows

@@ -577,3 +577,21 @@ def test_exempt_partition_that_sends_jobs_to_its_alternate_is_no_exemption(fresh
     finally:
         c.run(["scontrol", "update", "PartitionName=debug", "State=UP", "Alternate=NONE"])
     wait_restored(fresh)
+
+
+def test_a_job_without_a_partition_is_judged_by_its_reservations_partition(fresh: WattclassRig) -> None:
+    """A job that names no partition but a reservation runs in the reservation's partition, not the
+    default one (slurmctld's _get_job_parts): an exempt reservation partition was judged as the
+    default (here a benchmark in exempt debug was capped; with an exempt default partition and a
+    capped reservation partition, a memory job ran uncapped)."""
+    c = fresh.cluster
+    c.run(["scontrol", "create", "reservation", "ReservationName=wcbench", "StartTime=now",
+           "Duration=10", "Users=root", "PartitionName=debug", "Nodes=ALL", "Flags=IGNORE_JOBS"])
+    try:
+        job_id, job = run_job(fresh, "-J", "mem-train", "--gres=gpu:1", "--reservation=wcbench")
+        assert job["partition"] == "debug"
+        assert not job.get("admin_comment")
+        assert_uncapped(fresh, job_id, job)
+    finally:
+        c.run(["scontrol", "delete", "ReservationName=wcbench"])
+    wait_restored(fresh)
