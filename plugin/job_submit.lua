@@ -555,6 +555,13 @@ local function landing_partitions(parts, part_list)
   return table.concat(out, ",")
 end
 
+-- The partitions a submitted job will run in, as slurmctld resolves them after job_submit: its
+-- -p list, else its reservation's partition, else the default one; each through Alternate=.
+local function submit_partitions(job_desc, part_list)
+  return landing_partitions(nonempty(job_desc.partition) or reservation_partition(job_desc.reservation)
+                            or default_partition(part_list), part_list)
+end
+
 -- True when the job may run in a partition with OverSubscribe=EXCLUSIVE (max_share 0): any of
 -- its comma list, or the default partition when it names none.
 local function exclusive_partition(parts, part_list)
@@ -575,9 +582,11 @@ end
 -- partition. Without this `sbatch --exclusive` ran on all of a node's GPUs with no decision,
 -- uncapped. Not seen here: `-S` (whole-node only with AllowSpecResourcesUsage=yes), as Slurm gives
 -- job_submit.lua no core_spec field (22.05, 25.11), and `--reboot` (admins only).
-local function whole_node(job_desc, part_list, partition)
+-- Keeps the partitions it read in j.partition (submit_partitions; not read for --exclusive).
+local function whole_node(job_desc, part_list, j)
   if tonumber(job_desc.shared) == 0 then return true end
-  return exclusive_partition(partition, part_list)
+  j.partition = j.partition or submit_partitions(job_desc, part_list)
+  return exclusive_partition(j.partition, part_list)
 end
 
 local function gpu_specs(job_desc, job_rec)
@@ -620,19 +629,15 @@ local function resolve_submit(t, job_desc, part_list, name)
   local j = { user = job_desc.user_name, name = name, gpu = desc_requests_gpu(job_desc) }
   if not j.gpu and tasks_per_gpu_set(job_desc.ntasks_per_tres) then j.gpu = true end
   if not j.gpu then
-    local part = nonempty(job_desc.partition)
-    if not whole_node(job_desc, part_list, part) then return j end
+    if not whole_node(job_desc, part_list, j) then return j end
     j.gpu = "whole_node"
-    j.partition = part  -- read already
   end
   if t.uses_features then j.features = job_desc.features end
   if t.uses_account then
     j.account = nonempty(job_desc.account) or nonempty(job_desc.default_account)
   end
   if t.uses_partition then
-    j.partition = landing_partitions(j.partition or nonempty(job_desc.partition)
-                                     or reservation_partition(job_desc.reservation)
-                                     or default_partition(part_list), part_list)
+    j.partition = j.partition or submit_partitions(job_desc, part_list)
   end
   return j
 end

@@ -337,7 +337,8 @@ def test_submission_reads_only_the_job_fields_the_table_can_use(tmp_path: Path) 
 
 #: What job_submit.lua reads of a job without a GPU field: whether it gets GPUs anyway, as a
 #: whole-node job (--exclusive, an OverSubscribe=EXCLUSIVE partition) or by --ntasks-per-gpu.
-WHOLE_NODE_FIELDS = {"shared", "partition", "part.flag_default", "part.max_share", "ntasks_per_tres"}
+WHOLE_NODE_FIELDS = {"shared", "partition", "part.flag_default", "part.max_share", "ntasks_per_tres",
+                     "reservation", "part.state_up", "part.alternate"}
 
 
 def reads_beyond_gpu(reads: set[str]) -> set[str]:
@@ -704,10 +705,12 @@ def test_an_out_of_range_policy_number_refuses_the_table(tmp_path: Path, line: s
 # -- whole-node jobs get every GPU of their nodes without asking for one -----------------------------
 WHOLE_NODE_DRIVER = SLURM_SILENT + r"""
 dofile(SCRIPT)
-local PARTS = { main = { flag_default = 1, max_share = 1 }, excl = { flag_default = 0, max_share = 0 } }
+local PARTS = { main = { flag_default = 1, max_share = 1 }, excl = { flag_default = 0, max_share = 0 },
+                drained = { flag_default = 0, max_share = 1, state_up = 2, alternate = "excl" } }
+slurm.reservations = { xr = { partition = "excl" } }
 for i, c in ipairs(CASES) do
   local jd = { user_name = "bob", name = "x", shared = c.shared or 65534, partition = c.partition,
-               tres_per_node = c.gpus }
+               tres_per_node = c.gpus, reservation = c.reservation }
   slurm_job_submit(jd, PARTS, 1000)
   local rc = "-"
   if c.modify_to or c.modify_shared then  -- then uid 1000 changes the pending job
@@ -752,6 +755,20 @@ def test_a_whole_node_job_is_decided_though_it_asks_for_no_gpu(tmp_path: Path) -
     assert [r[3] for r in rows[-3:]] == ["0", "0", "0"], rows  # slurm.SUCCESS
     d = decide(read_label_table(table), "bob", "x", None, "main", None, gpu_request="whole_node")
     assert (d.status, d.features) == ("enforce", None) and d.admin_comment == rows[0][1]
+
+
+def test_a_job_that_lands_in_an_exclusive_partition_is_whole_node(tmp_path: Path) -> None:
+    """The partition that makes a CPU job whole-node is the one slurmctld puts it in: its
+    reservation's (no -p) or a drained partition's Alternate=. Judged by the partition named (or
+    the default), such a job ran on every GPU of its nodes with no decision."""
+    pol = parse_policy({"mode": "enforce", "min_confidence": 0.8, "caps": {"memory": "60%"}})
+    table = tmp_path / "labels.tsv"
+    write_label_table(table, [TableEntry("user", "bob", None, None, "memory", 0.9, 3, "rule")],
+                      pol.table_dict(set()))
+    cases = [{"reservation": "xr"}, {"partition": "drained"}, {"reservation": "xr", "partition": "main"}]
+    rows = _run_lua(render_job_submit(table), cases, tmp_path, driver=WHOLE_NODE_DRIVER)
+    assert [r[1].startswith("wattclass:label=memory;") for r in rows] == [True, True, False], rows
+    assert [r[2] for r in rows] == ["nil"] * 3, rows  # whole-node: no placement features
 
 
 def _names(text: str) -> set[str]:
