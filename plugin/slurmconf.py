@@ -103,6 +103,12 @@ def cap_preconditions(slurm_conf: Path, slurm_version: tuple[int, int] | None = 
         missing.append(f"SelectType is not set and {which} (before 23.11 the default gives every job "
                        "every GPU of its nodes, and one that asks for no GPU is not decided: uncapped); "
                        "set SelectType=select/cons_tres")
+    tres = [t.strip().lower() for t in conf.get("accountingstoragetres", "").split(",")]
+    if conf.get("accountingstoragetype", "").lower() == "accounting_storage/slurmdbd" and not any(
+            t == "gres/gpu" or t.startswith("gres/gpu:") for t in tres):
+        missing.append("AccountingStorageTRES lacks gres/gpu: sacct has no GPU counts for the nightly, and "
+                       "job_submit.lua cannot see the GPUs of a pending --ntasks-per-gpu job, which its "
+                       "user may then move out of an exempt partition or account uncapped")
     cgroup = slurm_conf.parent / "cgroup.conf"
     try:
         devices = read_conf(cgroup).get("constraindevices", "no").lower()

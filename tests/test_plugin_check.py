@@ -211,11 +211,13 @@ def _slurm_conf(tmp_path: Path, extra: str = "", cgroup: str | None = "Constrain
     return conf
 
 
-def test_slurm_conf_with_what_the_caps_need_passes(tmp_path: Path,
-                                                   capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("extra", ["", "AccountingStorageType=accounting_storage/slurmdbd\n"
+                                   "AccountingStorageTRES=gres/shard,gres/gpu:h200,gres/gpu\n"])
+def test_slurm_conf_with_what_the_caps_need_passes(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                   extra: str) -> None:
     (tmp_path / "node").mkdir()
     argv = _install(tmp_path / "node")
-    conf = _slurm_conf(tmp_path)
+    conf = _slurm_conf(tmp_path, extra)
     capsys.readouterr()
     assert main([*argv, "--slurm-conf", str(conf)]) == 0
     assert _result(capsys)["slurm.conf"] is True
@@ -230,6 +232,12 @@ def test_slurm_conf_with_what_the_caps_need_passes(tmp_path: Path,
     ("", "ConstrainDevices=no\n", "ConstrainDevices is no"),
     ("", "# ConstrainDevices=yes\nConstrainCores=yes\n", "ConstrainDevices is no"),
     ("", None, "ConstrainDevices is no cgroup.conf"),
+    # with slurmdbd, requested GPUs must be a TRES: job_submit.lua's modify reads a pending
+    # --ntasks-per-gpu job's GPUs there (its job record has no GPU field)
+    ("AccountingStorageType=accounting_storage/slurmdbd\n", "ConstrainDevices=yes\n",
+     "AccountingStorageTRES lacks gres/gpu"),
+    ("AccountingStorageType=accounting_storage/slurmdbd\nAccountingStorageTRES=gres/shard\n",
+     "ConstrainDevices=yes\n", "AccountingStorageTRES lacks gres/gpu"),
 ])
 def test_slurm_conf_lacking_a_cap_precondition_fails_naming_it(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: str, cgroup: str | None,
