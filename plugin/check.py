@@ -64,12 +64,27 @@ def _check_wrapper(path: Path, python: str | None) -> str:
 
 
 def _check_interpreter(python: str) -> str:
-    proc = subprocess.run([python, "-I", "-c", "import wattclass.plugin.prolog, wattclass; "
-                           "print(wattclass.__file__)"], cwd="/", capture_output=True, text=True, timeout=60)
+    """The hooks' interpreter imports wattclass, and root may run it: the program (and the links
+    and folders on its way), every folder on its ``sys.path`` and the wattclass package's files
+    are root's and not writable by others. Why: slurmd runs it as root on every job start, so a
+    venv, a ``.pth`` folder or a source tree a non-root user can write is their code run as root."""
+    from wattclass.fsutil import refuse_if_others_can_write, refuse_untrusted_dir, refuse_untrusted_program
+
+    refuse_untrusted_program(Path(python))  # before running it here, as root
+    proc = subprocess.run([python, "-I", "-c", "import json, sys, wattclass.plugin.prolog, wattclass; "
+                           "print(json.dumps([wattclass.__file__, sys.path]))"], cwd="/",
+                          capture_output=True, text=True, timeout=60)
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         raise WattclassError(f"{python} -I cannot import wattclass: {last}")
-    return f"{python} imports wattclass from {proc.stdout.strip()}"
+    package, path = json.loads(proc.stdout)
+    pkg = Path(package).parent
+    for d in [pkg, *(Path(p) for p in path if os.path.isdir(p))]:
+        refuse_untrusted_dir(Path(os.path.realpath(d)))
+    for folder, _dirs, files in os.walk(pkg):  # each file and folder of the hooks' own code
+        for name in files:
+            refuse_if_others_can_write(Path(folder) / name)
+    return f"{python} imports wattclass from {package}"
 
 
 def _check_dir(path: Path, creates: bool = False) -> str:

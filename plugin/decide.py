@@ -90,6 +90,20 @@ def requests_gpu(specs: Iterable[str | None]) -> bool:
     return False
 
 
+#: Slurm's "unset" for a 16-bit job field such as ntasks_per_tres.
+NO_VAL16 = 65534
+
+
+def tasks_per_gpu_set(ntasks_per_tres: object) -> bool:
+    """Whether ``--ntasks-per-gpu`` (job_desc ``ntasks_per_tres``) is set, which gives a job GPUs
+    without any GPU field: slurmctld derives ``gres/gpu:<tasks / ntasks_per_tres>``
+    (gres_job_state_validate, 22.05 to 25.11). Read as no GPU request, such a job ran uncapped.
+    Mirrors job_submit.lua's ``tasks_per_gpu_set``."""
+    if isinstance(ntasks_per_tres, bool) or not isinstance(ntasks_per_tres, int | float):
+        return False
+    return 0 < ntasks_per_tres != NO_VAL16
+
+
 def threshold(policy: Mapping[str, Any], label: object) -> float:
     """The confidence a key labelled ``label`` needs: its per-label threshold, else min_confidence."""
     by_label = policy.get("min_confidence_by_label") or {}

@@ -518,6 +518,50 @@ local function nonempty(v)
   return v
 end
 
+-- A job that names no partition but a reservation runs in the reservation's partition (slurmctld's
+-- _get_job_parts, 22.05 to 25.11), not the default one; nil when the reservation names none.
+-- slurm.reservations: what job_submit/lua gives the script (name -> record with `partition`).
+local function reservation_partition(resv)
+  resv = nonempty(resv)
+  local all = type(slurm.reservations) == "table" and slurm.reservations or nil
+  local r = resv and all and all[resv]
+  return r and nonempty(r.partition) or nil
+end
+
+-- The partitions a job submitted to `parts` (a comma list) lands in: slurmctld hands a job whose
+-- partition takes no submissions (State=DRAIN or INACTIVE: no PARTITION_SUBMIT bit in state_up)
+-- to that partition's Alternate= chain (_alt_part_test, 22.05 to 25.11), after job_submit. A job
+-- sent to a drained exempt partition with Alternate=main ran in main as exempt, uncapped. A
+-- partition this user cannot see, or a chain Slurm would refuse (a loop), is kept as named.
+local PARTITION_SUBMIT = 1
+local function landing_partitions(parts, part_list)
+  if parts == nil or type(part_list) ~= "table" then return parts end
+  local out = {}
+  for _, named in ipairs(split_commas(parts)) do
+    local name, seen = named, {}
+    while true do
+      local part = part_list[name]
+      local up = part and tonumber(part.state_up)
+      if up == nil or up % (2 * PARTITION_SUBMIT) >= PARTITION_SUBMIT then break end  -- lands here
+      seen[name] = true
+      name = nonempty(part.alternate)
+      if name == nil or seen[name] then  -- no partition takes it: Slurm refuses the job
+        name = named
+        break
+      end
+    end
+    out[#out + 1] = name
+  end
+  return table.concat(out, ",")
+end
+
+-- The partitions a submitted job will run in, as slurmctld resolves them after job_submit: its
+-- -p list, else its reservation's partition, else the default one; each through Alternate=.
+local function submit_partitions(job_desc, part_list)
+  return landing_partitions(nonempty(job_desc.partition) or reservation_partition(job_desc.reservation)
+                            or default_partition(part_list), part_list)
+end
+
 -- True when the job may run in a partition with OverSubscribe=EXCLUSIVE (max_share 0): any of
 -- its comma list, or the default partition when it names none.
 local function exclusive_partition(parts, part_list)
@@ -538,9 +582,11 @@ end
 -- partition. Without this `sbatch --exclusive` ran on all of a node's GPUs with no decision,
 -- uncapped. Not seen here: `-S` (whole-node only with AllowSpecResourcesUsage=yes), as Slurm gives
 -- job_submit.lua no core_spec field (22.05, 25.11), and `--reboot` (admins only).
-local function whole_node(job_desc, part_list, partition)
+-- Keeps the partitions it read in j.partition (submit_partitions; not read for --exclusive).
+local function whole_node(job_desc, part_list, j)
   if tonumber(job_desc.shared) == 0 then return true end
-  return exclusive_partition(partition, part_list)
+  j.partition = j.partition or submit_partitions(job_desc, part_list)
+  return exclusive_partition(j.partition, part_list)
 end
 
 local function gpu_specs(job_desc, job_rec)
@@ -562,26 +608,36 @@ local function desc_requests_gpu(job_desc)
   return false
 end
 
+-- True when `--ntasks-per-gpu` (ntasks_per_tres) is set: with no GPU field Slurm still gives the
+-- job GPUs, task count / ntasks_per_tres of them (gres_job_state_validate derives
+-- "gres/gpu:<n>", 22.05 to 25.11), so `sbatch --ntasks-per-gpu=1 -n 4` ran on 4 GPUs as "no GPU
+-- request", uncapped. Unset is NO_VAL16 (65534) or 0. Mirrored by decide.tasks_per_gpu_set.
+local NO_VAL16 = 65534
+local function tasks_per_gpu_set(v)
+  local n = tonumber(v)
+  return n ~= nil and n > 0 and n ~= NO_VAL16
+end
+
 -- The fields as Slurm will resolve them: no -p means the default partition; no -A means the
 -- user's default account (nil without slurmdbd, so account keys and exemptions need -A then).
 -- Each job_desc field is a C call inside slurmctld (one submission is a few ms, and this runs
--- in it): a job without a GPU request reads nothing else, and the account and partition are
--- read only when the table can use them (decide() gives the same answer without them then), and
--- the user's constraint only when the table may add placement features.
+-- in it): a job without a GPU request reads only what tells whether it gets GPUs anyway
+-- (ntasks_per_tres, whole_node's fields), the account and partition are read only when the table
+-- can use them (decide() gives the same answer without them then), and the user's constraint
+-- only when the table may add placement features.
 local function resolve_submit(t, job_desc, part_list, name)
   local j = { user = job_desc.user_name, name = name, gpu = desc_requests_gpu(job_desc) }
+  if not j.gpu and tasks_per_gpu_set(job_desc.ntasks_per_tres) then j.gpu = true end
   if not j.gpu then
-    local part = nonempty(job_desc.partition)
-    if not whole_node(job_desc, part_list, part) then return j end
+    if not whole_node(job_desc, part_list, j) then return j end
     j.gpu = "whole_node"
-    j.partition = part  -- read already
   end
   if t.uses_features then j.features = job_desc.features end
   if t.uses_account then
     j.account = nonempty(job_desc.account) or nonempty(job_desc.default_account)
   end
   if t.uses_partition then
-    j.partition = j.partition or nonempty(job_desc.partition) or default_partition(part_list)
+    j.partition = j.partition or submit_partitions(job_desc, part_list)
   end
   return j
 end
@@ -615,6 +671,8 @@ end
 -- -- slurm_job_modify --------------------------------------------------------------------------
 local function changes_decision_inputs(job_desc)
   if nonempty(job_desc.partition) or nonempty(job_desc.account) then return true end
+  -- scontrol has no NtasksPerTRES, but an update RPC (libslurm) may carry one: GPUs for a CPU job
+  if tasks_per_gpu_set(job_desc.ntasks_per_tres) then return true end
   for _, k in ipairs(GPU_FIELDS) do
     if nonempty(job_desc[k]) then return true end
   end
@@ -663,12 +721,19 @@ local function modify(job_desc, job_rec, part_list, modify_uid)
   local j = {
     user = owner_name(job_desc, job_rec), name = nonempty(job_desc.name) or job_rec.name,
     account = nonempty(job_desc.account) or nonempty(job_rec.account),
-    partition = nonempty(job_desc.partition) or nonempty(job_rec.partition),
+    partition = landing_partitions(nonempty(job_desc.partition), part_list) or nonempty(job_rec.partition),
     features = nonempty(job_desc.features) or job_rec.features,
   }
   local specs = gpu_specs(job_desc, job_rec)
   local old_token, rest = split_token(job_rec.admin_comment)
   j.gpu = requests_gpu(specs)
+  -- GPUs no GPU field names (`--ntasks-per-gpu`, which job_rec does not show): the requested TRES
+  -- list has them ("...,gres/gpu=2") where slurm.conf's AccountingStorageTRES tracks gres/gpu;
+  -- or the update itself sets ntasks_per_tres
+  if not j.gpu and (tasks_per_gpu_set(job_desc.ntasks_per_tres)
+                    or requests_gpu({ job_rec.tres_fmt_req_str })) then
+    j.gpu = true
+  end
   -- whole-node now (moved to an exclusive partition), or decided at submission without any GPU
   -- field, which only a whole-node job is (job_rec does not say it is exclusive). An operator's
   -- OverSubscribe=no is neither: Slurm's update sets share_res, not whole_node (_update_job), so

@@ -697,7 +697,9 @@ def run_hook(hook: str, args: argparse.Namespace, env: Mapping[str, str] | None 
                 return 0
             from wattclass.slurm.commands import CommandSlurmClient
 
-            slurm = CommandSlurmClient(timeout=args.slurm_timeout, bin_dir=args.slurm_bin)
+            # root runs squeue: never one a non-root user could replace (refused, logged)
+            slurm = CommandSlurmClient(timeout=args.slurm_timeout, bin_dir=args.slurm_bin,
+                                       trusted_programs=True)
             get_comment: Callable[[str], str | None] = slurm.admin_comment
             if args.admin_comment is not None:
                 if not args.dry_run:  # the decision must come from Slurm when caps are applied

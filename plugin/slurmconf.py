@@ -30,7 +30,8 @@ import re
 import subprocess
 from pathlib import Path
 
-from wattclass.errors import WattclassError
+from wattclass.errors import ConfigError, WattclassError
+from wattclass.fsutil import refuse_untrusted_program
 
 #: Include depth at which a loop of Include lines is given up on.
 _MAX_INCLUDE_DEPTH = 8
@@ -102,6 +103,12 @@ def cap_preconditions(slurm_conf: Path, slurm_version: tuple[int, int] | None = 
         missing.append(f"SelectType is not set and {which} (before 23.11 the default gives every job "
                        "every GPU of its nodes, and one that asks for no GPU is not decided: uncapped); "
                        "set SelectType=select/cons_tres")
+    tres = [t.strip().lower() for t in conf.get("accountingstoragetres", "").split(",")]
+    if conf.get("accountingstoragetype", "").lower() == "accounting_storage/slurmdbd" and not any(
+            t == "gres/gpu" or t.startswith("gres/gpu:") for t in tres):
+        missing.append("AccountingStorageTRES lacks gres/gpu: sacct has no GPU counts for the nightly, and "
+                       "job_submit.lua cannot see the GPUs of a pending --ntasks-per-gpu job, which its "
+                       "user may then move out of an exempt partition or account uncapped")
     cgroup = slurm_conf.parent / "cgroup.conf"
     try:
         devices = read_conf(cgroup).get("constraindevices", "no").lower()
@@ -158,6 +165,12 @@ def check_hook_squeue(slurm_bin: Path | None, slurm_conf: Path) -> str:
         where = " or ".join(str(d / "squeue") for d in dirs)
         raise WattclassError(f"the Prolog runs {where} to read each job's decision: not there or not "
                              f"executable: {fix}")
+    try:  # the hooks refuse to run, as root, a squeue a non-root user could replace
+        refuse_untrusted_program(found)
+    except ConfigError as exc:
+        raise WattclassError(f"the Prolog refuses to run {found} as root ({exc}): every job on this "
+                             "node runs uncapped; install Slurm's clients owned by root, not writable "
+                             "by others") from exc
     try:
         run = subprocess.run([str(found), "--version"], capture_output=True, text=True, timeout=10,
                              check=False, cwd="/", env={**os.environ, "SLURM_CONF": str(slurm_conf)})

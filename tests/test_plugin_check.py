@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import venv
 from pathlib import Path
@@ -48,6 +49,19 @@ def _install(root: Path, python: str = sys.executable) -> list[str]:
             "--table", str(etc / "labels.tsv"), "--json"]
 
 
+def _venv_importing_wattclass(where: Path) -> str:
+    """A fresh venv (its bin/python a link to the base interpreter) that imports this wattclass, as
+    the test interpreter does: through the editable install's .pth and finder, copied over."""
+    venv.create(where, with_pip=False, system_site_packages=True)
+    mine = next(Path(p) for p in sys.path
+                if p.endswith("site-packages") and list(Path(p).glob("__editable__*")))
+    site = next((where / "lib").glob("python3*/site-packages"))
+    for f in mine.glob("__editable__*"):
+        if f.is_file():
+            shutil.copy(f, site / f.name)
+    return str(where / "bin" / "python")
+
+
 def _result(capsys: pytest.CaptureFixture[str]) -> dict[str, bool]:
     out = json.loads(capsys.readouterr().out)
     return {c["name"]: c["ok"] for c in out["checks"]}
@@ -66,19 +80,35 @@ def test_a_good_install_passes(tmp_path: Path, capsys: pytest.CaptureFixture[str
 
 
 @pytest.mark.parametrize("damage", ["interpreter_without_wattclass", "state_owned_by_nobody", "bad_policy",
-                                    "table_group_writable", "no_table", "wrapper_writable", "backend_gone"])
+                                    "table_group_writable", "no_table", "wrapper_writable", "backend_gone",
+                                    "interpreter_link_of_a_user", "interpreter_path_of_a_user"])
 def test_each_failure_is_named_and_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                            damage: str) -> None:
+    """The last two: slurmd runs the hooks' interpreter as root on every job start, so one that a
+    non-root user can replace (a link they own) or whose ``sys.path`` has a folder they own (a
+    ``.pth`` line) is their code run as root; the check ran it and passed."""
     python = sys.executable
     if damage == "interpreter_without_wattclass":
         venv.create(tmp_path / "bare", with_pip=False)
         python = str(tmp_path / "bare" / "bin" / "python")
+    elif damage.startswith("interpreter_") and damage.endswith("_of_a_user"):
+        python = _venv_importing_wattclass(tmp_path / "v")
+        if damage == "interpreter_link_of_a_user":  # bin/python: a link a user could re-point
+            os.lchown(python, 65534, 65534)
+        else:  # a folder of a user's on its sys.path (a .pth line)
+            userlib = tmp_path / "userlib"
+            userlib.mkdir()
+            os.chown(userlib, 65534, 65534)
+            site = next((tmp_path / "v" / "lib").glob("python3*/site-packages"))
+            (site / "userlib.pth").write_text(f"{userlib}\n")
     root = tmp_path / "root"
     root.mkdir()
     argv = _install(root, python)
     capsys.readouterr()
     etc = root / "etc"
     want = {"interpreter_without_wattclass": "hook interpreter", "state_owned_by_nobody": "cap state folder",
+            "interpreter_link_of_a_user": "hook interpreter",
+            "interpreter_path_of_a_user": "hook interpreter",
             "bad_policy": "policy", "table_group_writable": "label table", "no_table": "label table",
             "wrapper_writable": "prolog wrapper", "backend_gone": "GPU backend"}[damage]
     if damage == "state_owned_by_nobody":
@@ -181,11 +211,13 @@ def _slurm_conf(tmp_path: Path, extra: str = "", cgroup: str | None = "Constrain
     return conf
 
 
-def test_slurm_conf_with_what_the_caps_need_passes(tmp_path: Path,
-                                                   capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("extra", ["", "AccountingStorageType=accounting_storage/slurmdbd\n"
+                                   "AccountingStorageTRES=gres/shard,gres/gpu:h200,gres/gpu\n"])
+def test_slurm_conf_with_what_the_caps_need_passes(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                   extra: str) -> None:
     (tmp_path / "node").mkdir()
     argv = _install(tmp_path / "node")
-    conf = _slurm_conf(tmp_path)
+    conf = _slurm_conf(tmp_path, extra)
     capsys.readouterr()
     assert main([*argv, "--slurm-conf", str(conf)]) == 0
     assert _result(capsys)["slurm.conf"] is True
@@ -200,6 +232,12 @@ def test_slurm_conf_with_what_the_caps_need_passes(tmp_path: Path,
     ("", "ConstrainDevices=no\n", "ConstrainDevices is no"),
     ("", "# ConstrainDevices=yes\nConstrainCores=yes\n", "ConstrainDevices is no"),
     ("", None, "ConstrainDevices is no cgroup.conf"),
+    # with slurmdbd, requested GPUs must be a TRES: job_submit.lua's modify reads a pending
+    # --ntasks-per-gpu job's GPUs there (its job record has no GPU field)
+    ("AccountingStorageType=accounting_storage/slurmdbd\n", "ConstrainDevices=yes\n",
+     "AccountingStorageTRES lacks gres/gpu"),
+    ("AccountingStorageType=accounting_storage/slurmdbd\nAccountingStorageTRES=gres/shard\n",
+     "ConstrainDevices=yes\n", "AccountingStorageTRES lacks gres/gpu"),
 ])
 def test_slurm_conf_lacking_a_cap_precondition_fails_naming_it(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: str, cgroup: str | None,
@@ -369,6 +407,8 @@ def test_the_controller_role_checks_the_policy_and_table_not_the_hooks(
     ("25.11.7", (25, 11), None),
     (None, (25, 11), "--slurm-bin"),  # no squeue where the hooks look: every job uncapped
     ("22.05.8", (25, 11), "22.05"),  # another version than the daemons': fails against slurmctld
+    # a squeue a non-root user owns: the hooks refuse to run it as root (every job uncapped)
+    ("25.11.7 user", (25, 11), "refuses to run"),
 ])
 def test_slurm_conf_check_also_finds_the_squeue_the_hooks_run(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
@@ -385,8 +425,10 @@ def test_slurm_conf_check_also_finds_the_squeue_the_hooks_run(
     slurm_bin = tmp_path / "slurm" / "bin"
     slurm_bin.mkdir(parents=True)
     if squeue is not None:
-        (slurm_bin / "squeue").write_text(f"#!/bin/sh\necho 'slurm {squeue}'\n")
+        (slurm_bin / "squeue").write_text(f"#!/bin/sh\necho 'slurm {squeue.split()[0]}'\n")
         (slurm_bin / "squeue").chmod(0o755)
+        if squeue.endswith(" user"):
+            os.chown(slurm_bin / "squeue", 65534, 65534)
     etc = node / "etc"
     args = f"--backend filestate:{node / 'gpus.json'} --state-dir {node / 'run' / 'caps'} " \
            f"--jobs-dir {node / 'run' / 'jobs'} --log {node / 'plugin.log'} --slurm-bin {slurm_bin}"

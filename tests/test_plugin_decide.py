@@ -315,8 +315,8 @@ def test_submission_reads_only_the_job_fields_the_table_can_use(tmp_path: Path) 
     assert rows[0][0].startswith("wattclass:label=memory;"), rows[0]
     for _comment, _, reads in (rows[0], rows[2]):
         assert not reads & {"account", "default_account", "partition", "part.flag_default"}, reads
-    # a job without a GPU request reads only what says whether it gets its nodes' GPUs anyway
-    # (a whole-node job: --exclusive, an OverSubscribe=EXCLUSIVE partition)
+    # a job without a GPU request reads only what says whether it gets GPUs anyway (a whole-node
+    # job: --exclusive, an OverSubscribe=EXCLUSIVE partition; --ntasks-per-gpu)
     assert rows[1][0] == "nil" and reads_beyond_gpu(rows[1][2]) <= WHOLE_NODE_FIELDS, rows[1]
     assert rows[2][0] == "nil", rows[2]
 
@@ -335,8 +335,10 @@ def test_submission_reads_only_the_job_fields_the_table_can_use(tmp_path: Path) 
     assert rows[0][0].startswith("wattclass:label=memory;") and "default_account" in rows[0][2], rows
 
 
-#: What job_submit.lua reads of a job without a GPU request: whether it is a whole-node job.
-WHOLE_NODE_FIELDS = {"shared", "partition", "part.flag_default", "part.max_share"}
+#: What job_submit.lua reads of a job without a GPU field: whether it gets GPUs anyway, as a
+#: whole-node job (--exclusive, an OverSubscribe=EXCLUSIVE partition) or by --ntasks-per-gpu.
+WHOLE_NODE_FIELDS = {"shared", "partition", "part.flag_default", "part.max_share", "ntasks_per_tres",
+                     "reservation", "part.state_up", "part.alternate"}
 
 
 def reads_beyond_gpu(reads: set[str]) -> set[str]:
@@ -703,10 +705,12 @@ def test_an_out_of_range_policy_number_refuses_the_table(tmp_path: Path, line: s
 # -- whole-node jobs get every GPU of their nodes without asking for one -----------------------------
 WHOLE_NODE_DRIVER = SLURM_SILENT + r"""
 dofile(SCRIPT)
-local PARTS = { main = { flag_default = 1, max_share = 1 }, excl = { flag_default = 0, max_share = 0 } }
+local PARTS = { main = { flag_default = 1, max_share = 1 }, excl = { flag_default = 0, max_share = 0 },
+                drained = { flag_default = 0, max_share = 1, state_up = 2, alternate = "excl" } }
+slurm.reservations = { xr = { partition = "excl" } }
 for i, c in ipairs(CASES) do
   local jd = { user_name = "bob", name = "x", shared = c.shared or 65534, partition = c.partition,
-               tres_per_node = c.gpus }
+               tres_per_node = c.gpus, reservation = c.reservation }
   slurm_job_submit(jd, PARTS, 1000)
   local rc = "-"
   if c.modify_to or c.modify_shared then  -- then uid 1000 changes the pending job
@@ -751,6 +755,20 @@ def test_a_whole_node_job_is_decided_though_it_asks_for_no_gpu(tmp_path: Path) -
     assert [r[3] for r in rows[-3:]] == ["0", "0", "0"], rows  # slurm.SUCCESS
     d = decide(read_label_table(table), "bob", "x", None, "main", None, gpu_request="whole_node")
     assert (d.status, d.features) == ("enforce", None) and d.admin_comment == rows[0][1]
+
+
+def test_a_job_that_lands_in_an_exclusive_partition_is_whole_node(tmp_path: Path) -> None:
+    """The partition that makes a CPU job whole-node is the one slurmctld puts it in: its
+    reservation's (no -p) or a drained partition's Alternate=. Judged by the partition named (or
+    the default), such a job ran on every GPU of its nodes with no decision."""
+    pol = parse_policy({"mode": "enforce", "min_confidence": 0.8, "caps": {"memory": "60%"}})
+    table = tmp_path / "labels.tsv"
+    write_label_table(table, [TableEntry("user", "bob", None, None, "memory", 0.9, 3, "rule")],
+                      pol.table_dict(set()))
+    cases = [{"reservation": "xr"}, {"partition": "drained"}, {"reservation": "xr", "partition": "main"}]
+    rows = _run_lua(render_job_submit(table), cases, tmp_path, driver=WHOLE_NODE_DRIVER)
+    assert [r[1].startswith("wattclass:label=memory;") for r in rows] == [True, True, False], rows
+    assert [r[2] for r in rows] == ["nil"] * 3, rows  # whole-node: no placement features
 
 
 def _names(text: str) -> set[str]:
@@ -808,3 +826,132 @@ def test_job_submit_lua_reads_only_fields_slurm_gives_it() -> None:
     assert {(o, f) for o, f in reads if f not in known[o]} == set()
     # job_desc[k] / job_rec[k] for k in GPU_FIELDS
     assert set(GPU_FIELDS) <= SLURM_JOB_DESC_FIELDS & SLURM_JOB_REC_FIELDS
+
+
+# -- GPUs that no GPU field names: --ntasks-per-gpu -------------------------------------------------
+TASKS_PER_GPU_DRIVER = SLURM_SILENT + r"""
+dofile(SCRIPT)
+local PARTS = { main = { flag_default = 1, max_share = 1 }, debug = { flag_default = 0, max_share = 1 } }
+for i, c in ipairs(CASES) do
+  local jd = { user_name = "bob", name = "x", shared = 65534, partition = c.partition,
+               ntasks_per_tres = c.ntasks_per_tres or 65534, tres_per_node = c.gpus }
+  slurm_job_submit(jd, PARTS, 1000)
+  local rc = "-"
+  if c.modify_to or c.modify_tasks_per_gpu then  -- then uid 1000 changes the pending job
+    local rec = { job_id = 7, user_name = "bob", name = "x", partition = c.partition or "main",
+                  admin_comment = jd.admin_comment, tres_fmt_req_str = c.req }
+    local upd = { partition = c.modify_to, shared = 65534, ntasks_per_tres = c.modify_tasks_per_gpu or 65534 }
+    rc = tostring(slurm_job_modify(upd, rec, PARTS, 1000))
+  end
+  print(i .. " " .. tostring(jd.admin_comment) .. " " .. tostring(jd.features) .. " " .. rc)
+end
+"""
+
+
+def test_gpus_implied_by_ntasks_per_gpu_are_decided(tmp_path: Path) -> None:
+    """``sbatch --ntasks-per-gpu=1 -n 4`` names no GPU field, yet slurmctld gives the job 4 GPUs
+    (gres_job_state_validate derives ``gres/gpu:4`` from the task count, 22.05 to 25.11): read as
+    "no GPU request" a memory job ran uncapped, a cap escape open to every user. And a pending job
+    whose requested TRES lists GPUs is one, for a user's ``scontrol update`` too."""
+    from wattclass.plugin.decide import tasks_per_gpu_set
+
+    pol = parse_policy({"mode": "enforce", "min_confidence": 0.8, "caps": {"memory": "60%"},
+                        "placement": {"memory": {"features": ["hbm"]}}, "exempt": {"partitions": ["debug"]}})
+    table = tmp_path / "labels.tsv"
+    write_label_table(table, [TableEntry("user", "bob", None, None, "memory", 0.9, 3, "rule")],
+                      pol.table_dict({"hbm"}))
+    req = "cpu=1,mem=1000M,node=1,billing=1,gres/gpu=1"
+    cases = [{"ntasks_per_tres": 1},  # --ntasks-per-gpu=1
+             {"ntasks_per_tres": 4},
+             {},  # unset (NO_VAL16): a CPU job, unchanged
+             {"ntasks_per_tres": 0},
+             # exempt at submission, then moved by its user to a capped partition: refused
+             {"ntasks_per_tres": 1, "partition": "debug", "modify_to": "main", "req": req},
+             # a CPU job may still move (its requested TRES has no GPU)
+             {"partition": "debug", "modify_to": "main", "req": "cpu=1,mem=1000M,node=1,billing=1"},
+             # but not gain GPUs by an update RPC carrying ntasks_per_tres (libslurm; scontrol has none)
+             {"modify_tasks_per_gpu": 1, "req": "cpu=1,mem=1000M,node=1,billing=1"}]
+    rows = _run_lua(render_job_submit(table), cases, tmp_path, driver=TASKS_PER_GPU_DRIVER)
+    assert [r[1].startswith("wattclass:label=memory;") for r in rows] == [True, True] + [False] * 5, rows
+    assert [r[2] for r in rows[:4]] == ["hbm", "hbm", "nil", "nil"], rows  # placement: a GPU job
+    assert [r[3] for r in rows[4:]] == ["-1", "0", "-1"], rows  # slurm.ERROR, slurm.SUCCESS
+    python = [tasks_per_gpu_set(c.get("ntasks_per_tres", 65534)) for c in cases[:4]]  # the mirror agrees
+    assert python == [True, True, False, False]
+
+
+ALTERNATE_DRIVER = SLURM_SILENT + r"""
+dofile(SCRIPT)
+-- state_up: 3 UP (submit + schedule), 2 DRAIN, 1 DOWN (submit only), 0 INACTIVE
+local PARTS = { main = { flag_default = 1, max_share = 1, state_up = 3 },
+                debug = { flag_default = 0, max_share = 1, state_up = DEBUG_STATE, alternate = DEBUG_ALT },
+                spare = { flag_default = 0, max_share = 1, state_up = 2, alternate = "debug" } }
+for i, c in ipairs(CASES) do
+  local jd = { user_name = "bob", name = "x", shared = 65534, ntasks_per_tres = 65534,
+               partition = c.partition, tres_per_node = "gres/gpu:1" }
+  slurm_job_submit(jd, PARTS, 1000)
+  print(i .. " " .. tostring(jd.admin_comment))
+end
+"""
+
+
+@pytest.mark.parametrize(("state_up", "alternate", "exempt"), [
+    (3, "main", True),  # UP: the job runs in debug, exempt
+    (1, "main", True),  # DOWN still takes submissions: stays in debug
+    (2, "main", False),  # DRAIN: handed to main, decided
+    (0, "main", False),  # INACTIVE: likewise
+    (2, None, True),  # DRAIN without an alternate: Slurm refuses the job; nothing to decide here
+    (2, "spare", True),  # an alternate loop (debug -> spare -> debug): Slurm refuses it
+])
+def test_a_drained_exempt_partition_hands_its_jobs_to_its_alternate(
+        tmp_path: Path, state_up: int, alternate: str | None, exempt: bool) -> None:
+    """A partition that takes no submissions (DRAIN, INACTIVE) passes a job submitted to it on to
+    its ``Alternate=`` chain (slurmctld's _alt_part_test, after job_submit): a memory job sent to a
+    drained exempt partition with Alternate=main ran in main without a decision, uncapped."""
+    pol = parse_policy({"mode": "enforce", "min_confidence": 0.8, "caps": {"memory": "60%"},
+                        "exempt": {"partitions": ["debug"]}})
+    table = tmp_path / "labels.tsv"
+    write_label_table(table, [TableEntry("user", "bob", None, None, "memory", 0.9, 3, "rule")],
+                      pol.table_dict(set()))
+    driver = f"DEBUG_STATE = {state_up}\nDEBUG_ALT = {lua_value(alternate)}\n" + ALTERNATE_DRIVER
+    rows = _run_lua(render_job_submit(table), [{"partition": "debug"}, {"partition": "main"}], tmp_path,
+                    driver=driver)
+    decided = "wattclass:label=memory;conf=0.90;cap=60%;src=rule;mode=enforce"
+    assert rows[0][1] == ("nil" if exempt else decided)
+    assert rows[1][1].startswith("wattclass:label=memory;")
+
+
+RESERVATION_DRIVER = SLURM_SILENT + r"""
+dofile(SCRIPT)
+slurm.reservations = { bench = { partition = "debug" }, plain = { partition = nil } }
+local PARTS = { main = { flag_default = 1, max_share = 1, state_up = 3 },
+                debug = { flag_default = 0, max_share = 1, state_up = 3 } }
+for i, c in ipairs(CASES) do
+  local jd = { user_name = "bob", name = "x", shared = 65534, ntasks_per_tres = 65534,
+               partition = c.partition, reservation = c.reservation, tres_per_node = "gres/gpu:1" }
+  slurm_job_submit(jd, PARTS, 1000)
+  print(i .. " " .. tostring(jd.admin_comment ~= nil))
+end
+"""
+
+
+@pytest.mark.parametrize(("exempt", "want"), [
+    # debug exempt: a job of reservation bench (PartitionName=debug) without -p runs in debug
+    ("debug", ["false", "true", "true", "true"]),
+    # main, the default, exempt: the same job runs in debug, capped (it ran uncapped as "main")
+    ("main", ["true", "false", "false", "false"]),
+])
+def test_a_job_without_a_partition_runs_in_its_reservations_partition(
+        tmp_path: Path, exempt: str, want: list[str]) -> None:
+    """slurmctld puts a job that names no partition but a reservation into the reservation's
+    partition (_get_job_parts), not the default one; job_submit.lua judged the default one."""
+    pol = parse_policy({"mode": "enforce", "min_confidence": 0.8, "caps": {"memory": "60%"},
+                        "exempt": {"partitions": [exempt]}})
+    table = tmp_path / "labels.tsv"
+    write_label_table(table, [TableEntry("user", "bob", None, None, "memory", 0.9, 3, "rule")],
+                      pol.table_dict(set()))
+    cases = [{"reservation": "bench"},
+             {"reservation": "bench", "partition": "main"},  # an explicit -p wins
+             {"reservation": "plain"},  # a reservation without a partition: the default
+             {"reservation": "gone"}]  # unknown here: the default (slurmctld refuses it anyway)
+    rows = _run_lua(render_job_submit(table), cases, tmp_path, driver=RESERVATION_DRIVER)
+    assert [r[1] for r in rows] == want, rows

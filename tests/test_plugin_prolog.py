@@ -656,3 +656,37 @@ def test_epilog_of_a_two_type_job_sends_every_gpu_it_held_to_default_when_record
         caps.chmod(0o777)
     epilog(env, be, tmp_path / "jobs", caps, gpu_map)
     assert [be.power_limit_w(i) for i in range(4)] == [700.0] * 4
+
+
+@pytest.mark.parametrize("bad", ["owned by a user", "writable by others", "folder owned by a user",
+                                 "symlink owned by a user"])
+def test_the_prolog_never_runs_a_squeue_a_user_could_have_replaced(tmp_path: Path, bad: str) -> None:
+    """The Prolog runs ``<--slurm-bin>/squeue`` as root on every job start: a squeue (or its
+    folder, or a link to it) that a non-root user owns or others can write is that user's code
+    running as root. It is refused (the job runs uncapped, logged), never run."""
+    fs = tmp_path / "gpus.json"
+    FileStateBackend.create(fs, 1)
+    bin_dir, marker = tmp_path / "slurm" / "bin", tmp_path / "ran-as-root"
+    bin_dir.mkdir(parents=True)
+    real = tmp_path / "slurm" / "squeue.real" if bad == "symlink owned by a user" else bin_dir / "squeue"
+    real.write_text(f"#!/bin/sh\ntouch {marker}\necho '          11          11 {MEM}'\n")
+    real.chmod(0o755)
+    if bad == "owned by a user":
+        os.chown(real, 65534, 65534)
+    elif bad == "writable by others":
+        real.chmod(0o757)
+    elif bad == "folder owned by a user":
+        os.chown(bin_dir, 65534, 65534)
+    else:  # a user's link to a root-owned program: they can re-point it at their own
+        (bin_dir / "squeue").symlink_to(real)
+        os.lchown(bin_dir / "squeue", 65534, 65534)
+    gmap = tmp_path / "map.json"
+    gmap.write_text(json.dumps({"0": FileStateBackend(fs).gpus()[0].uuid}))
+    env = dict(os.environ, SLURM_JOB_ID="11", SLURM_JOB_GPUS="0")
+    proc = subprocess.run([sys.executable, "-m", "wattclass.plugin.prolog", "prolog", "--backend",
+                           f"filestate:{fs}", "--gpu-map", str(gmap), "--jobs-dir", str(tmp_path / "jobs"),
+                           "--state-dir", str(tmp_path / "caps"), "--log", str(tmp_path / "p.log"),
+                           "--slurm-bin", str(bin_dir)], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert not marker.exists(), "root ran a program a user could have replaced"
+    assert "refusing" in (tmp_path / "p.log").read_text()

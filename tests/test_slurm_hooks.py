@@ -546,3 +546,52 @@ def test_job_file_of_an_ended_job_no_longer_holds_the_gpu_uncapped(fresh: Wattcl
         for p in [*fresh.jobs_dir.rglob("*.json"), *fresh.caps_dir.glob("*.json")]:
             p.unlink(missing_ok=True)
         wait_restored(fresh)
+
+
+@pytest.mark.parametrize("args", [["--ntasks-per-gpu=1", "-n", "2"], ["--ntasks-per-gpu=2", "-n", "2"]])
+def test_gpus_implied_by_ntasks_per_gpu_are_decided_and_capped(fresh: WattclassRig, args: list[str]) -> None:
+    """``--ntasks-per-gpu=N -n M`` names no GPU field, yet slurmctld gives the job M/N GPUs
+    (gres_job_state_validate derives ``gres/gpu:M/N`` from the task count): read as no GPU request
+    it ran a memory job on its GPUs uncapped, a cap escape open to every user."""
+    job_id, job = run_job(fresh, "-J", "mem-train", *args)
+    seen, gpus = fresh.seen(job_id)
+    assert gpus, "Slurm gave the job GPUs"
+    assert job["admin_comment"] == MEM
+    assert [seen[g] for g in gpus] == [420.0] * len(gpus)
+    wait_restored(fresh)
+
+
+
+def test_exempt_partition_that_sends_jobs_to_its_alternate_is_no_exemption(fresh: WattclassRig) -> None:
+    """A partition that takes no submissions (State=DRAIN or INACTIVE) hands a job submitted to it
+    to its ``Alternate=`` partition (slurmctld's _alt_part_test, after job_submit): a memory job
+    submitted to the drained exempt partition ran in the capped one, uncapped."""
+    c = fresh.cluster
+    c.run(["scontrol", "update", "PartitionName=debug", "State=DRAIN", "Alternate=main"])
+    try:
+        job_id, job = run_job(fresh, "-J", "mem-train", "--gres=gpu:1", "-p", "debug")
+        assert job["partition"] == "main"
+        assert job["admin_comment"] == MEM
+        seen, gpus = fresh.seen(job_id)
+        assert [seen[g] for g in gpus] == [420.0]
+    finally:
+        c.run(["scontrol", "update", "PartitionName=debug", "State=UP", "Alternate=NONE"])
+    wait_restored(fresh)
+
+
+def test_a_job_without_a_partition_is_judged_by_its_reservations_partition(fresh: WattclassRig) -> None:
+    """A job that names no partition but a reservation runs in the reservation's partition, not the
+    default one (slurmctld's _get_job_parts): an exempt reservation partition was judged as the
+    default (here a benchmark in exempt debug was capped; with an exempt default partition and a
+    capped reservation partition, a memory job ran uncapped)."""
+    c = fresh.cluster
+    c.run(["scontrol", "create", "reservation", "ReservationName=wcbench", "StartTime=now",
+           "Duration=10", "Users=root", "PartitionName=debug", "Nodes=ALL", "Flags=IGNORE_JOBS"])
+    try:
+        job_id, job = run_job(fresh, "-J", "mem-train", "--gres=gpu:1", "--reservation=wcbench")
+        assert job["partition"] == "debug"
+        assert not job.get("admin_comment")
+        assert_uncapped(fresh, job_id, job)
+    finally:
+        c.run(["scontrol", "delete", "ReservationName=wcbench"])
+    wait_restored(fresh)

@@ -129,6 +129,33 @@ def refuse_untrusted_dir(path: Path, creates: bool = False) -> None:
         _refuse_stat(above, os.lstat(above), True)
 
 
+def refuse_untrusted_program(path: Path) -> Path:
+    """Raise ConfigError unless root may run ``path``; returns the file it runs.
+
+    Root runs it (the Prolog's squeue from ``--slurm-bin``), so a non-root user who owns or can
+    write the program, a folder on its way, or a link that names it, would run their own code as
+    root. Unlike a state folder, a Slurm prefix is often reached through links (``/opt/slurm ->
+    /opt/slurm-25.11``): a link is followed when root (or the caller) owns it, and every folder on
+    the named path and on the real one must be trusted (``_refuse_stat``); the program itself must
+    be a regular file root owns that others cannot write.
+    """
+    named = Path(os.path.abspath(path))
+    real = Path(os.path.realpath(named))
+    for p in [*reversed(named.parents), named, *reversed(real.parents)]:
+        st = os.lstat(p)
+        if stat.S_ISLNK(st.st_mode):
+            if st.st_uid not in trusted_uids():
+                raise ConfigError(f"{p}: refusing a link owned by uid {st.st_uid} on the way to a program "
+                                  "root runs")
+            continue
+        _refuse_stat(p, st, stat.S_ISDIR(st.st_mode))
+    st = os.stat(real)
+    _refuse_stat(real, st, False)
+    if not stat.S_ISREG(st.st_mode):
+        raise ConfigError(f"{real}: not a regular file")
+    return real
+
+
 def nearest_existing(path: Path) -> Path:
     """``path`` or the nearest folder above it that exists: where the missing folders of ``path``
     would be made, by their fixed names (so nobody else may write it, ``refuse_untrusted_dir``'s

@@ -30,13 +30,15 @@ import json
 import logging
 import os
 import re
+import shutil
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from wattclass.errors import SlurmError
+from wattclass.errors import ConfigError, SlurmError
+from wattclass.fsutil import refuse_untrusted_program
 from wattclass.jobrecord import JobRecord, nodes_text
 from wattclass.slurm.client import SlurmClient
 
@@ -238,18 +240,40 @@ class CommandSlurmClient(SlurmClient):
 
     def __init__(self, conf: str | os.PathLike[str] | None = None,
                  timeout: float = DEFAULT_TIMEOUT_S,
-                 bin_dir: str | os.PathLike[str] | None = None) -> None:
+                 bin_dir: str | os.PathLike[str] | None = None,
+                 trusted_programs: bool = False) -> None:
+        """``trusted_programs``: run only programs root may run (``refuse_untrusted_program``):
+        for the hooks, which run as root, so a squeue that a non-root user could replace (in
+        ``--slurm-bin`` or on PATH) is refused as a SlurmError instead of run."""
         self.timeout = timeout
         self.bin_dir = Path(bin_dir) if bin_dir is not None else None
         self.env = dict(os.environ)
         if conf is not None:
             self.env["SLURM_CONF"] = str(conf)
+        self.trusted_programs = trusted_programs
+        self._checked: dict[str, str] = {}  # program name -> the file found trusted
 
     def _argv(self, argv: Sequence[str]) -> list[str]:
         args = [str(a) for a in argv]
         if self.bin_dir is not None and "/" not in args[0]:
             args[0] = str(self.bin_dir / args[0])
+        if self.trusted_programs:
+            args[0] = self._trusted(args[0])
         return args
+
+    def _trusted(self, program: str) -> str:
+        """The file to run for ``program``, once checked (per client: one hook run)."""
+        if program not in self._checked:
+            found = program if "/" in program else shutil.which(program, path=self.env.get("PATH"))
+            if found is None:
+                raise SlurmError(f"{program}: command not found (is Slurm's client installed?)")
+            try:
+                self._checked[program] = str(refuse_untrusted_program(Path(found)))
+            except FileNotFoundError as exc:
+                raise SlurmError(f"{program}: command not found (is Slurm's client installed?)") from exc
+            except ConfigError as exc:
+                raise SlurmError(f"{Path(program).name}: not run as root: {exc}") from exc
+        return self._checked[program]
 
     def run(self, argv: Sequence[str], env: Mapping[str, str] | None = None) -> str:
         return run_slurm(self._argv(argv), timeout=self.timeout, env=self.env if env is None else env)
