@@ -152,3 +152,19 @@ def test_the_documented_etc_default_gives_commands_that_parse(unit: str) -> None
         for line in _exec_lines(path):
             args = build_parser().parse_args(_wattclass_argv(line, env))
             assert callable(args.func)
+
+
+def test_admin_md_opens_the_metrics_in_etc_default_and_keeps_the_port() -> None:
+    """admin.md said to add ``--metrics-bind 0.0.0.0`` "in the service's ExecStart", against the
+    unit's own advice (site settings in /etc/default/wattclass; an upgrade replaces the unit). Done
+    the documented way, WATTCLASS_TELEMETRY_ARGS replaces the unit's ``--metrics-port 9410``: a
+    bind alone makes the daemon exit 2 ("--metrics-bind needs --metrics-port") in a restart
+    loop. The example must serve on the opened address and the documented port."""
+    unit = DEPLOY / "wattclass-telemetry.service"
+    opened = []
+    for example in _etc_default_examples():
+        env = {**_environment(unit), **_environment_file(example)}
+        args = build_parser().parse_args(_wattclass_argv(_exec_lines(unit)[0], env))
+        if args.metrics_bind is not None:
+            opened.append((args.metrics_bind, args.metrics_port))
+    assert opened == [("0.0.0.0", 9410)]
