@@ -221,3 +221,34 @@ def test_the_energy_panels_count_jobs_that_ended_earlier_in_the_range(tmp_path: 
                          ("Energy per user (top 20)", '{user="alice"}')):
         cases.append((_panel_expr(title, "A").replace("$__range", "3h"), "3h", [(label, kwh)]))
     _promtool_cases(tmp_path, series, "1m", cases)
+
+
+def _panel(title: str) -> dict:  # type: ignore[type-arg]
+    dash = json.loads(DASHBOARD.read_text())
+    return next(p for p in dash["panels"] if p["title"] == title)  # type: ignore[no-any-return]
+
+
+def test_table_panels_get_one_table_not_one_frame_per_series() -> None:
+    """Grafana's Prometheus source returns one frame per series unless a target asks for
+    ``format: table``; a table panel then shows one GPU (or one health column) at a time behind a
+    frame picker. Both table panels ask for tables; the health table, fed by six queries, merges
+    them into one row per node and names their columns."""
+    for title in ("Caps in force", "Daemon health"):
+        assert all(t.get("format") == "table" and t.get("instant") for t in _panel(title)["targets"]), title
+    health = _panel("Daemon health")
+    kinds = [t["id"] for t in health.get("transformations", [])]
+    assert kinds[:1] == ["merge"], kinds
+    renames = next(t["options"]["renameByName"] for t in health["transformations"] if t["id"] == "organize")
+    assert set(renames) == {f"Value #{t['refId']}" for t in health["targets"]}
+
+
+def test_the_health_queries_share_one_key_so_their_rows_merge(scraped: str) -> None:
+    """Grafana's merge joins the health queries' rows on the labels they share: each query must
+    return exactly one series per node, labelled by ``instance`` alone (``up`` also carried
+    ``job``, and its column would not have joined the others' rows)."""
+    for target in _panel("Daemon health")["targets"]:
+        expr = target["expr"]
+        for k, v in GRAFANA_VARS.items():
+            expr = expr.replace(k, v)
+        got = _query(scraped, expr)
+        assert len(got) == 1 and set(got[0]["metric"]) == {"instance"}, (expr, got)
