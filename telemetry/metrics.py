@@ -194,10 +194,12 @@ class LatestWindows(Collector):
         g = GaugeMetricFamily("wattclass_gpu_power_default_cap_watts",
                               "Default power limit; a cap is in force where the cap is below it",
                               labels=GPU_LABELS)
-        for r in {str(r["gpu_uuid"]): r for r in latest}.values():
-            d = defaults.get(str(r["gpu_uuid"]))
+        # per physical GPU: a MIG instance's row names its parent, whose limit it is (a fully
+        # partitioned GPU has no row with its own uuid)
+        for uuid, r in {_physical_uuid(r): r for r in latest}.items():
+            d = defaults.get(uuid)
             if d is not None:
-                g.add_metric([str(r["gpu_index"]), str(r["gpu_uuid"]), str(r["host"])], d)
+                g.add_metric([str(r["gpu_index"]), uuid, str(r["host"])], d)
         yield g
         c = CounterMetricFamily("wattclass_gpu_energy_joules", "GPU energy since the daemon started "
                                 "(sum of window energy-counter deltas)", labels=GPU_LABELS)
@@ -246,6 +248,10 @@ class LatestWindows(Collector):
         yield CounterMetricFamily("wattclass_wal_nonfinite_values",
                                   "Window row values written to the WAL as null because they were not "
                                   "finite (a bug; the ERROR log names the column)", value=h.nonfinite_values)
+
+
+def _physical_uuid(r: dict[str, Any]) -> str:
+    return str(r.get("parent_gpu_uuid") or r["gpu_uuid"])
 
 
 def _labels(r: dict[str, Any]) -> list[str]:

@@ -130,3 +130,18 @@ def test_a_wall_clock_stepped_back_keeps_the_live_gpus_gauges() -> None:
     col.update([dict(ROW, ts_end=4000.0, energy_j=1.0)])
     col.update([dict(ROW, ts_end=400.0, energy_j=1.0, power_avg_w=321.0)])  # an hour earlier
     assert _get(_samples(col), "wattclass_gpu_power_watts", uuid="GPU-a") == 321.0
+
+
+def test_a_mig_gpu_whose_slices_are_all_in_use_still_has_its_default_limit() -> None:
+    """A MIG GPU's rows name its instances (``gpu_uuid`` MIG-..., ``parent_gpu_uuid`` the GPU);
+    a row with the GPU's own uuid exists only for slices no instance uses. The default limit was
+    served only for rows with the GPU's own uuid, so a fully partitioned GPU had none: it was
+    missing from the dashboard's "GPUs under a cap" and "Caps in force". It is served per
+    physical GPU now, once, whatever its rows."""
+    col = LatestWindows()
+    col.set_default_caps({"GPU-p": 700.0})
+    mig = dict(ROW, gpu_uuid="MIG-1", parent_gpu_uuid="GPU-p", power_limit_w=420.0, ts_end=10.0, energy_j=1.0)
+    col.update([dict(mig, job_id="7", user="a"), dict(mig, gpu_uuid="MIG-2", job_id="8", user="b")])
+    s = _samples(col)
+    defaults = [(dict(ls), v) for (n, ls), v in s.items() if n == "wattclass_gpu_power_default_cap_watts"]
+    assert defaults == [({"gpu": "0", "uuid": "GPU-p", "host": "n1"}, 700.0)]
