@@ -111,7 +111,7 @@ def _replace(series: list[tuple[str, str]], name: str, values: str) -> list[tupl
     ("wattclass_wal_nonfinite_values_total", "0x10 1x50", "WattclassNonFiniteValuesWritten", {}, "12m"),
     # the Epilog failed at minute 10: the GPU kept its 420 W cap with no job
     ("wattclass_gpu_power_cap_watts", "700x10 420x50", "WattclassGpuCappedWithoutJob",
-     {"host": "gpu01", "gpu": "0", "uuid": "GPU-a"}, "27m"),
+     {"host": "gpu01", "gpu": "0"}, "27m"),
 ])
 def test_each_alert_fires_on_its_failure(tmp_path: Path, metric: str, values: str, alert: str,
                                          labels: dict[str, str], fires_at: str) -> None:
@@ -148,3 +148,24 @@ def test_every_metric_the_rules_read_is_exported() -> None:
     exprs = re.findall(r"^\s+expr: (.*(?:\n\s{12,}.*)*)", RULES.read_text(), re.M)
     named = {m for e in exprs for m in re.findall(r"\b(wattclass_\w+)", e)}
     assert named and named <= exported, named - exported
+
+
+def test_a_capped_mig_gpu_fires_only_when_none_of_its_instances_has_a_job(tmp_path: Path) -> None:
+    """A MIG GPU's rows are its instances (one ``uuid`` each, the same ``gpu`` index), all at the
+    GPU's one limit. An idle instance beside a capped job's instance is under the default with
+    no job of its own: that is the job's cap, not a leftover one. Once no instance has a job for
+    15 minutes, the GPU's cap is a leftover."""
+    mig = f'{INST},host="gpu01",gpu="0"'
+    series = [(s, v) for s, v in _healthy(60) if "power_cap_watts" not in s]
+    series += [
+        # instance 1 runs job 7 until minute 20, capped at 420 W; instance 2 is idle throughout
+        # (the exporter drops job 7's series: Prometheus marks it stale at the next scrape)
+        (f'wattclass_gpu_power_cap_watts{{{mig},uuid="MIG-1",job_id="7",user="alice"}}', "420x20 stale"),
+        (f'wattclass_gpu_power_cap_watts{{{mig},uuid="MIG-1"}}', "_x20 420x39"),
+        (f'wattclass_gpu_power_cap_watts{{{mig},uuid="MIG-2"}}', "420x60"),
+    ]
+    want = {"job": "wattclass", "instance": "gpu01:9410", "host": "gpu01", "gpu": "0",
+            "severity": _severity("WattclassGpuCappedWithoutJob")}
+    _run(tmp_path, series, [("19m", "WattclassGpuCappedWithoutJob", {}),
+                            ("30m", "WattclassGpuCappedWithoutJob", {}),  # pending since 21m
+                            ("37m", "WattclassGpuCappedWithoutJob", want)])
