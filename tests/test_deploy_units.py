@@ -168,3 +168,21 @@ def test_admin_md_opens_the_metrics_in_etc_default_and_keeps_the_port() -> None:
         if args.metrics_bind is not None:
             opened.append((args.metrics_bind, args.metrics_port))
     assert opened == [("0.0.0.0", 9410)]
+
+
+def test_the_nightly_runs_in_a_folder_it_can_write() -> None:
+    """DuckDB spills a query that outgrows its memory limit into ``.tmp`` under the working folder
+    (the in-memory connections of classifier/scan.py and the report set no temp_directory). The
+    unit set no WorkingDirectory=, so the nightly ran in "/", read-only under ProtectSystem=strict:
+    a night too large for the admin node's memory failed ('Failed to create directory ".tmp"')
+    instead of spilling. It runs in its state directory now, which it may write."""
+    import duckdb
+
+    with duckdb.connect() as con:  # as the nightly opens it
+        ((temp,),) = con.sql("select current_setting('temp_directory')").fetchall()
+    assert not Path(str(temp)).is_absolute()  # relative: under the working folder
+    d = _directives(DEPLOY / "wattclass-nightly.service")
+    (cwd,) = d["WorkingDirectory"]
+    writable = [Path(p.lstrip("-")) for v in d["ReadWritePaths"] for p in v.split()]
+    writable += [Path("/var/lib") / v for v in d.get("StateDirectory", [])]
+    assert any(Path(cwd) == w or w in Path(cwd).parents for w in writable), (cwd, writable)
