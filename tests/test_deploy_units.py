@@ -186,3 +186,17 @@ def test_the_nightly_runs_in_a_folder_it_can_write() -> None:
     writable = [Path(p.lstrip("-")) for v in d["ReadWritePaths"] for p in v.split()]
     writable += [Path("/var/lib") / v for v in d.get("StateDirectory", [])]
     assert any(Path(cwd) == w or w in Path(cwd).parents for w in writable), (cwd, writable)
+
+
+def test_the_docs_run_reconcile_again_with_restart() -> None:
+    """The reconcile unit stays active after its run (RemainAfterExit=yes, so slurmd's ordering
+    sees it done): after boot, ``systemctl start wattclass-reconcile`` does nothing at all. The
+    alert rule for a leftover cap told the sysadmin to run it that way; a second run is a
+    restart, and admin.md says so."""
+    d = _directives(DEPLOY / "wattclass-reconcile.service")
+    assert d["RemainAfterExit"] == ["yes"]
+    rules = (DEPLOY / "prometheus-wattclass-rules.yml").read_text()
+    admin = (DEPLOY.parent / "docs" / "admin.md").read_text()
+    assert "systemctl restart wattclass-reconcile" in rules
+    assert "systemctl start wattclass-reconcile" not in rules
+    assert "systemctl restart wattclass-reconcile" in admin
