@@ -6,6 +6,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -200,3 +201,22 @@ def test_the_docs_run_reconcile_again_with_restart() -> None:
     assert "systemctl restart wattclass-reconcile" in rules
     assert "systemctl start wattclass-reconcile" not in rules
     assert "systemctl restart wattclass-reconcile" in admin
+
+
+def test_every_documented_prolog_and_epilog_line_names_the_installed_wrapper(tmp_path: Path) -> None:
+    """slurm.conf lines a sysadmin copies must name the wrappers ``install-hooks --dest
+    /etc/slurm/wattclass`` writes: a Prolog= path that does not exist drains every node a job
+    starts on. admin.md's short form said ``/path/to/wattclass/prolog``."""
+    dest = tmp_path / "wattclass"
+    args = build_parser().parse_args(["plugin", "install-hooks", "--dest", str(dest),
+                                      "--python", sys.executable])
+    assert args.func(args) == 0
+    written = {p.name for p in dest.iterdir()}
+    docs = [DEPLOY.parent / "docs" / "admin.md", DEPLOY.parent / "docs" / "slurm.md",
+            DEPLOY / "slurm" / "slurm.conf.snippet"]
+    lines = [(doc.name, m.group(1), m.group(2)) for doc in docs
+             for m in re.finditer(r"^(Prolog|Epilog)=(\S+)", doc.read_text(), re.M)]
+    assert {kind for _, kind, _ in lines} == {"Prolog", "Epilog"}
+    for doc, kind, path in lines:
+        assert Path(path).parent == Path("/etc/slurm/wattclass") and Path(path).name in written, (doc, path)
+        assert kind.lower() in Path(path).name, (doc, kind, path)
