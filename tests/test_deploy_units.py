@@ -220,3 +220,16 @@ def test_every_documented_prolog_and_epilog_line_names_the_installed_wrapper(tmp
     for doc, kind, path in lines:
         assert Path(path).parent == Path("/etc/slurm/wattclass") and Path(path).name in written, (doc, path)
         assert kind.lower() in Path(path).name, (doc, kind, path)
+
+
+def test_the_slurm_conf_lines_warn_that_prologflags_is_one_setting() -> None:
+    """slurmctld reads PrologFlags as one string, the last line winning ("specified more than once,
+    latest value used", src/common/parse_config.c). The snippet said to add ``PrologFlags=Alloc``
+    to slurm.conf: on a site with ``PrologFlags=Contain`` (pam_slurm_adopt) that line silently
+    dropped Contain. Every place that shows the line says to merge it instead."""
+    for doc in (DEPLOY / "slurm" / "slurm.conf.snippet", DEPLOY.parent / "docs" / "slurm.md",
+                DEPLOY.parent / "docs" / "admin.md"):
+        text = doc.read_text()
+        assert re.search(r"^PrologFlags=Alloc", text, re.M), doc
+        assert "add `Alloc` to" in text or "add Alloc to" in text, doc
+        assert "Contain" in text, doc
