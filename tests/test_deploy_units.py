@@ -233,3 +233,7 @@ def test_the_slurm_conf_lines_warn_that_prologflags_is_one_setting() -> None:
         assert re.search(r"^PrologFlags=Alloc", text, re.M), doc
         assert "add `Alloc` to" in text or "add Alloc to" in text, doc
         assert "Contain" in text, doc
+    # the same for an existing Prolog=/Epilog= on Slurm 22.05 (one path or glob, the last line wins)
+    for doc in (DEPLOY / "slurm" / "slurm.conf.snippet", DEPLOY.parent / "docs" / "slurm.md"):
+        text = doc.read_text()
+        assert "22.05" in text and "prolog.d/*" in text, doc
