@@ -429,13 +429,18 @@ def _private_local_directory(base: str | None) -> list[str]:
     root's worker folders: they can swap one for their own, with spill files the worker (root)
     unpickles, or plant its lock files as symlinks. A name mktemp picks cannot be made first, and
     in a sticky or root-owned ``base`` nobody else can move it.
+
+    The job also works in that folder: DuckDB spills into ``.tmp`` under the working folder, which
+    Slurm sets to the nightly's own (its unit's ``/var/lib/wattclass``), and where a compute node
+    lacks it, to ``/tmp``, where a user could have made ``.tmp`` first.
     """
     where = base or "/tmp"
     if any(c in where for c in '"\\`\n'):
         raise ConfigError(f"slurm.local_directory {where!r}: no quotes, backslashes, backticks or newlines "
                           "(it goes into the workers' job script)")
     return [f'WATTCLASS_DASK_DIR=$(mktemp -d "{where}/wattclass-dask.XXXXXXXX") || exit 1',
-            "trap 'rm -rf -- \"$WATTCLASS_DASK_DIR\"' EXIT"]
+            "trap 'rm -rf -- \"$WATTCLASS_DASK_DIR\"' EXIT",
+            'cd "$WATTCLASS_DASK_DIR" || exit 1']
 
 
 def _scheduler_options(cfg: SlurmConfig) -> dict[str, Any]:

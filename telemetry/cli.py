@@ -110,7 +110,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from wattclass.gpu import open_backend
     from wattclass.jobmap import DEFAULT_SPOOL
     from wattclass.telemetry.daemon import Daemon, DaemonConfig
-    from wattclass.telemetry.metrics import DEFAULT_BIND, LatestWindows, serve
+    from wattclass.telemetry.metrics import DEFAULT_BIND, DEFAULT_GPU_STALE_S, LatestWindows, serve
 
     spec = str(args.backend)
     options: dict[str, object] = {}
@@ -152,7 +152,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--spool {spool}: not a folder")
     ensure_writable_dir(Path(cfg.data_root) / "telemetry", "data root")
     backend = open_backend(spec, **options)
-    collector = LatestWindows() if args.metrics_port is not None else None
+    # windows reach the exporter in batches, one per energy read: a GPU is stale after 3 missed
+    stale_s = max(DEFAULT_GPU_STALE_S, 3 * cfg.period_s * cfg.energy_every_windows)
+    collector = LatestWindows(gpu_stale_s=stale_s) if args.metrics_port is not None else None
     with backend:
         daemon = Daemon(backend, cfg, collector=collector, stop=stop)
 

@@ -6,7 +6,8 @@ site's existing PromQL habits work. What is served:
 
 * per GPU, from the latest closed window, labels ``gpu``, ``uuid``, ``host``, ``job_id``, ``user``
   (empty when no job): power, clocks, utilisation and GPM activity ratios, temperature, memory, the
-  enforced power cap and the default one (a cap is in force where cap < default);
+  enforced power cap and the default one (a cap is in force where cap < default); a GPU that has
+  closed no window for ``gpu_stale_s`` while the others did (off the bus) is left out;
 * ``wattclass_gpu_energy_joules_total``: a counter per GPU, the sum of the windows' energy (each one
   a delta of the GPU's own energy counter) since the daemon started;
 * ``wattclass_job_gpu_energy_joules_total``: the same per job and GPU (kept for ``job_ttl_s`` after
@@ -43,6 +44,11 @@ GPU_LABELS = ("gpu", "uuid", "host")
 
 #: Default bind address: loopback, because the endpoint names each GPU's job and user (docs/admin.md).
 DEFAULT_BIND = "127.0.0.1"
+
+#: A GPU's gauges are dropped once its latest window ended this long (s) before the newest window
+#: of the node's GPUs: a GPU that fell off the bus closes no windows, and its last power, cap and
+#: job would otherwise be served as current until the daemon restarts (its energy counter stays).
+DEFAULT_GPU_STALE_S = 300.0
 
 #: row column -> (metric name, scale to the base unit, help)
 GAUGES: tuple[tuple[str, str, float, str], ...] = (
@@ -83,10 +89,12 @@ class Health:
 class LatestWindows(Collector):
     """Holds the latest window rows per GPU and the running counters; collected at scrape time."""
 
-    def __init__(self, health: Callable[[], Health] | None = None, job_ttl_s: float = 3600.0) -> None:
+    def __init__(self, health: Callable[[], Health] | None = None, job_ttl_s: float = 3600.0,
+                 gpu_stale_s: float = DEFAULT_GPU_STALE_S) -> None:
         self._lock = threading.Lock()
         self.health = health
         self.job_ttl_s = job_ttl_s
+        self.gpu_stale_s = gpu_stale_s
         self._latest: dict[str, list[dict[str, Any]]] = {}
         self._windows_total: dict[tuple[str, str, str], int] = {}
         self._energy_total: dict[tuple[str, str, str], float] = {}
@@ -137,7 +145,19 @@ class LatestWindows(Collector):
                     j = str(r["job_id"])
                     acct = (accounts or {}).get(j) or self._job_info.get(j, ("", ""))[1]
                     self._job_info[j] = (str(r.get("user") or ""), acct)
+            if rows:
+                self._drop_stale_gpus(max(float(r["ts_end"]) for r in rows))
             self._expire_jobs()
+
+    def _drop_stale_gpus(self, batch_end: float) -> None:
+        """Forget the latest rows of GPUs that stopped closing windows (their jobs then expire).
+
+        Measured from the batch just published, not from the newest window ever: after the wall
+        clock stepped back, every live GPU's windows are older than that, and only the dead
+        GPU's are far (in either direction) from the batch."""
+        for uuid, rs in list(self._latest.items()):
+            if abs(batch_end - max(float(r["ts_end"]) for r in rs)) > self.gpu_stale_s:
+                del self._latest[uuid]
 
     def _expire_jobs(self) -> None:
         if self._last_window_ts is None:
@@ -174,10 +194,12 @@ class LatestWindows(Collector):
         g = GaugeMetricFamily("wattclass_gpu_power_default_cap_watts",
                               "Default power limit; a cap is in force where the cap is below it",
                               labels=GPU_LABELS)
-        for r in {str(r["gpu_uuid"]): r for r in latest}.values():
-            d = defaults.get(str(r["gpu_uuid"]))
+        # per physical GPU: a MIG instance's row names its parent, whose limit it is (a fully
+        # partitioned GPU has no row with its own uuid)
+        for uuid, r in {_physical_uuid(r): r for r in latest}.items():
+            d = defaults.get(uuid)
             if d is not None:
-                g.add_metric([str(r["gpu_index"]), str(r["gpu_uuid"]), str(r["host"])], d)
+                g.add_metric([str(r["gpu_index"]), uuid, str(r["host"])], d)
         yield g
         c = CounterMetricFamily("wattclass_gpu_energy_joules", "GPU energy since the daemon started "
                                 "(sum of window energy-counter deltas)", labels=GPU_LABELS)
@@ -226,6 +248,10 @@ class LatestWindows(Collector):
         yield CounterMetricFamily("wattclass_wal_nonfinite_values",
                                   "Window row values written to the WAL as null because they were not "
                                   "finite (a bug; the ERROR log names the column)", value=h.nonfinite_values)
+
+
+def _physical_uuid(r: dict[str, Any]) -> str:
+    return str(r.get("parent_gpu_uuid") or r["gpu_uuid"])
 
 
 def _labels(r: dict[str, Any]) -> list[str]:

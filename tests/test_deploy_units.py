@@ -6,6 +6,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -152,3 +153,87 @@ def test_the_documented_etc_default_gives_commands_that_parse(unit: str) -> None
         for line in _exec_lines(path):
             args = build_parser().parse_args(_wattclass_argv(line, env))
             assert callable(args.func)
+
+
+def test_admin_md_opens_the_metrics_in_etc_default_and_keeps_the_port() -> None:
+    """admin.md said to add ``--metrics-bind 0.0.0.0`` "in the service's ExecStart", against the
+    unit's own advice (site settings in /etc/default/wattclass; an upgrade replaces the unit). Done
+    the documented way, WATTCLASS_TELEMETRY_ARGS replaces the unit's ``--metrics-port 9410``: a
+    bind alone makes the daemon exit 2 ("--metrics-bind needs --metrics-port") in a restart
+    loop. The example must serve on the opened address and the documented port."""
+    unit = DEPLOY / "wattclass-telemetry.service"
+    opened = []
+    for example in _etc_default_examples():
+        env = {**_environment(unit), **_environment_file(example)}
+        args = build_parser().parse_args(_wattclass_argv(_exec_lines(unit)[0], env))
+        if args.metrics_bind is not None:
+            opened.append((args.metrics_bind, args.metrics_port))
+    assert opened == [("0.0.0.0", 9410)]
+
+
+def test_the_nightly_runs_in_a_folder_it_can_write() -> None:
+    """DuckDB spills a query that outgrows its memory limit into ``.tmp`` under the working folder
+    (the in-memory connections of classifier/scan.py and the report set no temp_directory). The
+    unit set no WorkingDirectory=, so the nightly ran in "/", read-only under ProtectSystem=strict:
+    a night too large for the admin node's memory failed ('Failed to create directory ".tmp"')
+    instead of spilling. It runs in its state directory now, which it may write."""
+    import duckdb
+
+    with duckdb.connect() as con:  # as the nightly opens it
+        ((temp,),) = con.sql("select current_setting('temp_directory')").fetchall()
+    assert not Path(str(temp)).is_absolute()  # relative: under the working folder
+    d = _directives(DEPLOY / "wattclass-nightly.service")
+    (cwd,) = d["WorkingDirectory"]
+    writable = [Path(p.lstrip("-")) for v in d["ReadWritePaths"] for p in v.split()]
+    writable += [Path("/var/lib") / v for v in d.get("StateDirectory", [])]
+    assert any(Path(cwd) == w or w in Path(cwd).parents for w in writable), (cwd, writable)
+
+
+def test_the_docs_run_reconcile_again_with_restart() -> None:
+    """The reconcile unit stays active after its run (RemainAfterExit=yes, so slurmd's ordering
+    sees it done): after boot, ``systemctl start wattclass-reconcile`` does nothing at all. The
+    alert rule for a leftover cap told the sysadmin to run it that way; a second run is a
+    restart, and admin.md says so."""
+    d = _directives(DEPLOY / "wattclass-reconcile.service")
+    assert d["RemainAfterExit"] == ["yes"]
+    rules = (DEPLOY / "prometheus-wattclass-rules.yml").read_text()
+    admin = (DEPLOY.parent / "docs" / "admin.md").read_text()
+    assert "systemctl restart wattclass-reconcile" in rules
+    assert "systemctl start wattclass-reconcile" not in rules
+    assert "systemctl restart wattclass-reconcile" in admin
+
+
+def test_every_documented_prolog_and_epilog_line_names_the_installed_wrapper(tmp_path: Path) -> None:
+    """slurm.conf lines a sysadmin copies must name the wrappers ``install-hooks --dest
+    /etc/slurm/wattclass`` writes: a Prolog= path that does not exist drains every node a job
+    starts on. admin.md's short form said ``/path/to/wattclass/prolog``."""
+    dest = tmp_path / "wattclass"
+    args = build_parser().parse_args(["plugin", "install-hooks", "--dest", str(dest),
+                                      "--python", sys.executable])
+    assert args.func(args) == 0
+    written = {p.name for p in dest.iterdir()}
+    docs = [DEPLOY.parent / "docs" / "admin.md", DEPLOY.parent / "docs" / "slurm.md",
+            DEPLOY / "slurm" / "slurm.conf.snippet"]
+    lines = [(doc.name, m.group(1), m.group(2)) for doc in docs
+             for m in re.finditer(r"^(Prolog|Epilog)=(\S+)", doc.read_text(), re.M)]
+    assert {kind for _, kind, _ in lines} == {"Prolog", "Epilog"}
+    for doc, kind, path in lines:
+        assert Path(path).parent == Path("/etc/slurm/wattclass") and Path(path).name in written, (doc, path)
+        assert kind.lower() in Path(path).name, (doc, kind, path)
+
+
+def test_the_slurm_conf_lines_warn_that_prologflags_is_one_setting() -> None:
+    """slurmctld reads PrologFlags as one string, the last line winning ("specified more than once,
+    latest value used", src/common/parse_config.c). The snippet said to add ``PrologFlags=Alloc``
+    to slurm.conf: on a site with ``PrologFlags=Contain`` (pam_slurm_adopt) that line silently
+    dropped Contain. Every place that shows the line says to merge it instead."""
+    for doc in (DEPLOY / "slurm" / "slurm.conf.snippet", DEPLOY.parent / "docs" / "slurm.md",
+                DEPLOY.parent / "docs" / "admin.md"):
+        text = doc.read_text()
+        assert re.search(r"^PrologFlags=Alloc", text, re.M), doc
+        assert "add `Alloc` to" in text or "add Alloc to" in text, doc
+        assert "Contain" in text, doc
+    # the same for an existing Prolog=/Epilog= on Slurm 22.05 (one path or glob, the last line wins)
+    for doc in (DEPLOY / "slurm" / "slurm.conf.snippet", DEPLOY.parent / "docs" / "slurm.md"):
+        text = doc.read_text()
+        assert "22.05" in text and "prolog.d/*" in text, doc

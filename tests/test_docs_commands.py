@@ -247,8 +247,10 @@ def test_admin_policy_reference_covers_every_key() -> None:
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="needs promtool (apt prometheus)")
 def test_the_documented_scrape_config_is_valid_and_names_the_dashboards_job(tmp_path: Path) -> None:
     text = (REPO / "docs" / "admin.md").read_text()
-    configs = re.findall(r"```yaml\n(scrape_configs:.*?)```", text, re.S)
+    configs = re.findall(r"```yaml\n((?:rule_files:|scrape_configs:).*?)```", text, re.S)
     assert configs
+    # the rule file the config names, as admin.md says to copy it (promtool checks it too)
+    shutil.copy(REPO / "deploy" / "prometheus-wattclass-rules.yml", tmp_path / "wattclass-rules.yml")
     dashboard = json.loads((REPO / "deploy" / "grafana-wattclass.json").read_text())
     job = next(v for v in dashboard["templating"]["list"] if v["name"] == "job")
     for i, config in enumerate(configs):

@@ -174,3 +174,81 @@ def test_the_gpu_panels_join_each_nodes_gpus_when_every_node_has_the_same_instan
     run = subprocess.run([promtool, "test", "rules", str(test_file)], capture_output=True, text=True,
                          timeout=60, check=False)
     assert run.returncode == 0, run.stdout + run.stderr
+
+
+def _promtool_cases(tmp_path: Path, series: list[tuple[str, str]], interval: str,
+                    cases: list[tuple[str, str, list[tuple[str, float]]]]) -> None:
+    """Run ``promtool test rules`` on ``series`` (name{labels}, promtool values notation) and
+    check each (expr, eval_time, expected samples)."""
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("needs promtool (apt prometheus)")
+    doc = {"rule_files": [], "evaluation_interval": interval, "tests": [{
+        "interval": interval,
+        "input_series": [{"series": s, "values": v} for s, v in series],
+        "promql_expr_test": [{"expr": expr, "eval_time": at,
+                              "exp_samples": [{"labels": lb, "value": v} for lb, v in want]}
+                             for expr, at, want in cases]}]}
+    test_file = tmp_path / "dashboard_test.yml"
+    test_file.write_text(json.dumps(doc))  # YAML is a superset of JSON
+    run = subprocess.run([promtool, "test", "rules", str(test_file)], capture_output=True, text=True,
+                         timeout=60, check=False)
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_the_energy_panels_count_jobs_that_ended_earlier_in_the_range(tmp_path: Path) -> None:
+    """The exporter drops a job's energy counter and its label/account info series an hour after
+    the job's last window (LatestWindows.job_ttl_s). The energy-by-label and energy-by-account
+    panels joined ``increase(...[$__range])`` with the info series *at the end* of the range, so
+    over a day only the jobs of the last hour were counted: a job that ran in the morning vanished
+    from the afternoon's view. They take the info series over the whole range now.
+
+    Job 7 (memory-bound, account physics) runs 0-60 min at 1000 W on gpu01 and is gone after;
+    the panels are read at 3 h over a 3 h range: about 1 kWh for label memory and account physics."""
+    inst = 'job="wattclass",instance="gpu01:9410",host="gpu01",gpu="0",uuid="GPU-a"'
+    series = [  # 1 min steps; the counter grows 60 kJ a minute (1000 W) for an hour, then ends
+        (f'wattclass_job_gpu_energy_joules_total{{{inst},job_id="7",user="alice"}}', "0+60000x60"),
+        ('wattclass_job_label_info{job="wattclass",instance="gpu01:9410",job_id="7",label="memory",'
+         'source="rule"}', "1x60"),
+        ('wattclass_job_info{job="wattclass",instance="gpu01:9410",job_id="7",user="alice",'
+         'account="physics"}', "1x60"),
+    ]
+    # increase() extrapolates half a step (30 s) past the last sample of a series that ends early
+    kwh = (60 * 60000 + 30000) / 3.6e6
+    cases = []
+    for title, label in (("Energy by job label", '{label="memory"}'),
+                         ("Energy per account (top 20)", '{account="physics"}'),
+                         ("Energy per user (top 20)", '{user="alice"}')):
+        cases.append((_panel_expr(title, "A").replace("$__range", "3h"), "3h", [(label, kwh)]))
+    _promtool_cases(tmp_path, series, "1m", cases)
+
+
+def _panel(title: str) -> dict:  # type: ignore[type-arg]
+    dash = json.loads(DASHBOARD.read_text())
+    return next(p for p in dash["panels"] if p["title"] == title)  # type: ignore[no-any-return]
+
+
+def test_table_panels_get_one_table_not_one_frame_per_series() -> None:
+    """Grafana's Prometheus source returns one frame per series unless a target asks for
+    ``format: table``; a table panel then shows one GPU (or one health column) at a time behind a
+    frame picker. Both table panels ask for tables; the health table, fed by six queries, merges
+    them into one row per node and names their columns."""
+    for title in ("Caps in force", "Daemon health"):
+        assert all(t.get("format") == "table" and t.get("instant") for t in _panel(title)["targets"]), title
+    health = _panel("Daemon health")
+    kinds = [t["id"] for t in health.get("transformations", [])]
+    assert kinds[:1] == ["merge"], kinds
+    renames = next(t["options"]["renameByName"] for t in health["transformations"] if t["id"] == "organize")
+    assert set(renames) == {f"Value #{t['refId']}" for t in health["targets"]}
+
+
+def test_the_health_queries_share_one_key_so_their_rows_merge(scraped: str) -> None:
+    """Grafana's merge joins the health queries' rows on the labels they share: each query must
+    return exactly one series per node, labelled by ``instance`` alone (``up`` also carried
+    ``job``, and its column would not have joined the others' rows)."""
+    for target in _panel("Daemon health")["targets"]:
+        expr = target["expr"]
+        for k, v in GRAFANA_VARS.items():
+            expr = expr.replace(k, v)
+        got = _query(scraped, expr)
+        assert len(got) == 1 and set(got[0]["metric"]) == {"instance"}, (expr, got)

@@ -190,12 +190,18 @@ def test_each_worker_job_makes_a_private_local_directory(tmp_path: Path) -> None
     finally:
         cluster.close()
     assert '--local-directory "$WATTCLASS_DASK_DIR"' in script
-    prologue = [line for line in script.splitlines() if line.startswith(("WATTCLASS_DASK_DIR=", "trap "))]
-    assert len(prologue) == 2, script
-    proc = subprocess.run(["bash", "-c", "\n".join([*prologue, 'stat -c "%a %n" "$WATTCLASS_DASK_DIR"'])],
-                          capture_output=True, text=True, check=True)
-    mode, made = proc.stdout.split()
+    prologue = [line for line in script.splitlines()
+                if line.startswith(("WATTCLASS_DASK_DIR=", "trap ", 'cd "$WATTCLASS_DASK_DIR"'))]
+    assert len(prologue) == 3, script
+    # run from a folder a user could have prepared, as Slurm's /tmp fallback would
+    (base / ".tmp").mkdir()
+    lines = [*prologue, 'stat -c "%a %n" "$WATTCLASS_DASK_DIR"', "pwd"]
+    proc = subprocess.run(["bash", "-c", "\n".join(lines)], capture_output=True, text=True, check=True,
+                          cwd=base)
+    mode, made, cwd = proc.stdout.split()
     assert mode == "700" and Path(made).parent == base and Path(made).name.startswith("wattclass-dask.")
+    # the workers work (and DuckDB spills into .tmp) in their private folder, not in the job's cwd
+    assert cwd == made
     assert not Path(made).exists()  # removed when the job script ends
     with pytest.raises(ConfigError, match=r"slurm\.local_directory"):
         slurm_cluster(SlurmConfig(jobs=0, tls=False, local_directory='/tmp/x"; id; "'))

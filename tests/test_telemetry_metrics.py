@@ -95,3 +95,53 @@ def test_metrics_bind_without_port_is_a_usage_error(tmp_path) -> None:  # type: 
 
     assert main(["telemetry", "run", "--backend", "replay:/nonexistent", "--data-root", str(tmp_path),
                  "--metrics-bind", "0.0.0.0"]) == 2
+
+
+def test_a_gpu_that_stops_reporting_leaves_the_gauges_but_keeps_its_energy() -> None:
+    """A GPU that fails mid-job (off the bus) closes no more windows while the node's other GPUs
+    go on. Its gauges stayed at its last window forever: the dashboard drew 600 W for a job on a
+    dead GPU and counted it under a cap, and its job never expired (it looked running). Its
+    gauges go once its latest window is ``gpu_stale_s`` older than the node's newest; its energy
+    counter, a total, stays."""
+    col = LatestWindows(gpu_stale_s=300.0, job_ttl_s=600.0)
+    col.set_default_caps({"GPU-a": 700.0, "GPU-b": 700.0})
+    b = dict(ROW, gpu_index=1, gpu_uuid="GPU-b", power_avg_w=600.0, energy_j=6000.0, job_id="7", user="c")
+    col.update([dict(ROW, ts_end=10.0, energy_j=5000.0), dict(b, ts_end=10.0)], {"7": ("memory", "rule")})
+    for t in range(40, 310, 30):  # GPU-b is gone; GPU-a closes windows every 30 s
+        col.update([dict(ROW, ts_end=float(t), energy_j=5000.0)])
+    s = _samples(col)
+    assert _get(s, "wattclass_gpu_power_watts", uuid="GPU-b") == 600.0  # 290 s: not yet stale
+    col.update([dict(ROW, ts_end=340.0, energy_j=5000.0)])
+    s = _samples(col)
+    gpus = {dict(ls)["uuid"] for (n, ls) in s if n == "wattclass_gpu_power_watts"}
+    assert gpus == {"GPU-a"}
+    assert {dict(ls)["uuid"] for (n, ls) in s if n == "wattclass_gpu_power_default_cap_watts"} == {"GPU-a"}
+    assert _get(s, "wattclass_gpu_energy_joules_total", uuid="GPU-b") == 6000.0
+    # its job is no longer running: it expires with the job TTL like any finished job
+    col.update([dict(ROW, ts_end=700.0, energy_j=5000.0)])
+    s = _samples(col)
+    assert not [ls for (n, ls) in s if n == "wattclass_job_label_info"]
+
+
+def test_a_wall_clock_stepped_back_keeps_the_live_gpus_gauges() -> None:
+    """Staleness is measured against the windows just published: after NTP stepped the clock back
+    an hour, the live GPUs' new windows are older than the newest ever seen, and must stay."""
+    col = LatestWindows(gpu_stale_s=300.0)
+    col.update([dict(ROW, ts_end=4000.0, energy_j=1.0)])
+    col.update([dict(ROW, ts_end=400.0, energy_j=1.0, power_avg_w=321.0)])  # an hour earlier
+    assert _get(_samples(col), "wattclass_gpu_power_watts", uuid="GPU-a") == 321.0
+
+
+def test_a_mig_gpu_whose_slices_are_all_in_use_still_has_its_default_limit() -> None:
+    """A MIG GPU's rows name its instances (``gpu_uuid`` MIG-..., ``parent_gpu_uuid`` the GPU);
+    a row with the GPU's own uuid exists only for slices no instance uses. The default limit was
+    served only for rows with the GPU's own uuid, so a fully partitioned GPU had none: it was
+    missing from the dashboard's "GPUs under a cap" and "Caps in force". It is served per
+    physical GPU now, once, whatever its rows."""
+    col = LatestWindows()
+    col.set_default_caps({"GPU-p": 700.0})
+    mig = dict(ROW, gpu_uuid="MIG-1", parent_gpu_uuid="GPU-p", power_limit_w=420.0, ts_end=10.0, energy_j=1.0)
+    col.update([dict(mig, job_id="7", user="a"), dict(mig, gpu_uuid="MIG-2", job_id="8", user="b")])
+    s = _samples(col)
+    defaults = [(dict(ls), v) for (n, ls), v in s.items() if n == "wattclass_gpu_power_default_cap_watts"]
+    assert defaults == [({"gpu": "0", "uuid": "GPU-p", "host": "n1"}, 700.0)]
