@@ -583,7 +583,7 @@ def reconcile(backend: GpuBackend, jobs_dir: Path = DEFAULT_SPOOL,
 
 def _reconcile_gpu(backend: GpuBackend, g: GpuInfo, jobs_dir: Path, state_dir: Path) -> dict[str, Any] | None:
     """One GPU, under its lock when the state folder is trusted: run on a node with jobs (a manual
-    ``systemctl start wattclass-reconcile``), a Prolog capping the GPU between the job-map check
+    ``systemctl restart wattclass-reconcile``), a Prolog capping the GPU between the job-map check
     and the record's read had its fresh record restored and removed (the job ran uncapped).
     At boot the folder is missing (and /run read-only to the unit): nothing to lock against."""
     rec_path = _record_path(state_dir, g.uuid)

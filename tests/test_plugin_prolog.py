@@ -544,7 +544,7 @@ def test_a_gpu_that_cannot_be_resolved_does_not_leave_the_others_uncapped(tmp_pa
 
 def test_reconcile_on_a_live_node_never_undoes_a_prolog_that_runs_meanwhile(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """`systemctl start wattclass-reconcile` on a node that runs jobs (docs/admin.md, install and
+    """`systemctl restart wattclass-reconcile` on a node that runs jobs (docs/admin.md, install and
     rollback): reconcile read "no job on this GPU", a Prolog then capped it, and reconcile restored
     the GPU from that fresh record and removed it: the job ran uncapped, with no record for its
     Epilog (found in review). Reconcile now holds the GPU's lock, as the hooks do."""
