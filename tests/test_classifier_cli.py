@@ -416,8 +416,7 @@ def test_nightly_writes_the_policy_file_as_it_is_at_the_table_write(
     every new job enforced again until the next night. The run now reads its policy file again
     at the table write, under the table's write lock (which `policy apply` takes too). A file
     that no longer loads then leaves the policy read at the start, with a warning."""
-    import fcntl
-    import os
+    from flock_probe import flock_held
 
     import wattclass.classifier.nightly as nightly
     from wattclass.labeltable import read_label_table
@@ -434,14 +433,7 @@ def test_nightly_writes_the_policy_file_as_it_is_at_the_table_write(
         return real_entries(*a, **k)  # type: ignore[arg-type]
 
     def write_checking_the_lock(path: Path, *a: object, **k: object) -> int:
-        fd = os.open(path.with_name(f".{path.name}.lock"), os.O_RDWR)
-        try:  # another holder cannot take it now
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            held.append(False)
-        except BlockingIOError:
-            held.append(True)
-        finally:
-            os.close(fd)
+        held.append(flock_held(path.with_name(f".{path.name}.lock")))  # another holder cannot take it
         return real_write(path, *a, **k)  # type: ignore[arg-type]
 
     monkeypatch.setattr(nightly, "build_entries", entries_then_edit)

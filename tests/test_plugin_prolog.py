@@ -381,7 +381,7 @@ def test_dcgm_job_mapping_is_rewritten_under_a_lock_on_its_folder(
     """Hooks of jobs sharing a GPU run at once: each rewrite of a mapping file holds an exclusive
     lock on the folder from its read to its write, so another hook's change is never lost (a
     new job missing, or an ended job written back after its Epilog removed it)."""
-    import fcntl
+    from flock_probe import flock_held
 
     from wattclass import jobmap
 
@@ -392,14 +392,7 @@ def test_dcgm_job_mapping_is_rewritten_under_a_lock_on_its_folder(
     read = jobmap._hpc_jobs
 
     def read_while_another_hook_tries(path: Path) -> list[str]:
-        fd = os.open(hpc, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            blocked.append(False)
-        except BlockingIOError:
-            blocked.append(True)
-        finally:
-            os.close(fd)
+        blocked.append(flock_held(hpc, os.O_RDONLY | os.O_DIRECTORY))
         return read(path)
 
     monkeypatch.setattr(jobmap, "_hpc_jobs", read_while_another_hook_tries)
