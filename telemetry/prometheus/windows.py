@@ -78,9 +78,7 @@ def merge(series_chunks: Iterable[list[Series]], job_label: str, user_label: str
             if job:
                 user = (s.labels.get(user_label) if user_label else None) or None
                 for t in s.t:
-                    seen = tl.jobs.setdefault(t, {})
-                    if user is not None or job not in seen:
-                        seen[job] = user
+                    _note_job(tl.jobs.setdefault(t, {}), job, user)
     return gpus
 
 
@@ -246,9 +244,15 @@ def _job_at(tl: GpuTimeline, t: float, users: dict[str, str | None]) -> Job:
         ((job, user),) = seen.items()
         return job, user
     for job, user in seen.items():
-        if user is not None or job not in users:
-            users[job] = user
+        _note_job(users, job, user)
     return SHARED_PREFIX + ",".join(sorted(seen)), None
+
+
+def _note_job(users: dict[str, str | None], job: str, user: str | None) -> None:
+    """Record ``job`` with its ``user``: a copy of its series without the user label keeps a
+    user another copy gave (None only where no copy names one)."""
+    if user is not None or job not in users:
+        users[job] = user
 
 
 def missing_fields(tl: GpuTimeline) -> list[str]:
