@@ -274,7 +274,7 @@ class Splitter:
 
 
 def split_equally(row: Row, users: dict[str, str | None]) -> list[Row]:
-    """A ``shared:`` row (``is_composite``) as one row per job, each with an equal share of its
+    """A ``shared:`` row (SHARED_PREFIX) as one row per job, each with an equal share of its
     energy (``share_basis`` ``equal``): for a writer that knows which jobs hold a GPU but not how
     much each uses it (the dcgm-exporter import: DCGM has no per-process activity). Any other
     row is returned as it is."""
